@@ -1,0 +1,425 @@
+//! The allocator: free space of the data area, one bit per unit, persisted as the space
+//! map (format::spacemap), with deferred reuse of freed units (DESIGN.md §3.4).
+//!
+//! Two bitmaps are kept:
+//! - `persisted`: the pool state being built by the open txg: 1 = referenced by that
+//!   state. A free clears the bit at once, so the space map written with txg N describes
+//!   exactly the blocks reachable from root N (the checker compares the two for equality).
+//! - `unavailable`: `persisted` plus units that were freed but may not be reused yet.
+//!   Units freed in txg F are held until txg F + 1 is durable, so they are reused no earlier
+//!   than txg F + 2 (ZFS's TXG_DEFER_SIZE). Until then the roots F - 1 and F still find their
+//!   blocks intact, which is what lets opening fall back one root past a damaged newest one.
+//!
+//! The holds live in memory only. After a crash the pool reopens at some root R; units
+//! freed in R are then reusable at once, so fallback *past* R (to R - 1) is no longer
+//! guaranteed during the first txg after the reopen. Fallback is verified (every block is
+//! checksummed), so the worst case is a refused fallback, never wrong data. A persistent
+//! defer list would close that gap; it is noted in docs/engine-format.md.
+//!
+//! Allocation is next-fit from a cursor: sequential writes of a txg land next to each
+//! other on the device. A linear scan: fine for pools of a few TiB (bitmap 32 MiB/TiB);
+//! a per-chunk free count skips full chunks.
+
+use crate::device::BlockDevice;
+use crate::error::{Corruption, Error, Result};
+use crate::format::spacemap::{
+    SpacemapChunkPhys, BITS_PER_CHUNK, CHUNK_BITS_BYTES, CHUNK_SLOT_SIZE,
+};
+use crate::format::UNIT_SIZE;
+use std::collections::{BTreeSet, VecDeque};
+
+/// Txgs a freed unit stays unavailable: freed in F, reusable from F + DEFER_TXGS.
+pub const DEFER_TXGS: u64 = 2;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Geometry {
+    pub spacemap_offset: u64,
+    pub spacemap_chunks: u64,
+    pub data_offset: u64,
+    pub data_units: u64,
+}
+
+impl Geometry {
+    /// Lay out a device of `device_size` bytes.
+    pub fn for_device(device_size: u64) -> Option<Geometry> {
+        let spacemap_offset = crate::format::SPACEMAP_OFFSET;
+        let units_guess = device_size / UNIT_SIZE;
+        let chunks = units_guess.div_ceil(BITS_PER_CHUNK);
+        let spacemap_bytes = chunks * 2 * CHUNK_SLOT_SIZE as u64;
+        let data_offset = (spacemap_offset + spacemap_bytes).next_multiple_of(1 << 20);
+        let data_units = device_size.checked_sub(data_offset)? / UNIT_SIZE;
+        if data_units < 256 {
+            return None;
+        }
+        Some(Geometry {
+            spacemap_offset,
+            spacemap_chunks: data_units.div_ceil(BITS_PER_CHUNK),
+            data_offset,
+            data_units,
+        })
+    }
+
+    fn slot_addr(&self, chunk: u64, slot: u8) -> u64 {
+        self.spacemap_offset + (chunk * 2 + slot as u64) * CHUNK_SLOT_SIZE as u64
+    }
+
+    pub fn unit_of(&self, addr: u64) -> Option<u64> {
+        let u = addr.checked_sub(self.data_offset)? / UNIT_SIZE;
+        (addr % UNIT_SIZE == 0 && u < self.data_units).then_some(u)
+    }
+
+    pub fn addr_of(&self, unit: u64) -> u64 {
+        self.data_offset + unit * UNIT_SIZE
+    }
+}
+
+pub struct Allocator {
+    geo: Geometry,
+    persisted: Vec<u64>,
+    unavailable: Vec<u64>,
+    allocated_units: u64,
+    unavailable_units: u64,
+    chunk_unavailable: Vec<u64>,
+    /// Per chunk: (slot, txg) of its newest committed version.
+    chunk_current: Vec<Option<(u8, u64)>>,
+    /// Chunks written by the txg being synced, applied to `chunk_current` on commit.
+    chunk_pending: Vec<(u64, u8, u64)>,
+    dirty_chunks: BTreeSet<u64>,
+    /// (txg freed in, unit, count) held back from reuse.
+    held: VecDeque<(u64, u64, u64)>,
+    cursor: u64,
+    reserved_units: u64,
+}
+
+fn bit(words: &[u64], i: u64) -> bool {
+    words[(i / 64) as usize] >> (i % 64) & 1 == 1
+}
+fn set(words: &mut [u64], i: u64, v: bool) {
+    let w = &mut words[(i / 64) as usize];
+    if v {
+        *w |= 1 << (i % 64)
+    } else {
+        *w &= !(1 << (i % 64))
+    }
+}
+
+impl Allocator {
+    /// A fresh pool: everything free, every chunk dirty (so the first commit writes the
+    /// whole space map).
+    pub fn new_empty(geo: Geometry) -> Allocator {
+        let words = geo.data_units.div_ceil(64) as usize;
+        Allocator {
+            geo,
+            persisted: vec![0; words],
+            unavailable: vec![0; words],
+            allocated_units: 0,
+            unavailable_units: 0,
+            chunk_unavailable: vec![0; geo.spacemap_chunks as usize],
+            chunk_current: vec![None; geo.spacemap_chunks as usize],
+            chunk_pending: Vec::new(),
+            dirty_chunks: (0..geo.spacemap_chunks).collect(),
+            held: VecDeque::new(),
+            cursor: 0,
+            reserved_units: 0,
+        }
+    }
+
+    /// Read the space map as of root txg `root_txg`.
+    pub fn load(
+        dev: &dyn BlockDevice,
+        geo: Geometry,
+        pool_guid: u64,
+        root_txg: u64,
+    ) -> Result<Allocator> {
+        let mut a = Allocator::new_empty(geo);
+        a.dirty_chunks.clear();
+        let mut slot_buf = vec![0u8; CHUNK_SLOT_SIZE * 2];
+        for c in 0..geo.spacemap_chunks {
+            let addr = geo.slot_addr(c, 0);
+            dev.read_at(&mut slot_buf, addr)
+                .map_err(|e| Error::io("read space map", e))?;
+            let mut best: Option<(u8, SpacemapChunkPhys)> = None;
+            for slot in 0..2u8 {
+                let s = &slot_buf
+                    [slot as usize * CHUNK_SLOT_SIZE..(slot as usize + 1) * CHUNK_SLOT_SIZE];
+                // A damaged or torn slot is skipped: the other slot holds the committed version.
+                if let Ok(Some(ch)) = SpacemapChunkPhys::decode(s, geo.slot_addr(c, slot)) {
+                    let usable = ch.chunk_index as u64 == c
+                        && ch.pool_guid == pool_guid
+                        && ch.txg <= root_txg;
+                    if usable && best.as_ref().is_none_or(|(_, b)| ch.txg > b.txg) {
+                        best = Some((slot, ch));
+                    }
+                }
+            }
+            let (slot, ch) = best.ok_or_else(|| {
+                Corruption::new(
+                    "space map chunk",
+                    Some(addr),
+                    format!("no valid version of chunk {c} at or before txg {root_txg}"),
+                )
+            })?;
+            a.chunk_current[c as usize] = Some((slot, ch.txg));
+            let first = c * BITS_PER_CHUNK;
+            let n = (geo.data_units - first).min(BITS_PER_CHUNK);
+            for i in 0..n {
+                if ch.bits[(i / 8) as usize] >> (i % 8) & 1 == 1 {
+                    let u = first + i;
+                    set(&mut a.persisted, u, true);
+                    set(&mut a.unavailable, u, true);
+                    a.allocated_units += 1;
+                    a.chunk_unavailable[c as usize] += 1;
+                }
+            }
+            // Bits past the data area must be clear: otherwise the chunk is not ours.
+            if (n..BITS_PER_CHUNK).any(|i| ch.bits[(i / 8) as usize] >> (i % 8) & 1 == 1) {
+                return Err(Corruption::new(
+                    "space map chunk",
+                    Some(addr),
+                    "bits set past the data area",
+                )
+                .into());
+            }
+        }
+        a.unavailable_units = a.allocated_units;
+        Ok(a)
+    }
+
+    /// Rewrite every chunk in the next txg (after opening on a fallback root).
+    pub fn mark_all_dirty(&mut self) {
+        self.dirty_chunks = (0..self.geo.spacemap_chunks).collect();
+    }
+
+    pub fn has_dirty_chunks(&self) -> bool {
+        !self.dirty_chunks.is_empty()
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+    pub fn allocated_units(&self) -> u64 {
+        self.allocated_units
+    }
+    pub fn is_allocated(&self, unit: u64) -> bool {
+        bit(&self.persisted, unit)
+    }
+    pub fn held_units(&self) -> u64 {
+        self.unavailable_units - self.allocated_units
+    }
+    /// Units a new reservation may still take.
+    pub fn available_units(&self) -> u64 {
+        (self.geo.data_units - self.unavailable_units)
+            .saturating_sub(self.reserved_units + self.slop_units())
+    }
+
+    /// Space kept back from reservations so that a txg's own metadata (tree nodes,
+    /// indirect blocks) can always be written: 1/64 of the pool, at least 64 units.
+    pub fn slop_units(&self) -> u64 {
+        (self.geo.data_units / 64)
+            .max(64)
+            .min(self.geo.data_units / 2)
+    }
+
+    /// Promise `units` to dirty data of the open txg; fails when the pool cannot hold it.
+    pub fn reserve(&mut self, units: u64) -> bool {
+        if units > self.available_units() {
+            return false;
+        }
+        self.reserved_units += units;
+        true
+    }
+
+    pub fn clear_reservations(&mut self) {
+        self.reserved_units = 0;
+    }
+
+    fn mark(&mut self, unit: u64, count: u64, allocate: bool) {
+        for u in unit..unit + count {
+            let c = (u / BITS_PER_CHUNK) as usize;
+            if allocate {
+                assert!(!bit(&self.unavailable, u), "allocating unit {u} twice");
+                set(&mut self.persisted, u, true);
+                set(&mut self.unavailable, u, true);
+                self.chunk_unavailable[c] += 1;
+            } else {
+                assert!(
+                    bit(&self.persisted, u),
+                    "freeing unit {u} that is not allocated"
+                );
+                set(&mut self.persisted, u, false);
+            }
+            self.dirty_chunks.insert(c as u64);
+        }
+        if allocate {
+            self.allocated_units += count;
+            self.unavailable_units += count;
+        } else {
+            self.allocated_units -= count;
+        }
+    }
+
+    /// Allocate `count` contiguous units; returns the byte address.
+    pub fn allocate(&mut self, count: u64) -> Result<u64> {
+        assert!(count > 0 && count <= BITS_PER_CHUNK);
+        let total = self.geo.data_units;
+        if self.geo.data_units - self.unavailable_units < count {
+            return Err(Error::NoSpace(format!(
+                "pool has {} free units, need {count}",
+                total - self.unavailable_units
+            )));
+        }
+        let mut u = self.cursor % total;
+        let mut scanned = 0u64;
+        while scanned < total + count {
+            let c = (u / BITS_PER_CHUNK) as usize;
+            let chunk_len = (total - c as u64 * BITS_PER_CHUNK).min(BITS_PER_CHUNK);
+            if self.chunk_unavailable[c] == chunk_len {
+                let next = (c as u64 + 1) * BITS_PER_CHUNK;
+                scanned += next - u;
+                u = if next >= total { 0 } else { next };
+                continue;
+            }
+            if u % 64 == 0 && self.unavailable[(u / 64) as usize] == u64::MAX {
+                scanned += 64;
+                u = if u + 64 >= total { 0 } else { u + 64 };
+                continue;
+            }
+            if u + count > total {
+                scanned += total - u;
+                u = 0;
+                continue;
+            }
+            match (u..u + count).find(|&i| bit(&self.unavailable, i)) {
+                None => {
+                    self.mark(u, count, true);
+                    self.cursor = u + count;
+                    return Ok(self.geo.addr_of(u));
+                }
+                Some(busy) => {
+                    scanned += busy + 1 - u;
+                    u = busy + 1;
+                }
+            }
+        }
+        Err(Error::NoSpace(format!(
+            "no run of {count} free units (pool fragmented or full)"
+        )))
+    }
+
+    /// Free `count` units at `addr`, released in txg `txg`; reusable from txg + DEFER_TXGS.
+    pub fn free(&mut self, addr: u64, count: u64, txg: u64) {
+        let unit = self
+            .geo
+            .unit_of(addr)
+            .expect("freeing an address inside the data area");
+        self.mark(unit, count, false);
+        self.held.push_back((txg, unit, count));
+    }
+
+    /// Txg `txg` is durable: release holds that have served their time.
+    pub fn txg_synced(&mut self, txg: u64) {
+        for (c, slot, t) in self.chunk_pending.drain(..) {
+            self.chunk_current[c as usize] = Some((slot, t));
+        }
+        while let Some(&(freed, unit, count)) = self.held.front() {
+            if freed + DEFER_TXGS > txg + 1 {
+                break;
+            }
+            self.held.pop_front();
+            for u in unit..unit + count {
+                if !bit(&self.persisted, u) {
+                    set(&mut self.unavailable, u, false);
+                    self.chunk_unavailable[(u / BITS_PER_CHUNK) as usize] -= 1;
+                    self.unavailable_units -= 1;
+                }
+            }
+        }
+    }
+
+    /// Write every chunk changed in this txg to its non-current slot, stamped `txg`.
+    pub fn write_dirty_chunks(
+        &mut self,
+        dev: &dyn BlockDevice,
+        txg: u64,
+        pool_guid: u64,
+    ) -> Result<usize> {
+        let dirty = std::mem::take(&mut self.dirty_chunks);
+        for &c in &dirty {
+            let slot = match self.chunk_current[c as usize] {
+                Some((s, _)) => 1 - s,
+                None => 0,
+            };
+            let first = c * BITS_PER_CHUNK;
+            let n = (self.geo.data_units - first).min(BITS_PER_CHUNK);
+            let mut bits = vec![0u8; CHUNK_BITS_BYTES];
+            for i in 0..n {
+                if bit(&self.persisted, first + i) {
+                    bits[(i / 8) as usize] |= 1 << (i % 8);
+                }
+            }
+            let phys = SpacemapChunkPhys {
+                chunk_index: c as u32,
+                txg,
+                pool_guid,
+                bits,
+            };
+            dev.write_at(&phys.encode(), self.geo.slot_addr(c, slot))
+                .map_err(|e| Error::io("write space map chunk", e))?;
+            self.chunk_pending.push((c, slot, txg));
+        }
+        Ok(dirty.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo(units: u64) -> Geometry {
+        Geometry {
+            spacemap_offset: 512 << 10,
+            spacemap_chunks: units.div_ceil(BITS_PER_CHUNK),
+            data_offset: 1 << 20,
+            data_units: units,
+        }
+    }
+
+    #[test]
+    fn frees_are_held_until_the_deferral_passes() {
+        let mut a = Allocator::new_empty(geo(1000));
+        let x = a.allocate(10).unwrap();
+        a.txg_synced(1);
+        a.free(x, 10, 2);
+        assert_eq!(a.allocated_units(), 0);
+        assert_eq!(a.held_units(), 10);
+        // Allocate everything else: the held units must not be handed out.
+        let mut got = vec![];
+        while let Ok(addr) = a.allocate(1) {
+            got.push(addr);
+        }
+        assert_eq!(got.len(), 990);
+        assert!(!got.contains(&x));
+        a.txg_synced(2);
+        assert!(
+            a.allocate(1).is_err(),
+            "freed in 2: still held after 2 syncs"
+        );
+        a.txg_synced(3);
+        assert_eq!(a.held_units(), 0);
+        assert!(a.allocate(10).is_ok());
+    }
+
+    #[test]
+    fn contiguous_runs_and_wraparound() {
+        let mut a = Allocator::new_empty(geo(300));
+        let first = a.allocate(100).unwrap();
+        let second = a.allocate(100).unwrap();
+        assert_eq!(second - first, 100 * UNIT_SIZE);
+        a.free(first, 100, 1);
+        a.txg_synced(5);
+        let third = a.allocate(150);
+        assert!(third.is_err(), "only two runs of 100 free");
+        assert_eq!(a.allocate(100).unwrap(), a.geometry().addr_of(200));
+        assert_eq!(a.allocate(100).unwrap(), first);
+    }
+}

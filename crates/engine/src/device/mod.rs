@@ -1,0 +1,26 @@
+//! Devices: the bottom layer. A [`BlockDevice`] is a flat array of bytes with explicit
+//! durability: a write is durable only after a `flush` that follows it returns Ok.
+//!
+//! The engine issues only unit-aligned, unit-sized I/O (4 KiB multiples), which is what
+//! O_DIRECT needs and what a simulated disk tears at.
+
+mod aligned;
+mod file;
+
+pub use aligned::AlignedBuf;
+pub use file::{FileDevice, FileDeviceOptions};
+
+use std::io;
+
+pub trait BlockDevice: Send + Sync {
+    /// Usable bytes.
+    fn size_bytes(&self) -> u64;
+    /// Read exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Write all of `buf` at `offset`. Not durable until a later `flush` returns Ok.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Make every write that returned before this call durable.
+    fn flush(&self) -> io::Result<()>;
+    /// A human-readable name for messages ("/var/lib/strata/pool.img").
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,120 @@
+//! Errors of the engine.
+//!
+//! Three kinds, kept apart on purpose (STYLE.md "Errors and assertions"):
+//! - operating errors (`NoSpace`, `Io`, `InvalidArgument`, ...) are ordinary `Result`s the
+//!   caller can act on;
+//! - detected corruption is a typed [`Corruption`] value that says what was expected and what
+//!   was found, and is counted; it is never a panic and never silently returned data;
+//! - programmer errors are assertions.
+//!
+//! [`Error::kind`] maps every error onto the small public set of [`ErrorKind`]s; each kind's
+//! documentation says what a caller should do about it.
+
+use std::fmt;
+
+/// What a caller should do, by error kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request itself is wrong (bad name, size, offset, record size): fix the request.
+    InvalidArgument,
+    /// The named pool, volume or object does not exist: check the name or id.
+    NotFound,
+    /// The name is taken: pick another name or delete the existing one.
+    AlreadyExists,
+    /// The pool is out of space (or a volume at its quota): free space, then retry.
+    NoSpace,
+    /// A device read, write or flush failed: check the device, then reopen the pool.
+    Io,
+    /// Stored bytes failed verification: restore from redundancy or backup; run `strata check`.
+    Corruption,
+    /// The pool refuses writes (opened read-only, or latched after a failed write or flush):
+    /// reopen the pool once the device is healthy.
+    ReadOnly,
+    /// The pool uses a format feature this build does not know: upgrade Strata.
+    Unsupported,
+}
+
+/// Verification of stored bytes failed: what was being read, where, and what differed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// Which structure was being decoded ("uberblock", "btree node", "data block", ...).
+    pub what: &'static str,
+    /// Byte address on the device, when known.
+    pub addr: Option<u64>,
+    /// What was expected and what was found.
+    pub detail: String,
+}
+
+impl Corruption {
+    pub fn new(what: &'static str, addr: Option<u64>, detail: impl Into<String>) -> Corruption {
+        Corruption {
+            what,
+            addr,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.addr {
+            Some(addr) => write!(f, "corrupt {} at byte {}: {}", self.what, addr, self.detail),
+            None => write!(f, "corrupt {}: {}", self.what, self.detail),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    #[error("no space left: {0}")]
+    NoSpace(String),
+    #[error("I/O error while trying to {context}: {source}")]
+    Io {
+        context: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Corruption(Corruption),
+    #[error("pool is read-only: {0}")]
+    ReadOnly(String),
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
+            Error::NoSpace(_) => ErrorKind::NoSpace,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Corruption(_) => ErrorKind::Corruption,
+            Error::ReadOnly(_) => ErrorKind::ReadOnly,
+            Error::Unsupported(_) => ErrorKind::Unsupported,
+        }
+    }
+
+    pub(crate) fn io(context: &'static str, source: std::io::Error) -> Error {
+        Error::Io { context, source }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Error {
+        Error::InvalidArgument(msg.into())
+    }
+}
+
+impl From<Corruption> for Error {
+    fn from(c: Corruption) -> Error {
+        Error::Corruption(c)
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

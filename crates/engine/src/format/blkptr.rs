@@ -1,0 +1,263 @@
+//! Block pointers: how every block is found and verified by its parent (DESIGN.md §3.2).
+//!
+//! `BlockPtrPhys` (64 bytes, little-endian):
+//!
+//! ```text
+//!   0  addr        u64  byte offset on the device (unit aligned); 0 with birth 0 = hole
+//!   8  birth_txg   u64  txg in which the block was written (space accounting, snapshots)
+//!  16  psize       u32  stored bytes (after compression / zero-tail trimming)
+//!  20  lsize       u32  logical bytes the block expands to
+//!  24  device      u16  device index within the pool
+//!  26  kind        u8   BlockKind
+//!  27  compression u8   Compression
+//!  28  checksum    u8   ChecksumAlgo
+//!  29  reserved    [u8; 3] (zero)
+//!  32  checksum    [u8; 32] of the stored psize bytes
+//! ```
+//!
+//! The space a block occupies is `psize` rounded up to whole units.
+
+use super::codec::{Reader, Writer};
+use super::{round_up_unit, MAX_BLOCK_SIZE, UNIT_SIZE};
+use crate::error::Corruption;
+
+pub const BLKPTR_SIZE: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BlockKind {
+    /// A node of a keyed copy-on-write B+tree (catalog, volume tree).
+    BtreeNode = 1,
+    /// An indirect block of an object's block tree: an array of block pointers.
+    Indirect = 2,
+    /// A data record of an object.
+    Data = 3,
+}
+
+impl BlockKind {
+    pub fn from_u8(v: u8) -> Option<BlockKind> {
+        match v {
+            1 => Some(BlockKind::BtreeNode),
+            2 => Some(BlockKind::Indirect),
+            3 => Some(BlockKind::Data),
+            _ => None,
+        }
+    }
+}
+
+/// How the stored bytes expand to the logical block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Compression {
+    /// The stored bytes are the logical block's first `psize` bytes; the rest are zeros
+    /// (trailing zeros are never stored).
+    None = 0,
+    /// LZ4 block format. Reserved for the storage-efficiency work; not written yet.
+    Lz4 = 1,
+    /// Zstandard frame. Reserved for the storage-efficiency work; not written yet.
+    Zstd = 2,
+}
+
+impl Compression {
+    pub fn from_u8(v: u8) -> Option<Compression> {
+        match v {
+            0 => Some(Compression::None),
+            1 => Some(Compression::Lz4),
+            2 => Some(Compression::Zstd),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ChecksumAlgo {
+    /// CRC-32C (hardware accelerated): catches every burst error up to 32 bits and all but
+    /// 2^-32 of random damage. Cheapest.
+    Crc32c = 1,
+    /// BLAKE3-256: cryptographic, so it can double as the dedup content hash.
+    Blake3 = 2,
+}
+
+impl ChecksumAlgo {
+    pub fn from_u8(v: u8) -> Option<ChecksumAlgo> {
+        match v {
+            1 => Some(ChecksumAlgo::Crc32c),
+            2 => Some(ChecksumAlgo::Blake3),
+            _ => None,
+        }
+    }
+
+    pub fn compute(self, data: &[u8]) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        match self {
+            ChecksumAlgo::Crc32c => out[..4].copy_from_slice(&crc32c::crc32c(data).to_le_bytes()),
+            ChecksumAlgo::Blake3 => out = *blake3::hash(data).as_bytes(),
+        }
+        out
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockPtr {
+    pub addr: u64,
+    pub birth_txg: u64,
+    pub psize: u32,
+    pub lsize: u32,
+    pub device: u16,
+    pub kind: BlockKind,
+    pub compression: Compression,
+    pub checksum_algo: ChecksumAlgo,
+    pub checksum: [u8; 32],
+}
+
+impl std::fmt::Debug for BlockPtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_hole() {
+            return write!(f, "BlockPtr(hole)");
+        }
+        write!(
+            f,
+            "BlockPtr({:?} @{}:{} p{} l{} birth {})",
+            self.kind, self.device, self.addr, self.psize, self.lsize, self.birth_txg
+        )
+    }
+}
+
+impl BlockPtr {
+    /// The pointer to nothing: a sparse region, or an empty tree.
+    pub const HOLE: BlockPtr = BlockPtr {
+        addr: 0,
+        birth_txg: 0,
+        psize: 0,
+        lsize: 0,
+        device: 0,
+        kind: BlockKind::Data,
+        compression: Compression::None,
+        checksum_algo: ChecksumAlgo::Crc32c,
+        checksum: [0; 32],
+    };
+
+    pub fn is_hole(&self) -> bool {
+        self.addr == 0 && self.birth_txg == 0
+    }
+
+    /// Whole units this block occupies on its device.
+    pub fn units(&self) -> u64 {
+        if self.is_hole() {
+            0
+        } else {
+            round_up_unit(self.psize as u64) / UNIT_SIZE
+        }
+    }
+
+    pub fn encode_into(&self, w: &mut Writer) {
+        if self.is_hole() {
+            w.zeros(BLKPTR_SIZE);
+            return;
+        }
+        w.u64(self.addr)
+            .u64(self.birth_txg)
+            .u32(self.psize)
+            .u32(self.lsize)
+            .u16(self.device)
+            .u8(self.kind as u8)
+            .u8(self.compression as u8)
+            .u8(self.checksum_algo as u8)
+            .zeros(3)
+            .bytes(&self.checksum);
+    }
+
+    pub fn decode_from(r: &mut Reader<'_>) -> Result<BlockPtr, Corruption> {
+        let raw = r.take(BLKPTR_SIZE)?;
+        if raw.iter().all(|&b| b == 0) {
+            return Ok(BlockPtr::HOLE);
+        }
+        let mut f = Reader::new(raw, "block pointer", None);
+        let addr = f.u64()?;
+        let birth_txg = f.u64()?;
+        let psize = f.u32()?;
+        let lsize = f.u32()?;
+        let device = f.u16()?;
+        let kind_raw = f.u8()?;
+        let comp_raw = f.u8()?;
+        let algo_raw = f.u8()?;
+        let reserved = f.array::<3>()?;
+        let checksum = f.array::<32>()?;
+        let kind = BlockKind::from_u8(kind_raw)
+            .ok_or_else(|| r.corrupt(format!("block pointer has unknown kind {kind_raw}")))?;
+        let compression = Compression::from_u8(comp_raw).ok_or_else(|| {
+            r.corrupt(format!("block pointer has unknown compression {comp_raw}"))
+        })?;
+        let checksum_algo = ChecksumAlgo::from_u8(algo_raw)
+            .ok_or_else(|| r.corrupt(format!("block pointer has unknown checksum {algo_raw}")))?;
+        if reserved != [0; 3] {
+            return Err(r.corrupt("block pointer reserved bytes are not zero"));
+        }
+        if addr == 0 || addr % UNIT_SIZE != 0 {
+            return Err(r.corrupt(format!(
+                "block pointer address {addr} is not a unit address"
+            )));
+        }
+        if birth_txg == 0 {
+            return Err(r.corrupt("block pointer has birth txg 0"));
+        }
+        if psize == 0 || psize > lsize || lsize as u64 > MAX_BLOCK_SIZE {
+            return Err(r.corrupt(format!(
+                "block pointer sizes p{psize} l{lsize} are impossible"
+            )));
+        }
+        Ok(BlockPtr {
+            addr,
+            birth_txg,
+            psize,
+            lsize,
+            device,
+            kind,
+            compression,
+            checksum_algo,
+            checksum,
+        })
+    }
+
+    pub fn encode(&self) -> [u8; BLKPTR_SIZE] {
+        let mut w = Writer::with_capacity(BLKPTR_SIZE);
+        self.encode_into(&mut w);
+        w.into_inner()
+            .try_into()
+            .expect("a block pointer encodes to 64 bytes")
+    }
+}
+
+const _: () = assert!(BLKPTR_SIZE == 64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_hole() {
+        let bp = BlockPtr {
+            addr: 1 << 20,
+            birth_txg: 7,
+            psize: 5000,
+            lsize: 16384,
+            device: 0,
+            kind: BlockKind::Data,
+            compression: Compression::None,
+            checksum_algo: ChecksumAlgo::Blake3,
+            checksum: [9; 32],
+        };
+        let enc = bp.encode();
+        let back = BlockPtr::decode_from(&mut Reader::new(&enc, "t", None)).unwrap();
+        assert_eq!(back, bp);
+        assert_eq!(bp.units(), 2);
+        let hole = BlockPtr::HOLE.encode();
+        assert!(BlockPtr::decode_from(&mut Reader::new(&hole, "t", None))
+            .unwrap()
+            .is_hole());
+        let mut bad = enc;
+        bad[26] = 77;
+        assert!(BlockPtr::decode_from(&mut Reader::new(&bad, "t", None)).is_err());
+    }
+}

@@ -1,0 +1,45 @@
+//! Feature flags: how the format evolves (OpenZFS `zfeature.c`).
+//!
+//! Three masks are stored in every label:
+//! - `compat`: readers that do not know the feature may read and write the pool;
+//! - `ro_compat`: readers that do not know it may only read (they would corrupt its data if
+//!   they wrote);
+//! - `incompat`: readers that do not know it must refuse the pool.
+//!
+//! The base format (this file's first version) sets no feature. A change to an on-disk
+//! structure adds a bit here, a test that opens an image written before the change, and a
+//! note in docs/engine-format.md.
+
+/// Feature bits this build understands, per mask.
+pub const KNOWN_COMPAT: u64 = 0;
+pub const KNOWN_RO_COMPAT: u64 = 0;
+pub const KNOWN_INCOMPAT: u64 = 0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Features {
+    pub compat: u64,
+    pub ro_compat: u64,
+    pub incompat: u64,
+}
+
+/// What this build may do with a pool carrying `f`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    ReadWrite,
+    ReadOnly { unknown_ro_compat: u64 },
+    Refuse { unknown_incompat: u64 },
+}
+
+impl Features {
+    pub fn access(&self) -> Access {
+        let unknown_incompat = self.incompat & !KNOWN_INCOMPAT;
+        if unknown_incompat != 0 {
+            return Access::Refuse { unknown_incompat };
+        }
+        let unknown_ro_compat = self.ro_compat & !KNOWN_RO_COMPAT;
+        if unknown_ro_compat != 0 {
+            return Access::ReadOnly { unknown_ro_compat };
+        }
+        Access::ReadWrite
+    }
+}

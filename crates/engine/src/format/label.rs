@@ -1,0 +1,183 @@
+//! `LabelPhys`: who this device is and how its space is laid out. Written at pool creation
+//! into both labels (at 0 and at LABEL_SIZE); read from whichever copy verifies.
+//!
+//! ```text
+//!   0  magic            [u8; 8]  "STRATALB"
+//!   8  label_index      u32      0 or 1
+//!  12  unit_shift       u32      log2 of the allocation unit (12)
+//!  16  pool_guid        u64
+//!  24  device_guid      u64
+//!  32  device_index     u32
+//!  36  device_count     u32
+//!  40  device_size      u64      bytes of the device the pool uses
+//!  48  ring_slots       u64
+//!  56  spacemap_offset  u64
+//!  64  spacemap_chunks  u64
+//!  72  data_offset      u64
+//!  80  data_units       u64
+//!  88  features compat, ro_compat, incompat  3 × u64
+//! 112  created_ns       u64
+//! 120  checksum_algo    u8       default checksum for new blocks
+//! 121  reserved         [u8; 7]
+//! 128  pool_name        [u8; 64] UTF-8, zero padded
+//! 192  checksum         [u8; 32] BLAKE3 of the 4 KiB label with this field zeroed
+//! 224  zero padding to 4096
+//! ```
+
+use super::codec::{self_checksum, Reader, Writer};
+use super::features::Features;
+use super::{ChecksumAlgo, RING_SLOTS, UNIT_SHIFT, UNIT_SIZE};
+use crate::error::Corruption;
+
+pub const LABEL_MAGIC: [u8; 8] = *b"STRATALB";
+pub const LABEL_PHYS_SIZE: usize = UNIT_SIZE as usize;
+const CHECKSUM_FIELD: usize = 192;
+pub const POOL_NAME_MAX: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelPhys {
+    pub label_index: u32,
+    pub pool_guid: u64,
+    pub device_guid: u64,
+    pub device_index: u32,
+    pub device_count: u32,
+    pub device_size: u64,
+    pub spacemap_offset: u64,
+    pub spacemap_chunks: u64,
+    pub data_offset: u64,
+    pub data_units: u64,
+    pub features: Features,
+    pub created_ns: u64,
+    pub checksum_algo: ChecksumAlgo,
+    pub pool_name: String,
+}
+
+impl LabelPhys {
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(
+            self.pool_name.len() <= POOL_NAME_MAX,
+            "pool name validated before encoding"
+        );
+        let mut name = [0u8; POOL_NAME_MAX];
+        name[..self.pool_name.len()].copy_from_slice(self.pool_name.as_bytes());
+        let mut w = Writer::with_capacity(LABEL_PHYS_SIZE);
+        w.bytes(&LABEL_MAGIC)
+            .u32(self.label_index)
+            .u32(UNIT_SHIFT)
+            .u64(self.pool_guid)
+            .u64(self.device_guid)
+            .u32(self.device_index)
+            .u32(self.device_count)
+            .u64(self.device_size)
+            .u64(RING_SLOTS)
+            .u64(self.spacemap_offset)
+            .u64(self.spacemap_chunks)
+            .u64(self.data_offset)
+            .u64(self.data_units)
+            .u64(self.features.compat)
+            .u64(self.features.ro_compat)
+            .u64(self.features.incompat)
+            .u64(self.created_ns)
+            .u8(self.checksum_algo as u8)
+            .zeros(7)
+            .bytes(&name);
+        assert_eq!(w.len(), CHECKSUM_FIELD);
+        w.zeros(LABEL_PHYS_SIZE - CHECKSUM_FIELD);
+        let mut buf = w.into_inner();
+        let sum = self_checksum(&buf, CHECKSUM_FIELD);
+        buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].copy_from_slice(&sum);
+        buf
+    }
+
+    pub fn decode(buf: &[u8], addr: u64) -> Result<LabelPhys, Corruption> {
+        let mut r = Reader::new(buf, "label", Some(addr));
+        if buf.len() < LABEL_PHYS_SIZE {
+            return Err(r.corrupt(format!(
+                "label is {} bytes, expected {}",
+                buf.len(),
+                LABEL_PHYS_SIZE
+            )));
+        }
+        let buf = &buf[..LABEL_PHYS_SIZE];
+        if buf[..8] != LABEL_MAGIC {
+            return Err(
+                r.corrupt("bad magic: this is not a Strata device (or its label is destroyed)")
+            );
+        }
+        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32]
+            .try_into()
+            .expect("32 bytes");
+        if self_checksum(buf, CHECKSUM_FIELD) != stored {
+            return Err(r.corrupt("label checksum mismatch"));
+        }
+        r.take(8)?;
+        let label_index = r.u32()?;
+        let unit_shift = r.u32()?;
+        let pool_guid = r.u64()?;
+        let device_guid = r.u64()?;
+        let device_index = r.u32()?;
+        let device_count = r.u32()?;
+        let device_size = r.u64()?;
+        let ring_slots = r.u64()?;
+        let spacemap_offset = r.u64()?;
+        let spacemap_chunks = r.u64()?;
+        let data_offset = r.u64()?;
+        let data_units = r.u64()?;
+        let features = Features {
+            compat: r.u64()?,
+            ro_compat: r.u64()?,
+            incompat: r.u64()?,
+        };
+        let created_ns = r.u64()?;
+        let algo_raw = r.u8()?;
+        r.take(7)?;
+        let name_raw = r.take(POOL_NAME_MAX)?;
+        if unit_shift != UNIT_SHIFT {
+            return Err(r.corrupt(format!(
+                "unit shift {unit_shift} is not supported (expected {UNIT_SHIFT})"
+            )));
+        }
+        if ring_slots != RING_SLOTS {
+            return Err(r.corrupt(format!(
+                "ring of {ring_slots} slots (expected {RING_SLOTS})"
+            )));
+        }
+        let checksum_algo = ChecksumAlgo::from_u8(algo_raw)
+            .ok_or_else(|| r.corrupt(format!("unknown checksum algorithm {algo_raw}")))?;
+        let name_len = name_raw
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(POOL_NAME_MAX);
+        let pool_name = std::str::from_utf8(&name_raw[..name_len])
+            .map_err(|_| r.corrupt("pool name is not UTF-8"))?
+            .to_string();
+        let end = data_units
+            .checked_mul(UNIT_SIZE)
+            .and_then(|b| b.checked_add(data_offset))
+            .ok_or_else(|| r.corrupt("data area overflows"))?;
+        if data_offset % UNIT_SIZE != 0 || end > device_size || spacemap_offset >= data_offset {
+            return Err(r.corrupt(format!(
+                "impossible geometry: data at {data_offset} for {data_units} units on {device_size} bytes"
+            )));
+        }
+        if device_count == 0 || device_index >= device_count {
+            return Err(r.corrupt(format!("device {device_index} of {device_count}")));
+        }
+        Ok(LabelPhys {
+            label_index,
+            pool_guid,
+            device_guid,
+            device_index,
+            device_count,
+            device_size,
+            spacemap_offset,
+            spacemap_chunks,
+            data_offset,
+            data_units,
+            features,
+            created_ns,
+            checksum_algo,
+            pool_name,
+        })
+    }
+}

@@ -1,0 +1,71 @@
+//! The on-disk format, in one place.
+//!
+//! Every structure that reaches a device is encoded here, little-endian, with fixed field
+//! widths (never `usize`), and has a decoder that returns a typed [`Corruption`] on any input
+//! it cannot accept. Decoders are fuzzed (`fuzz/` and the `decoders_survive_arbitrary_bytes`
+//! test): no input may make them panic or allocate without bound.
+//!
+//! Layout of a device (byte offsets):
+//!
+//! ```text
+//!   0        label 0: LabelPhys (4 KiB) + uberblock ring (RING_SLOTS × 4 KiB)
+//!   256 KiB  label 1: a second copy of the same
+//!   512 KiB  space map: two 4 KiB slots per bitmap chunk (A/B), see `spacemap`
+//!   data_offset (1 MiB aligned)   allocatable units of UNIT_SIZE bytes
+//! ```
+//!
+//! Format evolution uses feature flags (`features`), not a single version number: a pool
+//! that sets an incompatible feature this build does not know is refused with
+//! `Unsupported`; an unknown read-only-compatible feature opens the pool read-only.
+//! See docs/engine-format.md for the byte layouts and the commit protocol.
+
+pub mod blkptr;
+pub mod codec;
+pub mod features;
+pub mod label;
+pub mod node;
+pub mod records;
+pub mod spacemap;
+pub mod uberblock;
+
+pub use blkptr::{BlockKind, BlockPtr, ChecksumAlgo, Compression};
+
+/// The allocation unit and the device sector size the pool is written for. Every block
+/// occupies a whole number of units; every address is unit aligned (also what O_DIRECT
+/// needs). 4 KiB matches today's SSDs and page size; a smaller unit would cut the waste
+/// of small compressed records but multiply the space map — compaction (packing small
+/// records into shared units) is the answer to that waste, not a smaller unit.
+pub const UNIT_SIZE: u64 = 4096;
+pub const UNIT_SHIFT: u32 = 12;
+
+/// Bytes reserved for each of the two labels.
+pub const LABEL_SIZE: u64 = 256 * 1024;
+/// Uberblock slots per label: the label minus its 4 KiB header. 63 roots of history is far
+/// more than fallback needs (a handful) and costs nothing.
+pub const RING_SLOTS: u64 = (LABEL_SIZE - UNIT_SIZE) / UNIT_SIZE;
+/// Where the space map region starts.
+pub const SPACEMAP_OFFSET: u64 = 2 * LABEL_SIZE;
+/// Smallest device we accept: labels, space map and a little room to allocate.
+pub const MIN_DEVICE_SIZE: u64 = 16 * 1024 * 1024;
+/// Largest block the pipeline writes (the largest record size).
+pub const MAX_BLOCK_SIZE: u64 = 1024 * 1024;
+
+/// Round `n` up to a multiple of the allocation unit.
+pub fn round_up_unit(n: u64) -> u64 {
+    n.div_ceil(UNIT_SIZE) * UNIT_SIZE
+}
+
+/// Run every on-disk decoder over `bytes` (the fuzz targets' entry point). Decoders must
+/// return errors on bad input, never panic; this returns how many accepted it.
+pub fn decode_all(bytes: &[u8]) -> usize {
+    let mut ok = 0;
+    ok += label::LabelPhys::decode(bytes, 0).is_ok() as usize;
+    ok += uberblock::UberblockPhys::decode(bytes, 0).is_ok() as usize;
+    ok += spacemap::SpacemapChunkPhys::decode(bytes, 0).is_ok() as usize;
+    ok += node::BtreeNodePhys::decode(bytes, None).is_ok() as usize;
+    ok += node::IndirectPhys::decode(bytes, None).is_ok() as usize;
+    ok += records::DnodePhys::decode(bytes).is_ok() as usize;
+    ok += records::VolumeRecordPhys::decode(bytes).is_ok() as usize;
+    ok += BlockPtr::decode_from(&mut codec::Reader::new(bytes, "fuzz", None)).is_ok() as usize;
+    ok
+}

@@ -1,0 +1,168 @@
+//! Records stored as values in B+trees: `DnodePhys` (one object of a volume) and
+//! `VolumeRecordPhys` (one volume in the pool catalog).
+//!
+//! `DnodePhys` (80 bytes + attribute):
+//! ```text
+//!   0  size          u64   object length in bytes
+//!   8  record_size   u32   bytes per record (power of two, 4 KiB..1 MiB)
+//!  12  levels        u8    indirect levels above the data records (0 = root is record 0)
+//!  13  flags         u8    (zero)
+//!  14  attr_len      u16
+//!  16  root          BlockPtrPhys (64)
+//!  80  attr          [u8; attr_len]   the caller's attribute record (≤ ATTR_MAX)
+//! ```
+//!
+//! `VolumeRecordPhys` (128 bytes):
+//! ```text
+//!   0  id              u64
+//!   8  record_size     u32   default record size of new objects
+//!  12  flags           u32   (zero)
+//!  16  tree_root       BlockPtrPhys (64)  root of the volume's B+tree
+//!  80  next_object_id  u64
+//!  88  used_units      u64   units referenced by this volume (data + metadata)
+//!  96  created_txg     u64
+//! 104  created_ns      u64
+//! 112  quota_bytes     u64   size limit; 0 = none
+//! 120  reserved        [u8; 8]
+//! ```
+
+use super::codec::{Reader, Writer};
+use super::node::INDIRECT_SHIFT;
+use super::BlockPtr;
+use crate::error::Corruption;
+
+pub const ATTR_MAX: usize = 512;
+pub const DNODE_FIXED: usize = 80;
+pub const VOLUME_RECORD_SIZE: usize = 128;
+pub const MIN_RECORD_SIZE: u32 = 4096;
+pub const MAX_RECORD_SIZE: u32 = 1024 * 1024;
+/// Enough indirect levels for 2^63 bytes at the smallest record size.
+pub const MAX_LEVELS: u8 = 7;
+
+pub fn valid_record_size(rs: u32) -> bool {
+    rs.is_power_of_two() && (MIN_RECORD_SIZE..=MAX_RECORD_SIZE).contains(&rs)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnodePhys {
+    pub size: u64,
+    pub record_size: u32,
+    pub levels: u8,
+    pub root: BlockPtr,
+    pub attr: Vec<u8>,
+}
+
+impl DnodePhys {
+    /// Records addressable with `levels` indirect levels.
+    pub fn capacity_records(levels: u8) -> u64 {
+        1u64 << (INDIRECT_SHIFT * levels as u32).min(63)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(
+            self.attr.len() <= ATTR_MAX,
+            "attribute size checked by the caller"
+        );
+        let mut w = Writer::with_capacity(DNODE_FIXED + self.attr.len());
+        w.u64(self.size)
+            .u32(self.record_size)
+            .u8(self.levels)
+            .u8(0)
+            .u16(self.attr.len() as u16);
+        self.root.encode_into(&mut w);
+        w.bytes(&self.attr);
+        w.into_inner()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<DnodePhys, Corruption> {
+        let mut r = Reader::new(buf, "dnode", None);
+        let size = r.u64()?;
+        let record_size = r.u32()?;
+        let levels = r.u8()?;
+        let flags = r.u8()?;
+        let attr_len = r.u16()? as usize;
+        let root = BlockPtr::decode_from(&mut r)?;
+        if attr_len > ATTR_MAX {
+            return Err(r.corrupt(format!("attribute of {attr_len} bytes")));
+        }
+        let attr = r.take(attr_len)?.to_vec();
+        if r.remaining() != 0 || flags != 0 {
+            return Err(r.corrupt("trailing bytes or unknown flags"));
+        }
+        if !valid_record_size(record_size) {
+            return Err(r.corrupt(format!("record size {record_size}")));
+        }
+        if levels > MAX_LEVELS || size > i64::MAX as u64 {
+            return Err(r.corrupt(format!("levels {levels}, size {size}")));
+        }
+        // The size may pass what `levels` addresses: records beyond are holes (a sparse
+        // extension by truncate adds no levels).
+        Ok(DnodePhys {
+            size,
+            record_size,
+            levels,
+            root,
+            attr,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeRecordPhys {
+    pub id: u64,
+    pub record_size: u32,
+    pub tree_root: BlockPtr,
+    pub next_object_id: u64,
+    pub used_units: u64,
+    pub created_txg: u64,
+    pub created_ns: u64,
+    pub quota_bytes: u64,
+}
+
+impl VolumeRecordPhys {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(VOLUME_RECORD_SIZE);
+        w.u64(self.id).u32(self.record_size).u32(0);
+        self.tree_root.encode_into(&mut w);
+        w.u64(self.next_object_id)
+            .u64(self.used_units)
+            .u64(self.created_txg)
+            .u64(self.created_ns)
+            .u64(self.quota_bytes)
+            .zeros(8);
+        assert_eq!(w.len(), VOLUME_RECORD_SIZE);
+        w.into_inner()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<VolumeRecordPhys, Corruption> {
+        let mut r = Reader::new(buf, "volume record", None);
+        if buf.len() != VOLUME_RECORD_SIZE {
+            return Err(r.corrupt(format!(
+                "{} bytes, expected {VOLUME_RECORD_SIZE}",
+                buf.len()
+            )));
+        }
+        let id = r.u64()?;
+        let record_size = r.u32()?;
+        let flags = r.u32()?;
+        let tree_root = BlockPtr::decode_from(&mut r)?;
+        let next_object_id = r.u64()?;
+        let used_units = r.u64()?;
+        let created_txg = r.u64()?;
+        let created_ns = r.u64()?;
+        let quota_bytes = r.u64()?;
+        if flags != 0 || !valid_record_size(record_size) {
+            return Err(r.corrupt(format!("flags {flags}, record size {record_size}")));
+        }
+        Ok(VolumeRecordPhys {
+            id,
+            record_size,
+            tree_root,
+            next_object_id,
+            used_units,
+            created_txg,
+            created_ns,
+            quota_bytes,
+        })
+    }
+}

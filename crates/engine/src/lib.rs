@@ -1,0 +1,31 @@
+//! Strata's storage engine: a crash-safe copy-on-write pool of volumes and objects.
+//!
+//! Layers, bottom up (DESIGN.md §2), one module each:
+//! `device` (BlockDevice, file-backed) → `alloc` (free space, space map, deferred frees) →
+//! `pipeline` (checksum, allocate, write; read, verify) → `tree` (CoW B+tree and per-object
+//! block trees) → `txg` (commit protocol, uberblock ring) → `volume` + `pool` (catalog,
+//! objects, key-value space) → `check` (the offline checker). `format` holds every on-disk
+//! structure.
+//!
+//! The engine has no FUSE, NFS or HTTP dependency and reads neither the wall clock nor OS
+//! randomness: time comes through [`Clock`], identities through [`CreateOptions`].
+
+pub mod alloc;
+pub mod check;
+pub mod clock;
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod pipeline;
+pub mod pool;
+pub mod tree;
+pub mod txg;
+pub mod volume;
+
+pub use check::{CheckOptions, CheckReport};
+pub use clock::{Clock, ManualClock};
+pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
+pub use error::{Corruption, Error, ErrorKind, Result};
+pub use format::ChecksumAlgo;
+pub use pool::{CreateOptions, Pool, PoolOptions, PoolStatus, VolumeId, VolumeInfo, VolumeOptions};
+pub use volume::ObjectId;

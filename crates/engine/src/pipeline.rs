@@ -1,0 +1,251 @@
+//! The block pipeline: how a logical block becomes stored bytes and back.
+//!
+//! Write: trim the zero tail (compression proper is the storage-efficiency work) →
+//! checksum the stored bytes → allocate → write. Read: read → verify → expand. A read that
+//! fails verification returns a typed [`Corruption`] and bumps a counter; it never returns
+//! the unverified bytes.
+//!
+//! Decoded metadata blocks (B+tree nodes, indirect blocks) are kept in a bounded cache keyed
+//! by (address, birth txg): a reused address always carries a newer birth txg, so an entry
+//! can never be confused with the block that replaced it, and nothing needs invalidating.
+
+use crate::alloc::{Allocator, Geometry};
+use crate::device::{AlignedBuf, BlockDevice};
+use crate::error::{Corruption, Error, Result};
+use crate::format::node::{BtreeNodePhys, IndirectPhys};
+use crate::format::{
+    round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Default)]
+pub struct IoStats {
+    pub blocks_written: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub blocks_read: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub corruptions_detected: AtomicU64,
+    pub cache_hits: AtomicU64,
+}
+
+#[derive(Clone)]
+enum Cached {
+    Node(Arc<BtreeNodePhys>),
+    Indirect(Arc<IndirectPhys>),
+}
+
+struct Cache {
+    map: HashMap<(u64, u64), (Cached, u64)>,
+    clock: u64,
+    capacity: usize,
+}
+
+impl Cache {
+    fn get(&mut self, key: (u64, u64)) -> Option<Cached> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.map.get_mut(&key).map(|(c, stamp)| {
+            *stamp = clock;
+            c.clone()
+        })
+    }
+    fn put(&mut self, key: (u64, u64), c: Cached) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.map.len() >= self.capacity {
+            // Evict the older half: O(n) once every capacity/2 inserts, so O(1) amortised.
+            let mut stamps: Vec<u64> = self.map.values().map(|(_, s)| *s).collect();
+            let mid = stamps.len() / 2;
+            let (_, median, _) = stamps.select_nth_unstable(mid);
+            let median = *median;
+            self.map.retain(|_, (_, s)| *s > median);
+        }
+        self.clock += 1;
+        self.map.insert(key, (c, self.clock));
+    }
+}
+
+pub struct BlockIo {
+    dev: Arc<dyn BlockDevice>,
+    geo: Geometry,
+    checksum_algo: ChecksumAlgo,
+    cache: Mutex<Cache>,
+    pub stats: IoStats,
+}
+
+impl BlockIo {
+    /// `cache_blocks`: decoded metadata blocks kept (each ≤ 16 KiB of payload).
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        geo: Geometry,
+        checksum_algo: ChecksumAlgo,
+        cache_blocks: usize,
+    ) -> BlockIo {
+        BlockIo {
+            dev,
+            geo,
+            checksum_algo,
+            cache: Mutex::new(Cache {
+                map: HashMap::new(),
+                clock: 0,
+                capacity: cache_blocks,
+            }),
+            stats: IoStats::default(),
+        }
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// Store `payload` (the logical block, `payload.len()` = lsize) as a new block born in
+    /// `txg`. The caller never passes an all-zero payload (that is a hole).
+    pub fn write_block(
+        &self,
+        alloc: &mut Allocator,
+        kind: BlockKind,
+        payload: &[u8],
+        txg: u64,
+    ) -> Result<BlockPtr> {
+        assert!(!payload.is_empty() && payload.len() as u64 <= MAX_BLOCK_SIZE);
+        let psize = payload.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        assert!(psize > 0, "all-zero blocks are holes, never written");
+        let stored = &payload[..psize];
+        let checksum = self.checksum_algo.compute(stored);
+        let len = round_up_unit(psize as u64);
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        buf[..psize].copy_from_slice(stored);
+        let addr = alloc.allocate(len / crate::format::UNIT_SIZE)?;
+        self.dev
+            .write_at(&buf, addr)
+            .map_err(|e| Error::io("write block", e))?;
+        self.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
+        Ok(BlockPtr {
+            addr,
+            birth_txg: txg,
+            psize: psize as u32,
+            lsize: payload.len() as u32,
+            device: 0,
+            kind,
+            compression: Compression::None,
+            checksum_algo: self.checksum_algo,
+            checksum,
+        })
+    }
+
+    fn corrupt(&self, c: Corruption) -> Error {
+        self.stats
+            .corruptions_detected
+            .fetch_add(1, Ordering::Relaxed);
+        Error::Corruption(c)
+    }
+
+    /// Read and verify a block; returns its `lsize` logical bytes.
+    pub fn read_block(&self, bp: &BlockPtr) -> Result<Vec<u8>> {
+        assert!(!bp.is_hole(), "holes are not read");
+        let what = match bp.kind {
+            BlockKind::BtreeNode => "btree node",
+            BlockKind::Indirect => "indirect block",
+            BlockKind::Data => "data block",
+        };
+        let units = bp.units();
+        let in_area = self
+            .geo
+            .unit_of(bp.addr)
+            .is_some_and(|u| u + units <= self.geo.data_units);
+        if bp.device != 0 || !in_area {
+            return Err(self.corrupt(Corruption::new(
+                what,
+                Some(bp.addr),
+                "block pointer points outside the data area",
+            )));
+        }
+        let len = units * crate::format::UNIT_SIZE;
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        self.dev
+            .read_at(&mut buf, bp.addr)
+            .map_err(|e| Error::io("read block", e))?;
+        self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_read.fetch_add(len, Ordering::Relaxed);
+        let stored = &buf[..bp.psize as usize];
+        let found = bp.checksum_algo.compute(stored);
+        if found != bp.checksum {
+            return Err(self.corrupt(Corruption::new(
+                what,
+                Some(bp.addr),
+                format!(
+                    "checksum mismatch: expected {}, found {} (birth txg {})",
+                    hex8(&bp.checksum),
+                    hex8(&found),
+                    bp.birth_txg
+                ),
+            )));
+        }
+        match bp.compression {
+            Compression::None => {
+                let mut out = Vec::with_capacity(bp.lsize as usize);
+                out.extend_from_slice(stored);
+                out.resize(bp.lsize as usize, 0);
+                Ok(out)
+            }
+            other => Err(Error::Unsupported(format!(
+                "{other:?} compressed block at {} (not in this build)",
+                bp.addr
+            ))),
+        }
+    }
+
+    pub fn read_node(&self, bp: &BlockPtr) -> Result<Arc<BtreeNodePhys>> {
+        let key = (bp.addr, bp.birth_txg);
+        if let Some(Cached::Node(n)) = self.cache.lock().expect("cache lock").get(key) {
+            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(n);
+        }
+        if bp.kind != BlockKind::BtreeNode {
+            return Err(self.corrupt(Corruption::new(
+                "btree node",
+                Some(bp.addr),
+                format!("pointer says {:?}", bp.kind),
+            )));
+        }
+        let bytes = self.read_block(bp)?;
+        let node =
+            Arc::new(BtreeNodePhys::decode(&bytes, Some(bp.addr)).map_err(|c| self.corrupt(c))?);
+        self.cache
+            .lock()
+            .expect("cache lock")
+            .put(key, Cached::Node(node.clone()));
+        Ok(node)
+    }
+
+    pub fn read_indirect(&self, bp: &BlockPtr) -> Result<Arc<IndirectPhys>> {
+        let key = (bp.addr, bp.birth_txg);
+        if let Some(Cached::Indirect(n)) = self.cache.lock().expect("cache lock").get(key) {
+            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(n);
+        }
+        if bp.kind != BlockKind::Indirect {
+            return Err(self.corrupt(Corruption::new(
+                "indirect block",
+                Some(bp.addr),
+                format!("pointer says {:?}", bp.kind),
+            )));
+        }
+        let bytes = self.read_block(bp)?;
+        let ind =
+            Arc::new(IndirectPhys::decode(&bytes, Some(bp.addr)).map_err(|c| self.corrupt(c))?);
+        self.cache
+            .lock()
+            .expect("cache lock")
+            .put(key, Cached::Indirect(ind.clone()));
+        Ok(ind)
+    }
+}
+
+fn hex8(b: &[u8; 32]) -> String {
+    b[..8].iter().map(|x| format!("{x:02x}")).collect()
+}

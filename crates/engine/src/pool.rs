@@ -1,0 +1,867 @@
+//! The pool: one device, one allocator, one commit point, and the catalog of volumes.
+//!
+//! `Pool` is the engine's public face. All state sits behind one mutex: simple and
+//! obviously race-free, at the price of serialising operations on different volumes. The
+//! front ends measure where that lock hurts before it is split (per volume state is
+//! already separate, see `volume.rs`).
+//!
+//! Opening scans both uberblock rings and takes the newest root whose space map and catalog
+//! verify; if the newest does not, it falls back to older ones and says so in
+//! `PoolStatus::open_notes`. A pool opened on a fallback root rewrites its whole space map in
+//! its first txg, so versions stamped by the abandoned roots can never be picked later.
+
+use crate::alloc::{Allocator, Geometry};
+use crate::clock::Clock;
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::format::features::{Access, Features};
+use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
+use crate::format::records::VolumeRecordPhys;
+use crate::format::uberblock::UberblockPhys;
+use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SIZE};
+use crate::pipeline::BlockIo;
+use crate::tree::btree::BTree;
+use crate::txg;
+use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const KEY_VOLUME: u8 = 0x01;
+pub const VOLUME_NAME_MAX: usize = 255;
+pub const DEFAULT_RECORD_SIZE: u32 = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VolumeId(pub u64);
+
+pub struct PoolOptions {
+    pub clock: Arc<dyn Clock>,
+    /// Decoded metadata blocks cached (≤ 16 KiB each). 8192 ≈ 128 MiB at most: the tree
+    /// paths of a few hundred GiB of 16 KiB records stay in memory.
+    pub cache_blocks: usize,
+    /// Dirty data that forces a txg commit from the writer. 256 MiB bounds memory and the
+    /// work one commit does, and is several seconds of writes at SSD speed.
+    pub dirty_limit_bytes: u64,
+    /// Open without ever writing (the checker, `pool status` of a damaged pool).
+    pub read_only: bool,
+}
+
+impl PoolOptions {
+    pub fn new(clock: Arc<dyn Clock>) -> PoolOptions {
+        PoolOptions {
+            clock,
+            cache_blocks: 8192,
+            dirty_limit_bytes: 256 << 20,
+            read_only: false,
+        }
+    }
+}
+
+pub struct CreateOptions {
+    pub name: String,
+    /// Identity of the pool; the caller supplies it (the engine uses no OS randomness).
+    pub pool_guid: u64,
+    pub device_guid: u64,
+    pub checksum: ChecksumAlgo,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeOptions {
+    pub record_size: u32,
+    /// Size limit in bytes; 0 = none (thin: a limit, never a reservation).
+    pub quota_bytes: u64,
+}
+
+impl Default for VolumeOptions {
+    fn default() -> Self {
+        VolumeOptions {
+            record_size: DEFAULT_RECORD_SIZE,
+            quota_bytes: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub id: VolumeId,
+    pub record_size: u32,
+    pub used_bytes: u64,
+    pub quota_bytes: u64,
+    pub created_txg: u64,
+    pub created_ns: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolStatus {
+    pub name: String,
+    pub pool_guid: u64,
+    pub device: String,
+    pub txg: u64,
+    pub size_bytes: u64,
+    pub allocated_bytes: u64,
+    /// Freed in the last txgs, reusable shortly (deferred frees).
+    pub held_bytes: u64,
+    pub free_bytes: u64,
+    pub volumes: usize,
+    pub read_only: bool,
+    /// Why the pool refuses writes, if it latched after an I/O error.
+    pub latched: Option<String>,
+    pub corruptions_detected: u64,
+    pub blocks_written: u64,
+    pub blocks_read: u64,
+    /// What opening met: skipped torn or damaged roots, fallbacks.
+    pub open_notes: Vec<String>,
+}
+
+pub struct PoolInner {
+    pub dev: Arc<dyn BlockDevice>,
+    pub io: BlockIo,
+    pub alloc: Allocator,
+    pub label: LabelPhys,
+    pub catalog: BTree,
+    pub volumes: BTreeMap<VolumeId, VolumeState>,
+    pub by_name: BTreeMap<String, VolumeId>,
+    pub txg_synced: u64,
+    pub next_txg: u64,
+    pub next_volume_id: u64,
+    pub catalog_dirty: bool,
+    pub catalog_released: Vec<BlockPtr>,
+    pub latched: Option<String>,
+    pub read_only: bool,
+    pub clock: Arc<dyn Clock>,
+    pub dirty_limit_bytes: u64,
+    pub open_notes: Vec<String>,
+    /// The newest committed root.
+    pub root: UberblockPhys,
+}
+
+pub struct Pool {
+    inner: Mutex<PoolInner>,
+}
+
+fn volume_key(name: &str) -> Vec<u8> {
+    let mut k = vec![KEY_VOLUME];
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// Volume names: 1–255 bytes of letters, digits and `-_.:`, not starting with `.` or `-`.
+pub fn validate_volume_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= VOLUME_NAME_MAX
+        && !name.starts_with('.')
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "volume name {name:?}: use 1-{VOLUME_NAME_MAX} letters, digits, '-', '_', '.', ':' (not starting with '.' or '-')"
+        )))
+    }
+}
+
+fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String>)> {
+    let mut notes = Vec::new();
+    let mut buf = vec![0u8; LABEL_PHYS_SIZE];
+    let mut first_err = None;
+    for idx in 0..2u64 {
+        let addr = idx * LABEL_SIZE;
+        if let Err(e) = dev.read_at(&mut buf, addr) {
+            return Err(Error::io("read pool label", e));
+        }
+        match LabelPhys::decode(&buf, addr) {
+            Ok(l) => {
+                if idx == 1 {
+                    notes.push(format!(
+                        "label 0 unusable ({}); used label 1",
+                        first_err.as_ref().expect("label 0 failed")
+                    ));
+                }
+                return Ok((l, notes));
+            }
+            Err(c) => {
+                if first_err.is_none() {
+                    first_err = Some(c);
+                }
+            }
+        }
+    }
+    let c = first_err.expect("both labels failed");
+    Err(Error::Corruption(crate::error::Corruption::new(
+        "pool label",
+        Some(0),
+        format!(
+            "no valid label on {} ({}): not a Strata pool, or both labels are damaged",
+            dev.describe(),
+            c.detail
+        ),
+    )))
+}
+
+impl Pool {
+    /// Make a new pool on `dev`, destroying whatever the device held.
+    pub fn create(
+        dev: Arc<dyn BlockDevice>,
+        create: CreateOptions,
+        opts: PoolOptions,
+    ) -> Result<Pool> {
+        if create.name.is_empty()
+            || create.name.len() > POOL_NAME_MAX
+            || create.name.contains(['/', '@', '\0'])
+        {
+            return Err(Error::invalid(format!(
+                "pool name {:?}: 1-{POOL_NAME_MAX} bytes, no '/', '@'",
+                create.name
+            )));
+        }
+        if opts.read_only {
+            return Err(Error::invalid("cannot create a pool read-only"));
+        }
+        let size = dev.size_bytes() / UNIT_SIZE * UNIT_SIZE;
+        let geo = Geometry::for_device(size)
+            .filter(|_| size >= MIN_DEVICE_SIZE)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "device {} has {size} bytes; a pool needs at least {MIN_DEVICE_SIZE}",
+                    dev.describe()
+                ))
+            })?;
+        let label = LabelPhys {
+            label_index: 0,
+            pool_guid: create.pool_guid,
+            device_guid: create.device_guid,
+            device_index: 0,
+            device_count: 1,
+            device_size: size,
+            spacemap_offset: geo.spacemap_offset,
+            spacemap_chunks: geo.spacemap_chunks,
+            data_offset: geo.data_offset,
+            data_units: geo.data_units,
+            features: Features::default(),
+            created_ns: opts.clock.now_ns(),
+            checksum_algo: create.checksum,
+            pool_name: create.name.clone(),
+        };
+        // Labels first, with empty rings (an old pool's roots must never be found), then
+        // txg 1 writes the whole space map and the first root.
+        let empty_ring = vec![0u8; (LABEL_SIZE - UNIT_SIZE) as usize];
+        for idx in 0..2u32 {
+            let l = LabelPhys {
+                label_index: idx,
+                ..label.clone()
+            };
+            let base = idx as u64 * LABEL_SIZE;
+            dev.write_at(&l.encode(), base)
+                .map_err(|e| Error::io("write pool label", e))?;
+            dev.write_at(&empty_ring, base + UNIT_SIZE)
+                .map_err(|e| Error::io("clear uberblock ring", e))?;
+        }
+        dev.flush().map_err(|e| Error::io("flush pool label", e))?;
+        let io = BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks);
+        let inner = PoolInner {
+            dev,
+            io,
+            alloc: Allocator::new_empty(geo),
+            label,
+            catalog: BTree::new(),
+            volumes: BTreeMap::new(),
+            by_name: BTreeMap::new(),
+            txg_synced: 0,
+            next_txg: 1,
+            next_volume_id: 1,
+            catalog_dirty: true,
+            catalog_released: Vec::new(),
+            latched: None,
+            read_only: false,
+            clock: opts.clock,
+            dirty_limit_bytes: opts.dirty_limit_bytes,
+            open_notes: Vec::new(),
+            root: UberblockPhys {
+                txg: 0,
+                pool_guid: create.pool_guid,
+                timestamp_ns: 0,
+                catalog_root: BlockPtr::HOLE,
+                allocated_units: 0,
+                next_volume_id: 1,
+                features_incompat: 0,
+            },
+        };
+        let pool = Pool {
+            inner: Mutex::new(inner),
+        };
+        pool.commit()?;
+        Ok(pool)
+    }
+
+    /// Open the pool on `dev` at its newest valid root.
+    pub fn open(dev: Arc<dyn BlockDevice>, opts: PoolOptions) -> Result<Pool> {
+        let (label, mut notes) = read_label(dev.as_ref())?;
+        let mut read_only = opts.read_only;
+        match label.features.access() {
+            Access::Refuse { unknown_incompat } => {
+                return Err(Error::Unsupported(format!(
+                    "pool {} uses format features {unknown_incompat:#x} this build does not know; upgrade Strata",
+                    label.pool_name
+                )))
+            }
+            Access::ReadOnly { unknown_ro_compat } => {
+                notes.push(format!("unknown read-only-compatible features {unknown_ro_compat:#x}: opened read-only"));
+                read_only = true;
+            }
+            Access::ReadWrite => {}
+        }
+        if dev.size_bytes() < label.device_size {
+            return Err(Error::Corruption(crate::error::Corruption::new(
+                "pool label",
+                Some(0),
+                format!(
+                    "device {} has {} bytes but the pool was made for {}",
+                    dev.describe(),
+                    dev.size_bytes(),
+                    label.device_size
+                ),
+            )));
+        }
+        let geo = Geometry {
+            spacemap_offset: label.spacemap_offset,
+            spacemap_chunks: label.spacemap_chunks,
+            data_offset: label.data_offset,
+            data_units: label.data_units,
+        };
+        if Geometry::for_device(label.device_size)
+            .map(|g| (g.spacemap_chunks, g.data_offset, g.data_units))
+            != Some((geo.spacemap_chunks, geo.data_offset, geo.data_units))
+        {
+            return Err(Error::Corruption(crate::error::Corruption::new(
+                "pool label",
+                Some(0),
+                "geometry does not match the device size",
+            )));
+        }
+        let (roots, problems) = txg::scan_ring(dev.as_ref(), label.pool_guid)?;
+        notes.extend(problems);
+        let newest_txg = roots.first().map(|u| u.txg);
+        let mut last_err = None;
+        for (i, ub) in roots.iter().enumerate() {
+            let io = BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks);
+            match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
+                Ok((mut alloc, catalog, volumes)) => {
+                    if i > 0 {
+                        notes.push(format!(
+                            "fell back from txg {} to txg {}: {}",
+                            newest_txg.expect("roots non-empty"),
+                            ub.txg,
+                            last_err
+                                .as_ref()
+                                .map_or(String::new(), |e: &Error| e.to_string())
+                        ));
+                        alloc.mark_all_dirty();
+                    }
+                    let by_name = volumes
+                        .iter()
+                        .map(|(id, v)| (v.name.clone(), *id))
+                        .collect();
+                    let inner = PoolInner {
+                        dev,
+                        io,
+                        alloc,
+                        label,
+                        catalog,
+                        volumes,
+                        by_name,
+                        txg_synced: ub.txg,
+                        next_txg: newest_txg.expect("roots non-empty").max(ub.txg) + 1,
+                        next_volume_id: ub.next_volume_id,
+                        catalog_dirty: false,
+                        catalog_released: Vec::new(),
+                        latched: None,
+                        read_only,
+                        clock: opts.clock,
+                        dirty_limit_bytes: opts.dirty_limit_bytes,
+                        open_notes: notes,
+                        root: *ub,
+                    };
+                    return Ok(Pool {
+                        inner: Mutex::new(inner),
+                    });
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match last_err {
+            Some(e) => Err(e),
+            None => Err(Error::Corruption(crate::error::Corruption::new(
+                "uberblock ring",
+                None,
+                format!(
+                    "pool {} on {} has no valid root (creation never completed, or the rings are destroyed){}",
+                    label.pool_name,
+                    dev.describe(),
+                    if notes.is_empty() { String::new() } else { format!(": {}", notes.join("; ")) }
+                ),
+            ))),
+        }
+    }
+
+    fn load_root(
+        io: &BlockIo,
+        dev: &dyn BlockDevice,
+        geo: Geometry,
+        label: &LabelPhys,
+        ub: &UberblockPhys,
+    ) -> Result<(Allocator, BTree, BTreeMap<VolumeId, VolumeState>)> {
+        let alloc = Allocator::load(dev, geo, label.pool_guid, ub.txg)?;
+        if alloc.allocated_units() != ub.allocated_units {
+            return Err(Error::Corruption(crate::error::Corruption::new(
+                "space map",
+                None,
+                format!(
+                    "{} units allocated, root of txg {} says {}",
+                    alloc.allocated_units(),
+                    ub.txg,
+                    ub.allocated_units
+                ),
+            )));
+        }
+        let catalog = BTree::open(ub.catalog_root);
+        let mut volumes = BTreeMap::new();
+        let mut start = vec![KEY_VOLUME];
+        loop {
+            let batch = catalog.range(io, &start, Some(&[KEY_VOLUME + 1]), 256)?;
+            let Some((last, _)) = batch.last() else { break };
+            start = last.clone();
+            start.push(0);
+            for (k, v) in batch {
+                let rec = VolumeRecordPhys::decode(&v)?;
+                let name = String::from_utf8(k[1..].to_vec()).map_err(|_| {
+                    crate::error::Corruption::new(
+                        "catalog",
+                        None,
+                        format!("volume name {:02x?} is not UTF-8", &k[1..]),
+                    )
+                })?;
+                if !rec.tree_root.is_hole() {
+                    io.read_node(&rec.tree_root)?;
+                }
+                volumes.insert(VolumeId(rec.id), VolumeState::new(name, rec));
+            }
+        }
+        Ok((alloc, catalog, volumes))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, PoolInner> {
+        // A panic while holding the lock is a bug; the state it left is still the last
+        // committed one on disk, so keep serving rather than poisoning every later call.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commit what is dirty and close the pool, reporting a failure to commit.
+    pub fn close(self) -> Result<()> {
+        let r = {
+            let mut p = self.lock();
+            if p.read_only {
+                Ok(0)
+            } else {
+                p.commit()
+            }
+        };
+        r.map(|_| ())
+    }
+
+    /// The root the pool stands on: the newest committed uberblock.
+    pub fn committed_root(&self) -> UberblockPhys {
+        self.lock().root
+    }
+
+    /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O.
+    pub fn commit(&self) -> Result<u64> {
+        self.lock().commit()
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        let p = self.lock();
+        let size = p.label.data_units * UNIT_SIZE;
+        let allocated = p.alloc.allocated_units() * UNIT_SIZE;
+        let held = p.alloc.held_units() * UNIT_SIZE;
+        PoolStatus {
+            name: p.label.pool_name.clone(),
+            pool_guid: p.label.pool_guid,
+            device: p.dev.describe(),
+            txg: p.txg_synced,
+            size_bytes: size,
+            allocated_bytes: allocated,
+            held_bytes: held,
+            free_bytes: size - allocated - held,
+            volumes: p.volumes.len(),
+            read_only: p.read_only,
+            latched: p.latched.clone(),
+            corruptions_detected: p.io.stats.corruptions_detected.load(Ordering::Relaxed),
+            blocks_written: p.io.stats.blocks_written.load(Ordering::Relaxed),
+            blocks_read: p.io.stats.blocks_read.load(Ordering::Relaxed),
+            open_notes: p.open_notes.clone(),
+        }
+    }
+
+    pub fn create_volume(&self, name: &str, opts: &VolumeOptions) -> Result<VolumeId> {
+        validate_volume_name(name)?;
+        validate_record_size(opts.record_size)?;
+        let mut p = self.lock();
+        p.writable()?;
+        if p.by_name.contains_key(name) {
+            return Err(Error::AlreadyExists(format!(
+                "volume {name} in pool {}",
+                p.label.pool_name
+            )));
+        }
+        let id = VolumeId(p.next_volume_id);
+        p.next_volume_id += 1;
+        let rec = VolumeRecordPhys {
+            id: id.0,
+            record_size: opts.record_size,
+            tree_root: BlockPtr::HOLE,
+            next_object_id: 1,
+            used_units: 0,
+            created_txg: p.next_txg,
+            created_ns: p.clock.now_ns(),
+            quota_bytes: opts.quota_bytes,
+        };
+        let mut v = VolumeState::new(name.to_string(), rec);
+        v.dirty = true;
+        p.volumes.insert(id, v);
+        p.by_name.insert(name.to_string(), id);
+        p.catalog_dirty = true;
+        Ok(id)
+    }
+
+    /// Delete a volume and everything in it.
+    pub fn delete_volume(&self, name: &str) -> Result<()> {
+        let mut p = self.lock();
+        p.writable()?;
+        let id = p.volume_id(name)?;
+        let blocks = {
+            let PoolInner { volumes, io, .. } = &mut *p;
+            volumes[&id].all_blocks(io)?
+        };
+        let key = volume_key(name);
+        {
+            let PoolInner { catalog, io, .. } = &mut *p;
+            catalog.remove(io, &key)?;
+        }
+        p.catalog_released.extend(blocks);
+        p.volumes.remove(&id);
+        p.by_name.remove(name);
+        p.catalog_dirty = true;
+        Ok(())
+    }
+
+    pub fn volume_id(&self, name: &str) -> Result<VolumeId> {
+        self.lock().volume_id(name)
+    }
+
+    pub fn volumes(&self) -> Vec<VolumeInfo> {
+        let p = self.lock();
+        p.volumes.iter().map(|(id, v)| info(*id, v)).collect()
+    }
+
+    pub fn volume_info(&self, vol: VolumeId) -> Result<VolumeInfo> {
+        let p = self.lock();
+        let v = p
+            .volumes
+            .get(&vol)
+            .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        Ok(info(vol, v))
+    }
+
+    pub fn set_quota(&self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
+        self.with_volume(vol, |v, _, _| {
+            v.rec.quota_bytes = quota_bytes;
+            v.dirty = true;
+            Ok(())
+        })
+    }
+
+    fn with_volume<T>(
+        &self,
+        vol: VolumeId,
+        f: impl FnOnce(&mut VolumeState, &crate::pipeline::BlockIo, &mut Allocator) -> Result<T>,
+    ) -> Result<T> {
+        let mut p = self.lock();
+        p.writable()?;
+        let PoolInner {
+            volumes, io, alloc, ..
+        } = &mut *p;
+        let v = volumes
+            .get_mut(&vol)
+            .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        f(v, io, alloc)
+    }
+
+    fn read_volume<T>(
+        &self,
+        vol: VolumeId,
+        f: impl FnOnce(&mut VolumeState, &crate::pipeline::BlockIo) -> Result<T>,
+    ) -> Result<T> {
+        let mut p = self.lock();
+        let PoolInner { volumes, io, .. } = &mut *p;
+        let v = volumes
+            .get_mut(&vol)
+            .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        f(v, io)
+    }
+
+    pub fn create_object(&self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
+        self.with_volume(vol, |v, _, _| v.create_object(attr))
+    }
+
+    pub fn delete_object(&self, vol: VolumeId, obj: ObjectId) -> Result<()> {
+        self.with_volume(vol, |v, io, _| v.delete_object(io, obj))
+    }
+
+    pub fn object_exists(&self, vol: VolumeId, obj: ObjectId) -> Result<bool> {
+        self.read_volume(vol, |v, io| v.exists(io, obj))
+    }
+
+    pub fn object_size(&self, vol: VolumeId, obj: ObjectId) -> Result<u64> {
+        self.read_volume(vol, |v, io| v.object_size(io, obj))
+    }
+
+    pub fn get_attr(&self, vol: VolumeId, obj: ObjectId) -> Result<Vec<u8>> {
+        self.read_volume(vol, |v, io| v.get_attr(io, obj))
+    }
+
+    pub fn set_attr(&self, vol: VolumeId, obj: ObjectId, attr: &[u8]) -> Result<()> {
+        self.with_volume(vol, |v, io, _| v.set_attr(io, obj, attr))
+    }
+
+    pub fn list_objects(
+        &self,
+        vol: VolumeId,
+        after: Option<ObjectId>,
+        limit: usize,
+    ) -> Result<Vec<ObjectId>> {
+        self.read_volume(vol, |v, io| v.list_objects(io, after, limit))
+    }
+
+    /// Write `data` at `offset`. On NoSpace while freed space is still held back or dirty
+    /// data could be committed, commits (at most three txgs) and retries once more.
+    pub fn write(&self, vol: VolumeId, obj: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+        let mut p = self.lock();
+        let mut tries = 0;
+        loop {
+            p.writable()?;
+            let r = {
+                let PoolInner {
+                    volumes, io, alloc, ..
+                } = &mut *p;
+                let v = volumes
+                    .get_mut(&vol)
+                    .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+                v.write(io, alloc, obj, offset, data)
+            };
+            match r {
+                Err(Error::NoSpace(msg)) if tries < 3 && p.could_free_space() => {
+                    tries += 1;
+                    p.commit_always()?;
+                    let _ = msg;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => break,
+            }
+        }
+        if p.dirty_bytes() > p.dirty_limit_bytes {
+            p.commit()?;
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.read_volume(vol, |v, io| v.read(io, obj, offset, len))
+    }
+
+    pub fn truncate(&self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {
+        self.retrying(vol, |v, io, alloc| v.truncate(io, alloc, obj, size))
+    }
+
+    pub fn punch_hole(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: u64) -> Result<()> {
+        self.retrying(vol, |v, io, alloc| {
+            v.punch_hole(io, alloc, obj, offset, len)
+        })
+    }
+
+    fn retrying(
+        &self,
+        vol: VolumeId,
+        mut f: impl FnMut(&mut VolumeState, &crate::pipeline::BlockIo, &mut Allocator) -> Result<()>,
+    ) -> Result<()> {
+        let mut p = self.lock();
+        let mut tries = 0;
+        loop {
+            p.writable()?;
+            let r = {
+                let PoolInner {
+                    volumes, io, alloc, ..
+                } = &mut *p;
+                let v = volumes
+                    .get_mut(&vol)
+                    .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+                f(v, io, alloc)
+            };
+            match r {
+                Err(Error::NoSpace(_)) if tries < 3 && p.could_free_space() => {
+                    tries += 1;
+                    p.commit_always()?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    pub fn kv_get(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.read_volume(vol, |v, io| v.kv_get(io, key))
+    }
+
+    pub fn kv_put(&self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.with_volume(vol, |v, io, _| v.kv_put(io, key, value))
+    }
+
+    pub fn kv_delete(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.with_volume(vol, |v, io, _| v.kv_delete(io, key))
+    }
+
+    /// Entries with `start <= key < end`, at most `limit`, in key order.
+    pub fn kv_range(
+        &self,
+        vol: VolumeId,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.read_volume(vol, |v, io| v.kv_range(io, start, end, limit))
+    }
+
+    /// The longest key a volume's key-value space accepts.
+    pub const KV_KEY_MAX: usize = USER_KEY_MAX;
+}
+
+fn info(id: VolumeId, v: &VolumeState) -> VolumeInfo {
+    VolumeInfo {
+        name: v.name.clone(),
+        id,
+        record_size: v.rec.record_size,
+        used_bytes: v.rec.used_units * UNIT_SIZE,
+        quota_bytes: v.rec.quota_bytes,
+        created_txg: v.rec.created_txg,
+        created_ns: v.rec.created_ns,
+    }
+}
+
+impl PoolInner {
+    fn writable(&self) -> Result<()> {
+        if let Some(why) = &self.latched {
+            return Err(Error::ReadOnly(format!(
+                "{why}; reopen the pool once the device is healthy"
+            )));
+        }
+        if self.read_only {
+            return Err(Error::ReadOnly("opened read-only".into()));
+        }
+        Ok(())
+    }
+
+    fn volume_id(&self, name: &str) -> Result<VolumeId> {
+        self.by_name.get(name).copied().ok_or_else(|| {
+            Error::NotFound(format!(
+                "volume {name} in pool {} (see `strata volume list`)",
+                self.label.pool_name
+            ))
+        })
+    }
+
+    fn dirty_bytes(&self) -> u64 {
+        self.volumes.values().map(|v| v.dirty_bytes()).sum()
+    }
+
+    fn could_free_space(&self) -> bool {
+        self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty)
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.catalog_dirty
+            || self.volumes.values().any(|v| v.dirty)
+            || self.alloc.has_dirty_chunks()
+    }
+
+    pub(crate) fn commit(&mut self) -> Result<u64> {
+        self.writable()?;
+        if !self.is_dirty() {
+            return Ok(self.txg_synced);
+        }
+        self.commit_always()
+    }
+
+    /// Commit even with nothing dirty: advancing the txg is what releases held frees.
+    fn commit_always(&mut self) -> Result<u64> {
+        self.writable()?;
+        let txg = self.next_txg;
+        match self.sync(txg) {
+            Ok(()) => {
+                self.txg_synced = txg;
+                self.next_txg = txg + 1;
+                Ok(txg)
+            }
+            Err(e) => {
+                self.latched = Some(format!("commit of txg {txg} failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    fn sync(&mut self, txg: u64) -> Result<()> {
+        let mut released = std::mem::take(&mut self.catalog_released);
+        let PoolInner {
+            volumes,
+            io,
+            alloc,
+            catalog,
+            ..
+        } = self;
+        for v in volumes.values_mut().filter(|v| v.dirty) {
+            v.sync(io, alloc, txg, &mut released)?;
+            catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
+        }
+        let catalog_root = catalog.write(io, alloc, txg)?;
+        released.extend(catalog.take_released());
+        for bp in &released {
+            alloc.free(bp.addr, bp.units(), txg);
+        }
+        alloc.write_dirty_chunks(self.dev.as_ref(), txg, self.label.pool_guid)?;
+        let ub = UberblockPhys {
+            txg,
+            pool_guid: self.label.pool_guid,
+            timestamp_ns: self.clock.now_ns(),
+            catalog_root,
+            allocated_units: alloc.allocated_units(),
+            next_volume_id: self.next_volume_id,
+            features_incompat: self.label.features.incompat,
+        };
+        txg::write_root(self.dev.as_ref(), alloc, &ub)?;
+        self.root = ub;
+        self.catalog_dirty = false;
+        Ok(())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Closing commits what is dirty, as a clean shutdown should. Errors cannot be
+        // returned from drop; they latch and are visible to anyone still holding status.
+        let mut p = self.lock();
+        if p.writable().is_ok() {
+            let _ = p.commit();
+        }
+    }
+}

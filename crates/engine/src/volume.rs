@@ -1,0 +1,692 @@
+//! A volume's objects: byte-addressed data in records, a small attribute per object, and
+//! an ordered key-value space for the file system above (directories, xattrs).
+//!
+//! Everything a volume holds hangs off its own B+tree (`tree`): each object's dnode under
+//! key `[KEY_DNODE] ++ id (big-endian)`, and the caller's key-value entries under
+//! `[KEY_USER] ++ key`. The volume record in the pool catalog points at that tree's root,
+//! so a snapshot of a volume will be one saved root pointer.
+//!
+//! Writes go to whole records held in memory until the txg syncs (`dirty_records`); a write
+//! smaller than a record reads the record once, then edits it in memory
+//! (read-modify-write in the txg, never on disk). `None` in `dirty_records` is a record
+//! that becomes a hole (punched or truncated away). Space is reserved when a record first
+//! becomes dirty, so a full pool reports NoSpace to the writer, not to the commit.
+
+use crate::alloc::Allocator;
+use crate::error::{Error, Result};
+use crate::format::node::KEY_MAX;
+use crate::format::records::{valid_record_size, DnodePhys, VolumeRecordPhys, ATTR_MAX};
+use crate::format::{BlockKind, BlockPtr, UNIT_SIZE};
+use crate::pipeline::BlockIo;
+use crate::tree::blocktree;
+use crate::tree::btree::BTree;
+use std::collections::{BTreeMap, HashMap};
+
+pub(crate) const KEY_DNODE: u8 = 0x01;
+const KEY_USER: u8 = 0x80;
+/// Longest key the caller may use in a volume's key-value space.
+pub const USER_KEY_MAX: usize = KEY_MAX - 1;
+/// Largest object offset + length (POSIX off_t).
+pub const MAX_OBJECT_BYTES: u64 = i64::MAX as u64;
+/// Clean dnodes kept in memory per volume. Each is ~100 bytes; 64k covers the hot set of a
+/// database (a few thousand files) many times over.
+const DNODE_CACHE_MAX: usize = 65536;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub u64);
+
+fn dnode_key(obj: ObjectId) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = KEY_DNODE;
+    k[1..].copy_from_slice(&obj.0.to_be_bytes());
+    k
+}
+
+fn user_key(key: &[u8]) -> Result<Vec<u8>> {
+    if key.len() > USER_KEY_MAX {
+        return Err(Error::invalid(format!(
+            "key of {} bytes (limit {USER_KEY_MAX})",
+            key.len()
+        )));
+    }
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(KEY_USER);
+    k.extend_from_slice(key);
+    Ok(k)
+}
+
+struct ObjState {
+    dnode: DnodePhys,
+    dirty: bool,
+}
+
+pub struct VolumeState {
+    pub name: String,
+    pub rec: VolumeRecordPhys,
+    pub tree: BTree,
+    objects: HashMap<ObjectId, ObjState>,
+    dirty_records: BTreeMap<(ObjectId, u64), Option<Vec<u8>>>,
+    dirty_bytes: u64,
+    reserved_units: u64,
+    /// Blocks this volume stopped referencing in the open txg (deleted objects).
+    released: Vec<BlockPtr>,
+    /// Something changed since the last sync.
+    pub dirty: bool,
+}
+
+impl VolumeState {
+    pub fn new(name: String, rec: VolumeRecordPhys) -> VolumeState {
+        let tree = BTree::open(rec.tree_root);
+        VolumeState {
+            name,
+            rec,
+            tree,
+            objects: HashMap::new(),
+            dirty_records: BTreeMap::new(),
+            dirty_bytes: 0,
+            reserved_units: 0,
+            released: Vec::new(),
+            dirty: false,
+        }
+    }
+
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_bytes
+    }
+
+    fn dnode(&mut self, io: &BlockIo, obj: ObjectId) -> Result<&mut ObjState> {
+        if !self.objects.contains_key(&obj) {
+            let raw = self.tree.get(io, &dnode_key(obj))?.ok_or_else(|| {
+                Error::NotFound(format!("object {} in volume {}", obj.0, self.name))
+            })?;
+            let dnode = DnodePhys::decode(&raw)?;
+            self.objects.insert(
+                obj,
+                ObjState {
+                    dnode,
+                    dirty: false,
+                },
+            );
+        }
+        Ok(self.objects.get_mut(&obj).expect("inserted above"))
+    }
+
+    pub fn create_object(&mut self, attr: &[u8]) -> Result<ObjectId> {
+        if attr.len() > ATTR_MAX {
+            return Err(Error::invalid(format!(
+                "attribute of {} bytes (limit {ATTR_MAX})",
+                attr.len()
+            )));
+        }
+        let obj = ObjectId(self.rec.next_object_id);
+        self.rec.next_object_id += 1;
+        let dnode = DnodePhys {
+            size: 0,
+            record_size: self.rec.record_size,
+            levels: 0,
+            root: BlockPtr::HOLE,
+            attr: attr.to_vec(),
+        };
+        self.objects.insert(obj, ObjState { dnode, dirty: true });
+        self.dirty = true;
+        Ok(obj)
+    }
+
+    pub fn exists(&mut self, io: &BlockIo, obj: ObjectId) -> Result<bool> {
+        match self.dnode(io, obj) {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn object_size(&mut self, io: &BlockIo, obj: ObjectId) -> Result<u64> {
+        Ok(self.dnode(io, obj)?.dnode.size)
+    }
+
+    pub fn get_attr(&mut self, io: &BlockIo, obj: ObjectId) -> Result<Vec<u8>> {
+        Ok(self.dnode(io, obj)?.dnode.attr.clone())
+    }
+
+    pub fn set_attr(&mut self, io: &BlockIo, obj: ObjectId, attr: &[u8]) -> Result<()> {
+        if attr.len() > ATTR_MAX {
+            return Err(Error::invalid(format!(
+                "attribute of {} bytes (limit {ATTR_MAX})",
+                attr.len()
+            )));
+        }
+        let st = self.dnode(io, obj)?;
+        st.dnode.attr = attr.to_vec();
+        st.dirty = true;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Record `recno` of `obj` as it stands in the open txg (full record size).
+    fn load_record(
+        &self,
+        io: &BlockIo,
+        dn: &DnodePhys,
+        obj: ObjectId,
+        recno: u64,
+    ) -> Result<Vec<u8>> {
+        if let Some(content) = self.dirty_records.get(&(obj, recno)) {
+            return Ok(content
+                .clone()
+                .unwrap_or_else(|| vec![0; dn.record_size as usize]));
+        }
+        let bp = blocktree::lookup(io, &dn.root, dn.levels, recno)?;
+        if bp.is_hole() {
+            return Ok(vec![0; dn.record_size as usize]);
+        }
+        if bp.kind != BlockKind::Data || bp.lsize != dn.record_size {
+            return Err(crate::error::Corruption::new(
+                "data block",
+                Some(bp.addr),
+                format!(
+                    "record of {} bytes in an object of {}-byte records",
+                    bp.lsize, dn.record_size
+                ),
+            )
+            .into());
+        }
+        io.read_block(&bp)
+    }
+
+    /// Make record `recno` dirty (reserving its space) and return it for editing.
+    fn dirty_record(
+        &mut self,
+        io: &BlockIo,
+        alloc: &mut Allocator,
+        dn: &DnodePhys,
+        obj: ObjectId,
+        recno: u64,
+        overwrite_all: bool,
+        reserved: bool,
+    ) -> Result<&mut Vec<u8>> {
+        let present = matches!(self.dirty_records.get(&(obj, recno)), Some(Some(_)));
+        if !present {
+            if !reserved {
+                self.reserve(alloc, record_units(dn))?;
+            }
+            let content = if overwrite_all {
+                vec![0; dn.record_size as usize]
+            } else {
+                self.load_record(io, dn, obj, recno)?
+            };
+            self.dirty_bytes += content.len() as u64;
+            self.dirty_records.insert((obj, recno), Some(content));
+        }
+        Ok(self
+            .dirty_records
+            .get_mut(&(obj, recno))
+            .and_then(|c| c.as_mut())
+            .expect("made present above"))
+    }
+
+    /// Records in [first, last] of `obj` that are not dirty yet (each needs a reservation).
+    fn clean_records(&self, obj: ObjectId, first: u64, last: u64) -> u64 {
+        let dirty = self
+            .dirty_records
+            .range((obj, first)..=(obj, last))
+            .filter(|(_, c)| c.is_some())
+            .count() as u64;
+        last - first + 1 - dirty
+    }
+
+    fn reserve(&mut self, alloc: &mut Allocator, units: u64) -> Result<()> {
+        if self.rec.quota_bytes > 0 {
+            let want = (self.rec.used_units + self.reserved_units + units) * UNIT_SIZE;
+            if want > self.rec.quota_bytes {
+                return Err(Error::NoSpace(format!(
+                    "volume {} is at its size limit of {} bytes",
+                    self.name, self.rec.quota_bytes
+                )));
+            }
+        }
+        if !alloc.reserve(units) {
+            return Err(Error::NoSpace(format!(
+                "pool has {} bytes available, volume {} needs {} more",
+                alloc.available_units() * UNIT_SIZE,
+                self.name,
+                units * UNIT_SIZE
+            )));
+        }
+        self.reserved_units += units;
+        Ok(())
+    }
+
+    pub fn write(
+        &mut self,
+        io: &BlockIo,
+        alloc: &mut Allocator,
+        obj: ObjectId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_OBJECT_BYTES)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "write of {} bytes at {offset} passes the 2^63 limit",
+                    data.len()
+                ))
+            })?;
+        let dn = self.dnode(io, obj)?.dnode.clone();
+        let rs = dn.record_size as u64;
+        if data.is_empty() {
+            return Ok(());
+        }
+        // Reserve for the whole write first: a write either fits or changes nothing.
+        let (first, last) = (offset / rs, (end - 1) / rs);
+        let fresh = self.clean_records(obj, first, last);
+        self.reserve(alloc, fresh * record_units(&dn))?;
+        // Read the partly-covered edge records before changing anything, so that a read
+        // error leaves the object as it was (loading a record unchanged is invisible).
+        let partial = |r: u64| offset > r * rs || end < (r + 1) * rs;
+        for r in [first, last] {
+            if partial(r) {
+                self.dirty_record(io, alloc, &dn, obj, r, false, true)?;
+            }
+        }
+        let mut pos = offset;
+        while pos < end {
+            let recno = pos / rs;
+            let in_rec = (pos % rs) as usize;
+            let n = ((rs - pos % rs).min(end - pos)) as usize;
+            let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
+            let whole = in_rec == 0 && n as u64 == rs;
+            let rec = self.dirty_record(io, alloc, &dn, obj, recno, whole, true)?;
+            rec[in_rec..in_rec + n].copy_from_slice(src);
+            pos += n as u64;
+        }
+        let st = self.dnode(io, obj)?;
+        if end > st.dnode.size {
+            st.dnode.size = end;
+        }
+        st.dirty = true;
+        self.dirty = true;
+        Ok(())
+    }
+
+    pub fn read(
+        &mut self,
+        io: &BlockIo,
+        obj: ObjectId,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        let dn = self.dnode(io, obj)?.dnode.clone();
+        let end = offset.saturating_add(len as u64).min(dn.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let rs = dn.record_size as u64;
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut pos = offset;
+        while pos < end {
+            let recno = pos / rs;
+            let in_rec = (pos % rs) as usize;
+            let n = ((rs - pos % rs).min(end - pos)) as usize;
+            match self.dirty_records.get(&(obj, recno)) {
+                Some(Some(rec)) => out.extend_from_slice(&rec[in_rec..in_rec + n]),
+                Some(None) => out.resize(out.len() + n, 0),
+                None => {
+                    let rec = self.load_record(io, &dn, obj, recno)?;
+                    out.extend_from_slice(&rec[in_rec..in_rec + n]);
+                }
+            }
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// Zero bytes [from, to) of one record (both inside record `recno`).
+    fn zero_within(
+        &mut self,
+        io: &BlockIo,
+        alloc: &mut Allocator,
+        dn: &DnodePhys,
+        obj: ObjectId,
+        recno: u64,
+        from: usize,
+        to: usize,
+    ) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let on_disk_hole = blocktree::lookup(io, &dn.root, dn.levels, recno)?.is_hole();
+        match self.dirty_records.get(&(obj, recno)) {
+            None if on_disk_hole => return Ok(()),
+            Some(None) => return Ok(()),
+            _ => {}
+        }
+        let rec = self.dirty_record(io, alloc, dn, obj, recno, false, false)?;
+        rec[from..to].fill(0);
+        Ok(())
+    }
+
+    /// Turn whole records [first, last) into holes.
+    fn drop_records(
+        &mut self,
+        io: &BlockIo,
+        dn: &DnodePhys,
+        obj: ObjectId,
+        first: u64,
+        last: u64,
+    ) -> Result<()> {
+        if first >= last {
+            return Ok(());
+        }
+        let gone: Vec<u64> = self
+            .dirty_records
+            .range((obj, first)..(obj, last))
+            .map(|(&(_, r), _)| r)
+            .collect();
+        for r in gone {
+            if let Some(Some(buf)) = self.dirty_records.remove(&(obj, r)) {
+                self.dirty_bytes -= buf.len() as u64;
+            }
+        }
+        for r in blocktree::allocated_records(io, &dn.root, dn.levels, first, last)? {
+            self.dirty_records.insert((obj, r), None);
+        }
+        Ok(())
+    }
+
+    pub fn truncate(
+        &mut self,
+        io: &BlockIo,
+        alloc: &mut Allocator,
+        obj: ObjectId,
+        size: u64,
+    ) -> Result<()> {
+        if size > MAX_OBJECT_BYTES {
+            return Err(Error::invalid(format!("size {size} passes the 2^63 limit")));
+        }
+        let dn = self.dnode(io, obj)?.dnode.clone();
+        if size < dn.size {
+            let rs = dn.record_size as u64;
+            self.drop_records(io, &dn, obj, size.div_ceil(rs), u64::MAX)?;
+            if size % rs != 0 {
+                self.zero_within(
+                    io,
+                    alloc,
+                    &dn,
+                    obj,
+                    size / rs,
+                    (size % rs) as usize,
+                    rs as usize,
+                )?;
+            }
+        }
+        let st = self.dnode(io, obj)?;
+        st.dnode.size = size;
+        st.dirty = true;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Deallocate [offset, offset + len): reads return zeros there; the size is unchanged.
+    pub fn punch_hole(
+        &mut self,
+        io: &BlockIo,
+        alloc: &mut Allocator,
+        obj: ObjectId,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let dn = self.dnode(io, obj)?.dnode.clone();
+        let end = offset.saturating_add(len).min(dn.size);
+        if offset >= end {
+            return Ok(());
+        }
+        let rs = dn.record_size as u64;
+        let first_whole = offset.div_ceil(rs);
+        let last_whole = end / rs;
+        if first_whole < last_whole {
+            self.drop_records(io, &dn, obj, first_whole, last_whole)?;
+        }
+        let head_rec = offset / rs;
+        let tail_rec = end / rs;
+        if head_rec == tail_rec {
+            self.zero_within(
+                io,
+                alloc,
+                &dn,
+                obj,
+                head_rec,
+                (offset % rs) as usize,
+                (end % rs) as usize,
+            )?;
+        } else {
+            if offset % rs != 0 {
+                self.zero_within(
+                    io,
+                    alloc,
+                    &dn,
+                    obj,
+                    head_rec,
+                    (offset % rs) as usize,
+                    rs as usize,
+                )?;
+            }
+            if end % rs != 0 {
+                self.zero_within(io, alloc, &dn, obj, tail_rec, 0, (end % rs) as usize)?;
+            }
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    pub fn delete_object(&mut self, io: &BlockIo, obj: ObjectId) -> Result<()> {
+        let dn = self.dnode(io, obj)?.dnode.clone();
+        let mut blocks = Vec::new();
+        blocktree::walk(io, &dn.root, dn.levels, &mut |bp, _, _| {
+            blocks.push(*bp);
+            Ok(())
+        })?;
+        self.released.extend(blocks);
+        let gone: Vec<u64> = self
+            .dirty_records
+            .range((obj, 0)..=(obj, u64::MAX))
+            .map(|(&(_, r), _)| r)
+            .collect();
+        for r in gone {
+            if let Some(Some(buf)) = self.dirty_records.remove(&(obj, r)) {
+                self.dirty_bytes -= buf.len() as u64;
+            }
+        }
+        self.objects.remove(&obj);
+        self.tree.remove(io, &dnode_key(obj))?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Object ids from `after` (exclusive), up to `limit`.
+    pub fn list_objects(
+        &mut self,
+        io: &BlockIo,
+        after: Option<ObjectId>,
+        limit: usize,
+    ) -> Result<Vec<ObjectId>> {
+        // Dirty dnodes not yet in the tree must be listed too: merge both.
+        let start = after.map_or(dnode_key(ObjectId(0)), |a| {
+            dnode_key(ObjectId(a.0.saturating_add(1)))
+        });
+        let mut ids: Vec<ObjectId> = self
+            .tree
+            .range(io, &start, Some(&[KEY_DNODE + 1]), limit)?
+            .into_iter()
+            .map(|(k, _)| {
+                ObjectId(u64::from_be_bytes(
+                    k[1..9].try_into().expect("dnode keys are 9 bytes"),
+                ))
+            })
+            .collect();
+        let from = after.map_or(0, |a| a.0.saturating_add(1));
+        ids.extend(self.objects.keys().filter(|o| o.0 >= from));
+        ids.sort();
+        ids.dedup();
+        ids.truncate(limit);
+        Ok(ids)
+    }
+
+    pub fn kv_get(&self, io: &BlockIo, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.tree.get(io, &user_key(key)?)
+    }
+
+    pub fn kv_put(&mut self, io: &BlockIo, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let k = user_key(key)?;
+        self.dirty = true;
+        self.tree.insert(io, &k, value)
+    }
+
+    pub fn kv_delete(&mut self, io: &BlockIo, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let k = user_key(key)?;
+        let old = self.tree.remove(io, &k)?;
+        if old.is_some() {
+            self.dirty = true;
+        }
+        Ok(old)
+    }
+
+    pub fn kv_range(
+        &self,
+        io: &BlockIo,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let s = user_key(start)?;
+        let e = match end {
+            Some(e) => user_key(e)?,
+            None => vec![KEY_USER + 1],
+        };
+        Ok(self
+            .tree
+            .range(io, &s, Some(&e), limit)?
+            .into_iter()
+            .map(|(mut k, v)| (k.split_off(1), v))
+            .collect())
+    }
+
+    /// Write this volume's changes as txg `txg`: data records, block trees, dnodes, then
+    /// the volume tree. Blocks no longer referenced go to `released`.
+    pub fn sync(
+        &mut self,
+        io: &BlockIo,
+        alloc: &mut Allocator,
+        txg: u64,
+        released: &mut Vec<BlockPtr>,
+    ) -> Result<()> {
+        let allocated_before = alloc.allocated_units();
+        let mut mine = std::mem::take(&mut self.released);
+        let dirty = std::mem::take(&mut self.dirty_records);
+        self.dirty_bytes = 0;
+        self.reserved_units = 0;
+        let mut it = dirty.into_iter().peekable();
+        while let Some(((obj, recno), content)) = it.next() {
+            let mut group = vec![(recno, content)];
+            while let Some(((o, _), _)) = it.peek() {
+                if *o != obj {
+                    break;
+                }
+                let ((_, r), c) = it.next().expect("peeked");
+                group.push((r, c));
+            }
+            let mut updates = Vec::with_capacity(group.len());
+            for (r, content) in group {
+                let bp = match content {
+                    Some(buf) if buf.iter().any(|&b| b != 0) => {
+                        io.write_block(alloc, BlockKind::Data, &buf, txg)?
+                    }
+                    _ => BlockPtr::HOLE,
+                };
+                updates.push((r, bp));
+            }
+            let st = self
+                .objects
+                .get_mut(&obj)
+                .expect("objects with dirty records stay cached until sync");
+            let max_rec = updates.last().expect("group is non-empty").0;
+            let new_levels = st.dnode.levels.max(blocktree::levels_for(max_rec));
+            st.dnode.root = blocktree::update(
+                io,
+                alloc,
+                st.dnode.root,
+                st.dnode.levels,
+                new_levels,
+                &updates,
+                txg,
+                &mut mine,
+            )?;
+            st.dnode.levels = new_levels;
+            st.dirty = true;
+        }
+        let mut dirty_objs: Vec<(ObjectId, Vec<u8>)> = Vec::new();
+        for (obj, st) in self.objects.iter_mut().filter(|(_, st)| st.dirty) {
+            dirty_objs.push((*obj, st.dnode.encode()));
+            st.dirty = false;
+        }
+        dirty_objs.sort_by_key(|(o, _)| *o);
+        for (obj, raw) in dirty_objs {
+            self.tree.insert(io, &dnode_key(obj), &raw)?;
+        }
+        self.rec.tree_root = self.tree.write(io, alloc, txg)?;
+        mine.extend(self.tree.take_released());
+        let added = alloc.allocated_units() - allocated_before;
+        let dropped: u64 = mine.iter().map(|bp| bp.units()).sum();
+        self.rec.used_units = (self.rec.used_units + added)
+            .checked_sub(dropped)
+            .expect("a volume never frees more than it holds");
+        released.extend(mine);
+        if self.objects.len() > DNODE_CACHE_MAX {
+            self.objects.clear();
+        }
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Every block the volume references as of its last sync (for deleting the volume).
+    pub fn all_blocks(&self, io: &BlockIo) -> Result<Vec<BlockPtr>> {
+        let mut out = Vec::new();
+        crate::check::walk_btree(io, &self.rec.tree_root, &mut |bp, node| {
+            out.push(*bp);
+            if let crate::format::node::BtreeNodePhys::Leaf { entries } = node {
+                for (k, v) in entries
+                    .iter()
+                    .filter(|(k, _)| k.first() == Some(&KEY_DNODE))
+                {
+                    let dn = DnodePhys::decode(v).map_err(|mut c| {
+                        c.detail = format!("dnode {k:02x?}: {}", c.detail);
+                        c
+                    })?;
+                    blocktree::walk(io, &dn.root, dn.levels, &mut |b, _, _| {
+                        out.push(*b);
+                        Ok(())
+                    })?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+/// Units a dirty record may take when written: the record plus a unit for its share of
+/// the tree above it (one indirect block serves up to 256 records; B+tree nodes far more).
+fn record_units(dn: &DnodePhys) -> u64 {
+    dn.record_size as u64 / UNIT_SIZE + 1
+}
+
+pub fn validate_record_size(rs: u32) -> Result<()> {
+    if valid_record_size(rs) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "record size {rs}: must be a power of two from 4096 to 1048576 bytes"
+        )))
+    }
+}

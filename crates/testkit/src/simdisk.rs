@@ -1,0 +1,240 @@
+//! A simulated disk for crash and fault tests.
+//!
+//! It keeps two images: `durable` (what is guaranteed to survive power loss: everything
+//! written before the last successful flush) and `current` (what reads see). Writes since
+//! the last flush are remembered in order. A crash image starts from `durable` and, per
+//! sector touched by unflushed writes, keeps either the durable contents or the contents
+//! after one of those writes — so unflushed writes may be dropped, applied out of order, or
+//! torn at sector granularity, as a real disk with a volatile cache may do.
+//!
+//! Power loss mid-run: `set_crash_after(n)` lets `n` more write/flush operations succeed,
+//! then fails every later I/O, as if the machine died there; the crash image is then taken
+//! of the state at that instant.
+//!
+//! Faults: `fail_writes`/`fail_flushes` fail the next n operations (EIO) without crashing;
+//! `fail_reads_in` fails reads overlapping a range; `rot` flips a bit in both images.
+
+use std::io;
+use std::sync::Mutex;
+use strata_engine::BlockDevice;
+
+use crate::SimRng;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Only what was flushed survives.
+    DropUnflushed,
+    /// Every write reached the media (a crash right after the last write).
+    KeepAll,
+    /// Per sector: durable contents or any one unflushed version, at random.
+    Random,
+}
+
+struct State {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<(u64, Vec<u8>)>,
+    ops: u64,
+    crash_at: Option<u64>,
+    fail_writes: u32,
+    fail_flushes: u32,
+    read_fail: Option<(u64, u64)>,
+    flushes: u64,
+    writes: u64,
+}
+
+pub struct SimDisk {
+    sector: usize,
+    state: Mutex<State>,
+}
+
+fn eio(what: &str) -> io::Error {
+    io::Error::other(format!("simulated I/O error: {what}"))
+}
+
+impl SimDisk {
+    pub fn new(size: u64, sector: usize) -> SimDisk {
+        SimDisk::from_image(vec![0; size as usize], sector)
+    }
+
+    pub fn from_image(image: Vec<u8>, sector: usize) -> SimDisk {
+        assert!(sector.is_power_of_two() && image.len() % sector == 0);
+        SimDisk {
+            sector,
+            state: Mutex::new(State {
+                durable: image.clone(),
+                current: image,
+                pending: Vec::new(),
+                ops: 0,
+                crash_at: None,
+                fail_writes: 0,
+                fail_flushes: 0,
+                read_fail: None,
+                flushes: 0,
+                writes: 0,
+            }),
+        }
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("sim disk lock")
+    }
+
+    /// Write and flush operations so far.
+    pub fn op_count(&self) -> u64 {
+        self.st().ops
+    }
+    pub fn flush_count(&self) -> u64 {
+        self.st().flushes
+    }
+    pub fn write_count(&self) -> u64 {
+        self.st().writes
+    }
+
+    /// Let `n` more write/flush operations succeed, then lose power.
+    pub fn set_crash_after(&self, n: u64) {
+        let mut s = self.st();
+        s.crash_at = Some(s.ops + n);
+    }
+
+    pub fn has_crashed(&self) -> bool {
+        let s = self.st();
+        s.crash_at.is_some_and(|c| s.ops >= c)
+    }
+
+    pub fn fail_writes(&self, n: u32) {
+        self.st().fail_writes = n;
+    }
+    pub fn fail_flushes(&self, n: u32) {
+        self.st().fail_flushes = n;
+    }
+    /// Fail every read overlapping [offset, offset + len); `None` clears.
+    pub fn fail_reads_in(&self, range: Option<(u64, u64)>) {
+        self.st().read_fail = range;
+    }
+
+    /// Flip bit `bit` of the byte at `offset`, durably.
+    pub fn rot(&self, offset: u64, bit: u8) {
+        let mut s = self.st();
+        s.durable[offset as usize] ^= 1 << bit;
+        s.current[offset as usize] ^= 1 << bit;
+    }
+
+    /// The image a reader sees now.
+    pub fn current_image(&self) -> Vec<u8> {
+        self.st().current.clone()
+    }
+
+    /// What the media might hold after power loss now.
+    pub fn crash_image(&self, mode: CrashMode, rng: &mut SimRng) -> Vec<u8> {
+        let s = self.st();
+        match mode {
+            CrashMode::DropUnflushed => s.durable.clone(),
+            CrashMode::KeepAll => s.current.clone(),
+            CrashMode::Random => {
+                let mut img = s.durable.clone();
+                let sec = self.sector as u64;
+                // For each sector, the versions it could hold: durable, or after write i.
+                let mut touched: std::collections::BTreeMap<u64, Vec<usize>> = Default::default();
+                for (i, (off, data)) in s.pending.iter().enumerate() {
+                    let first = off / sec;
+                    let last = (off + data.len() as u64 - 1) / sec;
+                    for sector in first..=last {
+                        touched.entry(sector).or_default().push(i);
+                    }
+                }
+                for (sector, writers) in touched {
+                    let choice = rng.below(writers.len() as u64 + 1) as usize;
+                    if choice == 0 {
+                        continue; // the write never reached this sector
+                    }
+                    let (off, data) = &s.pending[writers[choice - 1]];
+                    let start = sector * sec;
+                    let from = (start - off) as usize;
+                    img[start as usize..(start + sec) as usize]
+                        .copy_from_slice(&data[from..from + self.sector]);
+                }
+                img
+            }
+        }
+    }
+}
+
+impl BlockDevice for SimDisk {
+    fn size_bytes(&self) -> u64 {
+        self.st().current.len() as u64
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let s = self.st();
+        if s.crash_at.is_some_and(|c| s.ops >= c) {
+            return Err(eio("device lost power"));
+        }
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= s.current.len() as u64);
+        let Some(end) = end else {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past the end of the simulated disk",
+            ));
+        };
+        if let Some((fo, fl)) = s.read_fail {
+            if offset < fo + fl && fo < end {
+                return Err(eio("read error injected"));
+            }
+        }
+        buf.copy_from_slice(&s.current[offset as usize..end as usize]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut s = self.st();
+        if s.crash_at.is_some_and(|c| s.ops >= c) {
+            return Err(eio("device lost power"));
+        }
+        assert!(
+            offset % self.sector as u64 == 0 && buf.len() % self.sector == 0,
+            "the engine issues sector-aligned writes only"
+        );
+        let end = offset as usize + buf.len();
+        if end > s.current.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "write past the end of the simulated disk",
+            ));
+        }
+        s.ops += 1;
+        if s.fail_writes > 0 {
+            s.fail_writes -= 1;
+            return Err(eio("write error injected"));
+        }
+        s.writes += 1;
+        s.current[offset as usize..end].copy_from_slice(buf);
+        s.pending.push((offset, buf.to_vec()));
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let mut s = self.st();
+        if s.crash_at.is_some_and(|c| s.ops >= c) {
+            return Err(eio("device lost power"));
+        }
+        s.ops += 1;
+        if s.fail_flushes > 0 {
+            s.fail_flushes -= 1;
+            // A failed flush guarantees nothing: pending writes stay pending.
+            return Err(eio("flush error injected"));
+        }
+        s.flushes += 1;
+        let s = &mut *s;
+        for (off, data) in s.pending.drain(..) {
+            s.durable[off as usize..off as usize + data.len()].copy_from_slice(&data);
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "simulated disk".into()
+    }
+}

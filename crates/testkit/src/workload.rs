@@ -1,0 +1,110 @@
+//! Random workloads shared by the property, crash and fault tests: each operation is
+//! applied to the pool and, only if the pool accepted it, to the model.
+
+use crate::model::{ObjectModel, VolumeModel};
+use crate::SimRng;
+use strata_engine::{ObjectId, Pool, Result, VolumeId};
+
+/// One random operation on objects, applied to both the pool and the model.
+pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeModel) -> Result<()> {
+    let max_size = 3 * m.record_size as u64 * 8;
+    let pick = |rng: &mut SimRng, m: &VolumeModel| -> Option<u64> {
+        (!m.objects.is_empty()).then(|| {
+            *m.objects
+                .keys()
+                .nth(rng.below(m.objects.len() as u64) as usize)
+                .unwrap()
+        })
+    };
+    match rng.below(100) {
+        0..=7 => {
+            let attr = rng.blob(40);
+            let id = pool.create_object(vol, &attr)?;
+            m.objects.insert(
+                id.0,
+                ObjectModel {
+                    data: Vec::new(),
+                    attr,
+                },
+            );
+        }
+        8..=54 => {
+            let Some(id) = pick(rng, m) else {
+                return Ok(());
+            };
+            let rs = m.record_size as u64;
+            let offset = match rng.below(4) {
+                0 => rng.below(max_size),
+                1 => rng.below(8) * rs,
+                2 => m.objects[&id].data.len() as u64,
+                _ => rng.below(8) * rs + rng.below(rs),
+            };
+            let len = match rng.below(4) {
+                0 => rs,
+                1 => rng.range(1, 100),
+                2 => rng.range(1, 3 * rs),
+                _ => 8192,
+            };
+            let data = if rng.chance(10) {
+                vec![0; len as usize]
+            } else {
+                rng.bytes(len as usize)
+            };
+            pool.write(vol, ObjectId(id), offset, &data)?;
+            m.objects.get_mut(&id).unwrap().write(offset, &data);
+        }
+        55..=64 => {
+            let Some(id) = pick(rng, m) else {
+                return Ok(());
+            };
+            let size = if rng.chance(50) {
+                rng.below(max_size)
+            } else {
+                m.objects[&id].data.len() as u64 / 2
+            };
+            pool.truncate(vol, ObjectId(id), size)?;
+            m.objects.get_mut(&id).unwrap().truncate(size);
+        }
+        65..=72 => {
+            let Some(id) = pick(rng, m) else {
+                return Ok(());
+            };
+            let (off, len) = (rng.below(max_size), rng.below(max_size / 2));
+            pool.punch_hole(vol, ObjectId(id), off, len)?;
+            m.objects.get_mut(&id).unwrap().punch(off, len);
+        }
+        73..=76 => {
+            let Some(id) = pick(rng, m) else {
+                return Ok(());
+            };
+            pool.delete_object(vol, ObjectId(id))?;
+            m.objects.remove(&id);
+        }
+        77..=80 => {
+            let Some(id) = pick(rng, m) else {
+                return Ok(());
+            };
+            let attr = rng.blob(100);
+            pool.set_attr(vol, ObjectId(id), &attr)?;
+            m.objects.get_mut(&id).unwrap().attr = attr;
+        }
+        81..=89 => {
+            let Some(id) = pick(rng, m) else {
+                return Ok(());
+            };
+            let want = &m.objects[&id].data;
+            let off = rng.below(want.len() as u64 + 10);
+            let len = rng.below(3 * m.record_size as u64) as usize;
+            let got = pool.read(vol, ObjectId(id), off, len)?;
+            let lo = (off as usize).min(want.len());
+            let hi = (off as usize + len).min(want.len());
+            assert_eq!(got, want[lo..hi], "read of {len} at {off} of object {id}");
+        }
+        _ => {
+            let (k, v) = (vec![b'k', rng.below(20) as u8], rng.blob(50));
+            pool.kv_put(vol, &k, &v)?;
+            m.kv.insert(k, v);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Placeholder replaced below once the fuzz harness exists.
+exit 0
