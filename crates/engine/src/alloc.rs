@@ -65,7 +65,7 @@ impl Geometry {
 
     pub fn unit_of(&self, addr: u64) -> Option<u64> {
         let u = addr.checked_sub(self.data_offset)? / UNIT_SIZE;
-        (addr % UNIT_SIZE == 0 && u < self.data_units).then_some(u)
+        (addr.is_multiple_of(UNIT_SIZE) && u < self.data_units).then_some(u)
     }
 
     pub fn addr_of(&self, unit: u64) -> u64 {
@@ -279,7 +279,7 @@ impl Allocator {
                 u = if next >= total { 0 } else { next };
                 continue;
             }
-            if u % 64 == 0 && self.unavailable[(u / 64) as usize] == u64::MAX {
+            if u.is_multiple_of(64) && self.unavailable[(u / 64) as usize] == u64::MAX {
                 scanned += 64;
                 u = if u + 64 >= total { 0 } else { u + 64 };
                 continue;

@@ -720,6 +720,12 @@ impl Pool {
         }
     }
 
+    /// The root of an object's block tree and its indirect levels, as last committed —
+    /// for diagnostics (`strata debug`) and fault-injection tests.
+    pub fn object_block_root(&self, vol: VolumeId, obj: ObjectId) -> Result<(BlockPtr, u8)> {
+        self.read_volume(vol, |v, io| v.block_root(io, obj))
+    }
+
     pub fn kv_get(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.read_volume(vol, |v, io| v.kv_get(io, key))
     }

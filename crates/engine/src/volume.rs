@@ -144,6 +144,11 @@ impl VolumeState {
         Ok(self.dnode(io, obj)?.dnode.size)
     }
 
+    pub fn block_root(&mut self, io: &BlockIo, obj: ObjectId) -> Result<(BlockPtr, u8)> {
+        let st = self.dnode(io, obj)?;
+        Ok((st.dnode.root, st.dnode.levels))
+    }
+
     pub fn get_attr(&mut self, io: &BlockIo, obj: ObjectId) -> Result<Vec<u8>> {
         Ok(self.dnode(io, obj)?.dnode.attr.clone())
     }
@@ -409,7 +414,7 @@ impl VolumeState {
         if size < dn.size {
             let rs = dn.record_size as u64;
             self.drop_records(io, &dn, obj, size.div_ceil(rs), u64::MAX)?;
-            if size % rs != 0 {
+            if !size.is_multiple_of(rs) {
                 self.zero_within(
                     io,
                     alloc,
@@ -461,7 +466,7 @@ impl VolumeState {
                 (end % rs) as usize,
             )?;
         } else {
-            if offset % rs != 0 {
+            if !offset.is_multiple_of(rs) {
                 self.zero_within(
                     io,
                     alloc,

@@ -38,6 +38,7 @@ struct State {
     crash_at: Option<u64>,
     fail_writes: u32,
     fail_flushes: u32,
+    flushes_before_failing: u32,
     read_fail: Option<(u64, u64)>,
     flushes: u64,
     writes: u64,
@@ -58,7 +59,7 @@ impl SimDisk {
     }
 
     pub fn from_image(image: Vec<u8>, sector: usize) -> SimDisk {
-        assert!(sector.is_power_of_two() && image.len() % sector == 0);
+        assert!(sector.is_power_of_two() && image.len().is_multiple_of(sector));
         SimDisk {
             sector,
             state: Mutex::new(State {
@@ -69,6 +70,7 @@ impl SimDisk {
                 crash_at: None,
                 fail_writes: 0,
                 fail_flushes: 0,
+                flushes_before_failing: 0,
                 read_fail: None,
                 flushes: 0,
                 writes: 0,
@@ -106,7 +108,13 @@ impl SimDisk {
         self.st().fail_writes = n;
     }
     pub fn fail_flushes(&self, n: u32) {
-        self.st().fail_flushes = n;
+        self.fail_flushes_after(0, n);
+    }
+    /// Let `ok` flushes succeed, then fail the next `n`.
+    pub fn fail_flushes_after(&self, ok: u32, n: u32) {
+        let mut s = self.st();
+        s.flushes_before_failing = ok;
+        s.fail_flushes = n;
     }
     /// Fail every read overlapping [offset, offset + len); `None` clears.
     pub fn fail_reads_in(&self, range: Option<(u64, u64)>) {
@@ -194,7 +202,7 @@ impl BlockDevice for SimDisk {
             return Err(eio("device lost power"));
         }
         assert!(
-            offset % self.sector as u64 == 0 && buf.len() % self.sector == 0,
+            offset.is_multiple_of(self.sector as u64) && buf.len().is_multiple_of(self.sector),
             "the engine issues sector-aligned writes only"
         );
         let end = offset as usize + buf.len();
@@ -221,7 +229,9 @@ impl BlockDevice for SimDisk {
             return Err(eio("device lost power"));
         }
         s.ops += 1;
-        if s.fail_flushes > 0 {
+        if s.fail_flushes > 0 && s.flushes_before_failing > 0 {
+            s.flushes_before_failing -= 1;
+        } else if s.fail_flushes > 0 {
             s.fail_flushes -= 1;
             // A failed flush guarantees nothing: pending writes stay pending.
             return Err(eio("flush error injected"));

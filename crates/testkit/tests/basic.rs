@@ -107,7 +107,7 @@ fn delete_object_and_volume_return_all_space() {
         pool.list_objects(vol, None, 100).unwrap(),
         objs[10..].to_vec()
     );
-    assert_eq!(pool.object_exists(vol, objs[0]).unwrap(), false);
+    assert!(!pool.object_exists(vol, objs[0]).unwrap());
     assert_eq!(
         pool.read(vol, objs[0], 0, 1).unwrap_err().kind(),
         ErrorKind::NotFound

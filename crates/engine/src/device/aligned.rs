@@ -16,7 +16,7 @@ impl AlignedBuf {
     /// A zeroed buffer of `len` bytes; `len` must be a multiple of the unit.
     pub fn zeroed(len: usize) -> AlignedBuf {
         assert!(
-            len > 0 && len as u64 % UNIT_SIZE == 0,
+            len > 0 && (len as u64).is_multiple_of(UNIT_SIZE),
             "aligned buffers are whole units"
         );
         let layout = Self::layout(len);
@@ -33,7 +33,8 @@ impl AlignedBuf {
     }
 
     pub fn is_aligned(buf: &[u8]) -> bool {
-        buf.as_ptr() as usize % UNIT_SIZE as usize == 0 && buf.len() as u64 % UNIT_SIZE == 0
+        (buf.as_ptr() as usize).is_multiple_of(UNIT_SIZE as usize)
+            && (buf.len() as u64).is_multiple_of(UNIT_SIZE)
     }
 }
 
