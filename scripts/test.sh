@@ -19,6 +19,9 @@ cargo build --workspace --all-targets --quiet
 echo "== fuzz (short run of every on-disk decoder)"
 scripts/fuzz.sh "${STRATA_FUZZ_SECONDS:-20}"
 
+echo "== raw block device (loop) end to end"
+scripts/loop-smoke.sh
+
 echo "== tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast --failure-output final

@@ -15,11 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "strata",
-    version,
-    about = "Copy-on-write storage for databases"
-)]
+#[command(name = "strata", version, about = "Copy-on-write storage for databases")]
 struct Cli {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
@@ -102,24 +98,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { device, no_data } => offline::check(&device, !no_data, cli.json),
-        Command::Pool(PoolCmd::Create {
-            name,
-            device,
-            size,
-            checksum,
-            force,
-        }) => offline::pool_create(&name, &device, size.as_deref(), &checksum, force, cli.json),
-        Command::Pool(PoolCmd::Status { device }) => offline::pool_status(&device, cli.json),
-        Command::Volume(VolumeCmd::Create {
-            device,
-            name,
-            record_size,
-            size,
-        }) => offline::volume_create(&device, &name, &record_size, size.as_deref(), cli.json),
-        Command::Volume(VolumeCmd::List { device }) => offline::volume_list(&device, cli.json),
-        Command::Volume(VolumeCmd::Delete { device, name }) => {
-            offline::volume_delete(&device, &name, cli.json)
+        Command::Pool(PoolCmd::Create { name, device, size, checksum, force }) => {
+            offline::pool_create(&name, &device, size.as_deref(), &checksum, force, cli.json)
         }
+        Command::Pool(PoolCmd::Status { device }) => offline::pool_status(&device, cli.json),
+        Command::Volume(VolumeCmd::Create { device, name, record_size, size }) => {
+            offline::volume_create(&device, &name, &record_size, size.as_deref(), cli.json)
+        }
+        Command::Volume(VolumeCmd::List { device }) => offline::volume_list(&device, cli.json),
+        Command::Volume(VolumeCmd::Delete { device, name }) => offline::volume_delete(&device, &name, cli.json),
     };
     match result {
         Ok(code) => code,

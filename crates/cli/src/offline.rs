@@ -6,27 +6,21 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use strata_engine::{
-    BlockDevice, CheckOptions, ChecksumAlgo, Clock, CreateOptions, Error, ErrorKind, FileDevice,
-    FileDeviceOptions, Pool, PoolOptions, VolumeOptions,
+    BlockDevice, CheckOptions, ChecksumAlgo, Clock, CreateOptions, Error, ErrorKind, FileDevice, FileDeviceOptions,
+    Pool, PoolOptions, VolumeOptions,
 };
 
 struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ns(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
     }
 }
 
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_err()
-    {
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
         let t = SystemClock.now_ns();
         b = (t ^ (std::process::id() as u64).rotate_left(32)).to_le_bytes();
     }
@@ -57,19 +51,14 @@ fn explain(e: Error, device: &Path) -> String {
 }
 
 fn open_device(path: &Path, create_size: Option<u64>) -> Result<Arc<dyn BlockDevice>, String> {
-    let opts = FileDeviceOptions {
-        direct: true,
-        create_size,
-    };
+    let opts = FileDeviceOptions { direct: true, create_size };
     let dev = FileDevice::open(path, &opts).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "{}: no such file (create a pool with `strata pool create`)",
-            path.display()
-        ),
-        std::io::ErrorKind::PermissionDenied => format!(
-            "{}: permission denied (run as root or fix permissions)",
-            path.display()
-        ),
+        std::io::ErrorKind::NotFound => {
+            format!("{}: no such file (create a pool with `strata pool create`)", path.display())
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{}: permission denied (run as root or fix permissions)", path.display())
+        }
         _ => format!("{}: {e}", path.display()),
     })?;
     Ok(Arc::new(dev))
@@ -96,42 +85,21 @@ pub fn pool_create(
     let exists = path.exists();
     let size = match (size, exists) {
         (Some(s), _) => Some(parse_size(s)?),
-        (None, false) => {
-            return Err(format!(
-                "{} does not exist: give --size to create an image file",
-                path.display()
-            ))
-        }
+        (None, false) => return Err(format!("{} does not exist: give --size to create an image file", path.display())),
         (None, true) => None,
     };
     if exists && !force && open_pool(path, true).is_ok() {
-        return Err(format!(
-            "{} already holds a Strata pool; add --force to destroy it",
-            path.display()
-        ));
+        return Err(format!("{} already holds a Strata pool; add --force to destroy it", path.display()));
     }
     let dev = open_device(path, size)?;
-    let create = CreateOptions {
-        name: name.to_string(),
-        pool_guid: random_u64(),
-        device_guid: random_u64(),
-        checksum,
-    };
+    let create = CreateOptions { name: name.to_string(), pool_guid: random_u64(), device_guid: random_u64(), checksum };
     let pool = Pool::create(dev, create, options(false)).map_err(|e| explain(e, path))?;
     let st = pool.status();
     pool.close().map_err(|e| explain(e, path))?;
     if json {
-        println!(
-            "{}",
-            json!({"name": st.name, "guid": format!("{:016x}", st.pool_guid), "size_bytes": st.size_bytes})
-        );
+        println!("{}", json!({"name": st.name, "guid": format!("{:016x}", st.pool_guid), "size_bytes": st.size_bytes}));
     } else {
-        println!(
-            "created pool {} on {} ({} usable)",
-            st.name,
-            st.device,
-            human(st.size_bytes)
-        );
+        println!("created pool {} on {} ({} usable)", st.name, st.device, human(st.size_bytes));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -176,30 +144,15 @@ pub fn volume_create(
     json: bool,
 ) -> Result<ExitCode, String> {
     let rs = parse_size(record_size)?;
-    let record_size =
-        u32::try_from(rs).map_err(|_| format!("record size {record_size}: 4K to 1M"))?;
+    let record_size = u32::try_from(rs).map_err(|_| format!("record size {record_size}: 4K to 1M"))?;
     let quota_bytes = size.map(parse_size).transpose()?.unwrap_or(0);
     let pool = open_pool(path, false)?;
-    let id = pool
-        .create_volume(
-            name,
-            &VolumeOptions {
-                record_size,
-                quota_bytes,
-            },
-        )
-        .map_err(|e| explain(e, path))?;
+    let id = pool.create_volume(name, &VolumeOptions { record_size, quota_bytes }).map_err(|e| explain(e, path))?;
     pool.close().map_err(|e| explain(e, path))?;
     if json {
-        println!(
-            "{}",
-            json!({"name": name, "id": id.0, "record_size": record_size, "quota_bytes": quota_bytes})
-        );
+        println!("{}", json!({"name": name, "id": id.0, "record_size": record_size, "quota_bytes": quota_bytes}));
     } else {
-        println!(
-            "created volume {name} (record size {})",
-            human(record_size as u64)
-        );
+        println!("created volume {name} (record size {})", human(record_size as u64));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -214,23 +167,10 @@ pub fn volume_list(path: &Path, json: bool) -> Result<ExitCode, String> {
             .collect();
         println!("{}", serde_json::Value::Array(rows));
     } else {
-        println!(
-            "{:<24} {:>8} {:>10} {:>10}",
-            "NAME", "RECORD", "USED", "LIMIT"
-        );
+        println!("{:<24} {:>8} {:>10} {:>10}", "NAME", "RECORD", "USED", "LIMIT");
         for v in vols {
-            let limit = if v.quota_bytes == 0 {
-                "-".to_string()
-            } else {
-                human(v.quota_bytes)
-            };
-            println!(
-                "{:<24} {:>8} {:>10} {:>10}",
-                v.name,
-                human(v.record_size as u64),
-                human(v.used_bytes),
-                limit
-            );
+            let limit = if v.quota_bytes == 0 { "-".to_string() } else { human(v.quota_bytes) };
+            println!("{:<24} {:>8} {:>10} {:>10}", v.name, human(v.record_size as u64), human(v.used_bytes), limit);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -250,9 +190,7 @@ pub fn volume_delete(path: &Path, name: &str, json: bool) -> Result<ExitCode, St
 
 pub fn check(path: &Path, verify_data: bool, json: bool) -> Result<ExitCode, String> {
     let pool = open_pool(path, true)?;
-    let r = pool
-        .check(CheckOptions { verify_data })
-        .map_err(|e| explain(e, path))?;
+    let r = pool.check(CheckOptions { verify_data }).map_err(|e| explain(e, path))?;
     if json {
         println!(
             "{}",
@@ -273,29 +211,14 @@ pub fn check(path: &Path, verify_data: bool, json: bool) -> Result<ExitCode, Str
             r.data_blocks,
             human(r.data_bytes_verified)
         );
-        println!(
-            "  referenced {} = allocated {}",
-            human(r.referenced_units * 4096),
-            human(r.allocated_units * 4096)
-        );
+        println!("  referenced {} = allocated {}", human(r.referenced_units * 4096), human(r.allocated_units * 4096));
         for n in &r.notes {
             println!("  note: {n}");
         }
         for e in &r.errors {
             println!("  ERROR: {e}");
         }
-        println!(
-            "{}",
-            if r.is_clean() {
-                "clean"
-            } else {
-                "PROBLEMS FOUND"
-            }
-        );
+        println!("{}", if r.is_clean() { "clean" } else { "PROBLEMS FOUND" });
     }
-    Ok(if r.is_clean() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if r.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

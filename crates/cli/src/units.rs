@@ -18,10 +18,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
         None => (t, 1),
     };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("size {s:?}: not a number (e.g. 16K, 10G)"))?;
+    let n: f64 = num.trim().parse().map_err(|_| format!("size {s:?}: not a number (e.g. 16K, 10G)"))?;
     if !(n.is_finite() && n >= 0.0) {
         return Err(format!("size {s:?}: must be a positive number"));
     }

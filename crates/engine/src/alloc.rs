@@ -22,9 +22,7 @@
 
 use crate::device::BlockDevice;
 use crate::error::{Corruption, Error, Result};
-use crate::format::spacemap::{
-    SpacemapChunkPhys, BITS_PER_CHUNK, CHUNK_BITS_BYTES, CHUNK_SLOT_SIZE,
-};
+use crate::format::spacemap::{SpacemapChunkPhys, BITS_PER_CHUNK, CHUNK_BITS_BYTES, CHUNK_SLOT_SIZE};
 use crate::format::UNIT_SIZE;
 use std::collections::{BTreeSet, VecDeque};
 
@@ -125,28 +123,19 @@ impl Allocator {
     }
 
     /// Read the space map as of root txg `root_txg`.
-    pub fn load(
-        dev: &dyn BlockDevice,
-        geo: Geometry,
-        pool_guid: u64,
-        root_txg: u64,
-    ) -> Result<Allocator> {
+    pub fn load(dev: &dyn BlockDevice, geo: Geometry, pool_guid: u64, root_txg: u64) -> Result<Allocator> {
         let mut a = Allocator::new_empty(geo);
         a.dirty_chunks.clear();
         let mut slot_buf = vec![0u8; CHUNK_SLOT_SIZE * 2];
         for c in 0..geo.spacemap_chunks {
             let addr = geo.slot_addr(c, 0);
-            dev.read_at(&mut slot_buf, addr)
-                .map_err(|e| Error::io("read space map", e))?;
+            dev.read_at(&mut slot_buf, addr).map_err(|e| Error::io("read space map", e))?;
             let mut best: Option<(u8, SpacemapChunkPhys)> = None;
             for slot in 0..2u8 {
-                let s = &slot_buf
-                    [slot as usize * CHUNK_SLOT_SIZE..(slot as usize + 1) * CHUNK_SLOT_SIZE];
+                let s = &slot_buf[slot as usize * CHUNK_SLOT_SIZE..(slot as usize + 1) * CHUNK_SLOT_SIZE];
                 // A damaged or torn slot is skipped: the other slot holds the committed version.
                 if let Ok(Some(ch)) = SpacemapChunkPhys::decode(s, geo.slot_addr(c, slot)) {
-                    let usable = ch.chunk_index as u64 == c
-                        && ch.pool_guid == pool_guid
-                        && ch.txg <= root_txg;
+                    let usable = ch.chunk_index as u64 == c && ch.pool_guid == pool_guid && ch.txg <= root_txg;
                     if usable && best.as_ref().is_none_or(|(_, b)| ch.txg > b.txg) {
                         best = Some((slot, ch));
                     }
@@ -173,12 +162,7 @@ impl Allocator {
             }
             // Bits past the data area must be clear: otherwise the chunk is not ours.
             if (n..BITS_PER_CHUNK).any(|i| ch.bits[(i / 8) as usize] >> (i % 8) & 1 == 1) {
-                return Err(Corruption::new(
-                    "space map chunk",
-                    Some(addr),
-                    "bits set past the data area",
-                )
-                .into());
+                return Err(Corruption::new("space map chunk", Some(addr), "bits set past the data area").into());
             }
         }
         a.unavailable_units = a.allocated_units;
@@ -208,16 +192,13 @@ impl Allocator {
     }
     /// Units a new reservation may still take.
     pub fn available_units(&self) -> u64 {
-        (self.geo.data_units - self.unavailable_units)
-            .saturating_sub(self.reserved_units + self.slop_units())
+        (self.geo.data_units - self.unavailable_units).saturating_sub(self.reserved_units + self.slop_units())
     }
 
     /// Space kept back from reservations so that a txg's own metadata (tree nodes,
     /// indirect blocks) can always be written: 1/64 of the pool, at least 64 units.
     pub fn slop_units(&self) -> u64 {
-        (self.geo.data_units / 64)
-            .max(64)
-            .min(self.geo.data_units / 2)
+        (self.geo.data_units / 64).max(64).min(self.geo.data_units / 2)
     }
 
     /// Promise `units` to dirty data of the open txg; fails when the pool cannot hold it.
@@ -242,10 +223,7 @@ impl Allocator {
                 set(&mut self.unavailable, u, true);
                 self.chunk_unavailable[c] += 1;
             } else {
-                assert!(
-                    bit(&self.persisted, u),
-                    "freeing unit {u} that is not allocated"
-                );
+                assert!(bit(&self.persisted, u), "freeing unit {u} that is not allocated");
                 set(&mut self.persisted, u, false);
             }
             self.dirty_chunks.insert(c as u64);
@@ -301,17 +279,12 @@ impl Allocator {
                 }
             }
         }
-        Err(Error::NoSpace(format!(
-            "no run of {count} free units (pool fragmented or full)"
-        )))
+        Err(Error::NoSpace(format!("no run of {count} free units (pool fragmented or full)")))
     }
 
     /// Free `count` units at `addr`, released in txg `txg`; reusable from txg + DEFER_TXGS.
     pub fn free(&mut self, addr: u64, count: u64, txg: u64) {
-        let unit = self
-            .geo
-            .unit_of(addr)
-            .expect("freeing an address inside the data area");
+        let unit = self.geo.unit_of(addr).expect("freeing an address inside the data area");
         self.mark(unit, count, false);
         self.held.push_back((txg, unit, count));
     }
@@ -337,12 +310,7 @@ impl Allocator {
     }
 
     /// Write every chunk changed in this txg to its non-current slot, stamped `txg`.
-    pub fn write_dirty_chunks(
-        &mut self,
-        dev: &dyn BlockDevice,
-        txg: u64,
-        pool_guid: u64,
-    ) -> Result<usize> {
+    pub fn write_dirty_chunks(&mut self, dev: &dyn BlockDevice, txg: u64, pool_guid: u64) -> Result<usize> {
         let dirty = std::mem::take(&mut self.dirty_chunks);
         for &c in &dirty {
             let slot = match self.chunk_current[c as usize] {
@@ -357,12 +325,7 @@ impl Allocator {
                     bits[(i / 8) as usize] |= 1 << (i % 8);
                 }
             }
-            let phys = SpacemapChunkPhys {
-                chunk_index: c as u32,
-                txg,
-                pool_guid,
-                bits,
-            };
+            let phys = SpacemapChunkPhys { chunk_index: c as u32, txg, pool_guid, bits };
             dev.write_at(&phys.encode(), self.geo.slot_addr(c, slot))
                 .map_err(|e| Error::io("write space map chunk", e))?;
             self.chunk_pending.push((c, slot, txg));
@@ -400,10 +363,7 @@ mod tests {
         assert_eq!(got.len(), 990);
         assert!(!got.contains(&x));
         a.txg_synced(2);
-        assert!(
-            a.allocate(1).is_err(),
-            "freed in 2: still held after 2 syncs"
-        );
+        assert!(a.allocate(1).is_err(), "freed in 2: still held after 2 syncs");
         a.txg_synced(3);
         assert_eq!(a.held_units(), 0);
         assert!(a.allocate(10).is_ok());

@@ -94,15 +94,8 @@ impl Checker<'_> {
     /// Account for one block; false if it must not be read (out of range).
     fn claim(&mut self, bp: &BlockPtr, ctx: &str) -> bool {
         let units = bp.units();
-        let Some(first) = self
-            .geo
-            .unit_of(bp.addr)
-            .filter(|u| u + units <= self.geo.data_units)
-        else {
-            self.err(format!(
-                "{ctx}: block at {} lies outside the data area",
-                bp.addr
-            ));
+        let Some(first) = self.geo.unit_of(bp.addr).filter(|u| u + units <= self.geo.data_units) else {
+            self.err(format!("{ctx}: block at {} lies outside the data area", bp.addr));
             return false;
         };
         if bp.birth_txg > self.root_txg {
@@ -114,10 +107,7 @@ impl Checker<'_> {
         for u in first..first + units {
             let (w, b) = ((u / 64) as usize, u % 64);
             if self.referenced[w] >> b & 1 == 1 {
-                self.err(format!(
-                    "{ctx}: unit {u} (block at {}) is referenced twice",
-                    bp.addr
-                ));
+                self.err(format!("{ctx}: unit {u} (block at {}) is referenced twice", bp.addr));
             } else {
                 self.referenced[w] |= 1 << b;
                 self.report.referenced_units += 1;
@@ -128,12 +118,7 @@ impl Checker<'_> {
 
     /// Walk a B+tree, checking bounds and levels; `leaf(key, value)` sees every entry.
     /// Returns the units its nodes occupy.
-    fn btree(
-        &mut self,
-        root: &BlockPtr,
-        ctx: &str,
-        leaf: &mut dyn FnMut(&mut Self, &[u8], &[u8]),
-    ) -> u64 {
+    fn btree(&mut self, root: &BlockPtr, ctx: &str, leaf: &mut dyn FnMut(&mut Self, &[u8], &[u8])) -> u64 {
         let mut units = 0;
         if !root.is_hole() {
             self.btree_node(root, None, None, None, ctx, leaf, &mut units);
@@ -153,10 +138,7 @@ impl Checker<'_> {
         units: &mut u64,
     ) {
         if bp.kind != BlockKind::BtreeNode {
-            self.err(format!(
-                "{ctx}: pointer at {} to a {:?} where a tree node belongs",
-                bp.addr, bp.kind
-            ));
+            self.err(format!("{ctx}: pointer at {} to a {:?} where a tree node belongs", bp.addr, bp.kind));
             return;
         }
         if !self.claim(bp, ctx) {
@@ -170,11 +152,7 @@ impl Checker<'_> {
         };
         if let Some(l) = want_level {
             if node.level() != l {
-                return self.err(format!(
-                    "{ctx}: node at {} has level {}, expected {l}",
-                    bp.addr,
-                    node.level()
-                ));
+                return self.err(format!("{ctx}: node at {} has level {}, expected {l}", bp.addr, node.level()));
             }
         }
         let in_bounds = |k: &[u8]| lower.is_none_or(|l| k >= l) && upper.is_none_or(|u| k < u);
@@ -182,10 +160,7 @@ impl Checker<'_> {
             BtreeNodePhys::Leaf { entries } => {
                 for (k, v) in entries {
                     if !in_bounds(k) {
-                        self.err(format!(
-                            "{ctx}: key {k:02x?} in node at {} is outside its parent's range",
-                            bp.addr
-                        ));
+                        self.err(format!("{ctx}: key {k:02x?} in node at {} is outside its parent's range", bp.addr));
                     }
                     leaf(self, k, v);
                 }
@@ -193,10 +168,7 @@ impl Checker<'_> {
             BtreeNodePhys::Internal { level, entries } => {
                 for (i, (k, child)) in entries.iter().enumerate() {
                     if i > 0 && !in_bounds(k) {
-                        self.err(format!(
-                            "{ctx}: separator {k:02x?} in node at {} is outside its range",
-                            bp.addr
-                        ));
+                        self.err(format!("{ctx}: separator {k:02x?} in node at {} is outside its range", bp.addr));
                     }
                     let lo = if i == 0 { lower } else { Some(k.as_slice()) };
                     let hi = entries.get(i + 1).map(|(k, _)| k.as_slice()).or(upper);
@@ -228,10 +200,7 @@ impl Checker<'_> {
             }
             self.report.data_blocks += 1;
             if first >= records {
-                self.err(format!(
-                    "{ctx}: record {first} exists past the object's size {}",
-                    dn.size
-                ));
+                self.err(format!("{ctx}: record {first} exists past the object's size {}", dn.size));
             }
             if bp.lsize != dn.record_size {
                 self.err(format!(
@@ -254,38 +223,28 @@ impl Checker<'_> {
         let mut object_units = 0;
         let mut objects = 0;
         let mut max_id = 0;
-        let tree_units = self.btree(
-            &rec.tree_root,
-            &ctx,
-            &mut |c: &mut Self, k: &[u8], v: &[u8]| {
-                if k.first() != Some(&KEY_DNODE) {
-                    return;
-                }
-                let Ok(id_bytes) = <[u8; 8]>::try_from(&k[1..]) else {
-                    return c.err(format!("{ctx}: malformed object key {k:02x?}"));
-                };
-                let id = u64::from_be_bytes(id_bytes);
-                max_id = max_id.max(id);
-                objects += 1;
-                match DnodePhys::decode(v) {
-                    Ok(dn) => object_units += c.object(&format!("{ctx} object {id}"), &dn),
-                    Err(e) => c.err(format!("{ctx} object {id}: {e}")),
-                }
-            },
-        );
+        let tree_units = self.btree(&rec.tree_root, &ctx, &mut |c: &mut Self, k: &[u8], v: &[u8]| {
+            if k.first() != Some(&KEY_DNODE) {
+                return;
+            }
+            let Ok(id_bytes) = <[u8; 8]>::try_from(&k[1..]) else {
+                return c.err(format!("{ctx}: malformed object key {k:02x?}"));
+            };
+            let id = u64::from_be_bytes(id_bytes);
+            max_id = max_id.max(id);
+            objects += 1;
+            match DnodePhys::decode(v) {
+                Ok(dn) => object_units += c.object(&format!("{ctx} object {id}"), &dn),
+                Err(e) => c.err(format!("{ctx} object {id}: {e}")),
+            }
+        });
         self.report.objects += objects;
         if objects > 0 && max_id >= rec.next_object_id {
-            self.err(format!(
-                "{ctx}: object {max_id} exists but the next id to hand out is {}",
-                rec.next_object_id
-            ));
+            self.err(format!("{ctx}: object {max_id} exists but the next id to hand out is {}", rec.next_object_id));
         }
         let total = tree_units + object_units;
         if total != rec.used_units {
-            self.err(format!(
-                "{ctx}: blocks occupy {total} units but the volume records {}",
-                rec.used_units
-            ));
+            self.err(format!("{ctx}: blocks occupy {total} units but the volume records {}", rec.used_units));
         }
     }
 }
@@ -301,35 +260,24 @@ impl Pool {
             opts,
             root_txg: root.txg,
             referenced: vec![0; geo.data_units.div_ceil(64) as usize],
-            report: CheckReport {
-                txg: root.txg,
-                notes: p.open_notes.clone(),
-                ..Default::default()
-            },
+            report: CheckReport { txg: root.txg, notes: p.open_notes.clone(), ..Default::default() },
             geo,
         };
         let mut vols: Vec<(String, VolumeRecordPhys)> = Vec::new();
         let mut max_vol_id = 0;
-        c.btree(
-            &root.catalog_root,
-            "catalog",
-            &mut |c: &mut Checker, k: &[u8], v: &[u8]| match (
-                std::str::from_utf8(&k[1..]),
-                VolumeRecordPhys::decode(v),
-            ) {
-                (Ok(name), Ok(rec)) if k[0] == 0x01 => {
-                    max_vol_id = max_vol_id.max(rec.id);
-                    vols.push((name.to_string(), rec))
-                }
-                (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
-                _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
-            },
-        );
+        c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| match (
+            std::str::from_utf8(&k[1..]),
+            VolumeRecordPhys::decode(v),
+        ) {
+            (Ok(name), Ok(rec)) if k[0] == 0x01 => {
+                max_vol_id = max_vol_id.max(rec.id);
+                vols.push((name.to_string(), rec))
+            }
+            (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
+            _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
+        });
         if max_vol_id >= root.next_volume_id && !vols.is_empty() {
-            c.err(format!(
-                "volume id {max_vol_id} exists but the next id is {}",
-                root.next_volume_id
-            ));
+            c.err(format!("volume id {max_vol_id} exists but the next id is {}", root.next_volume_id));
         }
         let mut ids: Vec<u64> = vols.iter().map(|(_, r)| r.id).collect();
         ids.sort();

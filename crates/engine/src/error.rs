@@ -47,11 +47,7 @@ pub struct Corruption {
 
 impl Corruption {
     pub fn new(what: &'static str, addr: Option<u64>, detail: impl Into<String>) -> Corruption {
-        Corruption {
-            what,
-            addr,
-            detail: detail.into(),
-        }
+        Corruption { what, addr, detail: detail.into() }
     }
 }
 

@@ -48,12 +48,7 @@ pub struct PoolOptions {
 
 impl PoolOptions {
     pub fn new(clock: Arc<dyn Clock>) -> PoolOptions {
-        PoolOptions {
-            clock,
-            cache_blocks: 8192,
-            dirty_limit_bytes: 256 << 20,
-            read_only: false,
-        }
+        PoolOptions { clock, cache_blocks: 8192, dirty_limit_bytes: 256 << 20, read_only: false }
     }
 }
 
@@ -74,10 +69,7 @@ pub struct VolumeOptions {
 
 impl Default for VolumeOptions {
     fn default() -> Self {
-        VolumeOptions {
-            record_size: DEFAULT_RECORD_SIZE,
-            quota_bytes: 0,
-        }
+        VolumeOptions { record_size: DEFAULT_RECORD_SIZE, quota_bytes: 0 }
     }
 }
 
@@ -152,9 +144,7 @@ pub fn validate_volume_name(name: &str) -> Result<()> {
         && name.len() <= VOLUME_NAME_MAX
         && !name.starts_with('.')
         && !name.starts_with('-')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
     if ok {
         Ok(())
     } else {
@@ -194,42 +184,26 @@ fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String>)> {
     Err(Error::Corruption(crate::error::Corruption::new(
         "pool label",
         Some(0),
-        format!(
-            "no valid label on {} ({}): not a Strata pool, or both labels are damaged",
-            dev.describe(),
-            c.detail
-        ),
+        format!("no valid label on {} ({}): not a Strata pool, or both labels are damaged", dev.describe(), c.detail),
     )))
 }
 
 impl Pool {
     /// Make a new pool on `dev`, destroying whatever the device held.
-    pub fn create(
-        dev: Arc<dyn BlockDevice>,
-        create: CreateOptions,
-        opts: PoolOptions,
-    ) -> Result<Pool> {
-        if create.name.is_empty()
-            || create.name.len() > POOL_NAME_MAX
-            || create.name.contains(['/', '@', '\0'])
-        {
-            return Err(Error::invalid(format!(
-                "pool name {:?}: 1-{POOL_NAME_MAX} bytes, no '/', '@'",
-                create.name
-            )));
+    pub fn create(dev: Arc<dyn BlockDevice>, create: CreateOptions, opts: PoolOptions) -> Result<Pool> {
+        if create.name.is_empty() || create.name.len() > POOL_NAME_MAX || create.name.contains(['/', '@', '\0']) {
+            return Err(Error::invalid(format!("pool name {:?}: 1-{POOL_NAME_MAX} bytes, no '/', '@'", create.name)));
         }
         if opts.read_only {
             return Err(Error::invalid("cannot create a pool read-only"));
         }
         let size = dev.size_bytes() / UNIT_SIZE * UNIT_SIZE;
-        let geo = Geometry::for_device(size)
-            .filter(|_| size >= MIN_DEVICE_SIZE)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "device {} has {size} bytes; a pool needs at least {MIN_DEVICE_SIZE}",
-                    dev.describe()
-                ))
-            })?;
+        let geo = Geometry::for_device(size).filter(|_| size >= MIN_DEVICE_SIZE).ok_or_else(|| {
+            Error::invalid(format!(
+                "device {} has {size} bytes; a pool needs at least {MIN_DEVICE_SIZE}",
+                dev.describe()
+            ))
+        })?;
         let label = LabelPhys {
             label_index: 0,
             pool_guid: create.pool_guid,
@@ -250,15 +224,10 @@ impl Pool {
         // txg 1 writes the whole space map and the first root.
         let empty_ring = vec![0u8; (LABEL_SIZE - UNIT_SIZE) as usize];
         for idx in 0..2u32 {
-            let l = LabelPhys {
-                label_index: idx,
-                ..label.clone()
-            };
+            let l = LabelPhys { label_index: idx, ..label.clone() };
             let base = idx as u64 * LABEL_SIZE;
-            dev.write_at(&l.encode(), base)
-                .map_err(|e| Error::io("write pool label", e))?;
-            dev.write_at(&empty_ring, base + UNIT_SIZE)
-                .map_err(|e| Error::io("clear uberblock ring", e))?;
+            dev.write_at(&l.encode(), base).map_err(|e| Error::io("write pool label", e))?;
+            dev.write_at(&empty_ring, base + UNIT_SIZE).map_err(|e| Error::io("clear uberblock ring", e))?;
         }
         dev.flush().map_err(|e| Error::io("flush pool label", e))?;
         let io = BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks);
@@ -290,9 +259,7 @@ impl Pool {
                 features_incompat: 0,
             },
         };
-        let pool = Pool {
-            inner: Mutex::new(inner),
-        };
+        let pool = Pool { inner: Mutex::new(inner) };
         pool.commit()?;
         Ok(pool)
     }
@@ -332,8 +299,7 @@ impl Pool {
             data_offset: label.data_offset,
             data_units: label.data_units,
         };
-        if Geometry::for_device(label.device_size)
-            .map(|g| (g.spacemap_chunks, g.data_offset, g.data_units))
+        if Geometry::for_device(label.device_size).map(|g| (g.spacemap_chunks, g.data_offset, g.data_units))
             != Some((geo.spacemap_chunks, geo.data_offset, geo.data_units))
         {
             return Err(Error::Corruption(crate::error::Corruption::new(
@@ -355,16 +321,11 @@ impl Pool {
                             "fell back from txg {} to txg {}: {}",
                             newest_txg.expect("roots non-empty"),
                             ub.txg,
-                            last_err
-                                .as_ref()
-                                .map_or(String::new(), |e: &Error| e.to_string())
+                            last_err.as_ref().map_or(String::new(), |e: &Error| e.to_string())
                         ));
                         alloc.mark_all_dirty();
                     }
-                    let by_name = volumes
-                        .iter()
-                        .map(|(id, v)| (v.name.clone(), *id))
-                        .collect();
+                    let by_name = volumes.iter().map(|(id, v)| (v.name.clone(), *id)).collect();
                     let inner = PoolInner {
                         dev,
                         io,
@@ -385,9 +346,7 @@ impl Pool {
                         open_notes: notes,
                         root: *ub,
                     };
-                    return Ok(Pool {
-                        inner: Mutex::new(inner),
-                    });
+                    return Ok(Pool { inner: Mutex::new(inner) });
                 }
                 Err(e) => last_err = Some(e),
             }
@@ -438,11 +397,7 @@ impl Pool {
             for (k, v) in batch {
                 let rec = VolumeRecordPhys::decode(&v)?;
                 let name = String::from_utf8(k[1..].to_vec()).map_err(|_| {
-                    crate::error::Corruption::new(
-                        "catalog",
-                        None,
-                        format!("volume name {:02x?} is not UTF-8", &k[1..]),
-                    )
+                    crate::error::Corruption::new("catalog", None, format!("volume name {:02x?} is not UTF-8", &k[1..]))
                 })?;
                 if !rec.tree_root.is_hole() {
                     io.read_node(&rec.tree_root)?;
@@ -512,10 +467,7 @@ impl Pool {
         let mut p = self.lock();
         p.writable()?;
         if p.by_name.contains_key(name) {
-            return Err(Error::AlreadyExists(format!(
-                "volume {name} in pool {}",
-                p.label.pool_name
-            )));
+            return Err(Error::AlreadyExists(format!("volume {name} in pool {}", p.label.pool_name)));
         }
         let id = VolumeId(p.next_volume_id);
         p.next_volume_id += 1;
@@ -569,10 +521,7 @@ impl Pool {
 
     pub fn volume_info(&self, vol: VolumeId) -> Result<VolumeInfo> {
         let p = self.lock();
-        let v = p
-            .volumes
-            .get(&vol)
-            .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        let v = p.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         Ok(info(vol, v))
     }
 
@@ -591,12 +540,8 @@ impl Pool {
     ) -> Result<T> {
         let mut p = self.lock();
         p.writable()?;
-        let PoolInner {
-            volumes, io, alloc, ..
-        } = &mut *p;
-        let v = volumes
-            .get_mut(&vol)
-            .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        let PoolInner { volumes, io, alloc, .. } = &mut *p;
+        let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         f(v, io, alloc)
     }
 
@@ -607,9 +552,7 @@ impl Pool {
     ) -> Result<T> {
         let mut p = self.lock();
         let PoolInner { volumes, io, .. } = &mut *p;
-        let v = volumes
-            .get_mut(&vol)
-            .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         f(v, io)
     }
 
@@ -637,12 +580,7 @@ impl Pool {
         self.with_volume(vol, |v, io, _| v.set_attr(io, obj, attr))
     }
 
-    pub fn list_objects(
-        &self,
-        vol: VolumeId,
-        after: Option<ObjectId>,
-        limit: usize,
-    ) -> Result<Vec<ObjectId>> {
+    pub fn list_objects(&self, vol: VolumeId, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
         self.read_volume(vol, |v, io| v.list_objects(io, after, limit))
     }
 
@@ -654,12 +592,8 @@ impl Pool {
         loop {
             p.writable()?;
             let r = {
-                let PoolInner {
-                    volumes, io, alloc, ..
-                } = &mut *p;
-                let v = volumes
-                    .get_mut(&vol)
-                    .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+                let PoolInner { volumes, io, alloc, .. } = &mut *p;
+                let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
                 v.write(io, alloc, obj, offset, data)
             };
             match r {
@@ -687,9 +621,7 @@ impl Pool {
     }
 
     pub fn punch_hole(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: u64) -> Result<()> {
-        self.retrying(vol, |v, io, alloc| {
-            v.punch_hole(io, alloc, obj, offset, len)
-        })
+        self.retrying(vol, |v, io, alloc| v.punch_hole(io, alloc, obj, offset, len))
     }
 
     fn retrying(
@@ -702,12 +634,8 @@ impl Pool {
         loop {
             p.writable()?;
             let r = {
-                let PoolInner {
-                    volumes, io, alloc, ..
-                } = &mut *p;
-                let v = volumes
-                    .get_mut(&vol)
-                    .ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+                let PoolInner { volumes, io, alloc, .. } = &mut *p;
+                let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
                 f(v, io, alloc)
             };
             match r {
@@ -768,9 +696,7 @@ fn info(id: VolumeId, v: &VolumeState) -> VolumeInfo {
 impl PoolInner {
     fn writable(&self) -> Result<()> {
         if let Some(why) = &self.latched {
-            return Err(Error::ReadOnly(format!(
-                "{why}; reopen the pool once the device is healthy"
-            )));
+            return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
         }
         if self.read_only {
             return Err(Error::ReadOnly("opened read-only".into()));
@@ -780,10 +706,7 @@ impl PoolInner {
 
     fn volume_id(&self, name: &str) -> Result<VolumeId> {
         self.by_name.get(name).copied().ok_or_else(|| {
-            Error::NotFound(format!(
-                "volume {name} in pool {} (see `strata volume list`)",
-                self.label.pool_name
-            ))
+            Error::NotFound(format!("volume {name} in pool {} (see `strata volume list`)", self.label.pool_name))
         })
     }
 
@@ -796,9 +719,7 @@ impl PoolInner {
     }
 
     fn is_dirty(&self) -> bool {
-        self.catalog_dirty
-            || self.volumes.values().any(|v| v.dirty)
-            || self.alloc.has_dirty_chunks()
+        self.catalog_dirty || self.volumes.values().any(|v| v.dirty) || self.alloc.has_dirty_chunks()
     }
 
     pub(crate) fn commit(&mut self) -> Result<u64> {
@@ -820,6 +741,7 @@ impl PoolInner {
                 Ok(txg)
             }
             Err(e) => {
+                self.io.discard_writes();
                 self.latched = Some(format!("commit of txg {txg} failed: {e}"));
                 Err(e)
             }
@@ -828,13 +750,7 @@ impl PoolInner {
 
     fn sync(&mut self, txg: u64) -> Result<()> {
         let mut released = std::mem::take(&mut self.catalog_released);
-        let PoolInner {
-            volumes,
-            io,
-            alloc,
-            catalog,
-            ..
-        } = self;
+        let PoolInner { volumes, io, alloc, catalog, .. } = self;
         for v in volumes.values_mut().filter(|v| v.dirty) {
             v.sync(io, alloc, txg, &mut released)?;
             catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
@@ -844,6 +760,7 @@ impl PoolInner {
         for bp in &released {
             alloc.free(bp.addr, bp.units(), txg);
         }
+        io.finish_writes()?;
         alloc.write_dirty_chunks(self.dev.as_ref(), txg, self.label.pool_guid)?;
         let ub = UberblockPhys {
             txg,

@@ -33,31 +33,20 @@ pub fn ring_slot_addr(label: u64, slot: u64) -> u64 {
 
 /// Every valid uberblock of `pool_guid` found in either label's ring, newest first (one per
 /// txg), plus the problems met along the way (torn or damaged slots).
-pub fn scan_ring(
-    dev: &dyn BlockDevice,
-    pool_guid: u64,
-) -> Result<(Vec<UberblockPhys>, Vec<String>)> {
+pub fn scan_ring(dev: &dyn BlockDevice, pool_guid: u64) -> Result<(Vec<UberblockPhys>, Vec<String>)> {
     let mut found: Vec<UberblockPhys> = Vec::new();
     let mut problems = Vec::new();
     let ring_bytes = (RING_SLOTS * UBER_SLOT_SIZE as u64) as usize;
     let mut buf = vec![0u8; ring_bytes];
     for label in 0..2 {
         let base = ring_slot_addr(label, 0);
-        dev.read_at(&mut buf, base)
-            .map_err(|e| Error::io("read uberblock ring", e))?;
+        dev.read_at(&mut buf, base).map_err(|e| Error::io("read uberblock ring", e))?;
         for slot in 0..RING_SLOTS as usize {
             let addr = base + (slot * UBER_SLOT_SIZE) as u64;
-            match UberblockPhys::decode(
-                &buf[slot * UBER_SLOT_SIZE..(slot + 1) * UBER_SLOT_SIZE],
-                addr,
-            ) {
-                Ok(Some(ub)) if ub.pool_guid == pool_guid && ub.txg % RING_SLOTS == slot as u64 => {
-                    found.push(ub)
-                }
-                Ok(Some(ub)) => problems.push(format!(
-                    "label {label} slot {slot}: uberblock of txg {} does not belong here",
-                    ub.txg
-                )),
+            match UberblockPhys::decode(&buf[slot * UBER_SLOT_SIZE..(slot + 1) * UBER_SLOT_SIZE], addr) {
+                Ok(Some(ub)) if ub.pool_guid == pool_guid && ub.txg % RING_SLOTS == slot as u64 => found.push(ub),
+                Ok(Some(ub)) => problems
+                    .push(format!("label {label} slot {slot}: uberblock of txg {} does not belong here", ub.txg)),
                 Ok(None) => {}
                 Err(c) => problems.push(format!("label {label} slot {slot}: {c}")),
             }
@@ -70,13 +59,11 @@ pub fn scan_ring(
 
 /// Steps 3–5 of the commit: flush, write uberblock to both rings, flush.
 pub fn write_root(dev: &dyn BlockDevice, alloc: &mut Allocator, ub: &UberblockPhys) -> Result<()> {
-    dev.flush()
-        .map_err(|e| Error::io("flush blocks of the txg", e))?;
+    dev.flush().map_err(|e| Error::io("flush blocks of the txg", e))?;
     let raw = ub.encode();
     let slot = ub.txg % RING_SLOTS;
     for label in 0..2 {
-        dev.write_at(&raw, ring_slot_addr(label, slot))
-            .map_err(|e| Error::io("write uberblock", e))?;
+        dev.write_at(&raw, ring_slot_addr(label, slot)).map_err(|e| Error::io("write uberblock", e))?;
     }
     dev.flush().map_err(|e| Error::io("flush uberblock", e))?;
     alloc.txg_synced(ub.txg);

@@ -44,10 +44,7 @@ fn dnode_key(obj: ObjectId) -> [u8; 9] {
 
 fn user_key(key: &[u8]) -> Result<Vec<u8>> {
     if key.len() > USER_KEY_MAX {
-        return Err(Error::invalid(format!(
-            "key of {} bytes (limit {USER_KEY_MAX})",
-            key.len()
-        )));
+        return Err(Error::invalid(format!("key of {} bytes (limit {USER_KEY_MAX})", key.len())));
     }
     let mut k = Vec::with_capacity(key.len() + 1);
     k.push(KEY_USER);
@@ -96,27 +93,19 @@ impl VolumeState {
 
     fn dnode(&mut self, io: &BlockIo, obj: ObjectId) -> Result<&mut ObjState> {
         if !self.objects.contains_key(&obj) {
-            let raw = self.tree.get(io, &dnode_key(obj))?.ok_or_else(|| {
-                Error::NotFound(format!("object {} in volume {}", obj.0, self.name))
-            })?;
+            let raw = self
+                .tree
+                .get(io, &dnode_key(obj))?
+                .ok_or_else(|| Error::NotFound(format!("object {} in volume {}", obj.0, self.name)))?;
             let dnode = DnodePhys::decode(&raw)?;
-            self.objects.insert(
-                obj,
-                ObjState {
-                    dnode,
-                    dirty: false,
-                },
-            );
+            self.objects.insert(obj, ObjState { dnode, dirty: false });
         }
         Ok(self.objects.get_mut(&obj).expect("inserted above"))
     }
 
     pub fn create_object(&mut self, attr: &[u8]) -> Result<ObjectId> {
         if attr.len() > ATTR_MAX {
-            return Err(Error::invalid(format!(
-                "attribute of {} bytes (limit {ATTR_MAX})",
-                attr.len()
-            )));
+            return Err(Error::invalid(format!("attribute of {} bytes (limit {ATTR_MAX})", attr.len())));
         }
         let obj = ObjectId(self.rec.next_object_id);
         self.rec.next_object_id += 1;
@@ -155,10 +144,7 @@ impl VolumeState {
 
     pub fn set_attr(&mut self, io: &BlockIo, obj: ObjectId, attr: &[u8]) -> Result<()> {
         if attr.len() > ATTR_MAX {
-            return Err(Error::invalid(format!(
-                "attribute of {} bytes (limit {ATTR_MAX})",
-                attr.len()
-            )));
+            return Err(Error::invalid(format!("attribute of {} bytes (limit {ATTR_MAX})", attr.len())));
         }
         let st = self.dnode(io, obj)?;
         st.dnode.attr = attr.to_vec();
@@ -168,17 +154,9 @@ impl VolumeState {
     }
 
     /// Record `recno` of `obj` as it stands in the open txg (full record size).
-    fn load_record(
-        &self,
-        io: &BlockIo,
-        dn: &DnodePhys,
-        obj: ObjectId,
-        recno: u64,
-    ) -> Result<Vec<u8>> {
+    fn load_record(&self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, recno: u64) -> Result<Vec<u8>> {
         if let Some(content) = self.dirty_records.get(&(obj, recno)) {
-            return Ok(content
-                .clone()
-                .unwrap_or_else(|| vec![0; dn.record_size as usize]));
+            return Ok(content.clone().unwrap_or_else(|| vec![0; dn.record_size as usize]));
         }
         let bp = blocktree::lookup(io, &dn.root, dn.levels, recno)?;
         if bp.is_hole() {
@@ -188,10 +166,7 @@ impl VolumeState {
             return Err(crate::error::Corruption::new(
                 "data block",
                 Some(bp.addr),
-                format!(
-                    "record of {} bytes in an object of {}-byte records",
-                    bp.lsize, dn.record_size
-                ),
+                format!("record of {} bytes in an object of {}-byte records", bp.lsize, dn.record_size),
             )
             .into());
         }
@@ -214,28 +189,17 @@ impl VolumeState {
             if !reserved {
                 self.reserve(alloc, record_units(dn))?;
             }
-            let content = if overwrite_all {
-                vec![0; dn.record_size as usize]
-            } else {
-                self.load_record(io, dn, obj, recno)?
-            };
+            let content =
+                if overwrite_all { vec![0; dn.record_size as usize] } else { self.load_record(io, dn, obj, recno)? };
             self.dirty_bytes += content.len() as u64;
             self.dirty_records.insert((obj, recno), Some(content));
         }
-        Ok(self
-            .dirty_records
-            .get_mut(&(obj, recno))
-            .and_then(|c| c.as_mut())
-            .expect("made present above"))
+        Ok(self.dirty_records.get_mut(&(obj, recno)).and_then(|c| c.as_mut()).expect("made present above"))
     }
 
     /// Records in [first, last] of `obj` that are not dirty yet (each needs a reservation).
     fn clean_records(&self, obj: ObjectId, first: u64, last: u64) -> u64 {
-        let dirty = self
-            .dirty_records
-            .range((obj, first)..=(obj, last))
-            .filter(|(_, c)| c.is_some())
-            .count() as u64;
+        let dirty = self.dirty_records.range((obj, first)..=(obj, last)).filter(|(_, c)| c.is_some()).count() as u64;
         last - first + 1 - dirty
     }
 
@@ -269,15 +233,9 @@ impl VolumeState {
         offset: u64,
         data: &[u8],
     ) -> Result<()> {
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_OBJECT_BYTES)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "write of {} bytes at {offset} passes the 2^63 limit",
-                    data.len()
-                ))
-            })?;
+        let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_OBJECT_BYTES).ok_or_else(|| {
+            Error::invalid(format!("write of {} bytes at {offset} passes the 2^63 limit", data.len()))
+        })?;
         let dn = self.dnode(io, obj)?.dnode.clone();
         let rs = dn.record_size as u64;
         if data.is_empty() {
@@ -315,13 +273,7 @@ impl VolumeState {
         Ok(())
     }
 
-    pub fn read(
-        &mut self,
-        io: &BlockIo,
-        obj: ObjectId,
-        offset: u64,
-        len: usize,
-    ) -> Result<Vec<u8>> {
+    pub fn read(&mut self, io: &BlockIo, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
         let dn = self.dnode(io, obj)?.dnode.clone();
         let end = offset.saturating_add(len as u64).min(dn.size);
         if offset >= end {
@@ -373,22 +325,11 @@ impl VolumeState {
     }
 
     /// Turn whole records [first, last) into holes.
-    fn drop_records(
-        &mut self,
-        io: &BlockIo,
-        dn: &DnodePhys,
-        obj: ObjectId,
-        first: u64,
-        last: u64,
-    ) -> Result<()> {
+    fn drop_records(&mut self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, first: u64, last: u64) -> Result<()> {
         if first >= last {
             return Ok(());
         }
-        let gone: Vec<u64> = self
-            .dirty_records
-            .range((obj, first)..(obj, last))
-            .map(|(&(_, r), _)| r)
-            .collect();
+        let gone: Vec<u64> = self.dirty_records.range((obj, first)..(obj, last)).map(|(&(_, r), _)| r).collect();
         for r in gone {
             if let Some(Some(buf)) = self.dirty_records.remove(&(obj, r)) {
                 self.dirty_bytes -= buf.len() as u64;
@@ -400,13 +341,7 @@ impl VolumeState {
         Ok(())
     }
 
-    pub fn truncate(
-        &mut self,
-        io: &BlockIo,
-        alloc: &mut Allocator,
-        obj: ObjectId,
-        size: u64,
-    ) -> Result<()> {
+    pub fn truncate(&mut self, io: &BlockIo, alloc: &mut Allocator, obj: ObjectId, size: u64) -> Result<()> {
         if size > MAX_OBJECT_BYTES {
             return Err(Error::invalid(format!("size {size} passes the 2^63 limit")));
         }
@@ -415,15 +350,7 @@ impl VolumeState {
             let rs = dn.record_size as u64;
             self.drop_records(io, &dn, obj, size.div_ceil(rs), u64::MAX)?;
             if !size.is_multiple_of(rs) {
-                self.zero_within(
-                    io,
-                    alloc,
-                    &dn,
-                    obj,
-                    size / rs,
-                    (size % rs) as usize,
-                    rs as usize,
-                )?;
+                self.zero_within(io, alloc, &dn, obj, size / rs, (size % rs) as usize, rs as usize)?;
             }
         }
         let st = self.dnode(io, obj)?;
@@ -456,26 +383,10 @@ impl VolumeState {
         let head_rec = offset / rs;
         let tail_rec = end / rs;
         if head_rec == tail_rec {
-            self.zero_within(
-                io,
-                alloc,
-                &dn,
-                obj,
-                head_rec,
-                (offset % rs) as usize,
-                (end % rs) as usize,
-            )?;
+            self.zero_within(io, alloc, &dn, obj, head_rec, (offset % rs) as usize, (end % rs) as usize)?;
         } else {
             if !offset.is_multiple_of(rs) {
-                self.zero_within(
-                    io,
-                    alloc,
-                    &dn,
-                    obj,
-                    head_rec,
-                    (offset % rs) as usize,
-                    rs as usize,
-                )?;
+                self.zero_within(io, alloc, &dn, obj, head_rec, (offset % rs) as usize, rs as usize)?;
             }
             if end % rs != 0 {
                 self.zero_within(io, alloc, &dn, obj, tail_rec, 0, (end % rs) as usize)?;
@@ -493,11 +404,7 @@ impl VolumeState {
             Ok(())
         })?;
         self.released.extend(blocks);
-        let gone: Vec<u64> = self
-            .dirty_records
-            .range((obj, 0)..=(obj, u64::MAX))
-            .map(|(&(_, r), _)| r)
-            .collect();
+        let gone: Vec<u64> = self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).map(|(&(_, r), _)| r).collect();
         for r in gone {
             if let Some(Some(buf)) = self.dirty_records.remove(&(obj, r)) {
                 self.dirty_bytes -= buf.len() as u64;
@@ -510,25 +417,14 @@ impl VolumeState {
     }
 
     /// Object ids from `after` (exclusive), up to `limit`.
-    pub fn list_objects(
-        &mut self,
-        io: &BlockIo,
-        after: Option<ObjectId>,
-        limit: usize,
-    ) -> Result<Vec<ObjectId>> {
+    pub fn list_objects(&mut self, io: &BlockIo, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
         // Dirty dnodes not yet in the tree must be listed too: merge both.
-        let start = after.map_or(dnode_key(ObjectId(0)), |a| {
-            dnode_key(ObjectId(a.0.saturating_add(1)))
-        });
+        let start = after.map_or(dnode_key(ObjectId(0)), |a| dnode_key(ObjectId(a.0.saturating_add(1))));
         let mut ids: Vec<ObjectId> = self
             .tree
             .range(io, &start, Some(&[KEY_DNODE + 1]), limit)?
             .into_iter()
-            .map(|(k, _)| {
-                ObjectId(u64::from_be_bytes(
-                    k[1..9].try_into().expect("dnode keys are 9 bytes"),
-                ))
-            })
+            .map(|(k, _)| ObjectId(u64::from_be_bytes(k[1..9].try_into().expect("dnode keys are 9 bytes"))))
             .collect();
         let from = after.map_or(0, |a| a.0.saturating_add(1));
         ids.extend(self.objects.keys().filter(|o| o.0 >= from));
@@ -569,23 +465,12 @@ impl VolumeState {
             Some(e) => user_key(e)?,
             None => vec![KEY_USER + 1],
         };
-        Ok(self
-            .tree
-            .range(io, &s, Some(&e), limit)?
-            .into_iter()
-            .map(|(mut k, v)| (k.split_off(1), v))
-            .collect())
+        Ok(self.tree.range(io, &s, Some(&e), limit)?.into_iter().map(|(mut k, v)| (k.split_off(1), v)).collect())
     }
 
     /// Write this volume's changes as txg `txg`: data records, block trees, dnodes, then
     /// the volume tree. Blocks no longer referenced go to `released`.
-    pub fn sync(
-        &mut self,
-        io: &BlockIo,
-        alloc: &mut Allocator,
-        txg: u64,
-        released: &mut Vec<BlockPtr>,
-    ) -> Result<()> {
+    pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, txg: u64, released: &mut Vec<BlockPtr>) -> Result<()> {
         let allocated_before = alloc.allocated_units();
         let mut mine = std::mem::take(&mut self.released);
         let dirty = std::mem::take(&mut self.dirty_records);
@@ -604,29 +489,16 @@ impl VolumeState {
             let mut updates = Vec::with_capacity(group.len());
             for (r, content) in group {
                 let bp = match content {
-                    Some(buf) if buf.iter().any(|&b| b != 0) => {
-                        io.write_block(alloc, BlockKind::Data, &buf, txg)?
-                    }
+                    Some(buf) if buf.iter().any(|&b| b != 0) => io.write_block(alloc, BlockKind::Data, &buf, txg)?,
                     _ => BlockPtr::HOLE,
                 };
                 updates.push((r, bp));
             }
-            let st = self
-                .objects
-                .get_mut(&obj)
-                .expect("objects with dirty records stay cached until sync");
+            let st = self.objects.get_mut(&obj).expect("objects with dirty records stay cached until sync");
             let max_rec = updates.last().expect("group is non-empty").0;
             let new_levels = st.dnode.levels.max(blocktree::levels_for(max_rec));
-            st.dnode.root = blocktree::update(
-                io,
-                alloc,
-                st.dnode.root,
-                st.dnode.levels,
-                new_levels,
-                &updates,
-                txg,
-                &mut mine,
-            )?;
+            st.dnode.root =
+                blocktree::update(io, alloc, st.dnode.root, st.dnode.levels, new_levels, &updates, txg, &mut mine)?;
             st.dnode.levels = new_levels;
             st.dirty = true;
         }
@@ -643,9 +515,8 @@ impl VolumeState {
         mine.extend(self.tree.take_released());
         let added = alloc.allocated_units() - allocated_before;
         let dropped: u64 = mine.iter().map(|bp| bp.units()).sum();
-        self.rec.used_units = (self.rec.used_units + added)
-            .checked_sub(dropped)
-            .expect("a volume never frees more than it holds");
+        self.rec.used_units =
+            (self.rec.used_units + added).checked_sub(dropped).expect("a volume never frees more than it holds");
         released.extend(mine);
         if self.objects.len() > DNODE_CACHE_MAX {
             self.objects.clear();
@@ -660,10 +531,7 @@ impl VolumeState {
         crate::check::walk_btree(io, &self.rec.tree_root, &mut |bp, node| {
             out.push(*bp);
             if let crate::format::node::BtreeNodePhys::Leaf { entries } = node {
-                for (k, v) in entries
-                    .iter()
-                    .filter(|(k, _)| k.first() == Some(&KEY_DNODE))
-                {
+                for (k, v) in entries.iter().filter(|(k, _)| k.first() == Some(&KEY_DNODE)) {
                     let dn = DnodePhys::decode(v).map_err(|mut c| {
                         c.detail = format!("dnode {k:02x?}: {}", c.detail);
                         c
@@ -690,8 +558,6 @@ pub fn validate_record_size(rs: u32) -> Result<()> {
     if valid_record_size(rs) {
         Ok(())
     } else {
-        Err(Error::invalid(format!(
-            "record size {rs}: must be a power of two from 4096 to 1048576 bytes"
-        )))
+        Err(Error::invalid(format!("record size {rs}: must be a power of two from 4096 to 1048576 bytes")))
     }
 }

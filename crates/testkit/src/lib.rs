@@ -35,16 +35,10 @@ pub fn test_create_options(seed: u64) -> CreateOptions {
 
 /// The seed for a randomized test: `STRATA_SEED` if set (to replay a failure), else `default`.
 pub fn seed_from_env(default: u64) -> u64 {
-    std::env::var("STRATA_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+    std::env::var("STRATA_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
 /// Iterations for a randomized test: `STRATA_ITERS` if set, else `default`.
 pub fn iters_from_env(default: u64) -> u64 {
-    std::env::var("STRATA_ITERS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+    std::env::var("STRATA_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }

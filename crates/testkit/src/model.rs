@@ -47,8 +47,7 @@ impl PoolModel {
         if self == other {
             return None;
         }
-        let names: std::collections::BTreeSet<_> =
-            self.volumes.keys().chain(other.volumes.keys()).collect();
+        let names: std::collections::BTreeSet<_> = self.volumes.keys().chain(other.volumes.keys()).collect();
         for n in names {
             match (self.volumes.get(n), other.volumes.get(n)) {
                 (Some(a), Some(b)) if a != b => {
@@ -59,8 +58,7 @@ impl PoolModel {
                             b.kv.len()
                         ));
                     }
-                    let ids: std::collections::BTreeSet<_> =
-                        a.objects.keys().chain(b.objects.keys()).collect();
+                    let ids: std::collections::BTreeSet<_> = a.objects.keys().chain(b.objects.keys()).collect();
                     for id in ids {
                         match (a.objects.get(id), b.objects.get(id)) {
                             (Some(x), Some(y)) if x != y => {
@@ -82,17 +80,10 @@ impl PoolModel {
                             _ => {}
                         }
                     }
-                    return Some(format!(
-                        "volume {n}: record size {} vs {}",
-                        a.record_size, b.record_size
-                    ));
+                    return Some(format!("volume {n}: record size {} vs {}", a.record_size, b.record_size));
                 }
                 (a, b) if a.is_some() != b.is_some() => {
-                    return Some(format!(
-                        "volume {n}: present {} vs {}",
-                        a.is_some(),
-                        b.is_some()
-                    ))
+                    return Some(format!("volume {n}: present {} vs {}", a.is_some(), b.is_some()))
                 }
                 _ => {}
             }
@@ -105,10 +96,7 @@ impl PoolModel {
 pub fn capture(pool: &Pool) -> Result<PoolModel> {
     let mut m = PoolModel::default();
     for info in pool.volumes() {
-        let mut v = VolumeModel {
-            record_size: info.record_size,
-            ..Default::default()
-        };
+        let mut v = VolumeModel { record_size: info.record_size, ..Default::default() };
         let mut after = None;
         loop {
             let ids = pool.list_objects(info.id, after, 1000)?;
@@ -116,18 +104,8 @@ pub fn capture(pool: &Pool) -> Result<PoolModel> {
             for id in ids {
                 let size = pool.object_size(info.id, id)?;
                 let data = pool.read(info.id, id, 0, size as usize)?;
-                assert_eq!(
-                    data.len() as u64,
-                    size,
-                    "a read of the whole object returns all of it"
-                );
-                v.objects.insert(
-                    id.0,
-                    ObjectModel {
-                        data,
-                        attr: pool.get_attr(info.id, id)?,
-                    },
-                );
+                assert_eq!(data.len() as u64, size, "a read of the whole object returns all of it");
+                v.objects.insert(id.0, ObjectModel { data, attr: pool.get_attr(info.id, id)? });
             }
             after = Some(last);
         }

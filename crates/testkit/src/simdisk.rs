@@ -159,8 +159,7 @@ impl SimDisk {
                     let (off, data) = &s.pending[writers[choice - 1]];
                     let start = sector * sec;
                     let from = (start - off) as usize;
-                    img[start as usize..(start + sec) as usize]
-                        .copy_from_slice(&data[from..from + self.sector]);
+                    img[start as usize..(start + sec) as usize].copy_from_slice(&data[from..from + self.sector]);
                 }
                 img
             }
@@ -178,14 +177,9 @@ impl BlockDevice for SimDisk {
         if s.crash_at.is_some_and(|c| s.ops >= c) {
             return Err(eio("device lost power"));
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= s.current.len() as u64);
+        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= s.current.len() as u64);
         let Some(end) = end else {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "read past the end of the simulated disk",
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the simulated disk"));
         };
         if let Some((fo, fl)) = s.read_fail {
             if offset < fo + fl && fo < end {
@@ -207,10 +201,7 @@ impl BlockDevice for SimDisk {
         );
         let end = offset as usize + buf.len();
         if end > s.current.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "write past the end of the simulated disk",
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "write past the end of the simulated disk"));
         }
         s.ops += 1;
         if s.fail_writes > 0 {

@@ -9,24 +9,13 @@ use strata_engine::{ObjectId, Pool, Result, VolumeId};
 pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeModel) -> Result<()> {
     let max_size = 3 * m.record_size as u64 * 8;
     let pick = |rng: &mut SimRng, m: &VolumeModel| -> Option<u64> {
-        (!m.objects.is_empty()).then(|| {
-            *m.objects
-                .keys()
-                .nth(rng.below(m.objects.len() as u64) as usize)
-                .unwrap()
-        })
+        (!m.objects.is_empty()).then(|| *m.objects.keys().nth(rng.below(m.objects.len() as u64) as usize).unwrap())
     };
     match rng.below(100) {
         0..=7 => {
             let attr = rng.blob(40);
             let id = pool.create_object(vol, &attr)?;
-            m.objects.insert(
-                id.0,
-                ObjectModel {
-                    data: Vec::new(),
-                    attr,
-                },
-            );
+            m.objects.insert(id.0, ObjectModel { data: Vec::new(), attr });
         }
         8..=54 => {
             let Some(id) = pick(rng, m) else {
@@ -45,11 +34,7 @@ pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeMod
                 2 => rng.range(1, 3 * rs),
                 _ => 8192,
             };
-            let data = if rng.chance(10) {
-                vec![0; len as usize]
-            } else {
-                rng.bytes(len as usize)
-            };
+            let data = if rng.chance(10) { vec![0; len as usize] } else { rng.bytes(len as usize) };
             pool.write(vol, ObjectId(id), offset, &data)?;
             m.objects.get_mut(&id).unwrap().write(offset, &data);
         }
@@ -57,11 +42,7 @@ pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeMod
             let Some(id) = pick(rng, m) else {
                 return Ok(());
             };
-            let size = if rng.chance(50) {
-                rng.below(max_size)
-            } else {
-                m.objects[&id].data.len() as u64 / 2
-            };
+            let size = if rng.chance(50) { rng.below(max_size) } else { m.objects[&id].data.len() as u64 / 2 };
             pool.truncate(vol, ObjectId(id), size)?;
             m.objects.get_mut(&id).unwrap().truncate(size);
         }

@@ -6,8 +6,7 @@ use strata_testkit::{model, test_create_options, test_pool_options, SimDisk};
 
 fn new_pool(size: u64) -> (Arc<SimDisk>, Pool) {
     let disk = Arc::new(SimDisk::new(size, 4096));
-    let pool = Pool::create(disk.clone(), test_create_options(1), test_pool_options())
-        .expect("create pool");
+    let pool = Pool::create(disk.clone(), test_create_options(1), test_pool_options()).expect("create pool");
     (disk, pool)
 }
 
@@ -44,15 +43,7 @@ fn write_commit_reopen_read() {
 #[test]
 fn huge_sparse_offsets() {
     let (disk, pool) = new_pool(64 << 20);
-    let vol = pool
-        .create_volume(
-            "sparse",
-            &VolumeOptions {
-                record_size: 4096,
-                quota_bytes: 0,
-            },
-        )
-        .unwrap();
+    let vol = pool.create_volume("sparse", &VolumeOptions { record_size: 4096, quota_bytes: 0 }).unwrap();
     let obj = pool.create_object(vol, b"").unwrap();
     let far = (1u64 << 62) - 4096;
     pool.write(vol, obj, far, b"the end").unwrap();
@@ -63,10 +54,7 @@ fn huge_sparse_offsets() {
     let pool = reopen(&disk);
     assert_eq!(pool.object_size(vol, obj).unwrap(), far + 7);
     assert_eq!(pool.read(vol, obj, far, 100).unwrap(), b"the end");
-    assert_eq!(
-        pool.read(vol, obj, (1 << 40) - 2, 8).unwrap(),
-        b"\0\0middle"
-    );
+    assert_eq!(pool.read(vol, obj, (1 << 40) - 2, 8).unwrap(), b"\0\0middle");
     assert_eq!(pool.read(vol, obj, 0, 8).unwrap(), b"\0\0\0start");
     assert_eq!(pool.read(vol, obj, 1 << 50, 16).unwrap(), vec![0; 16]);
     assert_clean(&pool);
@@ -84,16 +72,12 @@ fn huge_sparse_offsets() {
 fn delete_object_and_volume_return_all_space() {
     let (_disk, pool) = new_pool(64 << 20);
     let empty = pool.status().allocated_bytes;
-    let vol = pool
-        .create_volume("scratch", &VolumeOptions::default())
-        .unwrap();
+    let vol = pool.create_volume("scratch", &VolumeOptions::default()).unwrap();
     let mut objs = vec![];
     for i in 0..20u64 {
         let o = pool.create_object(vol, &i.to_le_bytes()).unwrap();
-        pool.write(vol, o, i * 1000, &vec![i as u8 + 1; 70_000])
-            .unwrap();
-        pool.kv_put(vol, format!("key{i}").as_bytes(), b"value")
-            .unwrap();
+        pool.write(vol, o, i * 1000, &vec![i as u8 + 1; 70_000]).unwrap();
+        pool.kv_put(vol, format!("key{i}").as_bytes(), b"value").unwrap();
         objs.push(o);
     }
     pool.commit().unwrap();
@@ -103,78 +87,32 @@ fn delete_object_and_volume_return_all_space() {
     }
     pool.commit().unwrap();
     assert_clean(&pool);
-    assert_eq!(
-        pool.list_objects(vol, None, 100).unwrap(),
-        objs[10..].to_vec()
-    );
+    assert_eq!(pool.list_objects(vol, None, 100).unwrap(), objs[10..].to_vec());
     assert!(!pool.object_exists(vol, objs[0]).unwrap());
-    assert_eq!(
-        pool.read(vol, objs[0], 0, 1).unwrap_err().kind(),
-        ErrorKind::NotFound
-    );
+    assert_eq!(pool.read(vol, objs[0], 0, 1).unwrap_err().kind(), ErrorKind::NotFound);
     pool.delete_volume("scratch").unwrap();
     pool.commit().unwrap();
     assert_clean(&pool);
     // The catalog may keep one (empty-tree) node; everything else is back.
-    assert!(
-        pool.status().allocated_bytes <= empty + 4096,
-        "{} vs {}",
-        pool.status().allocated_bytes,
-        empty
-    );
+    assert!(pool.status().allocated_bytes <= empty + 4096, "{} vs {}", pool.status().allocated_bytes, empty);
 }
 
 #[test]
 fn bad_arguments_are_errors_not_panics() {
     let (_disk, pool) = new_pool(32 << 20);
-    assert_eq!(
-        pool.create_volume("", &VolumeOptions::default())
-            .unwrap_err()
-            .kind(),
-        ErrorKind::InvalidArgument
-    );
-    assert_eq!(
-        pool.create_volume("a/b", &VolumeOptions::default())
-            .unwrap_err()
-            .kind(),
-        ErrorKind::InvalidArgument
-    );
-    let bad_rs = VolumeOptions {
-        record_size: 3000,
-        quota_bytes: 0,
-    };
-    assert_eq!(
-        pool.create_volume("v", &bad_rs).unwrap_err().kind(),
-        ErrorKind::InvalidArgument
-    );
+    assert_eq!(pool.create_volume("", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(pool.create_volume("a/b", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    let bad_rs = VolumeOptions { record_size: 3000, quota_bytes: 0 };
+    assert_eq!(pool.create_volume("v", &bad_rs).unwrap_err().kind(), ErrorKind::InvalidArgument);
     let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
-    assert_eq!(
-        pool.create_volume("v", &VolumeOptions::default())
-            .unwrap_err()
-            .kind(),
-        ErrorKind::AlreadyExists
-    );
-    assert_eq!(
-        pool.read(vol, ObjectId(99), 0, 1).unwrap_err().kind(),
-        ErrorKind::NotFound
-    );
-    assert_eq!(
-        pool.create_object(vol, &[0; 600]).unwrap_err().kind(),
-        ErrorKind::InvalidArgument
-    );
-    assert_eq!(
-        pool.kv_put(vol, &[1; 600], b"").unwrap_err().kind(),
-        ErrorKind::InvalidArgument
-    );
-    assert_eq!(
-        pool.delete_volume("nope").unwrap_err().kind(),
-        ErrorKind::NotFound
-    );
+    assert_eq!(pool.create_volume("v", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::AlreadyExists);
+    assert_eq!(pool.read(vol, ObjectId(99), 0, 1).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(pool.create_object(vol, &[0; 600]).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(pool.kv_put(vol, &[1; 600], b"").unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(pool.delete_volume("nope").unwrap_err().kind(), ErrorKind::NotFound);
     // A device too small for a pool.
     let tiny = Arc::new(SimDisk::new(1 << 20, 4096));
-    let e = Pool::create(tiny, test_create_options(2), test_pool_options())
-        .err()
-        .unwrap();
+    let e = Pool::create(tiny, test_create_options(2), test_pool_options()).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     // A device that is not a pool.
     let blank = Arc::new(SimDisk::new(32 << 20, 4096));
@@ -186,9 +124,7 @@ fn bad_arguments_are_errors_not_panics() {
 #[test]
 fn full_pool_reports_no_space_and_recovers() {
     let (_disk, pool) = new_pool(24 << 20);
-    let vol = pool
-        .create_volume("fill", &VolumeOptions::default())
-        .unwrap();
+    let vol = pool.create_volume("fill", &VolumeOptions::default()).unwrap();
     let obj = pool.create_object(vol, b"").unwrap();
     let chunk = vec![0xABu8; 1 << 20];
     let mut written = 0u64;
@@ -205,8 +141,7 @@ fn full_pool_reports_no_space_and_recovers() {
     // Free space, and writing works again.
     pool.truncate(vol, obj, 0).unwrap();
     pool.commit().unwrap();
-    pool.write(vol, obj, 0, &chunk)
-        .expect("space is back after truncate");
+    pool.write(vol, obj, 0, &chunk).expect("space is back after truncate");
     pool.commit().unwrap();
     assert_clean(&pool);
 }
@@ -214,15 +149,7 @@ fn full_pool_reports_no_space_and_recovers() {
 #[test]
 fn volume_quota_is_enforced() {
     let (_disk, pool) = new_pool(64 << 20);
-    let vol = pool
-        .create_volume(
-            "small",
-            &VolumeOptions {
-                record_size: 16384,
-                quota_bytes: 1 << 20,
-            },
-        )
-        .unwrap();
+    let vol = pool.create_volume("small", &VolumeOptions { record_size: 16384, quota_bytes: 1 << 20 }).unwrap();
     let obj = pool.create_object(vol, b"").unwrap();
     let e = pool.write(vol, obj, 0, &vec![1u8; 2 << 20]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace);

@@ -13,8 +13,7 @@ use strata_engine::{BlockDevice, CheckOptions, ErrorKind, Pool, VolumeId, Volume
 use strata_testkit::model::{capture, PoolModel, VolumeModel};
 use strata_testkit::workload::object_op;
 use strata_testkit::{
-    iters_from_env, seed_from_env, test_create_options, test_pool_options, CrashMode, SimDisk,
-    SimRng,
+    iters_from_env, seed_from_env, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
 };
 
 /// How crashes fell: [reopened at the acknowledged txg with a commit in flight,
@@ -26,11 +25,7 @@ fn run_seeds(name: &str, default_iters: u64, f: impl Fn(u64)) {
 }
 
 fn run_seeds_from(name: &str, base: u64, default_iters: u64, f: impl Fn(u64)) {
-    let iters = if std::env::var("STRATA_SEED").is_ok() {
-        1
-    } else {
-        iters_from_env(default_iters)
-    };
+    let iters = if std::env::var("STRATA_SEED").is_ok() { 1 } else { iters_from_env(default_iters) };
     for i in 0..iters {
         let seed = base.wrapping_add(i);
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed))).is_err() {
@@ -53,22 +48,8 @@ fn setup(rng: &mut SimRng, disk: &Arc<SimDisk>, seed: u64) -> Run {
     let mut vols = Vec::new();
     for name in ["a", "b"] {
         let rs = *rng.pick(&[4096u32, 16384, 32768]);
-        let id = pool
-            .create_volume(
-                name,
-                &VolumeOptions {
-                    record_size: rs,
-                    quota_bytes: 0,
-                },
-            )
-            .unwrap();
-        model.volumes.insert(
-            name.into(),
-            VolumeModel {
-                record_size: rs,
-                ..Default::default()
-            },
-        );
+        let id = pool.create_volume(name, &VolumeOptions { record_size: rs, quota_bytes: 0 }).unwrap();
+        model.volumes.insert(name.into(), VolumeModel { record_size: rs, ..Default::default() });
         vols.push((name.to_string(), id));
     }
     pool.commit().unwrap();
@@ -85,10 +66,7 @@ fn commit_step(
     // Until commit returns, the state being committed may or may not be the one found.
     committed.insert(expected, run.model.clone());
     let txg = run.pool.commit()?;
-    assert!(
-        txg == expected || txg == expected - 1,
-        "commit returned txg {txg}, expected {expected}"
-    );
+    assert!(txg == expected || txg == expected - 1, "commit returned txg {txg}, expected {expected}");
     if txg == expected - 1 {
         committed.remove(&expected); // nothing was dirty
     }
@@ -107,12 +85,7 @@ fn step(
         return commit_step(run, committed, acked);
     }
     let (name, vol) = run.vols[rng.below(run.vols.len() as u64) as usize].clone();
-    object_op(
-        rng,
-        &run.pool,
-        vol,
-        run.model.volumes.get_mut(&name).unwrap(),
-    )
+    object_op(rng, &run.pool, vol, run.model.volumes.get_mut(&name).unwrap())
 }
 
 fn verify_image(
@@ -125,16 +98,9 @@ fn verify_image(
     let pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options())
         .unwrap_or_else(|e| panic!("seed {seed}: crash image does not open: {e}"));
     let txg = pool.committed_root().txg;
-    assert!(
-        txg >= acked,
-        "seed {seed}: reopened at txg {txg}, but txg {acked} was acknowledged"
-    );
+    assert!(txg >= acked, "seed {seed}: reopened at txg {txg}, but txg {acked} was acknowledged");
     let report = pool.check(CheckOptions::default()).unwrap();
-    assert!(
-        report.is_clean(),
-        "seed {seed}: checker after crash: {:#?}",
-        report.errors
-    );
+    assert!(report.is_clean(), "seed {seed}: checker after crash: {:#?}", report.errors);
     let in_flight = committed.keys().next_back().is_some_and(|&t| t > acked);
     let outcome = if !in_flight {
         2
@@ -144,15 +110,9 @@ fn verify_image(
         0
     };
     OUTCOMES[outcome].fetch_add(1, Ordering::Relaxed);
-    let want = committed
-        .get(&txg)
-        .unwrap_or_else(|| panic!("seed {seed}: reopened at txg {txg}, never committed"));
+    let want = committed.get(&txg).unwrap_or_else(|| panic!("seed {seed}: reopened at txg {txg}, never committed"));
     let seen = capture(&pool).unwrap();
-    assert!(
-        &seen == want,
-        "seed {seed}: state at txg {txg} differs: {}",
-        want.diff(&seen).unwrap()
-    );
+    assert!(&seen == want, "seed {seed}: state at txg {txg} differs: {}", want.diff(&seen).unwrap());
     let model = want.clone();
     (disk, pool, model)
 }
@@ -164,92 +124,56 @@ fn crash_anywhere_reopens_at_a_committed_state() {
 }
 
 fn crash_anywhere_reopens_at_a_committed_state_inner(base: u64, default_iters: u64) {
-    run_seeds_from(
-        "crash_anywhere_reopens_at_a_committed_state",
-        base,
-        default_iters,
-        |seed| {
-            let mut rng = SimRng::new(seed);
-            let disk = Arc::new(SimDisk::new(32 << 20, SECTOR));
-            let mut run = setup(&mut rng, &disk, seed);
-            let mut committed = BTreeMap::new();
-            committed.insert(run.pool.committed_root().txg, run.model.clone());
-            let mut acked = run.pool.committed_root().txg;
-            let ops = rng.range(20, 150);
-            let crash_op = rng.below(ops);
-            for i in 0..ops {
-                if i == crash_op {
-                    // Power fails after a few more device operations: often inside a commit.
-                    disk.set_crash_after(rng.below(60));
-                }
-                if step(&mut rng, &mut run, &mut committed, &mut acked).is_err() {
+    run_seeds_from("crash_anywhere_reopens_at_a_committed_state", base, default_iters, |seed| {
+        let mut rng = SimRng::new(seed);
+        let disk = Arc::new(SimDisk::new(32 << 20, SECTOR));
+        let mut run = setup(&mut rng, &disk, seed);
+        let mut committed = BTreeMap::new();
+        committed.insert(run.pool.committed_root().txg, run.model.clone());
+        let mut acked = run.pool.committed_root().txg;
+        let ops = rng.range(20, 150);
+        let crash_op = rng.below(ops);
+        for i in 0..ops {
+            if i == crash_op {
+                // Power fails after a few more device operations: often inside a commit.
+                disk.set_crash_after(rng.below(60));
+            }
+            if step(&mut rng, &mut run, &mut committed, &mut acked).is_err() {
+                break;
+            }
+        }
+        if !disk.has_crashed() {
+            // The workload ended first: keep writing and committing until the power goes.
+            while commit_step(&mut run, &mut committed, &mut acked).is_ok() && !disk.has_crashed() {
+                let (name, vol) = run.vols[0].clone();
+                if object_op(&mut rng, &run.pool, vol, run.model.volumes.get_mut(&name).unwrap()).is_err() {
                     break;
                 }
             }
-            if !disk.has_crashed() {
-                // The workload ended first: keep writing and committing until the power goes.
-                while commit_step(&mut run, &mut committed, &mut acked).is_ok()
-                    && !disk.has_crashed()
-                {
-                    let (name, vol) = run.vols[0].clone();
-                    if object_op(
-                        &mut rng,
-                        &run.pool,
-                        vol,
-                        run.model.volumes.get_mut(&name).unwrap(),
-                    )
-                    .is_err()
-                    {
-                        break;
-                    }
-                }
-            }
-            let mode = *rng.pick(&[
-                CrashMode::Random,
-                CrashMode::Random,
-                CrashMode::DropUnflushed,
-                CrashMode::KeepAll,
-            ]);
-            let image = disk.crash_image(mode, &mut rng);
-            drop(run.pool);
-            let (_disk2, pool, model) = verify_image(image, &committed, acked, seed);
-            // Life goes on after recovery: new writes, commit, check, reopen.
-            let mut run = Run {
-                pool,
-                vols: vec![
-                    ("a".into(), strata_engine::VolumeId(1)),
-                    ("b".into(), strata_engine::VolumeId(2)),
-                ],
-                model,
-            };
-            for (name, id) in run.vols.clone() {
-                assert_eq!(run.pool.volume_id(&name).unwrap(), id);
-            }
-            for _ in 0..30 {
-                let (name, vol) = run.vols[rng.below(2) as usize].clone();
-                object_op(
-                    &mut rng,
-                    &run.pool,
-                    vol,
-                    run.model.volumes.get_mut(&name).unwrap(),
-                )
-                .unwrap();
-            }
-            run.pool.commit().unwrap();
-            let report = run.pool.check(CheckOptions::default()).unwrap();
-            assert!(
-                report.is_clean(),
-                "seed {seed}: checker after recovery and more work: {:#?}",
-                report.errors
-            );
-            let seen = capture(&run.pool).unwrap();
-            assert!(
-                seen == run.model,
-                "seed {seed}: after recovery: {}",
-                run.model.diff(&seen).unwrap()
-            );
-        },
-    );
+        }
+        let mode = *rng.pick(&[CrashMode::Random, CrashMode::Random, CrashMode::DropUnflushed, CrashMode::KeepAll]);
+        let image = disk.crash_image(mode, &mut rng);
+        drop(run.pool);
+        let (_disk2, pool, model) = verify_image(image, &committed, acked, seed);
+        // Life goes on after recovery: new writes, commit, check, reopen.
+        let mut run = Run {
+            pool,
+            vols: vec![("a".into(), strata_engine::VolumeId(1)), ("b".into(), strata_engine::VolumeId(2))],
+            model,
+        };
+        for (name, id) in run.vols.clone() {
+            assert_eq!(run.pool.volume_id(&name).unwrap(), id);
+        }
+        for _ in 0..30 {
+            let (name, vol) = run.vols[rng.below(2) as usize].clone();
+            object_op(&mut rng, &run.pool, vol, run.model.volumes.get_mut(&name).unwrap()).unwrap();
+        }
+        run.pool.commit().unwrap();
+        let report = run.pool.check(CheckOptions::default()).unwrap();
+        assert!(report.is_clean(), "seed {seed}: checker after recovery and more work: {:#?}", report.errors);
+        let seen = capture(&run.pool).unwrap();
+        assert!(seen == run.model, "seed {seed}: after recovery: {}", run.model.diff(&seen).unwrap());
+    });
 }
 
 #[test]
@@ -259,10 +183,7 @@ fn crash_outcomes_cover_every_case() {
     // this test waits for the counters.)
     crash_anywhere_reopens_at_a_committed_state_inner(0xC4A5_1000, 60);
     let o: Vec<u64> = OUTCOMES.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    assert!(
-        o[0] > 0 && o[1] > 0,
-        "crash outcomes {o:?}: commits in flight must both land and not land"
-    );
+    assert!(o[0] > 0 && o[1] > 0, "crash outcomes {o:?}: commits in flight must both land and not land");
 }
 
 #[test]
@@ -271,8 +192,7 @@ fn crash_during_pool_creation_is_refused_clearly_or_empty() {
         let mut rng = SimRng::new(seed);
         let disk = Arc::new(SimDisk::new(16 << 20, SECTOR));
         disk.set_crash_after(rng.below(12));
-        let created =
-            Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).is_ok();
+        let created = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).is_ok();
         let image = disk.crash_image(CrashMode::Random, &mut rng);
         let disk2 = Arc::new(SimDisk::from_image(image, SECTOR));
         match Pool::open(disk2 as Arc<dyn BlockDevice>, test_pool_options()) {
@@ -281,10 +201,7 @@ fn crash_during_pool_creation_is_refused_clearly_or_empty() {
                 assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
             }
             Err(e) => {
-                assert!(
-                    !created,
-                    "seed {seed}: create returned Ok but the pool does not open: {e}"
-                );
+                assert!(!created, "seed {seed}: create returned Ok but the pool does not open: {e}");
                 assert_eq!(e.kind(), ErrorKind::Corruption, "seed {seed}: {e}");
             }
         }

@@ -55,31 +55,12 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         next_volume_id: 2,
         features_incompat: 0,
     };
-    let chunk = SpacemapChunkPhys {
-        chunk_index: 0,
-        txg: 4,
-        pool_guid: 1,
-        bits: rng.bytes(CHUNK_BITS_BYTES),
-    };
-    let leaf = BtreeNodePhys::Leaf {
-        entries: vec![
-            (b"a".to_vec(), b"1".to_vec()),
-            (b"b".to_vec(), rng.blob(100)),
-        ],
-    };
-    let internal = BtreeNodePhys::Internal {
-        level: 1,
-        entries: vec![(vec![], bp(rng)), (b"m".to_vec(), bp(rng))],
-    };
+    let chunk = SpacemapChunkPhys { chunk_index: 0, txg: 4, pool_guid: 1, bits: rng.bytes(CHUNK_BITS_BYTES) };
+    let leaf = BtreeNodePhys::Leaf { entries: vec![(b"a".to_vec(), b"1".to_vec()), (b"b".to_vec(), rng.blob(100))] };
+    let internal = BtreeNodePhys::Internal { level: 1, entries: vec![(vec![], bp(rng)), (b"m".to_vec(), bp(rng))] };
     let mut ind = IndirectPhys::empty();
     ind.bps[3] = bp(rng);
-    let dn = DnodePhys {
-        size: 100_000,
-        record_size: 16384,
-        levels: 1,
-        root: bp(rng),
-        attr: b"attr".to_vec(),
-    };
+    let dn = DnodePhys { size: 100_000, record_size: 16384, levels: 1, root: bp(rng), attr: b"attr".to_vec() };
     let vr = VolumeRecordPhys {
         id: 1,
         record_size: 16384,

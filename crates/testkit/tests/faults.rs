@@ -6,13 +6,9 @@
 use std::sync::Arc;
 use strata_engine::format::{LABEL_SIZE, RING_SLOTS, UNIT_SIZE};
 use strata_engine::txg::ring_slot_addr;
-use strata_engine::{
-    BlockDevice, CheckOptions, ErrorKind, ObjectId, Pool, VolumeId, VolumeOptions,
-};
+use strata_engine::{BlockDevice, CheckOptions, ErrorKind, ObjectId, Pool, VolumeId, VolumeOptions};
 use strata_testkit::model::capture;
-use strata_testkit::{
-    iters_from_env, seed_from_env, test_create_options, test_pool_options, SimDisk, SimRng,
-};
+use strata_testkit::{iters_from_env, seed_from_env, test_create_options, test_pool_options, SimDisk, SimRng};
 
 fn pool_with_data() -> (Arc<SimDisk>, Pool, VolumeId, Vec<ObjectId>) {
     let disk = Arc::new(SimDisk::new(32 << 20, 4096));
@@ -58,20 +54,14 @@ fn bit_rot_in_a_data_block_is_detected() {
     assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
     assert!(e.to_string().contains("checksum mismatch"), "{e}");
     // Everything else still reads right.
-    assert_eq!(
-        pool.read(vol, objs[1], 4 * 16384, 16384).unwrap().len(),
-        16384
-    );
+    assert_eq!(pool.read(vol, objs[1], 4 * 16384, 16384).unwrap().len(), 16384);
     assert!(pool.read(vol, objs[2], 0, 40 * 16384).is_ok());
     assert!(pool.status().corruptions_detected >= 1);
     let r = pool.check(CheckOptions::default()).unwrap();
     assert_eq!(r.errors.len(), 1, "{:#?}", r.errors);
     assert!(r.errors[0].contains("record 5"), "{:#?}", r.errors);
     // Metadata-only check does not read data, so does not see it.
-    assert!(pool
-        .check(CheckOptions { verify_data: false })
-        .unwrap()
-        .is_clean());
+    assert!(pool.check(CheckOptions { verify_data: false }).unwrap().is_clean());
 }
 
 #[test]
@@ -89,18 +79,9 @@ fn bit_rot_in_a_metadata_block_is_detected() {
     assert!(pool.read(vol, objs[3], 0, 10).is_ok());
     let r = pool.check(CheckOptions::default()).unwrap();
     assert!(!r.is_clean());
-    assert!(
-        r.errors
-            .iter()
-            .any(|e| e.contains("object 3") && e.contains("indirect block")),
-        "{:#?}",
-        r.errors
-    );
+    assert!(r.errors.iter().any(|e| e.contains("object 3") && e.contains("indirect block")), "{:#?}", r.errors);
     // A write to the damaged object fails cleanly too, and the pool stays usable.
-    assert_eq!(
-        pool.write(vol, objs[2], 5, b"x").unwrap_err().kind(),
-        ErrorKind::Corruption
-    );
+    assert_eq!(pool.write(vol, objs[2], 5, b"x").unwrap_err().kind(), ErrorKind::Corruption);
     pool.write(vol, objs[3], 5, b"x").unwrap();
     pool.commit().unwrap();
 }
@@ -128,27 +109,15 @@ fn latch_test(root_may_land: bool, fail: impl Fn(&SimDisk)) {
     let e = pool.commit().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     // Latched: no more writes, no commits, and it says why.
-    assert_eq!(
-        pool.write(vol, objs[0], 0, b"x").unwrap_err().kind(),
-        ErrorKind::ReadOnly
-    );
+    assert_eq!(pool.write(vol, objs[0], 0, b"x").unwrap_err().kind(), ErrorKind::ReadOnly);
     assert_eq!(pool.commit().unwrap_err().kind(), ErrorKind::ReadOnly);
     assert!(pool.status().latched.is_some());
-    assert_eq!(
-        pool.create_volume("w", &VolumeOptions::default())
-            .unwrap_err()
-            .kind(),
-        ErrorKind::ReadOnly
-    );
+    assert_eq!(pool.create_volume("w", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::ReadOnly);
     drop(pool);
     // Reopened: the last committed state, intact (or, if the root landed, the new one).
     let pool = reopen(&disk);
     let seen = capture(&pool).unwrap();
-    assert!(
-        seen == before || (root_may_land && seen == after),
-        "{:?}",
-        before.diff(&seen)
-    );
+    assert!(seen == before || (root_may_land && seen == after), "{:?}", before.diff(&seen));
     assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
 }
 
@@ -205,14 +174,7 @@ fn damaged_catalog_root_falls_back_to_the_previous_root() {
     disk.rot(catalog.addr + 10, 5);
     let pool = reopen(&disk);
     assert_eq!(pool.committed_root().txg, txg - 1, "fell back one root");
-    assert!(
-        pool.status()
-            .open_notes
-            .iter()
-            .any(|n| n.contains("fell back")),
-        "{:?}",
-        pool.status().open_notes
-    );
+    assert!(pool.status().open_notes.iter().any(|n| n.contains("fell back")), "{:?}", pool.status().open_notes);
     let seen = capture(&pool).unwrap();
     assert!(seen == older, "{:?}", older.diff(&seen));
     assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
@@ -237,18 +199,12 @@ fn destroyed_first_label_uses_the_second() {
     let pool = reopen(&disk);
     let seen = capture(&pool).unwrap();
     assert!(seen == state, "{:?}", state.diff(&seen));
-    assert!(pool
-        .status()
-        .open_notes
-        .iter()
-        .any(|n| n.contains("label 1")));
+    assert!(pool.status().open_notes.iter().any(|n| n.contains("label 1")));
     drop(pool);
     for i in 0..8 {
         disk.rot(LABEL_SIZE + i * 7, 2);
     }
-    let e = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options())
-        .err()
-        .unwrap();
+    let e = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options()).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Corruption);
     assert!(e.to_string().contains("both labels"), "{e}");
 }
@@ -259,16 +215,11 @@ fn randomly_damaged_images_never_panic() {
     // decoding happens — then open, read everything and check. Errors are expected;
     // panics and wrong answers without an error are not.
     let base = seed_from_env(0xDA4A_0000);
-    let iters = if std::env::var("STRATA_SEED").is_ok() {
-        1
-    } else {
-        iters_from_env(300)
-    };
+    let iters = if std::env::var("STRATA_SEED").is_ok() { 1 } else { iters_from_env(300) };
     let (disk, pool, _vol, _objs) = pool_with_data();
     let mut states = std::collections::BTreeMap::new();
     states.insert(pool.committed_root().txg, capture(&pool).unwrap());
-    pool.kv_put(VolumeId(1), b"some key", b"some value")
-        .unwrap();
+    pool.kv_put(VolumeId(1), b"some key", b"some value").unwrap();
     pool.commit().unwrap();
     states.insert(pool.committed_root().txg, capture(&pool).unwrap());
     drop(pool);
@@ -279,11 +230,7 @@ fn randomly_damaged_images_never_panic() {
         let mut rng = SimRng::new(seed);
         let mut img = pristine.clone();
         for _ in 0..rng.range(1, 20) {
-            let at = if rng.chance(60) {
-                rng.below(meta_end as u64)
-            } else {
-                rng.below(img.len() as u64)
-            } as usize;
+            let at = if rng.chance(60) { rng.below(meta_end as u64) } else { rng.below(img.len() as u64) } as usize;
             if rng.chance(50) {
                 img[at] ^= 1 << rng.below(8);
             } else {
@@ -299,18 +246,12 @@ fn randomly_damaged_images_never_panic() {
                 // Whatever reads succeed must be right: the state of the root it opened.
                 if let Ok(seen) = capture(&pool) {
                     let txg = pool.committed_root().txg;
-                    assert!(
-                        states.get(&txg) == Some(&seen),
-                        "seed {seed}: wrong data without an error at txg {txg}"
-                    );
+                    assert!(states.get(&txg) == Some(&seen), "seed {seed}: wrong data without an error at txg {txg}");
                 }
                 let _ = pool.check(CheckOptions::default());
                 let _ = pool.commit();
             }
         }));
-        assert!(
-            outcome.is_ok(),
-            "damaged image panicked the engine; replay with STRATA_SEED={seed}"
-        );
+        assert!(outcome.is_ok(), "damaged image panicked the engine; replay with STRATA_SEED={seed}");
     }
 }

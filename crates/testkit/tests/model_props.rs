@@ -8,17 +8,11 @@ use std::sync::Arc;
 use strata_engine::{BlockDevice, CheckOptions, Pool, VolumeOptions};
 use strata_testkit::model::{capture, PoolModel, VolumeModel};
 use strata_testkit::workload::object_op;
-use strata_testkit::{
-    iters_from_env, seed_from_env, test_create_options, test_pool_options, SimDisk, SimRng,
-};
+use strata_testkit::{iters_from_env, seed_from_env, test_create_options, test_pool_options, SimDisk, SimRng};
 
 fn run_seeds(name: &str, default_iters: u64, f: impl Fn(u64)) {
     let base = seed_from_env(0x5EED_0000);
-    let iters = if std::env::var("STRATA_SEED").is_ok() {
-        1
-    } else {
-        iters_from_env(default_iters)
-    };
+    let iters = if std::env::var("STRATA_SEED").is_ok() { 1 } else { iters_from_env(default_iters) };
     for i in 0..iters {
         let seed = base.wrapping_add(i);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed)));
@@ -49,8 +43,7 @@ fn btree_matches_btreemap() {
     run_seeds("btree_matches_btreemap", 300, |seed| {
         let mut rng = SimRng::new(seed);
         let disk = Arc::new(SimDisk::new(48 << 20, 4096));
-        let mut pool =
-            Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
+        let mut pool = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
         let vol = pool.create_volume("kv", &VolumeOptions::default()).unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let ops = rng.range(50, 400);
@@ -62,11 +55,7 @@ fn btree_matches_btreemap() {
                 }
                 55..=79 => {
                     let k = if rng.chance(70) && !model.is_empty() {
-                        model
-                            .keys()
-                            .nth(rng.below(model.len() as u64) as usize)
-                            .unwrap()
-                            .clone()
+                        model.keys().nth(rng.below(model.len() as u64) as usize).unwrap().clone()
                     } else {
                         random_key(&mut rng)
                     };
@@ -80,11 +69,8 @@ fn btree_matches_btreemap() {
                     let (a, b) = (random_key(&mut rng), random_key(&mut rng));
                     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
                     let limit = rng.range(1, 50) as usize;
-                    let want: Vec<_> = model
-                        .range(lo.clone()..hi.clone())
-                        .take(limit)
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect();
+                    let want: Vec<_> =
+                        model.range(lo.clone()..hi.clone()).take(limit).map(|(k, v)| (k.clone(), v.clone())).collect();
                     assert_eq!(pool.kv_range(vol, &lo, Some(&hi), limit).unwrap(), want);
                 }
                 94..=97 => {
@@ -93,19 +79,12 @@ fn btree_matches_btreemap() {
                 _ => {
                     pool.commit().unwrap();
                     drop(pool);
-                    pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options())
-                        .unwrap();
+                    pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
                 }
             }
         }
         let all = pool.kv_range(vol, &[], None, usize::MAX).unwrap();
-        assert_eq!(
-            all,
-            model
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
         pool.commit().unwrap();
         let report = pool.check(CheckOptions::default()).unwrap();
         assert!(report.is_clean(), "seed {seed}: {:#?}", report.errors);
@@ -117,26 +96,11 @@ fn objects_match_byte_arrays() {
     run_seeds("objects_match_byte_arrays", 200, |seed| {
         let mut rng = SimRng::new(seed);
         let disk = Arc::new(SimDisk::new(64 << 20, 4096));
-        let mut pool =
-            Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
+        let mut pool = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
         let rs = *rng.pick(&[4096u32, 16384, 65536]);
-        let vol = pool
-            .create_volume(
-                "data",
-                &VolumeOptions {
-                    record_size: rs,
-                    quota_bytes: 0,
-                },
-            )
-            .unwrap();
+        let vol = pool.create_volume("data", &VolumeOptions { record_size: rs, quota_bytes: 0 }).unwrap();
         let mut model = PoolModel::default();
-        model.volumes.insert(
-            "data".into(),
-            VolumeModel {
-                record_size: rs,
-                ..Default::default()
-            },
-        );
+        model.volumes.insert("data".into(), VolumeModel { record_size: rs, ..Default::default() });
         let ops = rng.range(30, 200);
         for _ in 0..ops {
             match rng.below(100) {
@@ -146,12 +110,9 @@ fn objects_match_byte_arrays() {
                 5..=6 => {
                     pool.commit().unwrap();
                     drop(pool);
-                    pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options())
-                        .unwrap();
+                    pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
                 }
-                _ => {
-                    object_op(&mut rng, &pool, vol, model.volumes.get_mut("data").unwrap()).unwrap()
-                }
+                _ => object_op(&mut rng, &pool, vol, model.volumes.get_mut("data").unwrap()).unwrap(),
             }
         }
         let seen = capture(&pool).unwrap();
@@ -162,10 +123,6 @@ fn objects_match_byte_arrays() {
         drop(pool);
         let pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
         let seen = capture(&pool).unwrap();
-        assert!(
-            seen == model,
-            "after reopen, seed {seed}: {}",
-            model.diff(&seen).unwrap()
-        );
+        assert!(seen == model, "after reopen, seed {seed}: {}", model.diff(&seen).unwrap());
     });
 }

@@ -15,10 +15,7 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes; `len` must be a multiple of the unit.
     pub fn zeroed(len: usize) -> AlignedBuf {
-        assert!(
-            len > 0 && (len as u64).is_multiple_of(UNIT_SIZE),
-            "aligned buffers are whole units"
-        );
+        assert!(len > 0 && (len as u64).is_multiple_of(UNIT_SIZE), "aligned buffers are whole units");
         let layout = Self::layout(len);
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
@@ -33,8 +30,7 @@ impl AlignedBuf {
     }
 
     pub fn is_aligned(buf: &[u8]) -> bool {
-        (buf.as_ptr() as usize).is_multiple_of(UNIT_SIZE as usize)
-            && (buf.len() as u64).is_multiple_of(UNIT_SIZE)
+        (buf.as_ptr() as usize).is_multiple_of(UNIT_SIZE as usize) && (buf.len() as u64).is_multiple_of(UNIT_SIZE)
     }
 }
 

@@ -29,12 +29,7 @@ pub struct FileDevice {
 impl FileDevice {
     pub fn open(path: &Path, opts: &FileDeviceOptions) -> io::Result<FileDevice> {
         if let Some(size) = opts.create_size {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)?;
+            let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
             if f.metadata()?.len() < size {
                 f.set_len(size)?;
             }
@@ -56,12 +51,7 @@ impl FileDevice {
             false => (open(false)?, false),
         };
         let size = file.seek(SeekFrom::End(0))?;
-        Ok(FileDevice {
-            file,
-            path: path.to_path_buf(),
-            size,
-            direct,
-        })
+        Ok(FileDevice { file, path: path.to_path_buf(), size, direct })
     }
 
     pub fn is_direct(&self) -> bool {
@@ -98,10 +88,6 @@ impl BlockDevice for FileDevice {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "{}{}",
-            self.path.display(),
-            if self.direct { " (O_DIRECT)" } else { "" }
-        )
+        format!("{}{}", self.path.display(), if self.direct { " (O_DIRECT)" } else { "" })
     }
 }

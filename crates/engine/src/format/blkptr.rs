@@ -186,46 +186,29 @@ impl BlockPtr {
         let checksum = f.array::<32>()?;
         let kind = BlockKind::from_u8(kind_raw)
             .ok_or_else(|| r.corrupt(format!("block pointer has unknown kind {kind_raw}")))?;
-        let compression = Compression::from_u8(comp_raw).ok_or_else(|| {
-            r.corrupt(format!("block pointer has unknown compression {comp_raw}"))
-        })?;
+        let compression = Compression::from_u8(comp_raw)
+            .ok_or_else(|| r.corrupt(format!("block pointer has unknown compression {comp_raw}")))?;
         let checksum_algo = ChecksumAlgo::from_u8(algo_raw)
             .ok_or_else(|| r.corrupt(format!("block pointer has unknown checksum {algo_raw}")))?;
         if reserved != [0; 3] {
             return Err(r.corrupt("block pointer reserved bytes are not zero"));
         }
         if addr == 0 || addr % UNIT_SIZE != 0 {
-            return Err(r.corrupt(format!(
-                "block pointer address {addr} is not a unit address"
-            )));
+            return Err(r.corrupt(format!("block pointer address {addr} is not a unit address")));
         }
         if birth_txg == 0 {
             return Err(r.corrupt("block pointer has birth txg 0"));
         }
         if psize == 0 || psize > lsize || lsize as u64 > MAX_BLOCK_SIZE {
-            return Err(r.corrupt(format!(
-                "block pointer sizes p{psize} l{lsize} are impossible"
-            )));
+            return Err(r.corrupt(format!("block pointer sizes p{psize} l{lsize} are impossible")));
         }
-        Ok(BlockPtr {
-            addr,
-            birth_txg,
-            psize,
-            lsize,
-            device,
-            kind,
-            compression,
-            checksum_algo,
-            checksum,
-        })
+        Ok(BlockPtr { addr, birth_txg, psize, lsize, device, kind, compression, checksum_algo, checksum })
     }
 
     pub fn encode(&self) -> [u8; BLKPTR_SIZE] {
         let mut w = Writer::with_capacity(BLKPTR_SIZE);
         self.encode_into(&mut w);
-        w.into_inner()
-            .try_into()
-            .expect("a block pointer encodes to 64 bytes")
+        w.into_inner().try_into().expect("a block pointer encodes to 64 bytes")
     }
 }
 
@@ -253,9 +236,7 @@ mod tests {
         assert_eq!(back, bp);
         assert_eq!(bp.units(), 2);
         let hole = BlockPtr::HOLE.encode();
-        assert!(BlockPtr::decode_from(&mut Reader::new(&hole, "t", None))
-            .unwrap()
-            .is_hole());
+        assert!(BlockPtr::decode_from(&mut Reader::new(&hole, "t", None)).unwrap().is_hole());
         let mut bad = enc;
         bad[26] = 77;
         assert!(BlockPtr::decode_from(&mut Reader::new(&bad, "t", None)).is_err());

@@ -11,9 +11,7 @@ pub struct Writer {
 
 impl Writer {
     pub fn with_capacity(n: usize) -> Writer {
-        Writer {
-            buf: Vec::with_capacity(n),
-        }
+        Writer { buf: Vec::with_capacity(n) }
     }
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.push(v);
@@ -59,29 +57,15 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub fn new(buf: &'a [u8], what: &'static str, addr: Option<u64>) -> Reader<'a> {
-        Reader {
-            buf,
-            pos: 0,
-            what,
-            addr,
-        }
+        Reader { buf, pos: 0, what, addr }
     }
     pub fn corrupt(&self, detail: impl Into<String>) -> Corruption {
         Corruption::new(self.what, self.addr, detail)
     }
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], Corruption> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&end| end <= self.buf.len())
-            .ok_or_else(|| {
-                self.corrupt(format!(
-                    "truncated: need {} bytes at offset {}, have {}",
-                    n,
-                    self.pos,
-                    self.buf.len()
-                ))
-            })?;
+        let end = self.pos.checked_add(n).filter(|&end| end <= self.buf.len()).ok_or_else(|| {
+            self.corrupt(format!("truncated: need {} bytes at offset {}, have {}", n, self.pos, self.buf.len()))
+        })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -90,19 +74,13 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     pub fn u16(&mut self) -> Result<u16, Corruption> {
-        Ok(u16::from_le_bytes(
-            self.take(2)?.try_into().expect("took 2 bytes"),
-        ))
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("took 2 bytes")))
     }
     pub fn u32(&mut self) -> Result<u32, Corruption> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("took 4 bytes"),
-        ))
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("took 4 bytes")))
     }
     pub fn u64(&mut self) -> Result<u64, Corruption> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("took 8 bytes"),
-        ))
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("took 8 bytes")))
     }
     pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Corruption> {
         Ok(self.take(N)?.try_into().expect("took N bytes"))
@@ -118,10 +96,7 @@ impl<'a> Reader<'a> {
 /// The self-checksum of a fixed structure: BLAKE3 over its bytes with the checksum field
 /// (at `field..field + 32`) taken as zeros.
 pub fn self_checksum(buf: &[u8], field: usize) -> [u8; 32] {
-    assert!(
-        field + 32 <= buf.len(),
-        "checksum field inside the structure"
-    );
+    assert!(field + 32 <= buf.len(), "checksum field inside the structure");
     let mut h = blake3::Hasher::new();
     h.update(&buf[..field]);
     h.update(&[0u8; 32]);

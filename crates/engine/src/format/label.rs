@@ -54,10 +54,7 @@ pub struct LabelPhys {
 
 impl LabelPhys {
     pub fn encode(&self) -> Vec<u8> {
-        assert!(
-            self.pool_name.len() <= POOL_NAME_MAX,
-            "pool name validated before encoding"
-        );
+        assert!(self.pool_name.len() <= POOL_NAME_MAX, "pool name validated before encoding");
         let mut name = [0u8; POOL_NAME_MAX];
         name[..self.pool_name.len()].copy_from_slice(self.pool_name.as_bytes());
         let mut w = Writer::with_capacity(LABEL_PHYS_SIZE);
@@ -92,21 +89,13 @@ impl LabelPhys {
     pub fn decode(buf: &[u8], addr: u64) -> Result<LabelPhys, Corruption> {
         let mut r = Reader::new(buf, "label", Some(addr));
         if buf.len() < LABEL_PHYS_SIZE {
-            return Err(r.corrupt(format!(
-                "label is {} bytes, expected {}",
-                buf.len(),
-                LABEL_PHYS_SIZE
-            )));
+            return Err(r.corrupt(format!("label is {} bytes, expected {}", buf.len(), LABEL_PHYS_SIZE)));
         }
         let buf = &buf[..LABEL_PHYS_SIZE];
         if buf[..8] != LABEL_MAGIC {
-            return Err(
-                r.corrupt("bad magic: this is not a Strata device (or its label is destroyed)")
-            );
+            return Err(r.corrupt("bad magic: this is not a Strata device (or its label is destroyed)"));
         }
-        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32]
-            .try_into()
-            .expect("32 bytes");
+        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].try_into().expect("32 bytes");
         if self_checksum(buf, CHECKSUM_FIELD) != stored {
             return Err(r.corrupt("label checksum mismatch"));
         }
@@ -123,34 +112,22 @@ impl LabelPhys {
         let spacemap_chunks = r.u64()?;
         let data_offset = r.u64()?;
         let data_units = r.u64()?;
-        let features = Features {
-            compat: r.u64()?,
-            ro_compat: r.u64()?,
-            incompat: r.u64()?,
-        };
+        let features = Features { compat: r.u64()?, ro_compat: r.u64()?, incompat: r.u64()? };
         let created_ns = r.u64()?;
         let algo_raw = r.u8()?;
         r.take(7)?;
         let name_raw = r.take(POOL_NAME_MAX)?;
         if unit_shift != UNIT_SHIFT {
-            return Err(r.corrupt(format!(
-                "unit shift {unit_shift} is not supported (expected {UNIT_SHIFT})"
-            )));
+            return Err(r.corrupt(format!("unit shift {unit_shift} is not supported (expected {UNIT_SHIFT})")));
         }
         if ring_slots != RING_SLOTS {
-            return Err(r.corrupt(format!(
-                "ring of {ring_slots} slots (expected {RING_SLOTS})"
-            )));
+            return Err(r.corrupt(format!("ring of {ring_slots} slots (expected {RING_SLOTS})")));
         }
         let checksum_algo = ChecksumAlgo::from_u8(algo_raw)
             .ok_or_else(|| r.corrupt(format!("unknown checksum algorithm {algo_raw}")))?;
-        let name_len = name_raw
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(POOL_NAME_MAX);
-        let pool_name = std::str::from_utf8(&name_raw[..name_len])
-            .map_err(|_| r.corrupt("pool name is not UTF-8"))?
-            .to_string();
+        let name_len = name_raw.iter().position(|&b| b == 0).unwrap_or(POOL_NAME_MAX);
+        let pool_name =
+            std::str::from_utf8(&name_raw[..name_len]).map_err(|_| r.corrupt("pool name is not UTF-8"))?.to_string();
         let end = data_units
             .checked_mul(UNIT_SIZE)
             .and_then(|b| b.checked_add(data_offset))

@@ -42,13 +42,8 @@ pub const INDIRECT_BYTES: usize = INDIRECT_FANOUT * BLKPTR_SIZE;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BtreeNodePhys {
-    Leaf {
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
-    },
-    Internal {
-        level: u8,
-        entries: Vec<(Vec<u8>, BlockPtr)>,
-    },
+    Leaf { entries: Vec<(Vec<u8>, Vec<u8>)> },
+    Internal { level: u8, entries: Vec<(Vec<u8>, BlockPtr)> },
 }
 
 pub fn leaf_entry_bytes(key: &[u8], value: &[u8]) -> usize {
@@ -60,37 +55,21 @@ pub fn internal_entry_bytes(key: &[u8]) -> usize {
 }
 
 /// Encode a leaf from borrowed entries (the in-memory tree encodes without copying).
-pub fn encode_leaf<'a>(
-    count: usize,
-    entries: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-) -> Vec<u8> {
+pub fn encode_leaf<'a>(count: usize, entries: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
     let mut w = Writer::with_capacity(NODE_MAX_BYTES);
-    w.bytes(&NODE_MAGIC)
-        .u8(0)
-        .u8(0)
-        .u16(u16::try_from(count).expect("node entry count fits u16"));
+    w.bytes(&NODE_MAGIC).u8(0).u8(0).u16(u16::try_from(count).expect("node entry count fits u16"));
     for (k, v) in entries {
-        assert!(
-            k.len() <= KEY_MAX && v.len() <= VALUE_MAX,
-            "entry limits checked on insert"
-        );
+        assert!(k.len() <= KEY_MAX && v.len() <= VALUE_MAX, "entry limits checked on insert");
         w.u16(k.len() as u16).u16(v.len() as u16).bytes(k).bytes(v);
     }
     w.into_inner()
 }
 
 /// Encode an internal node from borrowed entries.
-pub fn encode_internal<'a>(
-    level: u8,
-    count: usize,
-    entries: impl Iterator<Item = (&'a [u8], BlockPtr)>,
-) -> Vec<u8> {
+pub fn encode_internal<'a>(level: u8, count: usize, entries: impl Iterator<Item = (&'a [u8], BlockPtr)>) -> Vec<u8> {
     assert!(level > 0 && count > 0);
     let mut w = Writer::with_capacity(NODE_MAX_BYTES);
-    w.bytes(&NODE_MAGIC)
-        .u8(level)
-        .u8(0)
-        .u16(u16::try_from(count).expect("node entry count fits u16"));
+    w.bytes(&NODE_MAGIC).u8(level).u8(0).u16(u16::try_from(count).expect("node entry count fits u16"));
     for (k, bp) in entries {
         assert!(!bp.is_hole(), "internal nodes point at written children");
         w.u16(k.len() as u16);
@@ -103,15 +82,12 @@ pub fn encode_internal<'a>(
 impl BtreeNodePhys {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            BtreeNodePhys::Leaf { entries } => encode_leaf(
-                entries.len(),
-                entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-            ),
-            BtreeNodePhys::Internal { level, entries } => encode_internal(
-                *level,
-                entries.len(),
-                entries.iter().map(|(k, bp)| (k.as_slice(), *bp)),
-            ),
+            BtreeNodePhys::Leaf { entries } => {
+                encode_leaf(entries.len(), entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
+            }
+            BtreeNodePhys::Internal { level, entries } => {
+                encode_internal(*level, entries.len(), entries.iter().map(|(k, bp)| (k.as_slice(), *bp)))
+            }
         }
     }
 
@@ -126,13 +102,8 @@ impl BtreeNodePhys {
     pub fn encoded_bytes(&self) -> usize {
         NODE_HEADER
             + match self {
-                BtreeNodePhys::Leaf { entries } => entries
-                    .iter()
-                    .map(|(k, v)| leaf_entry_bytes(k, v))
-                    .sum::<usize>(),
-                BtreeNodePhys::Internal { entries, .. } => {
-                    entries.iter().map(|(k, _)| internal_entry_bytes(k)).sum()
-                }
+                BtreeNodePhys::Leaf { entries } => entries.iter().map(|(k, v)| leaf_entry_bytes(k, v)).sum::<usize>(),
+                BtreeNodePhys::Internal { entries, .. } => entries.iter().map(|(k, _)| internal_entry_bytes(k)).sum(),
             }
     }
 
@@ -154,9 +125,7 @@ impl BtreeNodePhys {
                 let klen = r.u16()? as usize;
                 let vlen = r.u16()? as usize;
                 if klen > KEY_MAX || vlen > VALUE_MAX {
-                    return Err(r.corrupt(format!(
-                        "entry {i}: key {klen} / value {vlen} bytes over limits"
-                    )));
+                    return Err(r.corrupt(format!("entry {i}: key {klen} / value {vlen} bytes over limits")));
                 }
                 let k = r.take(klen)?;
                 let v = r.take(vlen)?;
@@ -204,9 +173,7 @@ pub struct IndirectPhys {
 
 impl IndirectPhys {
     pub fn empty() -> IndirectPhys {
-        IndirectPhys {
-            bps: vec![BlockPtr::HOLE; INDIRECT_FANOUT],
-        }
+        IndirectPhys { bps: vec![BlockPtr::HOLE; INDIRECT_FANOUT] }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -59,16 +59,9 @@ impl DnodePhys {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        assert!(
-            self.attr.len() <= ATTR_MAX,
-            "attribute size checked by the caller"
-        );
+        assert!(self.attr.len() <= ATTR_MAX, "attribute size checked by the caller");
         let mut w = Writer::with_capacity(DNODE_FIXED + self.attr.len());
-        w.u64(self.size)
-            .u32(self.record_size)
-            .u8(self.levels)
-            .u8(0)
-            .u16(self.attr.len() as u16);
+        w.u64(self.size).u32(self.record_size).u8(self.levels).u8(0).u16(self.attr.len() as u16);
         self.root.encode_into(&mut w);
         w.bytes(&self.attr);
         w.into_inner()
@@ -97,13 +90,7 @@ impl DnodePhys {
         }
         // The size may pass what `levels` addresses: records beyond are holes (a sparse
         // extension by truncate adds no levels).
-        Ok(DnodePhys {
-            size,
-            record_size,
-            levels,
-            root,
-            attr,
-        })
+        Ok(DnodePhys { size, record_size, levels, root, attr })
     }
 }
 
@@ -137,10 +124,7 @@ impl VolumeRecordPhys {
     pub fn decode(buf: &[u8]) -> Result<VolumeRecordPhys, Corruption> {
         let mut r = Reader::new(buf, "volume record", None);
         if buf.len() != VOLUME_RECORD_SIZE {
-            return Err(r.corrupt(format!(
-                "{} bytes, expected {VOLUME_RECORD_SIZE}",
-                buf.len()
-            )));
+            return Err(r.corrupt(format!("{} bytes, expected {VOLUME_RECORD_SIZE}", buf.len())));
         }
         let id = r.u64()?;
         let record_size = r.u32()?;

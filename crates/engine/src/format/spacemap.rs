@@ -40,18 +40,9 @@ pub struct SpacemapChunkPhys {
 
 impl SpacemapChunkPhys {
     pub fn encode(&self) -> Vec<u8> {
-        assert_eq!(
-            self.bits.len(),
-            CHUNK_BITS_BYTES,
-            "chunk bitmaps are fixed size"
-        );
+        assert_eq!(self.bits.len(), CHUNK_BITS_BYTES, "chunk bitmaps are fixed size");
         let mut w = Writer::with_capacity(CHUNK_SLOT_SIZE);
-        w.bytes(&CHUNK_MAGIC)
-            .u32(self.chunk_index)
-            .u64(self.txg)
-            .u64(self.pool_guid)
-            .zeros(8)
-            .zeros(32);
+        w.bytes(&CHUNK_MAGIC).u32(self.chunk_index).u64(self.txg).u64(self.pool_guid).zeros(8).zeros(32);
         w.bytes(&self.bits);
         let mut buf = w.into_inner();
         let sum = self_checksum(&buf, CHECKSUM_FIELD);
@@ -72,9 +63,7 @@ impl SpacemapChunkPhys {
         if buf[..4] != CHUNK_MAGIC {
             return Err(r.corrupt("bad magic"));
         }
-        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32]
-            .try_into()
-            .expect("32 bytes");
+        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].try_into().expect("32 bytes");
         if self_checksum(buf, CHECKSUM_FIELD) != stored {
             return Err(r.corrupt("checksum mismatch"));
         }
@@ -82,11 +71,6 @@ impl SpacemapChunkPhys {
         let chunk_index = r.u32()?;
         let txg = r.u64()?;
         let pool_guid = r.u64()?;
-        Ok(Some(SpacemapChunkPhys {
-            chunk_index,
-            txg,
-            pool_guid,
-            bits: buf[HEADER..].to_vec(),
-        }))
+        Ok(Some(SpacemapChunkPhys { chunk_index, txg, pool_guid, bits: buf[HEADER..].to_vec() }))
     }
 }

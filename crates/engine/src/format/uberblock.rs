@@ -39,15 +39,9 @@ pub struct UberblockPhys {
 impl UberblockPhys {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(UBER_SLOT_SIZE);
-        w.bytes(&UBER_MAGIC)
-            .u64(self.txg)
-            .u64(self.pool_guid)
-            .u64(self.timestamp_ns);
+        w.bytes(&UBER_MAGIC).u64(self.txg).u64(self.pool_guid).u64(self.timestamp_ns);
         self.catalog_root.encode_into(&mut w);
-        w.u64(self.allocated_units)
-            .u64(self.next_volume_id)
-            .u64(self.features_incompat)
-            .zeros(40);
+        w.u64(self.allocated_units).u64(self.next_volume_id).u64(self.features_incompat).zeros(40);
         assert_eq!(w.len(), CHECKSUM_FIELD);
         w.zeros(UBER_SLOT_SIZE - CHECKSUM_FIELD);
         let mut buf = w.into_inner();
@@ -70,9 +64,7 @@ impl UberblockPhys {
         if buf[..8] != UBER_MAGIC {
             return Err(r.corrupt("bad magic"));
         }
-        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32]
-            .try_into()
-            .expect("32 bytes");
+        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].try_into().expect("32 bytes");
         if self_checksum(buf, CHECKSUM_FIELD) != stored {
             return Err(r.corrupt("checksum mismatch (torn or damaged)"));
         }

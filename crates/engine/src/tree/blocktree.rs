@@ -24,19 +24,12 @@ fn span(level: u8) -> u64 {
 }
 
 fn expect_kind(bp: &BlockPtr, level: u8) -> Result<()> {
-    let want = if level == 0 {
-        BlockKind::Data
-    } else {
-        BlockKind::Indirect
-    };
+    let want = if level == 0 { BlockKind::Data } else { BlockKind::Indirect };
     if !bp.is_hole() && bp.kind != want {
         return Err(Corruption::new(
             "block tree",
             Some(bp.addr),
-            format!(
-                "expected a {want:?} block at level {level}, found {:?}",
-                bp.kind
-            ),
+            format!("expected a {want:?} block at level {level}, found {:?}", bp.kind),
         )
         .into());
     }
@@ -92,18 +85,12 @@ pub fn update(
     released: &mut Vec<BlockPtr>,
 ) -> Result<BlockPtr> {
     assert!(new_levels >= levels);
-    assert!(
-        updates.windows(2).all(|w| w[0].0 < w[1].0),
-        "updates sorted and unique"
-    );
+    assert!(updates.windows(2).all(|w| w[0].0 < w[1].0), "updates sorted and unique");
     if updates.is_empty() && new_levels == levels {
         return Ok(root);
     }
     let cur = if new_levels > levels && !root.is_hole() {
-        Cur::Grown {
-            old_root: root,
-            old_levels: levels,
-        }
+        Cur::Grown { old_root: root, old_levels: levels }
     } else {
         Cur::Bp(root)
     };
@@ -143,49 +130,22 @@ fn update_subtree(
     let mut i = 0;
     // Children that change: those named by updates, and (while growing) child 0.
     let grown_child = match cur {
-        Cur::Grown {
-            old_root,
-            old_levels,
-        } if level - 1 > old_levels => Some(Cur::Grown {
-            old_root,
-            old_levels,
-        }),
+        Cur::Grown { old_root, old_levels } if level - 1 > old_levels => Some(Cur::Grown { old_root, old_levels }),
         Cur::Grown { old_root, .. } => Some(Cur::Bp(old_root)),
         Cur::Bp(_) => None,
     };
     if let Some(child) = grown_child {
         let n = updates.iter().take_while(|(r, _)| *r < base + s).count();
-        children.bps[0] = update_or_keep(
-            io,
-            alloc,
-            child,
-            level - 1,
-            base,
-            &updates[..n],
-            txg,
-            released,
-        )?;
+        children.bps[0] = update_or_keep(io, alloc, child, level - 1, base, &updates[..n], txg, released)?;
         i = n;
     }
     while i < updates.len() {
         let idx = ((updates[i].0 - base) / s) as usize;
         assert!(idx < INDIRECT_FANOUT, "update inside this subtree");
         let child_base = base + idx as u64 * s;
-        let n = updates[i..]
-            .iter()
-            .take_while(|(r, _)| *r < child_base + s)
-            .count();
+        let n = updates[i..].iter().take_while(|(r, _)| *r < child_base + s).count();
         let child = Cur::Bp(children.bps[idx]);
-        children.bps[idx] = update_subtree(
-            io,
-            alloc,
-            child,
-            level - 1,
-            child_base,
-            &updates[i..i + n],
-            txg,
-            released,
-        )?;
+        children.bps[idx] = update_subtree(io, alloc, child, level - 1, child_base, &updates[i..i + n], txg, released)?;
         i += n;
     }
     if let Cur::Bp(old) = cur {
@@ -249,27 +209,13 @@ fn walk_at(
 }
 
 /// Record numbers in [from, to) that have a data block.
-pub fn allocated_records(
-    io: &BlockIo,
-    root: &BlockPtr,
-    levels: u8,
-    from: u64,
-    to: u64,
-) -> Result<Vec<u64>> {
+pub fn allocated_records(io: &BlockIo, root: &BlockPtr, levels: u8, from: u64, to: u64) -> Result<Vec<u64>> {
     let mut out = Vec::new();
     collect_at(io, root, levels, 0, from, to, &mut out)?;
     Ok(out)
 }
 
-fn collect_at(
-    io: &BlockIo,
-    bp: &BlockPtr,
-    level: u8,
-    base: u64,
-    from: u64,
-    to: u64,
-    out: &mut Vec<u64>,
-) -> Result<()> {
+fn collect_at(io: &BlockIo, bp: &BlockPtr, level: u8, base: u64, from: u64, to: u64, out: &mut Vec<u64>) -> Result<()> {
     if bp.is_hole() {
         return Ok(());
     }

@@ -16,8 +16,8 @@
 use crate::alloc::Allocator;
 use crate::error::{Corruption, Error, Result};
 use crate::format::node::{
-    encode_internal, encode_leaf, internal_entry_bytes, leaf_entry_bytes, BtreeNodePhys, KEY_MAX,
-    NODE_HEADER, NODE_MAX_BYTES, VALUE_MAX,
+    encode_internal, encode_leaf, internal_entry_bytes, leaf_entry_bytes, BtreeNodePhys, KEY_MAX, NODE_HEADER,
+    NODE_MAX_BYTES, VALUE_MAX,
 };
 use crate::format::{BlockKind, BlockPtr};
 use crate::pipeline::BlockIo;
@@ -38,13 +38,7 @@ pub struct MemNode {
 
 impl MemNode {
     fn empty_leaf() -> MemNode {
-        MemNode {
-            level: 0,
-            leaf: Vec::new(),
-            inner: Vec::new(),
-            bytes: NODE_HEADER,
-            orig: None,
-        }
+        MemNode { level: 0, leaf: Vec::new(), inner: Vec::new(), bytes: NODE_HEADER, orig: None }
     }
 
     fn from_phys(phys: &BtreeNodePhys, bp: BlockPtr) -> MemNode {
@@ -59,10 +53,7 @@ impl MemNode {
             BtreeNodePhys::Internal { level, entries } => MemNode {
                 level: *level,
                 leaf: Vec::new(),
-                inner: entries
-                    .iter()
-                    .map(|(k, c)| (k.clone(), Link::Disk(*c)))
-                    .collect(),
+                inner: entries.iter().map(|(k, c)| (k.clone(), Link::Disk(*c))).collect(),
                 bytes: phys.encoded_bytes(),
                 orig: Some(bp),
             },
@@ -110,10 +101,7 @@ impl BTree {
 
     /// The tree whose root is `root` (a hole for an empty tree).
     pub fn open(root: BlockPtr) -> BTree {
-        BTree {
-            root: (!root.is_hole()).then_some(Link::Disk(root)),
-            released: Vec::new(),
-        }
+        BTree { root: (!root.is_hole()).then_some(Link::Disk(root)), released: Vec::new() }
     }
 
     /// True when the tree has changes not yet written.
@@ -155,9 +143,7 @@ impl BTree {
                 value.len()
             )));
         }
-        let root = self
-            .root
-            .get_or_insert_with(|| Link::Mem(Box::new(MemNode::empty_leaf())));
+        let root = self.root.get_or_insert_with(|| Link::Mem(Box::new(MemNode::empty_leaf())));
         let (old, split) = insert_rec(io, root, key, value)?;
         if let Some((sep, right)) = split {
             let left = self.root.take().expect("root present");
@@ -182,10 +168,7 @@ impl BTree {
         if self.get(io, key)?.is_none() {
             return Ok(None);
         }
-        let root = self
-            .root
-            .as_mut()
-            .expect("key found, so the tree has a root");
+        let root = self.root.as_mut().expect("key found, so the tree has a root");
         let old = remove_rec(io, root, key, &mut self.released)?;
         // Shrink the root: an internal root with one child is replaced by that child; an
         // empty leaf root means an empty tree.
@@ -241,12 +224,7 @@ impl BTree {
     }
 }
 
-fn get_phys(
-    io: &BlockIo,
-    mut bp: BlockPtr,
-    mut parent_level: Option<u8>,
-    key: &[u8],
-) -> Result<Option<Vec<u8>>> {
+fn get_phys(io: &BlockIo, mut bp: BlockPtr, mut parent_level: Option<u8>, key: &[u8]) -> Result<Option<Vec<u8>>> {
     loop {
         let node = io.read_node(&bp)?;
         if let Some(p) = parent_level {
@@ -254,10 +232,7 @@ fn get_phys(
         }
         match &*node {
             BtreeNodePhys::Leaf { entries } => {
-                return Ok(entries
-                    .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-                    .ok()
-                    .map(|i| entries[i].1.clone()))
+                return Ok(entries.binary_search_by(|(k, _)| k.as_slice().cmp(key)).ok().map(|i| entries[i].1.clone()))
             }
             BtreeNodePhys::Internal { level, entries } => {
                 parent_level = Some(*level);
@@ -267,11 +242,7 @@ fn get_phys(
     }
 }
 
-fn make_mut<'a>(
-    io: &BlockIo,
-    link: &'a mut Link,
-    parent_level: Option<u8>,
-) -> Result<&'a mut MemNode> {
+fn make_mut<'a>(io: &BlockIo, link: &'a mut Link, parent_level: Option<u8>) -> Result<&'a mut MemNode> {
     if let Link::Disk(bp) = *link {
         let phys = io.read_node(&bp)?;
         if let Some(p) = parent_level {
@@ -287,12 +258,7 @@ fn make_mut<'a>(
 
 type Split = Option<(Vec<u8>, Link)>;
 
-fn insert_rec(
-    io: &BlockIo,
-    link: &mut Link,
-    key: &[u8],
-    value: &[u8],
-) -> Result<(Option<Vec<u8>>, Split)> {
+fn insert_rec(io: &BlockIo, link: &mut Link, key: &[u8], value: &[u8]) -> Result<(Option<Vec<u8>>, Split)> {
     // The root has no parent level to check against; children are checked on load.
     insert_at(io, link, None, key, value)
 }
@@ -328,11 +294,7 @@ fn insert_at(
         }
         old
     };
-    let split = if node.bytes > NODE_MAX_BYTES {
-        Some(split_node(node))
-    } else {
-        None
-    };
+    let split = if node.bytes > NODE_MAX_BYTES { Some(split_node(node)) } else { None };
     Ok((old, split))
 }
 
@@ -341,13 +303,7 @@ fn insert_at(
 fn split_node(node: &mut MemNode) -> (Vec<u8>, Link) {
     let half = (node.bytes - NODE_HEADER) / 2;
     let mut acc = 0;
-    let mut right = MemNode {
-        level: node.level,
-        leaf: Vec::new(),
-        inner: Vec::new(),
-        bytes: NODE_HEADER,
-        orig: None,
-    };
+    let mut right = MemNode { level: node.level, leaf: Vec::new(), inner: Vec::new(), bytes: NODE_HEADER, orig: None };
     if node.level == 0 {
         let mut at = node.leaf.len() - 1;
         for (i, (k, v)) in node.leaf.iter().enumerate() {
@@ -358,11 +314,7 @@ fn split_node(node: &mut MemNode) -> (Vec<u8>, Link) {
             }
         }
         right.leaf = node.leaf.split_off(at);
-        right.bytes += right
-            .leaf
-            .iter()
-            .map(|(k, v)| leaf_entry_bytes(k, v))
-            .sum::<usize>();
+        right.bytes += right.leaf.iter().map(|(k, v)| leaf_entry_bytes(k, v)).sum::<usize>();
         node.bytes -= right.bytes - NODE_HEADER;
         (right.leaf[0].0.clone(), Link::Mem(Box::new(right)))
     } else {
@@ -375,11 +327,7 @@ fn split_node(node: &mut MemNode) -> (Vec<u8>, Link) {
             }
         }
         right.inner = node.inner.split_off(at);
-        right.bytes += right
-            .inner
-            .iter()
-            .map(|(k, _)| internal_entry_bytes(k))
-            .sum::<usize>();
+        right.bytes += right.inner.iter().map(|(k, _)| internal_entry_bytes(k)).sum::<usize>();
         node.bytes -= right.bytes - NODE_HEADER;
         (right.inner[0].0.clone(), Link::Mem(Box::new(right)))
     }
@@ -392,12 +340,7 @@ fn link_bytes(io: &BlockIo, link: &Link) -> Result<usize> {
     })
 }
 
-fn remove_rec(
-    io: &BlockIo,
-    link: &mut Link,
-    key: &[u8],
-    released: &mut Vec<BlockPtr>,
-) -> Result<Option<Vec<u8>>> {
+fn remove_rec(io: &BlockIo, link: &mut Link, key: &[u8], released: &mut Vec<BlockPtr>) -> Result<Option<Vec<u8>>> {
     remove_at(io, link, None, key, released)
 }
 
@@ -410,23 +353,19 @@ fn remove_at(
 ) -> Result<Option<Vec<u8>>> {
     let node = make_mut(io, link, parent)?;
     if node.level == 0 {
-        return Ok(
-            match node.leaf.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
-                Ok(i) => {
-                    let (k, v) = node.leaf.remove(i);
-                    node.bytes -= leaf_entry_bytes(&k, &v);
-                    Some(v)
-                }
-                Err(_) => None,
-            },
-        );
+        return Ok(match node.leaf.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
+            Ok(i) => {
+                let (k, v) = node.leaf.remove(i);
+                node.bytes -= leaf_entry_bytes(&k, &v);
+                Some(v)
+            }
+            Err(_) => None,
+        });
     }
     let level = node.level;
     let idx = child_index(&node.inner, key);
     let old = remove_at(io, &mut node.inner[idx].1, Some(level), key, released)?;
-    let Link::Mem(child) = &node.inner[idx].1 else {
-        unreachable!("just changed")
-    };
+    let Link::Mem(child) = &node.inner[idx].1 else { unreachable!("just changed") };
     if child.len() == 0 {
         let (k, gone) = node.inner.remove(idx);
         node.bytes -= internal_entry_bytes(&k);
@@ -438,11 +377,7 @@ fn remove_at(
         return Ok(old);
     }
     if child.bytes < NODE_MAX_BYTES / 4 && node.inner.len() > 1 {
-        let (l, r) = if idx + 1 < node.inner.len() {
-            (idx, idx + 1)
-        } else {
-            (idx - 1, idx)
-        };
+        let (l, r) = if idx + 1 < node.inner.len() { (idx, idx + 1) } else { (idx - 1, idx) };
         let lb = link_bytes(io, &node.inner[l].1)?;
         let rb = link_bytes(io, &node.inner[r].1)?;
         let sep = node.inner[r].0.clone();
@@ -458,17 +393,11 @@ fn remove_at(
             let mut right_inner = std::mem::take(&mut right.inner);
             let left = make_mut(io, &mut node.inner[l].1, Some(level))?;
             if left.level == 0 {
-                left.bytes += right_leaf
-                    .iter()
-                    .map(|(k, v)| leaf_entry_bytes(k, v))
-                    .sum::<usize>();
+                left.bytes += right_leaf.iter().map(|(k, v)| leaf_entry_bytes(k, v)).sum::<usize>();
                 left.leaf.extend(right_leaf);
             } else {
                 right_inner[0].0 = sep_key;
-                left.bytes += right_inner
-                    .iter()
-                    .map(|(k, _)| internal_entry_bytes(k))
-                    .sum::<usize>();
+                left.bytes += right_inner.iter().map(|(k, _)| internal_entry_bytes(k)).sum::<usize>();
                 left.inner.extend(right_inner);
             }
             debug_assert!(left.bytes <= NODE_MAX_BYTES);
@@ -489,10 +418,7 @@ fn write_rec(
         Link::Mem(n) => n,
     };
     let payload = if node.level == 0 {
-        encode_leaf(
-            node.leaf.len(),
-            node.leaf.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-        )
+        encode_leaf(node.leaf.len(), node.leaf.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
     } else {
         let mut children = Vec::with_capacity(node.inner.len());
         for (_, child) in node.inner.iter_mut() {
@@ -500,17 +426,16 @@ fn write_rec(
             *child = Link::Disk(bp);
             children.push(bp);
         }
-        encode_internal(
-            node.level,
-            node.inner.len(),
-            node.inner.iter().map(|(k, _)| k.as_slice()).zip(children),
-        )
+        encode_internal(node.level, node.inner.len(), node.inner.iter().map(|(k, _)| k.as_slice()).zip(children))
     };
-    debug_assert_eq!(
-        payload.len(),
-        node.bytes,
-        "tracked node size matches its encoding"
-    );
+    debug_assert_eq!(payload.len(), node.bytes, "tracked node size matches its encoding");
+    #[cfg(feature = "verify")]
+    {
+        // Pair assertion: what goes to disk decodes back to the same node, in order.
+        let back = BtreeNodePhys::decode(&payload, None).expect("an encoded node decodes");
+        assert_eq!(back.level(), node.level);
+        assert_eq!(back.encoded_bytes(), node.bytes);
+    }
     let bp = io.write_block(alloc, BlockKind::BtreeNode, &payload, txg)?;
     released.extend(node.orig);
     *link = Link::Disk(bp);
@@ -541,12 +466,7 @@ fn range_link(
             }
         }
         Link::Mem(n) => {
-            for (i, (k, child)) in n
-                .inner
-                .iter()
-                .enumerate()
-                .skip(child_index(&n.inner, start))
-            {
+            for (i, (k, child)) in n.inner.iter().enumerate().skip(child_index(&n.inner, start)) {
                 if out.len() >= limit || (i > 0 && end.is_some_and(|e| k.as_slice() >= e)) {
                     break;
                 }
@@ -569,21 +489,11 @@ fn range_link(
                     }
                 }
                 BtreeNodePhys::Internal { level, entries } => {
-                    for (i, (k, child)) in
-                        entries.iter().enumerate().skip(child_index(entries, start))
-                    {
+                    for (i, (k, child)) in entries.iter().enumerate().skip(child_index(entries, start)) {
                         if out.len() >= limit || (i > 0 && end.is_some_and(|e| k.as_slice() >= e)) {
                             break;
                         }
-                        range_link(
-                            io,
-                            &Link::Disk(*child),
-                            Some(*level),
-                            start,
-                            end,
-                            limit,
-                            out,
-                        )?;
+                        range_link(io, &Link::Disk(*child), Some(*level), start, end, limit, out)?;
                     }
                 }
             }
