@@ -180,6 +180,7 @@ impl Checker<'_> {
 
     fn object(&mut self, ctx: &str, dn: &DnodePhys) -> u64 {
         let mut units = 0;
+        let mut data_units = 0;
         let mut blocks: Vec<(BlockPtr, u8, u64)> = Vec::new();
         let walked = blocktree::walk(self.io, &dn.root, dn.levels, &mut |bp, level, first| {
             blocks.push((*bp, level, first));
@@ -199,6 +200,7 @@ impl Checker<'_> {
                 continue;
             }
             self.report.data_blocks += 1;
+            data_units += bp.units();
             if first >= records {
                 self.err(format!("{ctx}: record {first} exists past the object's size {}", dn.size));
             }
@@ -214,6 +216,9 @@ impl Checker<'_> {
                     Err(e) => self.err(format!("{ctx}: record {first}: {e}")),
                 }
             }
+        }
+        if data_units != dn.data_units {
+            self.err(format!("{ctx}: data records occupy {data_units} units, the dnode records {}", dn.data_units));
         }
         units
     }

@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod pool;
 pub mod tree;
 pub mod txg;
+pub mod txn;
 pub mod volume;
 
 pub use check::{CheckOptions, CheckReport};
@@ -28,4 +29,5 @@ pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
 pub use error::{Corruption, Error, ErrorKind, Result};
 pub use format::ChecksumAlgo;
 pub use pool::{CreateOptions, Pool, PoolOptions, PoolStatus, VolumeId, VolumeInfo, VolumeOptions};
+pub use txn::{SpaceInfo, Txn};
 pub use volume::ObjectId;

@@ -22,6 +22,7 @@ use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SI
 use crate::pipeline::BlockIo;
 use crate::tree::btree::BTree;
 use crate::txg;
+use crate::txn::Txn;
 use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -526,144 +527,113 @@ impl Pool {
     }
 
     pub fn set_quota(&self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
-        self.with_volume(vol, |v, _, _| {
-            v.rec.quota_bytes = quota_bytes;
-            v.dirty = true;
-            Ok(())
-        })
+        self.txn().set_quota(vol, quota_bytes)
     }
 
-    fn with_volume<T>(
-        &self,
-        vol: VolumeId,
-        f: impl FnOnce(&mut VolumeState, &crate::pipeline::BlockIo, &mut Allocator) -> Result<T>,
-    ) -> Result<T> {
-        let mut p = self.lock();
-        p.writable()?;
-        let PoolInner { volumes, io, alloc, .. } = &mut *p;
-        let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-        f(v, io, alloc)
+    /// Begin a group of operations that no commit can split: the pool's lock is held until
+    /// the returned [`Txn`] is dropped. A file system uses it so that a rename or an unlink
+    /// lands in one txg whole. Nothing inside commits on its own (no NoSpace retries, no
+    /// dirty-limit commits); see [`Pool::commit_for_space`].
+    pub fn txn(&self) -> Txn<'_> {
+        Txn::new(self.lock())
     }
 
-    fn read_volume<T>(
-        &self,
-        vol: VolumeId,
-        f: impl FnOnce(&mut VolumeState, &crate::pipeline::BlockIo) -> Result<T>,
-    ) -> Result<T> {
+    /// After a NoSpace inside a [`Txn`]: commit (even with nothing dirty) so that held frees
+    /// are released. Returns whether retrying can help.
+    pub fn commit_for_space(&self) -> Result<bool> {
         let mut p = self.lock();
-        let PoolInner { volumes, io, .. } = &mut *p;
-        let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-        f(v, io)
+        if !p.could_free_space() {
+            return Ok(false);
+        }
+        p.commit_always()?;
+        Ok(true)
+    }
+
+    /// Run `f` in a txn; on NoSpace while freed space is held back or dirty data could be
+    /// committed, commit (at most three txgs) and run it again. Commits when dirty data
+    /// passes the limit.
+    pub fn with_space_retry<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T>) -> Result<T> {
+        let mut tries = 0;
+        loop {
+            let mut t = self.txn();
+            match f(&mut t) {
+                Err(Error::NoSpace(_)) if tries < 3 && t.inner().could_free_space() => {
+                    tries += 1;
+                    t.inner().commit_always()?;
+                }
+                Err(e) => return Err(e),
+                Ok(v) => {
+                    let p = t.inner();
+                    if p.dirty_bytes() > p.dirty_limit_bytes {
+                        p.commit()?;
+                    }
+                    return Ok(v);
+                }
+            }
+        }
     }
 
     pub fn create_object(&self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
-        self.with_volume(vol, |v, _, _| v.create_object(attr))
+        self.txn().create_object(vol, attr)
     }
 
     pub fn delete_object(&self, vol: VolumeId, obj: ObjectId) -> Result<()> {
-        self.with_volume(vol, |v, io, _| v.delete_object(io, obj))
+        self.txn().delete_object(vol, obj)
     }
 
     pub fn object_exists(&self, vol: VolumeId, obj: ObjectId) -> Result<bool> {
-        self.read_volume(vol, |v, io| v.exists(io, obj))
+        self.txn().object_exists(vol, obj)
     }
 
     pub fn object_size(&self, vol: VolumeId, obj: ObjectId) -> Result<u64> {
-        self.read_volume(vol, |v, io| v.object_size(io, obj))
+        self.txn().object_size(vol, obj)
     }
 
     pub fn get_attr(&self, vol: VolumeId, obj: ObjectId) -> Result<Vec<u8>> {
-        self.read_volume(vol, |v, io| v.get_attr(io, obj))
+        self.txn().get_attr(vol, obj)
     }
 
     pub fn set_attr(&self, vol: VolumeId, obj: ObjectId, attr: &[u8]) -> Result<()> {
-        self.with_volume(vol, |v, io, _| v.set_attr(io, obj, attr))
+        self.txn().set_attr(vol, obj, attr)
     }
 
     pub fn list_objects(&self, vol: VolumeId, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
-        self.read_volume(vol, |v, io| v.list_objects(io, after, limit))
+        self.txn().list_objects(vol, after, limit)
     }
 
-    /// Write `data` at `offset`. On NoSpace while freed space is still held back or dirty
-    /// data could be committed, commits (at most three txgs) and retries once more.
+    /// Write `data` at `offset` (with NoSpace retries, see `with_space_retry`).
     pub fn write(&self, vol: VolumeId, obj: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
-        let mut p = self.lock();
-        let mut tries = 0;
-        loop {
-            p.writable()?;
-            let r = {
-                let PoolInner { volumes, io, alloc, .. } = &mut *p;
-                let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-                v.write(io, alloc, obj, offset, data)
-            };
-            match r {
-                Err(Error::NoSpace(msg)) if tries < 3 && p.could_free_space() => {
-                    tries += 1;
-                    p.commit_always()?;
-                    let _ = msg;
-                }
-                Err(e) => return Err(e),
-                Ok(()) => break,
-            }
-        }
-        if p.dirty_bytes() > p.dirty_limit_bytes {
-            p.commit()?;
-        }
-        Ok(())
+        self.with_space_retry(|t| t.write(vol, obj, offset, data))
     }
 
     pub fn read(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
-        self.read_volume(vol, |v, io| v.read(io, obj, offset, len))
+        self.txn().read(vol, obj, offset, len)
     }
 
     pub fn truncate(&self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {
-        self.retrying(vol, |v, io, alloc| v.truncate(io, alloc, obj, size))
+        self.with_space_retry(|t| t.truncate(vol, obj, size))
     }
 
     pub fn punch_hole(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: u64) -> Result<()> {
-        self.retrying(vol, |v, io, alloc| v.punch_hole(io, alloc, obj, offset, len))
-    }
-
-    fn retrying(
-        &self,
-        vol: VolumeId,
-        mut f: impl FnMut(&mut VolumeState, &crate::pipeline::BlockIo, &mut Allocator) -> Result<()>,
-    ) -> Result<()> {
-        let mut p = self.lock();
-        let mut tries = 0;
-        loop {
-            p.writable()?;
-            let r = {
-                let PoolInner { volumes, io, alloc, .. } = &mut *p;
-                let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-                f(v, io, alloc)
-            };
-            match r {
-                Err(Error::NoSpace(_)) if tries < 3 && p.could_free_space() => {
-                    tries += 1;
-                    p.commit_always()?;
-                }
-                other => return other,
-            }
-        }
+        self.with_space_retry(|t| t.punch_hole(vol, obj, offset, len))
     }
 
     /// The root of an object's block tree and its indirect levels, as last committed —
     /// for diagnostics (`strata debug`) and fault-injection tests.
     pub fn object_block_root(&self, vol: VolumeId, obj: ObjectId) -> Result<(BlockPtr, u8)> {
-        self.read_volume(vol, |v, io| v.block_root(io, obj))
+        self.txn().object_block_root(vol, obj)
     }
 
     pub fn kv_get(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.read_volume(vol, |v, io| v.kv_get(io, key))
+        self.txn().kv_get(vol, key)
     }
 
     pub fn kv_put(&self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.with_volume(vol, |v, io, _| v.kv_put(io, key, value))
+        self.txn().kv_put(vol, key, value)
     }
 
     pub fn kv_delete(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.with_volume(vol, |v, io, _| v.kv_delete(io, key))
+        self.txn().kv_delete(vol, key)
     }
 
     /// Entries with `start <= key < end`, at most `limit`, in key order.
@@ -674,7 +644,7 @@ impl Pool {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.read_volume(vol, |v, io| v.kv_range(io, start, end, limit))
+        self.txn().kv_range(vol, start, end, limit)
     }
 
     /// The longest key a volume's key-value space accepts.
@@ -694,7 +664,7 @@ fn info(id: VolumeId, v: &VolumeState) -> VolumeInfo {
 }
 
 impl PoolInner {
-    fn writable(&self) -> Result<()> {
+    pub(crate) fn writable(&self) -> Result<()> {
         if let Some(why) = &self.latched {
             return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
         }
@@ -710,11 +680,11 @@ impl PoolInner {
         })
     }
 
-    fn dirty_bytes(&self) -> u64 {
+    pub(crate) fn dirty_bytes(&self) -> u64 {
         self.volumes.values().map(|v| v.dirty_bytes()).sum()
     }
 
-    fn could_free_space(&self) -> bool {
+    pub(crate) fn could_free_space(&self) -> bool {
         self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty)
     }
 
@@ -731,7 +701,7 @@ impl PoolInner {
     }
 
     /// Commit even with nothing dirty: advancing the txg is what releases held frees.
-    fn commit_always(&mut self) -> Result<u64> {
+    pub(crate) fn commit_always(&mut self) -> Result<u64> {
         self.writable()?;
         let txg = self.next_txg;
         match self.sync(txg) {

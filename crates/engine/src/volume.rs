@@ -114,6 +114,7 @@ impl VolumeState {
             record_size: self.rec.record_size,
             levels: 0,
             root: BlockPtr::HOLE,
+            data_units: 0,
             attr: attr.to_vec(),
         };
         self.objects.insert(obj, ObjState { dnode, dirty: true });
@@ -136,6 +137,14 @@ impl VolumeState {
     pub fn block_root(&mut self, io: &BlockIo, obj: ObjectId) -> Result<(BlockPtr, u8)> {
         let st = self.dnode(io, obj)?;
         Ok((st.dnode.root, st.dnode.levels))
+    }
+
+    /// Bytes the object's data records occupy (as committed, plus dirty records counted
+    /// at full record size): `st_blocks`.
+    pub fn allocated_bytes(&mut self, io: &BlockIo, obj: ObjectId) -> Result<u64> {
+        let dn = self.dnode(io, obj)?.dnode.clone();
+        let dirty = self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).filter(|(_, c)| c.is_some()).count() as u64;
+        Ok(dn.data_units * UNIT_SIZE + dirty * dn.record_size as u64)
     }
 
     pub fn get_attr(&mut self, io: &BlockIo, obj: ObjectId) -> Result<Vec<u8>> {
@@ -497,9 +506,16 @@ impl VolumeState {
             let st = self.objects.get_mut(&obj).expect("objects with dirty records stay cached until sync");
             let max_rec = updates.last().expect("group is non-empty").0;
             let new_levels = st.dnode.levels.max(blocktree::levels_for(max_rec));
+            let released_before = mine.len();
             st.dnode.root =
                 blocktree::update(io, alloc, st.dnode.root, st.dnode.levels, new_levels, &updates, txg, &mut mine)?;
             st.dnode.levels = new_levels;
+            let added: u64 = updates.iter().map(|(_, bp)| bp.units()).sum();
+            let dropped: u64 =
+                mine[released_before..].iter().filter(|bp| bp.kind == BlockKind::Data).map(|bp| bp.units()).sum();
+            st.dnode.data_units = (st.dnode.data_units + added)
+                .checked_sub(dropped)
+                .expect("an object never frees more data units than it holds");
             st.dirty = true;
         }
         let mut dirty_objs: Vec<(ObjectId, Vec<u8>)> = Vec::new();

@@ -60,7 +60,14 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
     let internal = BtreeNodePhys::Internal { level: 1, entries: vec![(vec![], bp(rng)), (b"m".to_vec(), bp(rng))] };
     let mut ind = IndirectPhys::empty();
     ind.bps[3] = bp(rng);
-    let dn = DnodePhys { size: 100_000, record_size: 16384, levels: 1, root: bp(rng), attr: b"attr".to_vec() };
+    let dn = DnodePhys {
+        size: 100_000,
+        record_size: 16384,
+        levels: 1,
+        root: bp(rng),
+        data_units: 4,
+        attr: b"attr".to_vec(),
+    };
     let vr = VolumeRecordPhys {
         id: 1,
         record_size: 16384,

@@ -1,7 +1,7 @@
 //! Records stored as values in B+trees: `DnodePhys` (one object of a volume) and
 //! `VolumeRecordPhys` (one volume in the pool catalog).
 //!
-//! `DnodePhys` (80 bytes + attribute):
+//! `DnodePhys` (88 bytes + attribute):
 //! ```text
 //!   0  size          u64   object length in bytes
 //!   8  record_size   u32   bytes per record (power of two, 4 KiB..1 MiB)
@@ -9,7 +9,8 @@
 //!  13  flags         u8    (zero)
 //!  14  attr_len      u16
 //!  16  root          BlockPtrPhys (64)
-//!  80  attr          [u8; attr_len]   the caller's attribute record (≤ ATTR_MAX)
+//!  80  data_units    u64   units its data records occupy (st_blocks; checked)
+//!  88  attr          [u8; attr_len]   the caller's attribute record (≤ ATTR_MAX)
 //! ```
 //!
 //! `VolumeRecordPhys` (128 bytes):
@@ -32,7 +33,7 @@ use super::BlockPtr;
 use crate::error::Corruption;
 
 pub const ATTR_MAX: usize = 512;
-pub const DNODE_FIXED: usize = 80;
+pub const DNODE_FIXED: usize = 88;
 pub const VOLUME_RECORD_SIZE: usize = 128;
 pub const MIN_RECORD_SIZE: u32 = 4096;
 pub const MAX_RECORD_SIZE: u32 = 1024 * 1024;
@@ -49,6 +50,7 @@ pub struct DnodePhys {
     pub record_size: u32,
     pub levels: u8,
     pub root: BlockPtr,
+    pub data_units: u64,
     pub attr: Vec<u8>,
 }
 
@@ -63,6 +65,7 @@ impl DnodePhys {
         let mut w = Writer::with_capacity(DNODE_FIXED + self.attr.len());
         w.u64(self.size).u32(self.record_size).u8(self.levels).u8(0).u16(self.attr.len() as u16);
         self.root.encode_into(&mut w);
+        w.u64(self.data_units);
         w.bytes(&self.attr);
         w.into_inner()
     }
@@ -75,6 +78,7 @@ impl DnodePhys {
         let flags = r.u8()?;
         let attr_len = r.u16()? as usize;
         let root = BlockPtr::decode_from(&mut r)?;
+        let data_units = r.u64()?;
         if attr_len > ATTR_MAX {
             return Err(r.corrupt(format!("attribute of {attr_len} bytes")));
         }
@@ -90,7 +94,7 @@ impl DnodePhys {
         }
         // The size may pass what `levels` addresses: records beyond are holes (a sparse
         // extension by truncate adds no levels).
-        Ok(DnodePhys { size, record_size, levels, root, attr })
+        Ok(DnodePhys { size, record_size, levels, root, data_units, attr })
     }
 }
 

@@ -1,0 +1,171 @@
+//! `Txn`: operations on volumes and objects under the pool's lock, grouped so that no commit
+//! can fall between them. Every public object and key-value operation of [`Pool`] is a
+//! one-operation `Txn`; the file system groups several (a rename touches two directories and
+//! an inode) so that a crash finds all of it or none of it.
+//!
+//! Nothing in a `Txn` commits: a NoSpace is returned as is (the caller drops the `Txn`,
+//! calls [`Pool::commit_for_space`] and retries the whole group), and the dirty-data limit
+//! is enforced by [`Pool::with_space_retry`] when the group ends.
+//!
+//! [`Pool`]: crate::Pool
+//! [`Pool::commit_for_space`]: crate::Pool::commit_for_space
+//! [`Pool::with_space_retry`]: crate::Pool::with_space_retry
+
+use crate::alloc::Allocator;
+use crate::error::{Error, Result};
+use crate::format::{BlockPtr, UNIT_SIZE};
+use crate::pipeline::BlockIo;
+use crate::pool::{PoolInner, VolumeId};
+use crate::volume::{ObjectId, VolumeState};
+use std::sync::MutexGuard;
+
+pub struct Txn<'a> {
+    p: MutexGuard<'a, PoolInner>,
+}
+
+/// Space figures a file system reports (statfs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceInfo {
+    pub pool_size_bytes: u64,
+    /// Free in the pool now, including frees that are held back for a txg or two.
+    pub pool_free_bytes: u64,
+    pub volume_used_bytes: u64,
+    /// The volume's size limit, 0 = none.
+    pub volume_quota_bytes: u64,
+}
+
+impl<'a> Txn<'a> {
+    pub(crate) fn new(p: MutexGuard<'a, PoolInner>) -> Txn<'a> {
+        Txn { p }
+    }
+
+    pub(crate) fn inner(&mut self) -> &mut PoolInner {
+        &mut self.p
+    }
+
+    fn vol_mut(&mut self, vol: VolumeId, write: bool) -> Result<(&mut VolumeState, &BlockIo, &mut Allocator)> {
+        if write {
+            self.p.writable()?;
+        }
+        let PoolInner { volumes, io, alloc, .. } = &mut *self.p;
+        let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        Ok((v, io, alloc))
+    }
+
+    /// Commit everything dirty now (fsync without an intent log).
+    pub fn commit(&mut self) -> Result<u64> {
+        self.p.commit()
+    }
+
+    pub fn space(&mut self, vol: VolumeId) -> Result<SpaceInfo> {
+        let size = self.p.label.data_units * UNIT_SIZE;
+        let free = size - self.p.alloc.allocated_units() * UNIT_SIZE;
+        let (v, _, _) = self.vol_mut(vol, false)?;
+        Ok(SpaceInfo {
+            pool_size_bytes: size,
+            pool_free_bytes: free,
+            volume_used_bytes: v.rec.used_units * UNIT_SIZE,
+            volume_quota_bytes: v.rec.quota_bytes,
+        })
+    }
+
+    pub fn set_quota(&mut self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
+        let (v, _, _) = self.vol_mut(vol, true)?;
+        v.rec.quota_bytes = quota_bytes;
+        v.dirty = true;
+        Ok(())
+    }
+
+    pub fn create_object(&mut self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
+        let (v, _, _) = self.vol_mut(vol, true)?;
+        v.create_object(attr)
+    }
+
+    pub fn delete_object(&mut self, vol: VolumeId, obj: ObjectId) -> Result<()> {
+        let (v, io, _) = self.vol_mut(vol, true)?;
+        v.delete_object(io, obj)
+    }
+
+    pub fn object_exists(&mut self, vol: VolumeId, obj: ObjectId) -> Result<bool> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.exists(io, obj)
+    }
+
+    pub fn object_size(&mut self, vol: VolumeId, obj: ObjectId) -> Result<u64> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.object_size(io, obj)
+    }
+
+    /// Bytes the object's records occupy on disk, estimated from its block tree: used for
+    /// `st_blocks`. Counts records as whole units (not exact for partly-written records).
+    pub fn object_allocated_bytes(&mut self, vol: VolumeId, obj: ObjectId) -> Result<u64> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.allocated_bytes(io, obj)
+    }
+
+    pub fn get_attr(&mut self, vol: VolumeId, obj: ObjectId) -> Result<Vec<u8>> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.get_attr(io, obj)
+    }
+
+    pub fn set_attr(&mut self, vol: VolumeId, obj: ObjectId, attr: &[u8]) -> Result<()> {
+        let (v, io, _) = self.vol_mut(vol, true)?;
+        v.set_attr(io, obj, attr)
+    }
+
+    pub fn list_objects(&mut self, vol: VolumeId, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.list_objects(io, after, limit)
+    }
+
+    pub fn write(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+        let (v, io, alloc) = self.vol_mut(vol, true)?;
+        v.write(io, alloc, obj, offset, data)
+    }
+
+    pub fn read(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.read(io, obj, offset, len)
+    }
+
+    pub fn truncate(&mut self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {
+        let (v, io, alloc) = self.vol_mut(vol, true)?;
+        v.truncate(io, alloc, obj, size)
+    }
+
+    pub fn punch_hole(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: u64) -> Result<()> {
+        let (v, io, alloc) = self.vol_mut(vol, true)?;
+        v.punch_hole(io, alloc, obj, offset, len)
+    }
+
+    pub fn object_block_root(&mut self, vol: VolumeId, obj: ObjectId) -> Result<(BlockPtr, u8)> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.block_root(io, obj)
+    }
+
+    pub fn kv_get(&mut self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.kv_get(io, key)
+    }
+
+    pub fn kv_put(&mut self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (v, io, _) = self.vol_mut(vol, true)?;
+        v.kv_put(io, key, value)
+    }
+
+    pub fn kv_delete(&mut self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (v, io, _) = self.vol_mut(vol, true)?;
+        v.kv_delete(io, key)
+    }
+
+    pub fn kv_range(
+        &mut self,
+        vol: VolumeId,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.kv_range(io, start, end, limit)
+    }
+}

@@ -1,0 +1,188 @@
+# shellcheck shell=bash
+# Shared helpers for the end-to-end database crash tests (postgres-crash.sh, mariadb-crash.sh).
+# Sourced, not executed. The sourcing script sets E2E_NAME (used in messages) before sourcing
+# and has `set -euo pipefail` on.
+#
+# Contract common to both scripts (see each script's header for its own knobs):
+#   DB_DIR     existing directory on the storage under test (required); the database's data
+#              directory and its WAL / redo logs go inside it.
+#   CRASH_CMD  shell command run with `bash -c` after the database has been kill -9'd, to
+#              crash/restart the storage (default: "sync"). Bounded by CRASH_TIMEOUT seconds.
+#   E2E_KEEP_WORK=1  keep the private work dir (logs, sockets, client-side ack logs) on success
+#              (it is always kept on failure).
+
+: "${E2E_NAME:=e2e}"
+# Byte-order sorting for sort/comm and a locale every tool here knows.
+export LC_ALL=C
+
+e2e_ts() { date +%H:%M:%S; }
+log() { printf '[%s %s] %s\n' "$(e2e_ts)" "$E2E_NAME" "$*"; }
+warn() { printf '[%s %s] WARNING: %s\n' "$(e2e_ts)" "$E2E_NAME" "$*" >&2; }
+
+# Files whose tails are printed when the script fails (add with add_failure_log).
+E2E_FAILURE_LOGS=()
+add_failure_log() { E2E_FAILURE_LOGS+=("$1"); }
+
+E2E_FAILED_MSG=""
+die() {
+  E2E_FAILED_MSG="$*"
+  printf '\n[%s %s] FAIL: %s\n' "$(e2e_ts)" "$E2E_NAME" "$*" >&2
+  exit 1
+}
+
+print_failure_logs() {
+  local f
+  for f in "${E2E_FAILURE_LOGS[@]}"; do
+    [ -f "$f" ] || continue
+    printf '\n----- tail -n 60 %s -----\n' "$f" >&2
+    tail -n 60 "$f" >&2 || true
+  done
+  printf -- '----- end of logs -----\n' >&2
+}
+
+# now_s: seconds since the epoch, with sub-second part (for durations).
+now_s() { date +%s.%N; }
+elapsed_since() { awk -v a="$1" -v b="$(now_s)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# wait_for DESC TIMEOUT_SECONDS CMD...: poll CMD every 0.5 s until it succeeds; die after TIMEOUT.
+wait_for() {
+  local desc="$1" timeout_s="$2"
+  shift 2
+  local deadline=$((SECONDS + timeout_s))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      die "timed out after ${timeout_s}s waiting for: $desc"
+    fi
+    sleep 0.5
+  done
+}
+
+# wait_pid_gone PID TIMEOUT: wait until PID no longer exists (zombie children of this shell are
+# reaped with `wait`). Returns 1 on timeout.
+wait_pid_gone() {
+  local pid="$1" timeout_s="$2" deadline=$((SECONDS + $2))
+  while kill -0 "$pid" 2>/dev/null; do
+    # A dead child of ours stays a zombie until reaped; reap it if it is ours.
+    if [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = "Z" ]; then
+      wait "$pid" 2>/dev/null || true
+      break
+    fi
+    [ "$SECONDS" -ge "$deadline" ] && return 1
+    sleep 0.2
+  done
+  return 0
+}
+
+# wait_bg PID TIMEOUT: wait for a background child of this shell, at most TIMEOUT seconds.
+# Sets WAIT_BG_RC to its exit status (124 if it had to be killed).
+wait_bg() {
+  local pid="$1" timeout_s="$2" deadline=$((SECONDS + $2))
+  WAIT_BG_RC=0
+  while kill -0 "$pid" 2>/dev/null && [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" != "Z" ]; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      warn "background process $pid still running after ${timeout_s}s; killing it"
+      kill -TERM "$pid" 2>/dev/null || true
+      sleep 2
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      WAIT_BG_RC=124
+      return 0
+    fi
+    sleep 0.2
+  done
+  wait "$pid" 2>/dev/null || WAIT_BG_RC=$?
+  return 0
+}
+
+# ensure_pkgs CHECK_PATH... -- PKG...: install PKGs with apt if any CHECK_PATH is missing.
+# Idempotent; runs apt-get update at most once per script run.
+E2E_APT_UPDATED=0
+ensure_pkgs() {
+  local missing=0 p
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+    [ -e "$1" ] || missing=1
+    shift
+  done
+  [ "${1:-}" = "--" ] && shift
+  [ "$missing" -eq 0 ] && return 0
+  log "installing packages: $*"
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$E2E_APT_UPDATED" -eq 0 ]; then
+    timeout 600 apt-get update -qq || die "apt-get update failed"
+    E2E_APT_UPDATED=1
+  fi
+  timeout 900 apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || die "package $p did not install"
+  done
+}
+
+# require_db_dir: validate DB_DIR and make it traversable by USER (the database server user).
+require_db_dir() {
+  local user="$1"
+  [ -n "${DB_DIR:-}" ] || die "DB_DIR is not set (an existing directory on the storage under test)"
+  [ -d "$DB_DIR" ] || die "DB_DIR=$DB_DIR is not a directory"
+  DB_DIR="$(cd "$DB_DIR" && pwd -P)"
+  if ! runuser -u "$user" -- test -x "$DB_DIR"; then
+    log "making DB_DIR traversable for user $user (chmod o+x $DB_DIR)"
+    chmod o+x "$DB_DIR" || true
+    runuser -u "$user" -- test -x "$DB_DIR" ||
+      die "user $user cannot reach DB_DIR=$DB_DIR (check the parent directories' permissions; a FUSE mount needs allow_other)"
+  fi
+}
+
+# port_in_use PORT: true if something accepts TCP connections on 127.0.0.1:PORT.
+port_in_use() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# run_crash_cmd: run $CRASH_CMD (bounded) and report how long it took.
+run_crash_cmd() {
+  local t0 rc=0
+  t0="$(now_s)"
+  log "running CRASH_CMD: $CRASH_CMD"
+  timeout "${CRASH_TIMEOUT}" bash -c "$CRASH_CMD" || rc=$?
+  [ "$rc" -eq 0 ] || die "CRASH_CMD failed (exit $rc; 124 = timed out after ${CRASH_TIMEOUT}s): $CRASH_CMD"
+  log "CRASH_CMD done in $(elapsed_since "$t0")s"
+}
+
+# verify_acked EXPECTED ACTUAL: both files hold lines "CLIENT SEQ" (whitespace-separated).
+# EXPECTED = transactions the client saw COMMIT succeed for; ACTUAL = rows found in the database
+# after recovery. Every expected row must be present. A row that is present but not expected is
+# allowed only if it is the single in-flight transaction of its client at crash time: at most one
+# such row per client, with a SEQ above every acknowledged SEQ of that client (its COMMIT may have
+# become durable without the acknowledgement reaching the client). Anything else is a failure.
+# Sets ACKED_VERIFIED (number of acknowledged rows checked) and ACKED_INFLIGHT (extra rows seen).
+verify_acked() {
+  local expected="$1" actual="$2" dir
+  dir="$(dirname "$expected")"
+  awk '{ print $1 " " $2 }' "$expected" | sort -u >"$dir/acked.expected.sorted"
+  awk '{ print $1 " " $2 }' "$actual" | sort -u >"$dir/acked.actual.sorted"
+  local n_exp n_act n_dup_exp
+  n_exp=$(wc -l <"$dir/acked.expected.sorted")
+  n_act=$(wc -l <"$dir/acked.actual.sorted")
+  n_dup_exp=$(($(wc -l <"$expected") - n_exp))
+  [ "$n_dup_exp" -eq 0 ] || die "client-side ack log has $n_dup_exp duplicate entries (test bug)"
+  [ "$n_exp" -gt 0 ] || die "no transaction was acknowledged before the crash (load did not run?)"
+
+  comm -23 "$dir/acked.expected.sorted" "$dir/acked.actual.sorted" >"$dir/acked.missing"
+  comm -13 "$dir/acked.expected.sorted" "$dir/acked.actual.sorted" >"$dir/acked.extra"
+  local n_missing n_extra
+  n_missing=$(wc -l <"$dir/acked.missing")
+  n_extra=$(wc -l <"$dir/acked.extra")
+  if [ "$n_missing" -gt 0 ]; then
+    printf 'first missing acknowledged transactions (client seq):\n' >&2
+    head -n 20 "$dir/acked.missing" >&2
+    die "LOST COMMITS: $n_missing of $n_exp acknowledged transactions are missing after crash recovery"
+  fi
+  # Extra rows: at most one per client and above that client's highest acknowledged seq.
+  local bad
+  bad=$(awk 'NR == FNR { if (!($1 in max) || $2 > max[$1]) max[$1] = $2; next }
+             { n[$1]++; if (n[$1] > 1 || (($1 in max) && $2 <= max[$1])) print }' \
+    "$dir/acked.expected.sorted" "$dir/acked.extra")
+  if [ -n "$bad" ]; then
+    printf '%s\n' "$bad" | head -n 20 >&2
+    die "rows present that no client could have committed (more than one in-flight transaction per client, or below its acknowledged seq): see $dir/acked.extra"
+  fi
+  ACKED_VERIFIED=$n_exp
+  ACKED_INFLIGHT=$n_extra
+  log "acknowledged transactions verified: $n_exp present, 0 missing; $n_extra in-flight commit(s) also became durable ($n_act rows in table)"
+}
