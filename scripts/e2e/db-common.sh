@@ -40,6 +40,18 @@ print_failure_logs() {
   printf -- '----- end of logs -----\n' >&2
 }
 
+# nap SECONDS: sleep that lets a trapped INT/TERM end the script at once (bash runs traps only
+# between foreground commands, and `wait` is interruptible where `sleep` is not).
+NAP_PID=""
+nap() {
+  sleep "$1" &
+  NAP_PID=$!
+  wait "$NAP_PID" || true
+  NAP_PID=""
+}
+# kill_nap: for the EXIT trap, so an interrupted nap leaves no stray sleep behind.
+kill_nap() { if [ -n "$NAP_PID" ]; then kill "$NAP_PID" 2>/dev/null || true; fi; }
+
 # now_s: seconds since the epoch, with sub-second part (for durations).
 now_s() { date +%s.%N; }
 elapsed_since() { awk -v a="$1" -v b="$(now_s)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -57,15 +69,17 @@ wait_for() {
   done
 }
 
-# wait_pid_gone PID TIMEOUT: wait until PID no longer exists (zombie children of this shell are
-# reaped with `wait`). Returns 1 on timeout.
+# wait_pid_gone PID TIMEOUT: wait until PID no longer exists at all, since a database refuses to
+# start while the pid in its lock file answers kill(pid, 0), which a zombie does. A zombie child
+# of this shell is reaped with `wait`; any other zombie is waited for until its parent reaps it.
+# Returns 1 on timeout.
 wait_pid_gone() {
   local pid="$1" timeout_s="$2" deadline=$((SECONDS + $2))
   while kill -0 "$pid" 2>/dev/null; do
-    # A dead child of ours stays a zombie until reaped; reap it if it is ours.
-    if [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = "Z" ]; then
+    if [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = "Z" ] &&
+      [ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" = "$$" ]; then
       wait "$pid" 2>/dev/null || true
-      break
+      continue
     fi
     [ "$SECONDS" -ge "$deadline" ] && return 1
     sleep 0.2

@@ -1,18 +1,20 @@
-//! `strata`: the command line.
-//!
-//! Today every command works directly on a pool image or device (offline, like `zdb`);
-//! when the daemon exists, pool and volume commands become clients of its API and the
-//! offline forms stay for recovery (`strata check` always runs offline).
+//! `strata`: the daemon (`strata serve`) and the command line, a client of the daemon's
+//! control API (docs/api.md). `strata check --device` also works offline, on a pool no
+//! daemon serves.
 //!
 //! Exit status: 0 success; 1 the checker found problems; 2 bad usage or an error, with a
 //! message that says what to do next.
 
+mod client;
 mod offline;
 mod units;
 
 use clap::{Parser, Subcommand};
+use client::Client;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use units::{human, parse_size};
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Copy-on-write storage for databases")]
@@ -20,22 +22,47 @@ struct Cli {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     json: bool,
+    /// Address of the daemon's control API.
+    #[arg(long, global = true, env = "STRATA_API", default_value = "127.0.0.1:7420")]
+    api: String,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create, inspect pools.
+    /// Run the daemon: own the pools, serve mounts and the control API.
+    Serve {
+        /// Where the daemon keeps its state and the default pool's image.
+        #[arg(long, env = "STRATA_DATA_DIR", default_value = "/var/lib/strata")]
+        data_dir: PathBuf,
+        /// Size of the embedded default pool, made when no configuration exists.
+        #[arg(long, default_value = "16G")]
+        default_pool_size: String,
+        /// Seconds between background commits.
+        #[arg(long, default_value_t = 5)]
+        txg_interval: u64,
+        /// Disable the FUSE writeback cache (every write goes to the daemon as it comes).
+        #[arg(long)]
+        no_writeback_cache: bool,
+    },
+    /// Create, list and inspect pools.
     #[command(subcommand)]
     Pool(PoolCmd),
-    /// Create, list, delete volumes.
+    /// Create, list, show, change and delete volumes.
     #[command(subcommand)]
     Volume(VolumeCmd),
-    /// Verify every invariant of a pool, offline (the pool must not be in use).
+    /// Mount a volume (POOL/VOLUME) at an empty directory; with no arguments, list mounts.
+    Mount { volume: Option<String>, dir: Option<PathBuf> },
+    /// Unmount a volume.
+    Unmount { dir: PathBuf },
+    /// Verify every invariant of a pool: a pool the daemon serves, or (--device) offline.
     Check {
-        /// Pool image file or block device.
-        device: PathBuf,
+        /// Pool name (served by the daemon).
+        pool: Option<String>,
+        /// A pool image or device no daemon is using.
+        #[arg(long, conflicts_with = "pool")]
+        device: Option<PathBuf>,
         /// Verify metadata only (skip reading data blocks).
         #[arg(long)]
         no_data: bool,
@@ -46,69 +73,243 @@ enum Command {
 enum PoolCmd {
     /// Make a new pool on an image file (created if missing) or a block device.
     Create {
-        /// Pool name.
         name: String,
-        /// Image file or block device; its contents are destroyed.
+        /// Image file or block device; must not hold a pool.
         #[arg(long)]
         device: PathBuf,
-        /// Size of a new image file, e.g. 10G (ignored for an existing device).
+        /// Size of a new image file (sparse), e.g. 100G.
         #[arg(long)]
         size: Option<String>,
         /// Checksum of new blocks: blake3 or crc32c.
         #[arg(long, default_value = "blake3")]
         checksum: String,
-        /// Overwrite a device that already holds a Strata pool.
-        #[arg(long)]
-        force: bool,
     },
+    /// List pools.
+    List,
     /// Space, txg and health of a pool.
-    Status { device: PathBuf },
+    Status { name: String },
 }
 
 #[derive(Subcommand)]
 enum VolumeCmd {
-    /// Create a volume.
+    /// Create a volume POOL/VOLUME.
     Create {
-        /// Pool image or device.
-        #[arg(long)]
-        device: PathBuf,
-        /// Volume name.
-        name: String,
-        /// Record size: 4K to 1M, a power of two.
-        #[arg(long, default_value = "16K")]
-        record_size: String,
+        volume: String,
         /// Size limit (thin: not reserved), e.g. 100G.
         #[arg(long)]
         size: Option<String>,
+        /// Record size, 4K to 1M, a power of two (16K suits PostgreSQL and InnoDB).
+        #[arg(long, default_value = "16K")]
+        record_size: String,
     },
-    /// List volumes.
-    List {
+    /// List volumes (of one pool, or all).
+    List { pool: Option<String> },
+    /// Show one volume.
+    Show { volume: String },
+    /// Change a volume's settings.
+    Set {
+        volume: String,
+        /// New size limit (0 = none).
         #[arg(long)]
-        device: PathBuf,
+        size: Option<String>,
     },
-    /// Delete a volume and everything in it.
-    Delete {
-        #[arg(long)]
-        device: PathBuf,
-        name: String,
-    },
+    /// Delete a volume and everything in it (it must not be mounted).
+    Delete { volume: String },
+}
+
+fn split(spec: &str) -> Result<(&str, &str), String> {
+    match spec.split_once('/') {
+        Some((p, v)) if !p.is_empty() && !v.is_empty() && !v.contains('/') => Ok((p, v)),
+        _ => Err(format!("{spec:?} is not POOL/VOLUME (e.g. default/pgdata)")),
+    }
+}
+
+fn print_volumes(rows: &[Value]) {
+    println!("{:<28} {:>8} {:>10} {:>10}  {}", "VOLUME", "RECORD", "USED", "LIMIT", "MOUNTED AT");
+    for v in rows {
+        let limit = v["size_bytes"].as_u64().filter(|&s| s > 0).map(human).unwrap_or_else(|| "-".into());
+        println!(
+            "{:<28} {:>8} {:>10} {:>10}  {}",
+            format!("{}/{}", v["pool"].as_str().unwrap_or("?"), v["name"].as_str().unwrap_or("?")),
+            human(v["record_size"].as_u64().unwrap_or(0)),
+            human(v["used_bytes"].as_u64().unwrap_or(0)),
+            limit,
+            v["mounted_at"].as_str().unwrap_or("-")
+        );
+    }
+}
+
+fn print_pool(p: &Value) {
+    let size = p["size_bytes"].as_u64().unwrap_or(0);
+    let alloc = p["allocated_bytes"].as_u64().unwrap_or(0);
+    println!("pool      {}", p["name"].as_str().unwrap_or("?"));
+    println!("device    {}", p["device"].as_str().unwrap_or("?"));
+    println!("txg       {}", p["txg"]);
+    println!("size      {}", human(size));
+    println!("allocated {} ({:.1}%)", human(alloc), if size > 0 { 100.0 * alloc as f64 / size as f64 } else { 0.0 });
+    println!("free      {}", human(p["free_bytes"].as_u64().unwrap_or(0)));
+    println!("volumes   {}", p["volumes"]);
+    if let Some(l) = p["latched"].as_str() {
+        println!("STATE     READ-ONLY: {l}");
+    }
+    if p["corruptions_detected"].as_u64().unwrap_or(0) > 0 {
+        println!("errors    {} corrupt blocks detected since open (run `strata check`)", p["corruptions_detected"]);
+    }
+    for n in p["open_notes"].as_array().into_iter().flatten() {
+        println!("note      {}", n.as_str().unwrap_or(""));
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    let c = Client { addr: cli.api.clone() };
+    let out = |v: &Value, human_fn: &dyn Fn(&Value)| {
+        if cli.json {
+            println!("{v}");
+        } else {
+            human_fn(v);
+        }
+    };
+    match cli.command {
+        Command::Serve { data_dir, default_pool_size, txg_interval, no_writeback_cache } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .init();
+            let mut opts = strata_daemon::ServeOptions::new(data_dir);
+            opts.listen = cli.api.clone();
+            opts.default_pool_bytes = parse_size(&default_pool_size)?;
+            opts.txg_interval = std::time::Duration::from_secs(txg_interval.max(1));
+            opts.writeback_cache = !no_writeback_cache;
+            strata_daemon::serve(opts)?;
+        }
+        Command::Pool(PoolCmd::Create { name, device, size, checksum }) => {
+            let size_bytes = size.as_deref().map(parse_size).transpose()?;
+            let device = std::path::absolute(&device).map_err(|e| format!("{}: {e}", device.display()))?;
+            let v = c.call(
+                "POST",
+                "/v1/pools",
+                Some(&json!({"name": name, "device": device, "size_bytes": size_bytes, "checksum": checksum})),
+            )?;
+            out(&v, &|v| {
+                println!(
+                    "created pool {} on {} ({} usable)",
+                    v["name"].as_str().unwrap_or("?"),
+                    v["device"].as_str().unwrap_or("?"),
+                    human(v["size_bytes"].as_u64().unwrap_or(0))
+                )
+            });
+        }
+        Command::Pool(PoolCmd::List) => {
+            let v = c.call("GET", "/v1/pools", None)?;
+            out(&v, &|v| {
+                println!("{:<16} {:>10} {:>10} {:>10} {:>8}  {}", "POOL", "SIZE", "ALLOC", "FREE", "VOLUMES", "DEVICE");
+                for p in v.as_array().into_iter().flatten() {
+                    println!(
+                        "{:<16} {:>10} {:>10} {:>10} {:>8}  {}",
+                        p["name"].as_str().unwrap_or("?"),
+                        human(p["size_bytes"].as_u64().unwrap_or(0)),
+                        human(p["allocated_bytes"].as_u64().unwrap_or(0)),
+                        human(p["free_bytes"].as_u64().unwrap_or(0)),
+                        p["volumes"],
+                        p["device"].as_str().unwrap_or("?")
+                    );
+                }
+            });
+        }
+        Command::Pool(PoolCmd::Status { name }) => {
+            let v = c.call("GET", &format!("/v1/pools/{name}"), None)?;
+            out(&v, &print_pool);
+        }
+        Command::Volume(VolumeCmd::Create { volume, size, record_size }) => {
+            let (p, name) = split(&volume)?;
+            let rs = parse_size(&record_size)?;
+            let size_bytes = size.as_deref().map(parse_size).transpose()?;
+            let v = c.call(
+                "POST",
+                &format!("/v1/pools/{p}/volumes"),
+                Some(&json!({"name": name, "record_size": rs, "size_bytes": size_bytes})),
+            )?;
+            out(&v, &|_| println!("created volume {volume} (record size {})", human(rs)));
+        }
+        Command::Volume(VolumeCmd::List { pool }) => {
+            let pools: Vec<String> = match pool {
+                Some(p) => vec![p],
+                None => c
+                    .call("GET", "/v1/pools", None)?
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["name"].as_str().map(String::from))
+                    .collect(),
+            };
+            let mut rows = Vec::new();
+            for p in pools {
+                rows.extend(
+                    c.call("GET", &format!("/v1/pools/{p}/volumes"), None)?.as_array().cloned().unwrap_or_default(),
+                );
+            }
+            out(&Value::Array(rows.clone()), &|_| print_volumes(&rows));
+        }
+        Command::Volume(VolumeCmd::Show { volume }) => {
+            let (p, name) = split(&volume)?;
+            let v = c.call("GET", &format!("/v1/pools/{p}/volumes/{name}"), None)?;
+            out(&v, &|v| print_volumes(std::slice::from_ref(v)));
+        }
+        Command::Volume(VolumeCmd::Set { volume, size }) => {
+            let (p, name) = split(&volume)?;
+            let Some(size) = size else { return Err("nothing to set: give --size".into()) };
+            let v = c.call(
+                "PATCH",
+                &format!("/v1/pools/{p}/volumes/{name}"),
+                Some(&json!({"size_bytes": parse_size(&size)?})),
+            )?;
+            out(&v, &|v| print_volumes(std::slice::from_ref(v)));
+        }
+        Command::Volume(VolumeCmd::Delete { volume }) => {
+            let (p, name) = split(&volume)?;
+            let v = c.call("DELETE", &format!("/v1/pools/{p}/volumes/{name}"), None)?;
+            out(&v, &|_| println!("deleted volume {volume}"));
+        }
+        Command::Mount { volume: None, dir: None } => {
+            let v = c.call("GET", "/v1/mounts", None)?;
+            out(&v, &|v| {
+                println!("{:<28} {}", "VOLUME", "PATH");
+                for m in v.as_array().into_iter().flatten() {
+                    println!("{:<28} {}", m["volume"].as_str().unwrap_or("?"), m["path"].as_str().unwrap_or("?"));
+                }
+            });
+        }
+        Command::Mount { volume: Some(volume), dir: Some(dir) } => {
+            split(&volume)?;
+            let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let v = c.call("POST", "/v1/mounts", Some(&json!({"volume": volume, "path": dir})))?;
+            out(&v, &|_| println!("mounted {volume} at {}", dir.display()));
+        }
+        Command::Mount { .. } => return Err("usage: strata mount POOL/VOLUME DIR (or no arguments to list)".into()),
+        Command::Unmount { dir } => {
+            let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let v = c.call("DELETE", "/v1/mounts", Some(&json!({"path": dir})))?;
+            out(&v, &|_| println!("unmounted {}", dir.display()));
+        }
+        Command::Check { pool: None, device: Some(device), no_data } => {
+            return offline::check(&device, !no_data, cli.json)
+        }
+        Command::Check { pool: Some(pool), device: None, no_data } => {
+            let v = c.call("POST", &format!("/v1/pools/{pool}/check"), Some(&json!({"verify_data": !no_data})))?;
+            out(&v, &|v| offline::print_check(&pool, v));
+            return Ok(if v["clean"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        }
+        Command::Check { .. } => return Err("usage: strata check POOL, or strata check --device PATH (offline)".into()),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Check { device, no_data } => offline::check(&device, !no_data, cli.json),
-        Command::Pool(PoolCmd::Create { name, device, size, checksum, force }) => {
-            offline::pool_create(&name, &device, size.as_deref(), &checksum, force, cli.json)
-        }
-        Command::Pool(PoolCmd::Status { device }) => offline::pool_status(&device, cli.json),
-        Command::Volume(VolumeCmd::Create { device, name, record_size, size }) => {
-            offline::volume_create(&device, &name, &record_size, size.as_deref(), cli.json)
-        }
-        Command::Volume(VolumeCmd::List { device }) => offline::volume_list(&device, cli.json),
-        Command::Volume(VolumeCmd::Delete { device, name }) => offline::volume_delete(&device, &name, cli.json),
-    };
-    match result {
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(msg) => {
             eprintln!("strata: {msg}");

@@ -573,6 +573,16 @@ impl Pool {
         }
     }
 
+    /// Commit if dirty data passed the pool's limit (callers that group work in a `Txn`
+    /// call this after the group).
+    pub fn commit_if_over_dirty_limit(&self) -> Result<()> {
+        let mut p = self.lock();
+        if p.dirty_bytes() > p.dirty_limit_bytes {
+            p.commit()?;
+        }
+        Ok(())
+    }
+
     pub fn create_object(&self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
         self.txn().create_object(vol, attr)
     }

@@ -1,0 +1,418 @@
+//! `strata serve`: the daemon. It owns the pools, serves FUSE mounts of their volumes, and
+//! answers the control API (JSON over HTTP on 127.0.0.1, see docs/api.md).
+//!
+//! State that must survive a restart — which pools (by device) and which mounts — is kept
+//! in `DATA_DIR/strata.json`, rewritten atomically (write + rename + fsync) on every change.
+//! With no state file the daemon creates the embedded default pool `default` in
+//! `DATA_DIR/default.img` (a sparse image file).
+//!
+//! A restart after `kill -9` is a crash for the pools: they reopen at their last committed
+//! txg, stale FUSE mounts left by the dead process are detached, and the volumes are
+//! mounted again where they were. Databases see ENOTCONN in between and must recover, as
+//! after a power loss; what they fsynced is there.
+//!
+//! Commits: every `txg_interval` (5 s, as ZFS's txg timeout) a background thread commits
+//! each pool, and fsync commits at once.
+
+mod api;
+mod state;
+
+use state::{MountRecord, PoolRecord, State};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use strata_engine::{
+    BlockDevice, ChecksumAlgo, Clock, CreateOptions, Error, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions,
+};
+use strata_fs::{Caller, VolumeFs};
+
+pub use api::ApiError;
+
+/// The wall clock, for the engine (which never reads it itself).
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ns(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    }
+}
+
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
+        b = (SystemClock.now_ns() ^ ((std::process::id() as u64) << 32)).to_le_bytes();
+    }
+    u64::from_le_bytes(b) | 1
+}
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub data_dir: PathBuf,
+    /// Address of the control API ("127.0.0.1:7420").
+    pub listen: String,
+    /// Size of the embedded default pool's image file (sparse).
+    pub default_pool_bytes: u64,
+    /// Interval of background commits.
+    pub txg_interval: Duration,
+    /// FUSE writeback cache (see docs/fuse-caching.md for the measurement behind the default).
+    pub writeback_cache: bool,
+    /// FUSE request threads per mount.
+    pub fuse_threads: usize,
+}
+
+impl ServeOptions {
+    pub fn new(data_dir: PathBuf) -> ServeOptions {
+        ServeOptions {
+            data_dir,
+            listen: "127.0.0.1:7420".into(),
+            default_pool_bytes: 16 << 30,
+            txg_interval: Duration::from_secs(5),
+            writeback_cache: true,
+            fuse_threads: 4,
+        }
+    }
+}
+
+pub(crate) struct PoolEntry {
+    pub pool: Arc<Pool>,
+    pub device: PathBuf,
+}
+
+pub(crate) struct MountEntry {
+    pub pool: String,
+    pub volume: String,
+    pub session: Option<strata_fuse::BackgroundSession>,
+}
+
+pub struct Daemon {
+    pub(crate) opts: ServeOptions,
+    pub(crate) pools: Mutex<BTreeMap<String, PoolEntry>>,
+    pub(crate) mounts: Mutex<BTreeMap<PathBuf, MountEntry>>,
+    /// Serialises changes to pools, volumes and mounts (and the state file).
+    pub(crate) admin: Mutex<()>,
+    stopping: AtomicBool,
+}
+
+pub(crate) fn pool_options() -> PoolOptions {
+    PoolOptions::new(Arc::new(SystemClock))
+}
+
+pub(crate) fn open_device(path: &Path, create_size: Option<u64>) -> Result<Arc<dyn BlockDevice>, ApiError> {
+    FileDevice::open(path, &FileDeviceOptions { direct: true, create_size })
+        .map(|d| Arc::new(d) as Arc<dyn BlockDevice>)
+        .map_err(|e| ApiError::bad_request(format!("{}: {e}", path.display()), "check the device path and permissions"))
+}
+
+impl Daemon {
+    /// Open (or create) everything the state file names and remount its mounts.
+    pub fn start(opts: ServeOptions) -> Result<Arc<Daemon>, String> {
+        std::fs::create_dir_all(&opts.data_dir)
+            .map_err(|e| format!("create data directory {}: {e}", opts.data_dir.display()))?;
+        let d = Arc::new(Daemon {
+            opts,
+            pools: Mutex::new(BTreeMap::new()),
+            mounts: Mutex::new(BTreeMap::new()),
+            admin: Mutex::new(()),
+            stopping: AtomicBool::new(false),
+        });
+        let state = match State::load(&d.state_path())? {
+            Some(s) => s,
+            None => {
+                let image = d.opts.data_dir.join("default.img");
+                tracing::info!(image = %image.display(), "no configuration: creating the embedded default pool");
+                d.create_pool("default", &image, Some(d.opts.default_pool_bytes), ChecksumAlgo::Blake3, false)
+                    .map_err(|e| format!("create the default pool: {}", e.message))?;
+                return Ok(d);
+            }
+        };
+        for p in &state.pools {
+            match Pool::open(open_device(&p.device, None).map_err(|e| e.message)?, pool_options()) {
+                Ok(pool) => {
+                    for n in pool.status().open_notes {
+                        tracing::warn!(pool = %p.name, "{n}");
+                    }
+                    tracing::info!(pool = %p.name, txg = pool.status().txg, "pool opened");
+                    d.pools
+                        .lock()
+                        .expect("pools")
+                        .insert(p.name.clone(), PoolEntry { pool: Arc::new(pool), device: p.device.clone() });
+                }
+                Err(e) => return Err(format!("open pool {} on {}: {e}", p.name, p.device.display())),
+            }
+        }
+        for m in &state.mounts {
+            if let Err(e) = d.mount(&m.volume, &m.path, false) {
+                tracing::warn!(volume = %m.volume, path = %m.path.display(), "could not remount: {}", e.message);
+            }
+        }
+        Ok(d)
+    }
+
+    fn state_path(&self) -> PathBuf {
+        self.opts.data_dir.join("strata.json")
+    }
+
+    pub(crate) fn save_state(&self) -> Result<(), ApiError> {
+        let pools = self.pools.lock().expect("pools");
+        let mounts = self.mounts.lock().expect("mounts");
+        let s = State {
+            pools: pools.iter().map(|(n, e)| PoolRecord { name: n.clone(), device: e.device.clone() }).collect(),
+            mounts: mounts
+                .iter()
+                .map(|(p, m)| MountRecord { volume: format!("{}/{}", m.pool, m.volume), path: p.clone() })
+                .collect(),
+        };
+        s.save(&self.state_path()).map_err(|e| ApiError::internal(format!("save daemon state: {e}")))
+    }
+
+    pub(crate) fn pool(&self, name: &str) -> Result<Arc<Pool>, ApiError> {
+        self.pools
+            .lock()
+            .expect("pools")
+            .get(name)
+            .map(|e| e.pool.clone())
+            .ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))
+    }
+
+    pub(crate) fn create_pool(
+        &self,
+        name: &str,
+        device: &Path,
+        size: Option<u64>,
+        checksum: ChecksumAlgo,
+        save: bool,
+    ) -> Result<(), ApiError> {
+        if self.pools.lock().expect("pools").contains_key(name) {
+            return Err(ApiError::conflict(format!("pool {name} exists"), "choose another name"));
+        }
+        let dev = open_device(device, size)?;
+        if Pool::open(dev.clone(), PoolOptions { read_only: true, ..pool_options() }).is_ok() {
+            return Err(ApiError::conflict(
+                format!("{} already holds a Strata pool", device.display()),
+                "import it instead, or wipe the device first",
+            ));
+        }
+        let create = CreateOptions { name: name.into(), pool_guid: random_u64(), device_guid: random_u64(), checksum };
+        let pool = Pool::create(dev, create, pool_options()).map_err(ApiError::from)?;
+        self.pools
+            .lock()
+            .expect("pools")
+            .insert(name.to_string(), PoolEntry { pool: Arc::new(pool), device: device.to_path_buf() });
+        let _ = save;
+        self.save_state()
+    }
+
+    /// Mount `pool/volume` at `path`.
+    pub(crate) fn mount(&self, spec: &str, path: &Path, save: bool) -> Result<(), ApiError> {
+        let (pool_name, vol_name) = split_volume(spec)?;
+        let pool = self.pool(pool_name)?;
+        let vol = pool.volume_id(vol_name).map_err(ApiError::from)?;
+        if !path.is_absolute() {
+            return Err(ApiError::bad_request(
+                format!("mount point {} is not absolute", path.display()),
+                "give a full path",
+            ));
+        }
+        if self.mounts.lock().expect("mounts").contains_key(path) {
+            return Err(ApiError::conflict(
+                format!("{} is already a Strata mount", path.display()),
+                "unmount it first",
+            ));
+        }
+        if self.mounts.lock().expect("mounts").values().any(|m| m.pool == pool_name && m.volume == vol_name) {
+            return Err(ApiError::conflict(format!("volume {spec} is already mounted"), "a volume is mounted once"));
+        }
+        detach_stale_mount(path);
+        std::fs::create_dir_all(path)
+            .map_err(|e| ApiError::bad_request(format!("mount point {}: {e}", path.display()), "check the path"))?;
+        if is_mount_point(path) {
+            return Err(ApiError::conflict(
+                format!("{} is already a mount point", path.display()),
+                "unmount what is there, or choose another directory",
+            ));
+        }
+        let busy = std::fs::read_dir(path).map(|mut d| d.next().is_some()).unwrap_or(true);
+        if busy {
+            return Err(ApiError::conflict(
+                format!("mount point {} is not an empty directory", path.display()),
+                "choose an empty directory",
+            ));
+        }
+        let fs = VolumeFs::mount(pool, vol, Arc::new(SystemClock), Caller { uid: 0, gid: 0 })
+            .map_err(|e| ApiError::internal(format!("open file system of {spec}: {e}")))?;
+        let opts = strata_fuse::MountOptions {
+            writeback_cache: self.opts.writeback_cache,
+            threads: self.opts.fuse_threads,
+            fsname: format!("strata:{spec}"),
+            ..Default::default()
+        };
+        let session = strata_fuse::mount(Arc::new(fs), path, opts)
+            .map_err(|e| ApiError::internal(format!("FUSE mount of {spec} at {}: {e}", path.display())))?;
+        tracing::info!(volume = spec, path = %path.display(), "mounted");
+        self.mounts.lock().expect("mounts").insert(
+            path.to_path_buf(),
+            MountEntry { pool: pool_name.into(), volume: vol_name.into(), session: Some(session) },
+        );
+        if save {
+            self.save_state()?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn unmount(&self, path: &Path, save: bool) -> Result<(), ApiError> {
+        let entry = self.mounts.lock().expect("mounts").remove(path);
+        let Some(mut entry) = entry else {
+            return Err(ApiError::not_found(
+                format!("no Strata mount at {}", path.display()),
+                "see `strata mount --list`",
+            ));
+        };
+        if let Some(s) = entry.session.take() {
+            if let Err(e) = s.umount_and_join() {
+                tracing::warn!(path = %path.display(), "unmount: {e}; detaching");
+                detach_stale_mount(path);
+            }
+        }
+        // Whatever the file system left dirty is committed now.
+        if let Ok(pool) = self.pool(&entry.pool) {
+            pool.commit().map_err(ApiError::from)?;
+        }
+        tracing::info!(path = %path.display(), "unmounted");
+        if save {
+            self.save_state()?;
+        }
+        Ok(())
+    }
+
+    /// Background commits until the daemon stops.
+    fn commit_loop(self: Arc<Self>) {
+        while !self.stopping.load(Ordering::Relaxed) {
+            std::thread::sleep(self.opts.txg_interval);
+            let pools: Vec<(String, Arc<Pool>)> =
+                self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
+            for (name, pool) in pools {
+                if let Err(e) = pool.commit() {
+                    if e.kind() != ErrorKind::ReadOnly {
+                        tracing::error!(pool = %name, "background commit failed: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Unmount everything and close the pools (committing). The clean way out (SIGTERM).
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        let paths: Vec<PathBuf> = self.mounts.lock().expect("mounts").keys().cloned().collect();
+        for p in paths {
+            // Keep the mount in the state file: it comes back at the next start.
+            let entry = self.mounts.lock().expect("mounts").remove(&p);
+            if let Some(mut e) = entry {
+                if let Some(s) = e.session.take() {
+                    if let Err(err) = s.umount_and_join() {
+                        tracing::warn!(path = %p.display(), "unmount at shutdown: {err}; detaching");
+                        detach_stale_mount(&p);
+                    }
+                }
+                self.mounts.lock().expect("mounts").insert(p, MountEntry { session: None, ..e });
+            }
+        }
+        let _ = self.save_state();
+        for (name, e) in self.pools.lock().expect("pools").iter() {
+            match e.pool.commit() {
+                Ok(txg) => tracing::info!(pool = %name, txg, "committed at shutdown"),
+                Err(err) => tracing::error!(pool = %name, "commit at shutdown failed: {err}"),
+            }
+        }
+    }
+}
+
+pub(crate) fn split_volume(spec: &str) -> Result<(&str, &str), ApiError> {
+    match spec.split_once('/') {
+        Some((p, v)) if !p.is_empty() && !v.is_empty() && !v.contains('/') => Ok((p, v)),
+        _ => Err(ApiError::bad_request(format!("volume {spec:?} is not POOL/VOLUME"), "name volumes as POOL/VOLUME")),
+    }
+}
+
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(canon) = path.canonicalize() else { return false };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|s| s.lines().any(|l| l.split(' ').nth(4).is_some_and(|mp| Path::new(&unescape(mp)) == canon)))
+        .unwrap_or(false)
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+/// A FUSE mount whose daemon died answers ENOTCONN: detach it so the path can be reused.
+fn detach_stale_mount(path: &Path) {
+    if let Err(e) = std::fs::metadata(path) {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+                // SAFETY: a valid NUL-terminated path.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+                tracing::info!(path = %path.display(), "detached a stale mount left by a previous daemon");
+            }
+        }
+    }
+}
+
+/// Run the daemon until SIGTERM or SIGINT.
+pub fn serve(opts: ServeOptions) -> Result<(), String> {
+    let listen = opts.listen.clone();
+    let server = tiny_http::Server::http(&listen).map_err(|e| format!("listen on {listen}: {e}"))?;
+    let d = Daemon::start(opts)?;
+    let server = Arc::new(server);
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .map_err(|e| format!("install signal handlers: {e}"))?;
+    {
+        let d = d.clone();
+        std::thread::Builder::new()
+            .name("txg-commit".into())
+            .spawn(move || d.commit_loop())
+            .map_err(|e| e.to_string())?;
+    }
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let (d, server) = (d.clone(), server.clone());
+            std::thread::Builder::new()
+                .name(format!("api-{i}"))
+                .spawn(move || {
+                    for req in server.incoming_requests() {
+                        api::handle(&d, req);
+                    }
+                })
+                .expect("spawn API thread")
+        })
+        .collect();
+    tracing::info!(listen = %listen, "strata daemon ready");
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "shutting down");
+    }
+    server.unblock();
+    d.shutdown();
+    for w in workers {
+        let _ = w.join();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let (status, hint) = match e.kind() {
+            ErrorKind::InvalidArgument => (400, "fix the request (see docs/api.md)"),
+            ErrorKind::NotFound => (404, "check the name (`strata pool list`, `strata volume list`)"),
+            ErrorKind::AlreadyExists => (409, "choose another name"),
+            ErrorKind::NoSpace => (507, "free space or grow the pool"),
+            ErrorKind::Io => (500, "check the device; the pool may need a restart of the daemon"),
+            ErrorKind::Corruption => (500, "run `strata check`; restore from a replica or backup"),
+            ErrorKind::ReadOnly => (409, "the pool refuses writes: restart the daemon once the device is healthy"),
+            ErrorKind::Unsupported => (501, "upgrade Strata"),
+        };
+        ApiError { status, kind: format!("{:?}", e.kind()), message: e.to_string(), hint: hint.into() }
+    }
+}

@@ -1,0 +1,416 @@
+//! The volume file system: POSIX semantics on a Strata volume, with no front-end
+//! dependency. FUSE (and later NFS) translate requests into calls of [`VolumeFs`].
+//!
+//! Mapping onto the engine:
+//! - an inode is an engine object; its inode number is the object id; its attribute record
+//!   (`InodePhys`) is the object's engine attribute; a regular file's bytes are the
+//!   object's bytes;
+//! - a directory entry is a key `D ++ parent ++ name` → `child ++ type` in the volume's
+//!   key-value space, so lookups and listings of directories with millions of entries are
+//!   B+tree operations;
+//! - symlink targets are keys `L ++ ino`, xattrs `X ++ ino ++ name`, and inodes that were
+//!   unlinked while still open are remembered under `O ++ ino` until the last reference
+//!   goes (and are reclaimed at the next mount after a crash).
+//!
+//! Every operation runs in one engine [`Txn`]: nothing else can commit between its steps,
+//! so a crash finds a rename, an unlink or a create whole or not at all. Durability: fsync
+//! commits the open txg (until the intent log exists): slow, never unsafe.
+//!
+//! Permission checks are the kernel's (FUSE `default_permissions`); this layer records
+//! owners and modes exactly as asked.
+
+pub mod inode;
+mod namespace;
+
+pub use inode::{Attr, InodePhys};
+pub use namespace::{DirEntry, SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use strata_engine::{Clock, Error, ErrorKind, ObjectId, Pool, Txn, VolumeId};
+
+/// An errno for the front end, with the engine's reason when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsError {
+    pub errno: i32,
+    pub detail: Option<String>,
+}
+
+impl FsError {
+    pub fn new(errno: i32) -> FsError {
+        FsError { errno, detail: None }
+    }
+}
+
+impl std::fmt::Display for FsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "errno {}{}", self.errno, self.detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())
+    }
+}
+
+impl From<Error> for FsError {
+    fn from(e: Error) -> FsError {
+        let errno = match e.kind() {
+            ErrorKind::InvalidArgument => libc::EINVAL,
+            ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::AlreadyExists => libc::EEXIST,
+            ErrorKind::NoSpace if e.to_string().contains("size limit") => libc::EDQUOT,
+            ErrorKind::NoSpace => libc::ENOSPC,
+            ErrorKind::Io | ErrorKind::Corruption => libc::EIO,
+            ErrorKind::ReadOnly => libc::EROFS,
+            ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        };
+        FsError { errno, detail: Some(e.to_string()) }
+    }
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+pub fn err<T>(errno: i32) -> FsResult<T> {
+    Err(FsError::new(errno))
+}
+
+/// Who is asking: new inodes are owned by the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+const KEY_SUPER: &[u8] = b"S";
+const FS_VERSION: u32 = 1;
+/// Longest name in a directory (as Linux's NAME_MAX).
+pub const NAME_MAX: usize = 255;
+/// Longest symlink target we store (a key-value value); longer gets ENAMETOOLONG.
+pub const SYMLINK_MAX: usize = 3072;
+/// Largest xattr value; larger gets E2BIG (ext4's limit is one block, similar).
+pub const XATTR_VALUE_MAX: usize = 3072;
+
+pub struct VolumeFs {
+    pool: Arc<Pool>,
+    vol: VolumeId,
+    clock: Arc<dyn Clock>,
+    /// Kernel references per inode (FUSE lookup counts): an unlinked inode lives on until
+    /// they reach zero.
+    lookups: Mutex<HashMap<u64, u64>>,
+}
+
+pub(crate) fn dir_key(parent: u64, name: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + name.len());
+    k.push(b'D');
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(name);
+    k
+}
+
+pub(crate) fn ino_key(prefix: u8, ino: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(prefix);
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
+impl VolumeFs {
+    /// Mount the file system of volume `vol`, creating it (an empty root directory owned by
+    /// `root_owner`, mode 0755) if the volume has none yet, and reclaiming inodes that
+    /// were unlinked while open when the previous mount ended.
+    pub fn mount(pool: Arc<Pool>, vol: VolumeId, clock: Arc<dyn Clock>, root_owner: Caller) -> FsResult<VolumeFs> {
+        let fs = VolumeFs { pool, vol, clock, lookups: Mutex::new(HashMap::new()) };
+        let mut t = fs.pool.txn();
+        match t.kv_get(vol, KEY_SUPER)? {
+            Some(v) if v.len() == 12 => {
+                let version = u32::from_le_bytes(v[0..4].try_into().expect("4 bytes"));
+                if version != FS_VERSION {
+                    return Err(FsError {
+                        errno: libc::EOPNOTSUPP,
+                        detail: Some(format!("file system version {version} (this build knows {FS_VERSION})")),
+                    });
+                }
+            }
+            Some(_) => return Err(FsError { errno: libc::EIO, detail: Some("corrupt file system superblock".into()) }),
+            None => {
+                let now = fs.clock.now_ns() as i64;
+                let root = InodePhys {
+                    mode: inode::S_IFDIR | 0o755,
+                    uid: root_owner.uid,
+                    gid: root_owner.gid,
+                    nlink: 2,
+                    rdev: 0,
+                    atime_ns: now,
+                    mtime_ns: now,
+                    ctime_ns: now,
+                    crtime_ns: now,
+                    parent: ROOT_INO,
+                };
+                let id = t.create_object(vol, &root.encode())?;
+                if id.0 != ROOT_INO {
+                    return Err(FsError {
+                        errno: libc::EINVAL,
+                        detail: Some(format!(
+                            "volume already holds objects (first new one is {}): not a file system",
+                            id.0
+                        )),
+                    });
+                }
+                let mut sb = FS_VERSION.to_le_bytes().to_vec();
+                sb.extend_from_slice(&ROOT_INO.to_le_bytes());
+                t.kv_put(vol, KEY_SUPER, &sb)?;
+                t.commit()?;
+            }
+        }
+        // Orphans: unlinked while open when the last mount ended; nobody holds them now.
+        let orphans = t.kv_range(vol, b"O", Some(b"P"), usize::MAX)?;
+        for (k, _) in orphans {
+            let ino = u64::from_be_bytes(k[1..9].try_into().map_err(|_| FsError::new(libc::EIO))?);
+            if t.object_exists(vol, ObjectId(ino))? {
+                fs.destroy_inode(&mut t, ino)?;
+            }
+            t.kv_delete(vol, &k)?;
+        }
+        drop(t);
+        Ok(fs)
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    pub fn volume(&self) -> VolumeId {
+        self.vol
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now_ns() as i64
+    }
+
+    pub(crate) fn load(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<InodePhys> {
+        let raw = t.get_attr(self.vol, ObjectId(ino)).map_err(|e| match e.kind() {
+            ErrorKind::NotFound => FsError::new(libc::ENOENT),
+            _ => e.into(),
+        })?;
+        InodePhys::decode(&raw)
+            .ok_or_else(|| FsError { errno: libc::EIO, detail: Some(format!("inode {ino}: bad record")) })
+    }
+
+    pub(crate) fn store(&self, t: &mut Txn<'_>, ino: u64, i: &InodePhys) -> FsResult<()> {
+        Ok(t.set_attr(self.vol, ObjectId(ino), &i.encode())?)
+    }
+
+    pub(crate) fn attr_of(&self, t: &mut Txn<'_>, ino: u64, i: &InodePhys) -> FsResult<Attr> {
+        let (size, blocks) = if i.is_dir() {
+            (4096, 8)
+        } else if i.is_symlink() {
+            (t.kv_get(self.vol, &ino_key(b'L', ino))?.map_or(0, |v| v.len() as u64), 0)
+        } else {
+            let obj = ObjectId(ino);
+            (t.object_size(self.vol, obj)?, t.object_allocated_bytes(self.vol, obj)? / 512)
+        };
+        Ok(Attr {
+            ino,
+            size,
+            blocks,
+            atime_ns: i.atime_ns,
+            mtime_ns: i.mtime_ns,
+            ctime_ns: i.ctime_ns,
+            crtime_ns: i.crtime_ns,
+            mode: i.mode,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: i.rdev,
+            blksize: 16384,
+        })
+    }
+
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        let mut t = self.pool.txn();
+        let i = self.load(&mut t, ino)?;
+        self.attr_of(&mut t, ino, &i)
+    }
+
+    /// The kernel now holds one more reference to `ino` (an entry was handed out).
+    pub fn remember(&self, ino: u64) {
+        *self.lookups.lock().expect("lookup table").entry(ino).or_insert(0) += 1;
+    }
+
+    /// The kernel dropped `n` references to `ino`; an unlinked inode goes with the last.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let gone = {
+            let mut l = self.lookups.lock().expect("lookup table");
+            match l.get_mut(&ino) {
+                Some(c) if *c > n => {
+                    *c -= n;
+                    false
+                }
+                Some(_) => {
+                    l.remove(&ino);
+                    true
+                }
+                None => false,
+            }
+        };
+        if gone && ino != ROOT_INO {
+            let mut t = self.pool.txn();
+            if let Ok(i) = self.load(&mut t, ino) {
+                if i.nlink == 0 && !self.referenced(ino) {
+                    // Best effort: if this fails the orphan record reclaims it at next mount.
+                    let _ =
+                        self.destroy_inode(&mut t, ino).and_then(|_| Ok(t.kv_delete(self.vol, &ino_key(b'O', ino))?));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn referenced(&self, ino: u64) -> bool {
+        self.lookups.lock().expect("lookup table").get(&ino).is_some_and(|&c| c > 0)
+    }
+
+    /// Delete an inode's object and everything keyed by it.
+    pub(crate) fn destroy_inode(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<()> {
+        let xattrs = t.kv_range(self.vol, &ino_key(b'X', ino), Some(&ino_key(b'X', ino + 1)), usize::MAX)?;
+        for (k, _) in xattrs {
+            t.kv_delete(self.vol, &k)?;
+        }
+        t.kv_delete(self.vol, &ino_key(b'L', ino))?;
+        t.delete_object(self.vol, ObjectId(ino))?;
+        Ok(())
+    }
+
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let mut t = self.pool.txn();
+        let i = self.load(&mut t, ino)?;
+        if i.is_dir() {
+            return err(libc::EISDIR);
+        }
+        Ok(t.read(self.vol, ObjectId(ino), offset, size as usize)?)
+    }
+
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let now = self.now();
+        self.mutate(|t| {
+            let mut i = self.load(t, ino)?;
+            if i.is_dir() {
+                return err(libc::EISDIR);
+            }
+            t.write(self.vol, ObjectId(ino), offset, data)?;
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            // A write clears set-user-id (and set-group-id when group-executable).
+            if i.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                i.mode &= !libc::S_ISUID;
+                if i.mode & libc::S_IXGRP != 0 {
+                    i.mode &= !libc::S_ISGID;
+                }
+            }
+            self.store(t, ino, &i)
+        })?;
+        Ok(data.len() as u32)
+    }
+
+    /// Run `f` in one txn. On ENOSPC while the pool can still free space (held frees, dirty
+    /// data), commit and run it again (at most three times): `f` must fail before changing
+    /// anything when it fails for space, which the engine guarantees for writes, truncates
+    /// and punches. Commits when dirty data passes the pool's limit.
+    pub(crate) fn mutate<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
+        let mut tries = 0;
+        loop {
+            let r = {
+                let mut t = self.pool.txn();
+                f(&mut t)
+            };
+            match r {
+                Err(e) if e.errno == libc::ENOSPC && tries < 3 => {
+                    tries += 1;
+                    if !self.pool.commit_for_space()? {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+                Ok(v) => {
+                    self.pool.commit_if_over_dirty_limit()?;
+                    return Ok(v);
+                }
+            }
+        }
+    }
+
+    /// fsync / fdatasync / fsyncdir: make everything durable (commits the txg).
+    pub fn fsync(&self) -> FsResult<()> {
+        self.pool.txn().commit()?;
+        Ok(())
+    }
+
+    /// fallocate: mode 0 (extend the size), KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE.
+    /// Space is thin: mode 0 does not reserve (as on other copy-on-write file systems).
+    pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        let end = offset.checked_add(length).filter(|&e| e <= i64::MAX as u64).ok_or(FsError::new(libc::EFBIG))?;
+        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 {
+            return err(libc::EOPNOTSUPP);
+        }
+        if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            return err(libc::EINVAL);
+        }
+        let now = self.now();
+        self.mutate(|t| {
+            let mut i = self.load(t, ino)?;
+            if i.is_dir() {
+                return err(libc::EISDIR);
+            }
+            if !i.is_reg() {
+                return err(libc::ENODEV);
+            }
+            let obj = ObjectId(ino);
+            let size = t.object_size(self.vol, obj)?;
+            if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+                t.punch_hole(self.vol, obj, offset, length)?;
+            }
+            if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > size {
+                t.truncate(self.vol, obj, end)?;
+            }
+            i.ctime_ns = now;
+            if mode != 0 {
+                i.mtime_ns = now;
+            }
+            self.store(t, ino, &i)
+        })
+    }
+}
+
+/// Space as statfs reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_avail: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+impl VolumeFs {
+    /// Blocks of 4 KiB. A volume with a size limit looks like a disk of that size; one
+    /// without looks like the pool. Free is what the pool can still give this volume.
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let s = self.pool.txn().space(self.vol)?;
+        let (total, free) = if s.volume_quota_bytes > 0 {
+            let left = s.volume_quota_bytes.saturating_sub(s.volume_used_bytes);
+            (s.volume_quota_bytes, left.min(s.pool_free_bytes))
+        } else {
+            (s.volume_used_bytes + s.pool_free_bytes, s.pool_free_bytes)
+        };
+        let bs = 4096u64;
+        Ok(StatFs {
+            block_size: bs as u32,
+            blocks: total / bs,
+            blocks_free: free / bs,
+            blocks_avail: free / bs,
+            files: u32::MAX as u64,
+            files_free: u32::MAX as u64 / 2,
+            name_max: NAME_MAX as u32,
+        })
+    }
+}
