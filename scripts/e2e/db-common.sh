@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # WAIT_BG_RC, ACKED_* are results read by the sourcing scripts
 # Shared helpers for the end-to-end database crash tests (postgres-crash.sh, mariadb-crash.sh).
 # Sourced, not executed. The sourcing script sets E2E_NAME (used in messages) before sourcing
 # and has `set -euo pipefail` on.
@@ -8,12 +9,18 @@
 #              directory and its WAL / redo logs go inside it.
 #   CRASH_CMD  shell command run with `bash -c` after the database has been kill -9'd, to
 #              crash/restart the storage (default: "sync"). Bounded by CRASH_TIMEOUT seconds.
+#   STEP_TIMEOUT  seconds any single step may take before the script fails (default 600).
 #   E2E_KEEP_WORK=1  keep the private work dir (logs, sockets, client-side ack logs) on success
 #              (it is always kept on failure).
 
 : "${E2E_NAME:=e2e}"
 # Byte-order sorting for sort/comm and a locale every tool here knows.
 export LC_ALL=C
+
+# Upper bound for any single foreground step (a query, a check, a benchmark run, a clean stop):
+# storage that hangs makes the script fail, never hang.
+: "${STEP_TIMEOUT:=600}"
+bounded() { timeout -k 10 "$STEP_TIMEOUT" "$@"; }
 
 e2e_ts() { date +%H:%M:%S; }
 log() { printf '[%s %s] %s\n' "$(e2e_ts)" "$E2E_NAME" "$*"; }
@@ -23,12 +30,21 @@ warn() { printf '[%s %s] WARNING: %s\n' "$(e2e_ts)" "$E2E_NAME" "$*" >&2; }
 E2E_FAILURE_LOGS=()
 add_failure_log() { E2E_FAILURE_LOGS+=("$1"); }
 
-E2E_FAILED_MSG=""
 die() {
-  E2E_FAILED_MSG="$*"
   printf '\n[%s %s] FAIL: %s\n' "$(e2e_ts)" "$E2E_NAME" "$*" >&2
   exit 1
 }
+
+# A command that fails outside an explicit check ends the script through `set -e`: say which.
+# Only in the main shell: background jobs (a benchmark that the crash makes fail) and command
+# substitutions report through their callers.
+e2e_on_err() {
+  [ "$BASHPID" = "$$" ] || return 0
+  printf '\n[%s %s] FAIL: command failed (exit %s) at line %s: %s\n' \
+    "$(e2e_ts)" "$E2E_NAME" "$1" "$2" "$3" >&2
+}
+set -E # the ERR trap also fires inside functions
+trap 'e2e_on_err $? $LINENO "$BASH_COMMAND"' ERR
 
 print_failure_logs() {
   local f
@@ -69,6 +85,11 @@ wait_for() {
   done
 }
 
+# is_alive PID: PID exists and is not a zombie.
+is_alive() {
+  kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != Z ]
+}
+
 # wait_pid_gone PID TIMEOUT: wait until PID no longer exists at all, since a database refuses to
 # start while the pid in its lock file answers kill(pid, 0), which a zombie does. A zombie child
 # of this shell is reaped with `wait`; any other zombie is waited for until its parent reaps it.
@@ -92,7 +113,7 @@ wait_pid_gone() {
 wait_bg() {
   local pid="$1" timeout_s="$2" deadline=$((SECONDS + $2))
   WAIT_BG_RC=0
-  while kill -0 "$pid" 2>/dev/null && [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" != "Z" ]; do
+  while is_alive "$pid"; do
     if [ "$SECONDS" -ge "$deadline" ]; then
       warn "background process $pid still running after ${timeout_s}s; killing it"
       kill -TERM "$pid" 2>/dev/null || true

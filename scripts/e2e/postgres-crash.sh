@@ -46,6 +46,7 @@
 #   VERIFY_DURATION   seconds of the pgbench run after recovery (default 10)
 #   PG_PORT           port (default 55432); PG_BIN (default /usr/lib/postgresql/15/bin)
 #   START_TIMEOUT     seconds allowed for start-up incl. crash recovery (default 180)
+#   STEP_TIMEOUT      seconds any other single step may take (default 600)
 #   E2E_KEEP_WORK=1   keep the work dir (server log, pgbench logs) on success
 #   E2E_SELFTEST_DROP_ACKED=N  negative self-test: delete the N oldest acked rows after recovery,
 #                     before verification; the run must then FAIL with "LOST COMMITS".
@@ -81,7 +82,7 @@ id postgres >/dev/null 2>&1 || die "user postgres does not exist (postgresql-com
 
 require_db_dir postgres
 PGDATA="$DB_DIR/pgdata"
-WORK="$(mktemp -d /tmp/pg-e2e.XXXXXX)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/pg-e2e.XXXXXX")"
 chmod 755 "$WORK"
 SOCK_DIR="$WORK/sock"
 mkdir -m 700 "$SOCK_DIR"
@@ -121,18 +122,18 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-pg_as() { runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
+export PGCONNECT_TIMEOUT=10
+pg_as() { bounded runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
 psql_q() {
-  "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SOCK_DIR" -p "$PG_PORT" -U postgres "$@"
+  bounded "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SOCK_DIR" -p "$PG_PORT" -U postgres "$@"
 }
-pgbench_() { "$PG_BIN/pgbench" -h "$SOCK_DIR" -p "$PG_PORT" -U postgres "$@"; }
+pgbench_() { bounded "$PG_BIN/pgbench" -h "$SOCK_DIR" -p "$PG_PORT" -U postgres "$@"; }
 postmaster_pid() { head -n 1 "$PGDATA/postmaster.pid" 2>/dev/null; }
 # pg_running: a live process whose pid is in postmaster.pid and that is a postgres process.
 pg_running() {
   local pid
   pid="$(postmaster_pid)" || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q postgres "/proc/$pid/cmdline" 2>/dev/null &&
-    [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]
+  [ -n "$pid" ] && is_alive "$pid" && grep -q postgres "/proc/$pid/cmdline" 2>/dev/null
 }
 
 # kill_postmaster_tree: power failure. Freeze the postmaster (so it cannot fork) and all its
@@ -236,7 +237,7 @@ pgbench_ -n -c "$CLIENTS" -j "$JOBS" -T "$DURATION" -s "$SCALE" -D seq=0 -f "$WO
 BENCH_PID=$!
 add_failure_log "$WORK/pgbench-crash.out"
 nap "$CRASH_AFTER"
-kill -0 "$BENCH_PID" 2>/dev/null && [ "$(ps -o stat= -p "$BENCH_PID" | cut -c1)" != Z ] ||
+is_alive "$BENCH_PID" ||
   die "pgbench ended before the crash point (see its output below)"
 
 # ---------------------------------------------------------------- 3. crash
@@ -260,10 +261,11 @@ log "restarting PostgreSQL on the same data dir (crash recovery)"
 start_pg
 grep -q 'database system was not properly shut down; automatic recovery in progress' "$SERVER_LOG" ||
   die "the server log shows no crash recovery: the crash did not happen as intended"
-REDO_LINE="$(grep -E 'redo done at|redo is not required' "$SERVER_LOG" | tail -n 1 | sed 's/^.*LOG: *//')"
+REDO_LINE="$(grep -E 'redo done at|redo is not required' "$SERVER_LOG" | tail -n 1 | sed 's/^.*LOG: *//' || true)"
 log "recovered in ${START_SECS}s: $REDO_LINE"
 
 # Expected set from the client side: one "client seq" line per acknowledged transaction.
+compgen -G "$WORK/pgbench_log.*" >/dev/null || die "pgbench wrote no per-transaction log"
 cat "$WORK"/pgbench_log.* 2>/dev/null |
   awk '$3 ~ /^[0-9]+$/ { n[$1]++ }
        END { for (c in n) for (i = 1; i <= n[c]; i++) print c, i }' >"$WORK/acked.expected"
@@ -275,25 +277,29 @@ if [ "$E2E_SELFTEST_DROP_ACKED" -gt 0 ]; then
   psql_q -d "$DBNAME" -c "delete from acked where (client_id, seq) in
     (select client_id, seq from acked order by seq, client_id limit $E2E_SELFTEST_DROP_ACKED)"
 fi
-psql_q -d "$DBNAME" -F ' ' -c 'select client_id, seq from acked' >"$WORK/acked.actual"
+psql_q -d "$DBNAME" -F ' ' -c 'select client_id, seq from acked' >"$WORK/acked.actual" ||
+  die "reading table acked after recovery failed"
 verify_acked "$WORK/acked.expected" "$WORK/acked.actual"
 
 # TPC-B invariants: a transaction is all or nothing.
-read -r SUM_A SUM_T SUM_B SUM_H N_H N_ACKED N_ACC < <(psql_q -d "$DBNAME" -F ' ' -c "
+psql_q -d "$DBNAME" -F ' ' -c "
   select (select sum(abalance) from pgbench_accounts), (select sum(tbalance) from pgbench_tellers),
          (select sum(bbalance) from pgbench_branches), (select coalesce(sum(delta), 0) from pgbench_history),
          (select count(*) from pgbench_history), (select count(*) from acked),
-         (select count(*) from pgbench_accounts)")
+         (select count(*) from pgbench_accounts)" >"$WORK/invariants.out" ||
+  die "reading the TPC-B tables after recovery failed"
+read -r SUM_A SUM_T SUM_B SUM_H N_H N_ACKED N_ACC <"$WORK/invariants.out"
 [ "$N_ACC" -eq $((100000 * SCALE)) ] || die "pgbench_accounts has $N_ACC rows, expected $((100000 * SCALE))"
-[ "$SUM_A" = "$SUM_T" ] && [ "$SUM_T" = "$SUM_B" ] && [ "$SUM_B" = "$SUM_H" ] ||
+if [ "$SUM_A" != "$SUM_T" ] || [ "$SUM_T" != "$SUM_B" ] || [ "$SUM_B" != "$SUM_H" ]; then
   die "TPC-B balances disagree after recovery (torn transaction): accounts=$SUM_A tellers=$SUM_T branches=$SUM_B history=$SUM_H"
+fi
 [ "$N_H" = "$N_ACKED" ] || die "pgbench_history has $N_H rows but acked has $N_ACKED (torn transaction)"
 log "TPC-B invariants hold: balance sum $SUM_A, $N_H history rows = acked rows"
 
 log "pg_amcheck --all --heapallindexed --rootdescend"
 t0="$(now_s)"
 AMCHECK_RC=0
-"$PG_BIN/pg_amcheck" -h "$SOCK_DIR" -p "$PG_PORT" -U postgres --all --install-missing \
+bounded "$PG_BIN/pg_amcheck" -h "$SOCK_DIR" -p "$PG_PORT" -U postgres --all --install-missing \
   --heapallindexed --rootdescend >"$WORK/amcheck.out" 2>&1 || AMCHECK_RC=$?
 add_failure_log "$WORK/amcheck.out"
 if [ "$AMCHECK_RC" -ne 0 ] || [ -s "$WORK/amcheck.out" ]; then
@@ -315,13 +321,13 @@ pg_as pg_checksums --check -D "$PGDATA" >"$WORK/checksums.out" 2>&1 ||
 
 tps_of() { grep -m1 -oE 'tps = [0-9.]+' "$1" | awk '{ print $3 }'; }
 TPS_CRASH="$(awk -v n="$ACKED_VERIFIED" -v s="$LOAD_SECS" 'BEGIN { printf "%.0f", n / s }')"
-TPS_AFTER="$(tps_of "$WORK/pgbench-after.out")"
+TPS_AFTER="$(tps_of "$WORK/pgbench-after.out" || true)"
 echo
 echo "================ postgres-crash: PASS ================"
 echo "data dir:               $PGDATA (checksums on, scale $SCALE, pgbench -i ${INIT_SECS}s)"
 echo "crashed run:            ~${TPS_CRASH} tps ($ACKED_VERIFIED commits acknowledged in ${LOAD_SECS}s, $CLIENTS clients)"
 echo "acked verified:         $ACKED_VERIFIED present, 0 lost; $ACKED_INFLIGHT in-flight commit(s) durable"
 echo "crash recovery:         ${START_SECS}s ($REDO_LINE)"
-echo "invariants / amcheck:   OK / OK;  pg_checksums: $(grep -m1 'Bad checksums' "$WORK/checksums.out" | tr -s ' ')"
+echo "invariants / amcheck:   OK / OK;  pg_checksums: $(grep -m1 'Bad checksums' "$WORK/checksums.out" | tr -s ' ' || true)"
 echo "run after recovery:     ${TPS_AFTER} tps (${VERIFY_DURATION}s, $CLIENTS clients)"
 echo "total:                  $(elapsed_since "$T_START")s"

@@ -16,14 +16,13 @@ import ctypes
 import errno
 import mmap
 import os
+import pickle
 import random
 import stat
 import threading
 import time
 
 import pytest
-
-from conftest import run_as
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -75,6 +74,62 @@ def skip_if_platform_lacks(err, path, feature):
     if not t.startswith("fuse"):
         pytest.skip(f"underlying file system {t!r} does not support {feature}: {err}")
     raise err
+
+
+class ChildError(Exception):
+    pass
+
+
+def run_as(uid, gid, fn, *args):
+    """Run ``fn(*args)`` in a forked child with uid/gid switched (no
+    supplementary groups) and return its result.
+
+    An OSError raised in the child is re-raised in the parent with the same
+    errno, so ``pytest.raises(PermissionError)`` etc. work as usual; any other
+    exception becomes a ChildError carrying its repr.  The child never returns
+    into pytest: it always leaves through os._exit.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("switching uid/gid needs root (the suite is not running as root)")
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(rfd)
+            try:
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(uid)
+                out = ("ok", fn(*args))
+            except OSError as e:
+                out = ("oserror", e.errno, e.strerror, e.filename)
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                out = ("exc", repr(e))
+            data = pickle.dumps(out)
+            view = memoryview(data)
+            while view:
+                n = os.write(wfd, view)
+                view = view[n:]
+            os.close(wfd)
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    chunks = []
+    while True:
+        b = os.read(rfd, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child died: status {status:#x}"
+    out = pickle.loads(b"".join(chunks))
+    if out[0] == "ok":
+        return out[1]
+    if out[0] == "oserror":
+        _, err, strerror, filename = out
+        raise OSError(err, strerror, filename)
+    raise ChildError(out[1])
 
 
 def rbytes(seed, n):
@@ -182,6 +237,16 @@ def wait_for(pred, timeout=10.0, interval=0.1):
             return v
         os.sync()
         time.sleep(interval)
+
+
+def settled_blocks(path, pred, what):
+    """st_blocks of path once pred(st_blocks) holds.  A copy-on-write file
+    system may update its accounting only when its transaction group commits,
+    so poll (with sync) for up to 10 s before failing."""
+    ok = wait_for(lambda: pred(os.stat(path).st_blocks))
+    blocks = os.stat(path).st_blocks
+    assert ok, f"{what}: st_blocks is {blocks} ({blocks * 512} bytes) after waiting 10 s"
+    return blocks
 
 
 # --------------------------------------------------------------------------
@@ -328,7 +393,6 @@ def test_sparse_file_at_large_offset(d, offset):
         assert st.st_size == offset + len(tail)
         # Two small extents; the rest is a hole.  Allow generous metadata.
         assert st.st_blocks * 512 <= 2 * MiB, f"st_blocks={st.st_blocks} for a sparse file"
-        assert st.st_blocks * 512 >= len(tail), "written data must be accounted in st_blocks"
         assert pread_exact(fd, len(head), 0) == head
         assert pread_exact(fd, 4 * REC, len(head)) == bytes(4 * REC)  # hole right after the head
         assert pread_exact(fd, 100 * KiB, offset // 2 + 77) == bytes(100 * KiB)
@@ -339,6 +403,8 @@ def test_sparse_file_at_large_offset(d, offset):
     finally:
         os.close(fd)
     assert os.stat(p).st_size == offset + len(tail)
+    blocks = settled_blocks(p, lambda b: b * 512 >= len(tail), "written data of a sparse file")
+    assert blocks * 512 <= 2 * MiB, f"st_blocks={blocks} for a sparse file"
 
 
 def test_unaligned_io_across_records(d):
@@ -477,14 +543,14 @@ def test_truncate_to_zero_releases_blocks(d):
     fd = os.open(p, os.O_RDWR)
     try:
         os.fsync(fd)
-        assert os.fstat(fd).st_blocks * 512 >= MiB
+        settled_blocks(p, lambda b: b * 512 >= MiB, "1 MiB written")
         os.ftruncate(fd, 0)
         os.fsync(fd)
-        st = os.fstat(fd)
-        assert st.st_size == 0
-        assert st.st_blocks == 0
+        assert os.fstat(fd).st_size == 0
     finally:
         os.close(fd)
+    settled_blocks(p, lambda b: b == 0, "truncated to 0")
+    assert os.stat(p).st_size == 0
 
 
 def test_truncate_errors(d):
@@ -533,7 +599,7 @@ def test_punch_hole_zeroes_range_and_keeps_size(d):
     fd = os.open(p, os.O_RDWR)
     try:
         os.fsync(fd)
-        blocks_before = os.fstat(fd).st_blocks
+        blocks_before = settled_blocks(p, lambda b: b * 512 >= size, "4 MiB written")
         ranges = [(MiB + 123, 2 * MiB), (REC - 10, 20), (5, 3)]  # unaligned, across records
         for off, n in ranges:
             try:
@@ -551,10 +617,9 @@ def test_punch_hole_zeroes_range_and_keeps_size(d):
         assert_same(pread_exact(fd, size + 1, 0), model, "cached")
         drop_cache(fd)
         assert_same(pread_exact(fd, size + 1, 0), model, "uncached")
-        st = os.fstat(fd)
         # the 2 MiB hole must be deallocated (at least 1.5 MiB of it)
-        assert (blocks_before - st.st_blocks) * 512 >= 3 * MiB // 2, (
-            f"st_blocks {blocks_before} -> {st.st_blocks} after punching 2 MiB")
+        settled_blocks(p, lambda b: (blocks_before - b) * 512 >= 3 * MiB // 2,
+                       f"punching 2 MiB out of {blocks_before} blocks")
     finally:
         os.close(fd)
     assert_same(read_uncached(p), model, "reopened")
@@ -1245,6 +1310,26 @@ def _need_root():
         pytest.skip("needs root (chown to other ids / switching uid)")
 
 
+def as_other(fn, *args):
+    """fn(*args) in a child process running as OTHER_UID:OTHER_GID."""
+    return run_as(OTHER_UID, OTHER_GID, fn, *args)
+
+
+@pytest.fixture
+def other(d):
+    """Root only; checks first that the other user can reach ``d`` at all
+    (a FUSE mount needs allow_other for that)."""
+    _need_root()
+    try:
+        as_other(os.listdir, d)
+    except PermissionError as e:
+        raise AssertionError(
+            f"uid {OTHER_UID} cannot even list the 0755 test directory ({e}); "
+            "a FUSE mount needs -o allow_other (and default_permissions or its own checks)"
+        ) from None
+    return as_other
+
+
 def test_chown_as_root(d):
     _need_root()
     p = os.path.join(d, "f")
@@ -1301,12 +1386,11 @@ def _create_as_user(dirpath):
     return os.getuid(), os.getgid()
 
 
-def test_nonroot_creates_with_its_ids(d):
-    _need_root()
+def test_nonroot_creates_with_its_ids(d, other):
     shared = os.path.join(d, "shared")
     os.mkdir(shared)
     os.chmod(shared, 0o777)
-    assert run_as(OTHER_UID, OTHER_GID, _create_as_user, shared) == (OTHER_UID, OTHER_GID)
+    assert other(_create_as_user, shared) == (OTHER_UID, OTHER_GID)
     for name, mode in (("userfile", 0o644), ("userdir", 0o755)):
         st = os.stat(os.path.join(shared, name))
         assert (st.st_uid, st.st_gid) == (OTHER_UID, OTHER_GID), name
@@ -1315,42 +1399,40 @@ def test_nonroot_creates_with_its_ids(d):
     assert (lst.st_uid, lst.st_gid) == (OTHER_UID, OTHER_GID)
     assert read_file(os.path.join(shared, "userfile")) == b"by 1234"
     # the owner may chmod its own file; it may not give it away
-    run_as(OTHER_UID, OTHER_GID, os.chmod, os.path.join(shared, "userfile"), 0o600)
+    other(os.chmod, os.path.join(shared, "userfile"), 0o600)
     assert stat.S_IMODE(os.stat(os.path.join(shared, "userfile")).st_mode) == 0o600
     with pytest.raises(PermissionError) as ei:
-        run_as(OTHER_UID, OTHER_GID, os.chown, os.path.join(shared, "userfile"), 0, 0)
+        other(os.chown, os.path.join(shared, "userfile"), 0, 0)
     assert ei.value.errno == errno.EPERM
 
 
-def test_nonroot_eacces_writing_root_file(d):
-    _need_root()
+def test_nonroot_eacces_writing_root_file(d, other):
     p = os.path.join(d, "rootfile")
     write_file(p, b"root data", mode=0o644)
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o644 and os.stat(p).st_uid == 0
     # reading is allowed by the "other" r bit
-    assert run_as(OTHER_UID, OTHER_GID, read_file, p) == b"root data"
+    assert other(read_file, p) == b"root data"
     for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND):
         with pytest.raises(PermissionError) as ei:
-            run_as(OTHER_UID, OTHER_GID, open_close, p, flags)
+            other(open_close, p, flags)
         assert ei.value.errno == errno.EACCES
     with pytest.raises(PermissionError) as ei:
-        run_as(OTHER_UID, OTHER_GID, os.truncate, p, 0)
+        other(os.truncate, p, 0)
     assert ei.value.errno == errno.EACCES
     with pytest.raises(PermissionError) as ei:
-        run_as(OTHER_UID, OTHER_GID, os.chmod, p, 0o666)
+        other(os.chmod, p, 0o666)
     assert ei.value.errno == errno.EPERM  # not the owner
     with pytest.raises(PermissionError) as ei:
-        run_as(OTHER_UID, OTHER_GID, os.setxattr, p, "user.x", b"1")
+        other(os.setxattr, p, "user.x", b"1")
     assert ei.value.errno == errno.EACCES
     os.chmod(p, 0o600)
     with pytest.raises(PermissionError) as ei:
-        run_as(OTHER_UID, OTHER_GID, read_file, p)
+        other(read_file, p)
     assert ei.value.errno == errno.EACCES
     assert read_file(p) == b"root data" and os.stat(p).st_size == 9
 
 
-def test_nonroot_eacces_creating_in_root_dir(d):
-    _need_root()
+def test_nonroot_eacces_creating_in_root_dir(d, other):
     rd = os.path.join(d, "rootdir")
     os.mkdir(rd, 0o755)
     write_file(os.path.join(rd, "existing"), b"x")
@@ -1364,31 +1446,30 @@ def test_nonroot_eacces_creating_in_root_dir(d):
         (os.rename, (os.path.join(rd, "existing"), os.path.join(rd, "renamed"))),
     ):
         with pytest.raises(PermissionError) as ei:
-            run_as(OTHER_UID, OTHER_GID, fn, *args)
+            other(fn, *args)
         assert ei.value.errno == errno.EACCES, fn.__name__
     assert os.listdir(rd) == ["existing"]
     # the 0666 file inside is writable even though the dir is not
-    run_as(OTHER_UID, OTHER_GID, write_file, os.path.join(rd, "existing"), b"overwritten")
+    other(write_file, os.path.join(rd, "existing"), b"overwritten")
     assert read_file(os.path.join(rd, "existing")) == b"overwritten"
     # without search permission nothing inside can even be looked up
     os.chmod(rd, 0o700)
     with pytest.raises(PermissionError) as ei:
-        run_as(OTHER_UID, OTHER_GID, os.stat, os.path.join(rd, "existing"))
+        other(os.stat, os.path.join(rd, "existing"))
     assert ei.value.errno == errno.EACCES
 
 
-def test_nonroot_sticky_directory(d):
-    _need_root()
+def test_nonroot_sticky_directory(d, other):
     tmp = os.path.join(d, "tmp")
     os.mkdir(tmp)
     os.chmod(tmp, 0o1777)
     write_file(os.path.join(tmp, "roots"), b"x", mode=0o666)
-    run_as(OTHER_UID, OTHER_GID, write_file, os.path.join(tmp, "mine"), b"y")
+    other(write_file, os.path.join(tmp, "mine"), b"y")
     # Linux returns EPERM for deleting another user's file in a sticky directory
     with pytest.raises(PermissionError) as ei:
-        run_as(OTHER_UID, OTHER_GID, os.unlink, os.path.join(tmp, "roots"))
+        other(os.unlink, os.path.join(tmp, "roots"))
     assert ei.value.errno == errno.EPERM
-    run_as(OTHER_UID, OTHER_GID, os.unlink, os.path.join(tmp, "mine"))
+    other(os.unlink, os.path.join(tmp, "mine"))
     assert os.listdir(tmp) == ["roots"]
 
 
@@ -1574,7 +1655,7 @@ def test_statvfs_free_space_tracks_writes_and_unlink(d):
         os.fsync(fd)
     finally:
         os.close(fd)
-    assert os.stat(p).st_blocks * 512 >= size
+    settled_blocks(p, lambda b: b * 512 >= size, f"{size} bytes written")
     # at least 3/4 of the file must show up as used (allows for unrelated
     # activity and delayed accounting); a bounded wait for CoW commits
     ok = wait_for(lambda: before - free_bytes(d) >= size * 3 // 4)

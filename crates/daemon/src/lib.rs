@@ -392,11 +392,13 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     if let Some(sig) = signals.forever().next() {
         tracing::info!(signal = sig, "shutting down");
     }
-    server.unblock();
-    d.shutdown();
-    for w in workers {
-        let _ = w.join();
+    // Each unblock wakes one API thread out of accept(); they are not joined (a client
+    // mid-request must not hold the shutdown up), the process ends after the pools close.
+    for _ in &workers {
+        server.unblock();
     }
+    d.shutdown();
+    drop(workers);
     tracing::info!("stopped");
     Ok(())
 }

@@ -83,8 +83,10 @@ const KEY_SUPER: &[u8] = b"S";
 const FS_VERSION: u32 = 1;
 /// Longest name in a directory (as Linux's NAME_MAX).
 pub const NAME_MAX: usize = 255;
-/// Longest symlink target we store (a key-value value); longer gets ENAMETOOLONG.
-pub const SYMLINK_MAX: usize = 3072;
+/// Longest symlink target (Linux's PATH_MAX - 1). Stored in key-value values of at most
+/// SYMLINK_PART bytes: `L ++ ino` and, for longer targets, `L ++ ino ++ 1`.
+pub const SYMLINK_MAX: usize = 4095;
+pub(crate) const SYMLINK_PART: usize = 3072;
 /// Largest xattr value; larger gets E2BIG (ext4's limit is one block, similar).
 pub const XATTR_VALUE_MAX: usize = 3072;
 
@@ -202,7 +204,7 @@ impl VolumeFs {
         let (size, blocks) = if i.is_dir() {
             (4096, 8)
         } else if i.is_symlink() {
-            (t.kv_get(self.vol, &ino_key(b'L', ino))?.map_or(0, |v| v.len() as u64), 0)
+            (self.symlink_target(t, ino)?.len() as u64, 0)
         } else {
             let obj = ObjectId(ino);
             (t.object_size(self.vol, obj)?, t.object_allocated_bytes(self.vol, obj)? / 512)
@@ -222,6 +224,31 @@ impl VolumeFs {
             rdev: i.rdev,
             blksize: 16384,
         })
+    }
+
+    pub(crate) fn symlink_target(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<Vec<u8>> {
+        let key = ino_key(b'L', ino);
+        let mut target = t
+            .kv_get(self.vol, &key)?
+            .ok_or(FsError { errno: libc::EIO, detail: Some(format!("symlink {ino} without a target")) })?;
+        if target.len() == SYMLINK_PART {
+            let mut second = key;
+            second.push(1);
+            target.extend(t.kv_get(self.vol, &second)?.unwrap_or_default());
+        }
+        Ok(target)
+    }
+
+    pub(crate) fn store_symlink_target(&self, t: &mut Txn<'_>, ino: u64, target: &[u8]) -> FsResult<()> {
+        let key = ino_key(b'L', ino);
+        let (first, rest) = target.split_at(target.len().min(SYMLINK_PART));
+        t.kv_put(self.vol, &key, first)?;
+        if !rest.is_empty() {
+            let mut second = key;
+            second.push(1);
+            t.kv_put(self.vol, &second, rest)?;
+        }
+        Ok(())
     }
 
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
@@ -274,6 +301,9 @@ impl VolumeFs {
             t.kv_delete(self.vol, &k)?;
         }
         t.kv_delete(self.vol, &ino_key(b'L', ino))?;
+        let mut second = ino_key(b'L', ino);
+        second.push(1);
+        t.kv_delete(self.vol, &second)?;
         t.delete_object(self.vol, ObjectId(ino))?;
         Ok(())
     }

@@ -136,7 +136,7 @@ impl VolumeFs {
             };
             let ino = t.create_object(self.vol, &i.encode())?.0;
             if let Some(target) = target {
-                t.kv_put(self.vol, &ino_key(b'L', ino), target)?;
+                self.store_symlink_target(t, ino, target)?;
             }
             t.kv_put(self.vol, &dir_key(parent, name), &encode_entry(ino, i.dtype()))?;
             if is_dir {
@@ -175,8 +175,7 @@ impl VolumeFs {
         if !i.is_symlink() {
             return err(libc::EINVAL);
         }
-        t.kv_get(self.vol, &ino_key(b'L', ino))?
-            .ok_or(FsError { errno: libc::EIO, detail: Some("symlink without target".into()) })
+        self.symlink_target(&mut t, ino)
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {

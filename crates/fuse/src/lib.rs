@@ -25,6 +25,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use strata_fs::{Attr, Caller, DirEntry, FsError, SetAttr, VolumeFs};
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_times_before_1970() {
+        // What fuser hands over for the kernel's (-2 s, 500_000_000 ns) = -1.5 s.
+        let fuser_value = UNIX_EPOCH - Duration::new(2, 500_000_000);
+        assert_eq!(from_request_time(fuser_value), -1_500_000_000);
+        assert_eq!(from_request_time(UNIX_EPOCH - Duration::new(7, 0)), -7_000_000_000);
+        assert_eq!(from_request_time(UNIX_EPOCH + Duration::new(7, 5)), 7_000_000_005);
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct MountOptions {
     /// Let the kernel cache writes and send them in large batches.
@@ -64,6 +78,20 @@ fn ns(t: SystemTime) -> i64 {
         Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
         Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
     }
+}
+
+/// A time from a setattr request. fuser 0.18 turns the kernel's (negative seconds,
+/// nanoseconds) into EPOCH - (|secs| + nsec) instead of EPOCH - |secs| + nsec (its own
+/// TODO in `system_time_from_time`), so times before 1970 with a fraction arrive one
+/// second and twice the fraction early: undo that here.
+fn from_request_time(t: SystemTime) -> i64 {
+    let v = ns(t);
+    if v >= 0 {
+        return v;
+    }
+    let a = v.unsigned_abs();
+    let (secs, nsec) = ((a / 1_000_000_000) as i64, (a % 1_000_000_000) as i64);
+    -secs * 1_000_000_000 + nsec
 }
 
 fn kind(mode: u32) -> FileType {
@@ -186,7 +214,7 @@ impl fuser::Filesystem for StrataFuse {
         let t = |x: Option<TimeOrNow>| {
             x.map(|t| match t {
                 TimeOrNow::Now => None,
-                TimeOrNow::SpecificTime(s) => Some(ns(s)),
+                TimeOrNow::SpecificTime(s) => Some(from_request_time(s)),
             })
         };
         let set = SetAttr { mode, uid, gid, size, atime_ns: t(atime), mtime_ns: t(mtime) };

@@ -1,0 +1,306 @@
+//! The `strata` command and daemon end to end, as an administrator uses them: a real
+//! daemon (`strata serve`) on a temporary data directory and port, real FUSE mounts, and
+//! the bad inputs an administrator will eventually type. Needs root and /dev/fuse.
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_strata");
+
+struct Daemon {
+    child: Option<Child>,
+    api: String,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("strata-it-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+impl Daemon {
+    fn start(dir: &Path) -> Daemon {
+        let api = format!("127.0.0.1:{}", free_port());
+        let mut d = Daemon { child: None, api, dir: dir.to_path_buf() };
+        d.spawn();
+        d
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("daemon.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["serve", "--data-dir", self.dir.join("data").to_str().unwrap(), "--default-pool-size", "256M"])
+            .env("STRATA_API", &self.api)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start strata serve");
+        self.child = Some(child);
+        let start = Instant::now();
+        while self.cli(&["pool", "list"]).0 != 0 {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited with {status}: {}", self.log());
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "daemon did not come up: {}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(BIN).args(args).env("STRATA_API", &self.api).output().expect("run strata");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into(),
+            String::from_utf8_lossy(&out.stderr).into(),
+        )
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.cli(args);
+        assert_eq!(code, 0, "strata {args:?} failed: {out}{err}\n--- daemon log ---\n{}", self.log());
+        out
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&a)).expect("valid JSON")
+    }
+
+    /// Fails with exit status 2 and a message containing `want`.
+    fn fails(&self, args: &[&str], want: &str) {
+        let (code, out, err) = self.cli(args);
+        assert_eq!(code, 2, "strata {args:?} should fail: {out}{err}");
+        assert!(err.contains(want), "strata {args:?}: expected {want:?} in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        unsafe { libc_kill(child.id() as i32, 15) };
+        child.wait().unwrap()
+    }
+
+    fn kill9(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+        // Never leave a mount behind, whatever happened.
+        if let Ok(m) = std::fs::read_to_string("/proc/self/mountinfo") {
+            for line in m.lines() {
+                if let Some(mp) = line.split(' ').nth(4) {
+                    if mp.starts_with(self.dir.to_str().unwrap()) {
+                        let _ = Command::new("umount").args(["-l", mp]).status();
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn volumes_mounts_and_restart() {
+    let dir = temp_dir("life");
+    let mut d = Daemon::start(&dir);
+    let pools = d.json(&["pool", "list"]);
+    assert_eq!(pools[0]["name"], "default", "the embedded default pool: {pools}");
+    d.ok(&["volume", "create", "default/db", "--size", "100M"]);
+    d.ok(&["volume", "create", "default/logs", "--record-size", "128K"]);
+    let vols = d.json(&["volume", "list"]);
+    assert_eq!(vols.as_array().unwrap().len(), 2);
+    let show = d.json(&["volume", "show", "default/logs"]);
+    assert_eq!(show["record_size"], 131072);
+    d.ok(&["volume", "set", "default/logs", "--size", "1G"]);
+    assert_eq!(d.json(&["volume", "show", "default/logs"])["size_bytes"], 1u64 << 30);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "default/db", mnt.to_str().unwrap()]);
+    std::fs::write(mnt.join("hello.txt"), b"hello strata").unwrap();
+    let f = std::fs::File::open(mnt.join("hello.txt")).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // statfs shows the volume's limit as the size of the file system.
+    let df = Command::new("df").args(["-B1", "--output=size", mnt.to_str().unwrap()]).output().unwrap();
+    let size: u64 = String::from_utf8_lossy(&df.stdout).lines().nth(1).unwrap().trim().parse().unwrap();
+    assert_eq!(size, 100 << 20);
+    assert!(d.ok(&["mount"]).contains("default/db"));
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    assert!(!mnt.join("hello.txt").exists(), "unmounted");
+    d.ok(&["mount", "default/db", mnt.to_str().unwrap()]);
+    assert_eq!(std::fs::read(mnt.join("hello.txt")).unwrap(), b"hello strata");
+    // SIGTERM: clean stop (commits, unmounts), and the mount comes back at the next start.
+    assert!(d.stop().success(), "{}", d.log());
+    assert!(!mnt.join("hello.txt").exists());
+    d.spawn();
+    assert_eq!(std::fs::read(mnt.join("hello.txt")).unwrap(), b"hello strata");
+    let check = d.json(&["check", "default"]);
+    assert_eq!(check["clean"], true, "{check}");
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    d.ok(&["volume", "delete", "default/logs"]);
+    assert_eq!(d.json(&["volume", "list", "default"]).as_array().unwrap().len(), 1);
+    assert!(!d.log().contains("ERROR"), "unexpected errors in the daemon log: {}", d.log());
+}
+
+#[test]
+fn kill_9_keeps_what_was_fsynced() {
+    let dir = temp_dir("kill9");
+    let mut d = Daemon::start(&dir);
+    d.ok(&["volume", "create", "default/v"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "default/v", mnt.to_str().unwrap()]);
+    let mut f = std::fs::File::create(mnt.join("durable")).unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    std::fs::create_dir(mnt.join("sub")).unwrap();
+    std::fs::File::open(&mnt).unwrap().sync_all().unwrap(); // fsync of the directory
+    d.kill9();
+    // The dead mount answers ENOTCONN until the daemon is back.
+    let e = std::fs::metadata(mnt.join("durable")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(107), "{e}");
+    d.spawn();
+    assert_eq!(std::fs::read(mnt.join("durable")).unwrap(), data);
+    assert!(mnt.join("sub").is_dir());
+    assert_eq!(d.json(&["check", "default"])["clean"], true);
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let dir = temp_dir("bad");
+    let d = Daemon::start(&dir);
+    // Wrong arguments.
+    let (code, _, err) = d.cli(&["volume", "frobnicate"]);
+    assert_eq!(code, 2, "{err}");
+    d.fails(&["volume", "create", "novolume"], "POOL/VOLUME");
+    d.fails(&["volume", "create", "default/x", "--size", "12Q"], "unknown unit");
+    d.fails(&["volume", "create", "default/x", "--record-size", "3K"], "power of two");
+    d.fails(&["volume", "create", "default/.hidden"], "volume name");
+    // Unknown names.
+    d.fails(&["pool", "status", "nopool"], "strata pool list");
+    d.fails(&["volume", "show", "default/none"], "not found");
+    d.fails(&["mount", "nopool/v", dir.join("m0").to_str().unwrap()], "pool nopool");
+    // Duplicates and busy targets.
+    d.ok(&["volume", "create", "default/v"]);
+    d.fails(&["volume", "create", "default/v"], "already exists");
+    let busy = dir.join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    std::fs::write(busy.join("something"), b"x").unwrap();
+    d.fails(&["mount", "default/v", busy.to_str().unwrap()], "not an empty directory");
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "default/v", mnt.to_str().unwrap()]);
+    d.fails(&["mount", "default/v", dir.join("other").to_str().unwrap()], "already mounted");
+    d.ok(&["volume", "create", "default/w"]);
+    d.fails(&["mount", "default/w", mnt.to_str().unwrap()], "already a Strata mount");
+    d.fails(&["volume", "delete", "default/v"], "unmount it first");
+    d.fails(&["unmount", dir.join("nothing-here").to_str().unwrap()], "no Strata mount");
+    // A pool on a device that already holds one.
+    let img = dir.join("data").join("default.img");
+    d.fails(&["pool", "create", "again", "--device", img.to_str().unwrap()], "already holds a Strata pool");
+    d.fails(&["pool", "create", "p2", "--device", dir.join("missing.img").to_str().unwrap()], "size_bytes");
+    // Raw API: malformed JSON and unknown endpoints.
+    let raw = |req: &str| {
+        let mut s = std::net::TcpStream::connect(&d.api).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut s, &mut out).unwrap();
+        out
+    };
+    let r = raw("POST /v1/pools HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\n{nope");
+    assert!(r.starts_with("HTTP/1.1 400") && r.contains("invalid JSON"), "{r}");
+    let r = raw("GET /v1/teapot HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+    let body = r#"{"volume":"default/w","path":"rel"}"#;
+    let r =
+        raw(&format!("POST /v1/mounts HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    // A daemon that is not there.
+    let out = Command::new(BIN).args(["pool", "list"]).env("STRATA_API", "127.0.0.1:1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("strata serve"));
+}
+
+#[test]
+fn full_pool_gives_enospc_and_recovers() {
+    let dir = temp_dir("full");
+    let d = Daemon::start(&dir);
+    let img = dir.join("small.img");
+    d.ok(&["pool", "create", "small", "--device", img.to_str().unwrap(), "--size", "48M"]);
+    d.ok(&["volume", "create", "small/v"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "small/v", mnt.to_str().unwrap()]);
+    let mut f = std::fs::File::create(mnt.join("fill")).unwrap();
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut written = 0u64;
+    let err = loop {
+        match f.write_all(&chunk).and_then(|_| f.sync_data()) {
+            Ok(()) => written += chunk.len() as u64,
+            Err(e) => break e,
+        }
+        assert!(written < 200 << 20, "a 48 MiB pool took {written} bytes");
+    };
+    assert_eq!(err.raw_os_error(), Some(28), "ENOSPC reaches the application: {err}");
+    drop(f);
+    assert!(written >= 20 << 20, "only {written} bytes fit in a 48 MiB pool");
+    // The pool is consistent, and usable again once space is freed.
+    assert_eq!(d.json(&["check", "small"])["clean"], true);
+    std::fs::remove_file(mnt.join("fill")).unwrap();
+    std::fs::File::open(&mnt).unwrap().sync_all().unwrap();
+    let mut g = std::fs::File::create(mnt.join("again")).unwrap();
+    g.write_all(&vec![1u8; 8 << 20]).unwrap();
+    g.sync_all().unwrap();
+    assert_eq!(d.json(&["check", "small"])["clean"], true);
+    assert!(!d.log().contains("ERROR"), "{}", d.log());
+}
+
+#[test]
+fn damaged_pool_image_is_refused_clearly() {
+    let dir = temp_dir("damaged");
+    let mut d = Daemon::start(&dir);
+    d.ok(&["volume", "create", "default/v"]);
+    assert!(d.stop().success());
+    let img = dir.join("data").join("default.img");
+    let mut bytes = std::fs::read(&img).unwrap();
+    for label in [0usize, 256 * 1024] {
+        bytes[label..label + 64].fill(0xee);
+    }
+    std::fs::write(&img, &bytes).unwrap();
+    // The daemon refuses to start, saying which pool and why; no panic.
+    let out = Command::new(BIN)
+        .args(["serve", "--data-dir", dir.join("data").to_str().unwrap()])
+        .env("STRATA_API", &d.api)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("open pool default") && err.contains("both labels are damaged"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let (code, _, err) = d.cli(&["check", "--device", img.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("both labels are damaged"), "{err}");
+}
