@@ -1,32 +1,49 @@
 #!/usr/bin/env bash
-# Strata's main job on an embedded default: build, make a pool in a local image file,
-# create a volume in it, verify it, and say where to look next.
+# Strata's main job on the embedded default: install what is needed, build, start the
+# daemon (which creates the default pool in an image file), create a volume and mount it,
+# then say where everything is and what to try.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
 data_dir="${STRATA_DATA_DIR:-/var/lib/strata}"
-image="$data_dir/demo.img"
+mnt="${STRATA_DEMO_MOUNT:-/mnt/strata/demo}"
+export STRATA_API="${STRATA_API:-127.0.0.1:7420}"
 
-command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq build-essential; }
+need=()
+command -v cc >/dev/null || need+=(build-essential)
+command -v fusermount3 >/dev/null || need+=(fuse3)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
+fi
 cargo build --release -p strata-cli --quiet
 strata="$PWD/target/release/strata"
 mkdir -p "$data_dir"
 
-if ! "$strata" pool status "$image" >/dev/null 2>&1; then
-  "$strata" pool create demo --device "$image" --size 1G
+if ! "$strata" pool list >/dev/null 2>&1; then
+  echo "starting the daemon (log: $data_dir/strata.log)"
+  nohup "$strata" serve --data-dir "$data_dir" >>"$data_dir/strata.log" 2>&1 &
+  echo $! >"$data_dir/strata.pid"
+  for _ in $(seq 1 100); do "$strata" pool list >/dev/null 2>&1 && break; sleep 0.1; done
+  "$strata" pool list >/dev/null || { tail -20 "$data_dir/strata.log"; exit 1; }
 fi
-"$strata" volume list --device "$image" | grep -q '^pg ' || "$strata" volume create --device "$image" pg --size 100G
+"$strata" volume show default/demo >/dev/null 2>&1 || "$strata" volume create default/demo --size 10G
+"$strata" mount | grep -q "^default/demo " || "$strata" mount default/demo "$mnt"
+
 echo
-"$strata" pool status "$image"
+"$strata" pool status default
 echo
-"$strata" volume list --device "$image"
-echo
-"$strata" check "$image"
+"$strata" volume list
 cat <<MSG
 
-The pool lives in $image.
-Try:
-  $strata volume create --device $image mysql --record-size 16K
-  $strata check $image --json
-  target/release/engine-bench --ops 2000     (cargo build --release -p strata-bench first)
-Design notes: docs/engine-format.md; benchmark results: docs/benchmarks/.
+Strata is running: daemon API on $STRATA_API (pid $(cat "$data_dir/strata.pid" 2>/dev/null || echo '?')),
+pool 'default' in $data_dir/default.img, volume default/demo mounted at $mnt.
+
+Look next:
+  ls -la $mnt                                  the volume, a POSIX file system
+  $strata volume create default/pgdata --size 50G && $strata mount default/pgdata /mnt/strata/pgdata
+  $strata check default                        verify every checksum and invariant
+  $strata pool status default --json
+  tail -f $data_dir/strata.log                 the daemon's log
+  kill \$(cat $data_dir/strata.pid)              clean stop (commits and unmounts; mounts return at next start)
+Docs: README.md, docs/api.md (control API), docs/engine-format.md (on-disk format).
 MSG

@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# The whole test suite: what the README's second command and CI run.
-# Installs what the tests need on a fresh Debian machine, then runs every test.
+# The whole test suite: what the README's second command and CI run. Installs what the
+# tests need on a fresh Debian machine (as root), then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
 
-need_apt=()
-command -v cc >/dev/null || need_apt+=(build-essential)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+# Debian packages: a C toolchain for -sys crates, FUSE, loop devices (util-linux), the
+# databases and load generators of the end-to-end tests, and pytest for the POSIX suite.
+need=()
+command -v cc >/dev/null || need+=(build-essential)
+command -v fusermount3 >/dev/null || need+=(fuse3)
+command -v losetup >/dev/null || need+=(util-linux)
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15 postgresql-contrib)
+command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
+command -v sysbench >/dev/null || need+=(sysbench)
+python3 -m pytest --version >/dev/null 2>&1 || need+=(python3-pytest)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]}"
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 echo "== format"
@@ -16,15 +27,20 @@ cargo fmt --all -- --check
 echo "== build"
 cargo build --workspace --all-targets --quiet
 
-echo "== fuzz (short run of every on-disk decoder)"
+echo "== fuzz (short run of every on-disk decoder and of damaged pool images)"
 scripts/fuzz.sh "${STRATA_FUZZ_SECONDS:-20}"
 
 echo "== raw block device (loop) end to end"
 scripts/loop-smoke.sh
 
-echo "== tests"
-if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast --failure-output final
-else
-  cargo test --workspace --no-fail-fast
-fi
+echo "== POSIX behaviour through a FUSE mount"
+scripts/e2e/posix.sh
+
+echo "== PostgreSQL 15 on a Strata volume, with kill -9 of the daemon"
+scripts/e2e/postgres.sh
+
+echo "== MariaDB on a Strata volume (TR-4722 sysbench), with kill -9 of the daemon"
+scripts/e2e/mariadb.sh
+
+echo "== unit, property, crash, fault and daemon tests"
+cargo nextest run --workspace --no-fail-fast --failure-output final

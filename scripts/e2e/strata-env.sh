@@ -54,8 +54,11 @@ strata_stop() {
 }
 
 # Fail on ERROR lines in the daemon log (a test is not green if the daemon complained).
+# One exception: fuser logs "Failed to send FUSE reply: No such file or directory" when the
+# kernel has already dropped the request (the caller was killed or interrupted, as the
+# crash tests do on purpose); nothing is lost by it.
 strata_log_clean() {
-  if grep -E ' ERROR ' "$STRATA_E2E_DIR/daemon.log"; then
+  if grep -E ' ERROR ' "$STRATA_E2E_DIR/daemon.log" | grep -v 'Failed to send FUSE reply: No such file or directory'; then
     echo "unexpected ERROR lines in $STRATA_E2E_DIR/daemon.log"; return 1
   fi
 }

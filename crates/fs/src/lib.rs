@@ -19,6 +19,7 @@
 //! Permission checks are the kernel's (FUSE `default_permissions`); this layer records
 //! owners and modes exactly as asked.
 
+mod fsck;
 pub mod inode;
 mod namespace;
 

@@ -1,0 +1,458 @@
+#!/usr/bin/env bash
+# Which FUSE caching mode serves databases better? PostgreSQL 15 (pgbench) and MariaDB
+# (sysbench oltp_read_write) on three storage targets, in one session, in this order:
+#
+#   ext4         a plain directory under /var/tmp (the reference: no Strata in the way)
+#   strata-wb    a Strata volume, daemon with the FUSE writeback cache (the default)
+#   strata-nowb  a Strata volume, daemon started with --no-writeback-cache
+#
+# Each Strata mode gets a fresh daemon (own data dir, so a fresh pool image on the same ext4)
+# and a fresh volume default/bench (--size 8G); both databases live inside its mount.
+#
+#   cargo build --release -p strata-cli
+#   scripts/bench/fuse-caching.sh                        # full run, ~10 minutes on 2 cores
+#   PG_SECONDS=5 MY_SECONDS=5 SCALE=2 scripts/bench/fuse-caching.sh   # quick try
+#
+# Per target:
+#   PostgreSQL 15: initdb in the target dir; fsync=on, synchronous_commit=on,
+#     shared_buffers=128MB (the rest default, wal_sync_method=fdatasync); pgbench -i -s $SCALE;
+#     then TPC-B-like pgbench -c 4 -j 2 -T $PG_SECONDS and pgbench -c 1 -j 1 -T $PG_SECONDS,
+#     each after VACUUM + CHECKPOINT. Recorded: TPS, average latency, load time.
+#   MariaDB (Debian 12: 10.11): datadir in the target dir; innodb_flush_log_at_trx_commit=1,
+#     innodb_flush_method=O_DIRECT, innodb_log_file_buffering=OFF, doublewrite on, buffer pool
+#     128M, redo log 96M, no binlog; sysbench oltp_read_write --tables=2 --table-size=10000
+#     --rand-type=uniform --range_size=100, prepare, then --threads=4 and --threads=1 for
+#     $MY_SECONDS s each. Recorded: TPS, QPS, average and 95th-percentile latency, prepare time.
+#
+# Output: a Markdown table on stdout (progress goes to stderr), raw results as JSON in
+# $OUT_JSON. Daemons, databases and mounts are stopped and the data removed on exit, also on
+# failure or Ctrl-C (logs are then kept in the work dir, which is printed).
+#
+# Environment (all optional):
+#   PG_SECONDS / MY_SECONDS   seconds per pgbench / sysbench run (default 30 / 30)
+#   SCALE                     pgbench scale factor (default 10, ~160 MB)
+#   TARGETS                   subset/order of "ext4 strata-wb strata-nowb" (default: all three)
+#   OUT_JSON                  raw results (default docs/benchmarks/fuse-caching.json)
+#   STRATA_BIN                default target/release/strata
+#   STRATA_E2E_DIR            Strata daemon dir (default /var/tmp/strata-bench-fc)
+#   STRATA_API                daemon control API (default 127.0.0.1:7441)
+#   EXT4_DIR                  the reference directory (default /var/tmp/strata-bench-fc-ext4)
+#   PG_PORT / MY_PORT         default 55442 / 53316 (the e2e tests use 55432 / 53306)
+#   STEP_TIMEOUT              seconds any single step may take (default max run + 300)
+#   BENCH_KEEP_WORK=1         keep the work dir (server logs, raw tool output) on success
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+E2E_NAME=fuse-caching
+
+PG_SECONDS="${PG_SECONDS:-30}"
+MY_SECONDS="${MY_SECONDS:-30}"
+SCALE="${SCALE:-10}"
+TARGETS="${TARGETS:-ext4 strata-wb strata-nowb}"
+OUT_JSON="${OUT_JSON:-$ROOT/docs/benchmarks/fuse-caching.json}"
+EXT4_DIR="${EXT4_DIR:-/var/tmp/strata-bench-fc-ext4}"
+PG_PORT="${PG_PORT:-55442}"
+MY_PORT="${MY_PORT:-53316}"
+SB_TABLES=2
+SB_TABLE_SIZE=10000
+VOLUME=bench
+longest=$((PG_SECONDS > MY_SECONDS ? PG_SECONDS : MY_SECONDS))
+: "${STEP_TIMEOUT:=$((longest + 300))}"
+export STEP_TIMEOUT
+export STRATA_E2E_DIR="${STRATA_E2E_DIR:-/var/tmp/strata-bench-fc}"
+export STRATA_API="${STRATA_API:-127.0.0.1:7441}"
+export STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
+export STRATA_POOL_SIZE="${STRATA_POOL_SIZE:-16G}"
+PG_BIN=/usr/lib/postgresql/15/bin
+MARIADBD=/usr/sbin/mariadbd
+
+# shellcheck source=scripts/e2e/db-common.sh
+. "$ROOT/scripts/e2e/db-common.sh"
+# shellcheck source=scripts/e2e/strata-env.sh
+. "$ROOT/scripts/e2e/strata-env.sh"
+# Progress to stderr: stdout is the Markdown table only.
+log() { printf '[%s %s] %s\n' "$(e2e_ts)" "$E2E_NAME" "$*" >&2; }
+
+T_START="$(now_s)"
+for t in $TARGETS; do
+  case "$t" in ext4 | strata-wb | strata-nowb) ;; *) die "unknown target $t in TARGETS" ;; esac
+done
+[ "$(id -u)" -eq 0 ] || die "run as root (runs the servers as users postgres and mysql, mounts FUSE)"
+[ -x "$STRATA_BIN" ] || die "no strata binary at $STRATA_BIN (cargo build --release -p strata-cli)"
+command -v python3 >/dev/null || die "python3 is needed for the report"
+ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/initdb" "$PG_BIN/pg_ctl" "$PG_BIN/pgbench" "$PG_BIN/psql" \
+  -- postgresql-15 postgresql-contrib
+ensure_pkgs "$MARIADBD" /usr/bin/mariadb-install-db /usr/bin/mariadb /usr/bin/mariadb-admin \
+  -- mariadb-server mariadb-client
+ensure_pkgs /usr/bin/sysbench /usr/share/sysbench/oltp_read_write.lua -- sysbench
+id postgres >/dev/null 2>&1 || die "user postgres does not exist"
+id mysql >/dev/null 2>&1 || die "user mysql does not exist"
+if port_in_use "$PG_PORT"; then die "port $PG_PORT is in use (set PG_PORT)"; fi
+if port_in_use "$MY_PORT"; then die "port $MY_PORT is in use (set MY_PORT)"; fi
+if "$STRATA_BIN" pool list >/dev/null 2>&1; then
+  die "a Strata daemon already answers on $STRATA_API (set STRATA_API)"
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/fuse-caching.XXXXXX")"
+chmod 755 "$WORK"
+RESULTS="$WORK/results.tsv" # target  workload  clients  metric  value
+META="$WORK/meta.tsv"       # target  key  value
+: >"$RESULTS"
+: >"$META"
+cd "$WORK" # runuser keeps the cwd: make it one the database users can read
+
+PGDATA=""
+PG_SOCK=""
+MYSQLD_PID=""
+MY_SOCK=""
+STRATA_UP=0
+MNT="$STRATA_E2E_DIR/mnt"
+
+pg_as() { bounded runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
+psql_q() { bounded "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$PG_SOCK" -p "$PG_PORT" -U postgres "$@"; }
+pg_running() {
+  local pid
+  [ -n "$PGDATA" ] || return 1
+  pid="$(head -n 1 "$PGDATA/postmaster.pid" 2>/dev/null)" || return 1
+  [ -n "$pid" ] && is_alive "$pid" && grep -q postgres "/proc/$pid/cmdline" 2>/dev/null
+}
+my_sql() { bounded mariadb --no-defaults --connect-timeout=10 -S "$MY_SOCK" -u root -N -B "$@"; }
+
+stop_databases() {
+  if pg_running; then
+    log "stopping PostgreSQL"
+    pg_as pg_ctl stop -D "$PGDATA" -m fast -w -t 120 >/dev/null 2>&1 ||
+      pg_as pg_ctl stop -D "$PGDATA" -m immediate -w -t 30 >/dev/null 2>&1 || true
+  fi
+  if [ -n "$MYSQLD_PID" ] && kill -0 "$MYSQLD_PID" 2>/dev/null; then
+    log "stopping mariadbd (pid $MYSQLD_PID)"
+    timeout 120 mariadb-admin --no-defaults -S "$MY_SOCK" -u root shutdown >/dev/null 2>&1 || true
+    wait_bg "$MYSQLD_PID" 120
+  fi
+  MYSQLD_PID=""
+}
+
+stop_strata() {
+  [ "$STRATA_UP" = 1 ] || return 0
+  timeout 60 "$STRATA_BIN" unmount "$MNT" >/dev/null 2>&1 || true
+  if ! strata_stop; then
+    kill -KILL "$(cat "$STRATA_E2E_DIR/daemon.pid")" 2>/dev/null || true
+    umount -l "$MNT" 2>/dev/null || true
+  fi
+  STRATA_UP=0
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  set +e
+  kill_nap
+  stop_databases
+  stop_strata
+  rm -rf "$EXT4_DIR"
+  if [ "$rc" -ne 0 ]; then
+    print_failure_logs
+    printf '[%s %s] FAILED (exit %s) after %ss; work dir kept: %s\n' \
+      "$(e2e_ts)" "$E2E_NAME" "$rc" "$(elapsed_since "$T_START")" "$WORK" >&2
+  else
+    rm -rf "$STRATA_E2E_DIR"
+    if [ "${BENCH_KEEP_WORK:-0}" = 1 ]; then log "work dir kept: $WORK"; else rm -rf "$WORK"; fi
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+result() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RESULTS"; }
+meta() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$META"; }
+
+# ------------------------------------------------------------------------------ PostgreSQL
+bench_postgres() {
+  local target="$1" dir="$2" out="$WORK/$1" t0 c j
+  PGDATA="$dir/pgdata"
+  PG_SOCK="$out/pg-sock"
+  install -d -o postgres -g postgres -m 700 "$PG_SOCK"
+  install -d -o postgres -g postgres -m 700 "$PGDATA"
+  local server_log="$out/postgres.log"
+  install -o postgres -g postgres -m 644 /dev/null "$server_log"
+  add_failure_log "$server_log"
+
+  log "[$target] PostgreSQL: initdb in $PGDATA"
+  pg_as initdb -D "$PGDATA" --auth=trust --username=postgres --encoding=UTF8 --locale=C \
+    >"$out/initdb.log" 2>&1 || { cat "$out/initdb.log" >&2; die "initdb failed"; }
+  cat >>"$PGDATA/postgresql.conf" <<EOF
+
+# --- scripts/bench/fuse-caching.sh
+port = $PG_PORT
+listen_addresses = ''
+unix_socket_directories = '$PG_SOCK'
+fsync = on
+synchronous_commit = on
+shared_buffers = 128MB
+max_connections = 20
+logging_collector = off
+EOF
+  pg_as pg_ctl start -D "$PGDATA" -l "$server_log" -w -t 120 >"$out/pg_ctl.out" 2>&1 ||
+    { cat "$out/pg_ctl.out" >&2; die "PostgreSQL did not start"; }
+  wait_for "PostgreSQL to accept connections" 60 psql_q -d postgres -c 'select 1'
+  meta "$target" pg_wal_sync_method "$(psql_q -d postgres -c 'show wal_sync_method')"
+  psql_q -d postgres -c 'create database bench'
+
+  log "[$target] pgbench -i -s $SCALE"
+  t0="$(now_s)"
+  bounded "$PG_BIN/pgbench" -h "$PG_SOCK" -p "$PG_PORT" -U postgres -i -s "$SCALE" -q bench \
+    >"$out/pgbench-init.out" 2>&1 || { cat "$out/pgbench-init.out" >&2; die "pgbench -i failed"; }
+  result "$target" pgbench-init "$SCALE" seconds "$(elapsed_since "$t0")"
+
+  for c in 4 1; do
+    j=$((c < 2 ? c : 2))
+    psql_q -d bench -c 'vacuum analyze'
+    psql_q -d bench -c 'checkpoint'
+    log "[$target] pgbench -c $c -j $j -T $PG_SECONDS"
+    bounded "$PG_BIN/pgbench" -h "$PG_SOCK" -p "$PG_PORT" -U postgres -n -c "$c" -j "$j" \
+      -T "$PG_SECONDS" bench >"$out/pgbench-c$c.out" 2>&1 ||
+      { cat "$out/pgbench-c$c.out" >&2; die "pgbench -c $c failed"; }
+    local tps lat failed
+    tps="$(awk '/^tps = / { print $3; exit }' "$out/pgbench-c$c.out")"
+    lat="$(awk '/^latency average = / { print $4; exit }' "$out/pgbench-c$c.out")"
+    failed="$(awk '/^number of failed transactions: / { print $5; exit }' "$out/pgbench-c$c.out")"
+    [ -n "$tps" ] && [ -n "$lat" ] || { cat "$out/pgbench-c$c.out" >&2; die "cannot parse pgbench output"; }
+    [ "${failed:-0}" = 0 ] || die "pgbench -c $c: $failed failed transactions"
+    result "$target" pgbench "$c" tps "$tps"
+    result "$target" pgbench "$c" lat_avg_ms "$lat"
+    log "[$target] pgbench -c $c: $tps tps, $lat ms average"
+  done
+
+  log "[$target] stopping PostgreSQL"
+  pg_as pg_ctl stop -D "$PGDATA" -m fast -w -t 120 >/dev/null || die "PostgreSQL did not stop"
+}
+
+# ------------------------------------------------------------------------------ MariaDB
+sb() {
+  bounded sysbench "$@" --db-driver=mysql --mysql-socket="$MY_SOCK" --mysql-user=sbtest \
+    --mysql-password=sbtest --mysql-db=sbtest
+}
+sb_oltp() {
+  sb oltp_read_write --tables="$SB_TABLES" --table-size="$SB_TABLE_SIZE" --rand-type=uniform \
+    --range_size=100 "$@"
+}
+
+bench_mariadb() {
+  local target="$1" dir="$2" out="$WORK/$1" t0 th
+  local mydata="$dir/mysql" run_dir="$out/my-run"
+  install -d -o mysql -g mysql -m 750 "$run_dir"
+  MY_SOCK="$run_dir/mariadbd.sock"
+  local err_log="$run_dir/mariadbd.err"
+  add_failure_log "$err_log"
+
+  log "[$target] MariaDB: mariadb-install-db into $mydata"
+  install -d -o mysql -g mysql -m 750 "$mydata"
+  bounded mariadb-install-db --no-defaults --user=mysql --datadir="$mydata" --skip-test-db \
+    --auth-root-authentication-method=socket --skip-name-resolve >"$out/install-db.log" 2>&1 ||
+    { cat "$out/install-db.log" >&2; die "mariadb-install-db failed"; }
+  "$MARIADBD" --no-defaults --user=mysql --datadir="$mydata" --socket="$MY_SOCK" \
+    --port="$MY_PORT" --bind-address=127.0.0.1 --pid-file="$run_dir/mariadbd.pid" \
+    --log-error="$err_log" --skip-log-bin --skip-name-resolve --max-connections=100 \
+    --innodb-flush-log-at-trx-commit=1 --innodb-flush-method=O_DIRECT \
+    --innodb-log-file-buffering=OFF --innodb-doublewrite=ON \
+    --innodb-buffer-pool-size=128M --innodb-log-file-size=96M >>"$out/mariadbd.stdout" 2>&1 &
+  MYSQLD_PID=$!
+  local deadline=$((SECONDS + 180))
+  until timeout 15 mariadb-admin --no-defaults --connect-timeout=5 -S "$MY_SOCK" -u root ping >/dev/null 2>&1; do
+    is_alive "$MYSQLD_PID" || { MYSQLD_PID=""; add_failure_log "$out/mariadbd.stdout"; die "mariadbd exited during start-up"; }
+    [ "$SECONDS" -lt "$deadline" ] || die "mariadbd did not accept connections within 180s"
+    sleep 0.5
+  done
+  meta "$target" mariadb_version "$(my_sql -e 'select version()')"
+  meta "$target" innodb_redo "$(grep -oE '(File system buffers for log disabled|Buffered log writes)[^(]*' "$err_log" | tail -n 1 || true)"
+  meta "$target" innodb_aio "$(grep -oE 'Using (io_uring|Linux native AIO|simulated AIO)' "$err_log" | tail -n 1 || true)"
+  if grep -qiE 'Failed to set O_DIRECT|O_DIRECT.*(not supported|failed)' "$err_log"; then
+    warn "[$target] InnoDB could not use O_DIRECT"
+    meta "$target" innodb_o_direct failed
+  else
+    meta "$target" innodb_o_direct ok
+  fi
+  my_sql -e "create database sbtest;
+    create user sbtest@localhost identified by 'sbtest';
+    grant all on sbtest.* to sbtest@localhost;"
+
+  log "[$target] sysbench oltp_read_write prepare (--tables=$SB_TABLES --table-size=$SB_TABLE_SIZE)"
+  t0="$(now_s)"
+  sb_oltp prepare >"$out/sysbench-prepare.out" 2>&1 ||
+    { cat "$out/sysbench-prepare.out" >&2; die "sysbench prepare failed"; }
+  result "$target" sysbench-prepare "$SB_TABLES" seconds "$(elapsed_since "$t0")"
+
+  for th in 4 1; do
+    log "[$target] sysbench oltp_read_write --threads=$th --time=$MY_SECONDS"
+    sb_oltp run --threads="$th" --time="$MY_SECONDS" --percentile=95 >"$out/sysbench-t$th.out" 2>&1 ||
+      { cat "$out/sysbench-t$th.out" >&2; die "sysbench --threads=$th failed"; }
+    local f="$out/sysbench-t$th.out" tps qps avg p95 errs
+    tps="$(awk '/^ *transactions:/ { gsub(/\(/, "", $3); print $3; exit }' "$f")"
+    qps="$(awk '/^ *queries:/ && /per sec/ { gsub(/\(/, "", $3); print $3; exit }' "$f")"
+    avg="$(awk '/^ *avg:/ { print $2; exit }' "$f")"
+    p95="$(awk '/^ *95th percentile:/ { print $3; exit }' "$f")"
+    errs="$(awk '/^ *ignored errors:/ { print $3; exit }' "$f")"
+    [ -n "$tps" ] && [ -n "$qps" ] && [ -n "$avg" ] && [ -n "$p95" ] ||
+      { cat "$f" >&2; die "cannot parse sysbench output"; }
+    result "$target" sysbench "$th" tps "$tps"
+    result "$target" sysbench "$th" qps "$qps"
+    result "$target" sysbench "$th" lat_avg_ms "$avg"
+    result "$target" sysbench "$th" lat_p95_ms "$p95"
+    result "$target" sysbench "$th" ignored_errors "${errs:-0}"
+    log "[$target] sysbench --threads=$th: $tps tps, $qps qps, avg $avg ms, p95 $p95 ms"
+  done
+
+  log "[$target] stopping mariadbd"
+  bounded mariadb-admin --no-defaults -S "$MY_SOCK" -u root shutdown || die "mariadb-admin shutdown failed"
+  wait_bg "$MYSQLD_PID" 180
+  [ "$WAIT_BG_RC" -eq 0 ] || die "mariadbd did not shut down cleanly (exit $WAIT_BG_RC)"
+  MYSQLD_PID=""
+}
+
+# ------------------------------------------------------------------------------ targets
+run_target() {
+  local target="$1" dir t0
+  t0="$(now_s)"
+  mkdir -p "$WORK/$target"
+  case "$target" in
+    ext4)
+      rm -rf "$EXT4_DIR"
+      mkdir -p "$EXT4_DIR"
+      dir="$EXT4_DIR"
+      meta "$target" storage "$(findmnt -no FSTYPE,SOURCE,OPTIONS -T "$EXT4_DIR" | tr -s ' ' | cut -c1-200)"
+      ;;
+    strata-wb | strata-nowb)
+      if [ "$target" = strata-nowb ]; then STRATA_SERVE_ARGS="--no-writeback-cache"; else STRATA_SERVE_ARGS=""; fi
+      export STRATA_SERVE_ARGS
+      log "[$target] fresh Strata daemon: serve $STRATA_SERVE_ARGS (pool $STRATA_POOL_SIZE in $STRATA_E2E_DIR/data)"
+      strata_fresh
+      add_failure_log "$STRATA_E2E_DIR/daemon.log"
+      strata_start
+      STRATA_UP=1
+      strata_mount "$VOLUME" "$MNT" --size 8G >/dev/null
+      grep -qF " $MNT fuse" /proc/self/mountinfo || die "$MNT is not a FUSE mount"
+      dir="$MNT"
+      meta "$target" storage "$(findmnt -no FSTYPE,SOURCE,OPTIONS -T "$MNT" | tr -s ' ' | cut -c1-200)"
+      meta "$target" serve_args "${STRATA_SERVE_ARGS:-(none)}"
+      ;;
+  esac
+  DB_DIR="$dir"
+  require_db_dir postgres
+  require_db_dir mysql
+  sync
+  bench_postgres "$target" "$dir"
+  sync
+  bench_mariadb "$target" "$dir"
+  case "$target" in
+    ext4) rm -rf "$EXT4_DIR" ;;
+    *)
+      cp "$STRATA_E2E_DIR/daemon.log" "$WORK/$target/daemon.log"
+      stop_strata
+      if grep -E ' ERROR ' "$WORK/$target/daemon.log" >&2; then warn "[$target] ERROR lines in the daemon log"; fi
+      ;;
+  esac
+  meta "$target" seconds "$(elapsed_since "$t0")"
+  log "[$target] done in $(elapsed_since "$t0")s"
+}
+
+log "targets: $TARGETS; pgbench -s $SCALE, ${PG_SECONDS}s per run; sysbench ${MY_SECONDS}s per run; work dir $WORK"
+for t in $TARGETS; do run_target "$t"; done
+rm -rf "$STRATA_E2E_DIR"
+
+# ------------------------------------------------------------------------------ report
+mkdir -p "$(dirname "$OUT_JSON")"
+RESULTS="$RESULTS" META="$META" OUT_JSON="$OUT_JSON" ROOT="$ROOT" TARGETS="$TARGETS" \
+  PG_SECONDS="$PG_SECONDS" MY_SECONDS="$MY_SECONDS" SCALE="$SCALE" \
+  TOTAL_SECONDS="$(elapsed_since "$T_START")" STRATA_BIN="$STRATA_BIN" \
+  TEST_SH_RUNNING="$(pgrep -f scripts/test.sh >/dev/null && echo yes || echo no)" \
+  python3 - <<'PY'
+import json, os, platform, subprocess, datetime
+
+env = os.environ
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:
+        return ""
+
+targets = env["TARGETS"].split()
+res, meta = {}, {}
+for line in open(env["RESULTS"]):
+    t, w, c, m, v = line.rstrip("\n").split("\t")
+    res.setdefault(t, {}).setdefault(w, {}).setdefault(c, {})[m] = float(v)
+for line in open(env["META"]):
+    t, k, v = line.rstrip("\n").split("\t", 2)
+    meta.setdefault(t, {})[k] = v
+
+mem_kib = next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal:")), 0)
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+machine = {
+    "nproc": os.cpu_count(),
+    "cpu": cpu,
+    "mem_gib": round(mem_kib / 1024 / 1024, 1),
+    "kernel": platform.release(),
+    "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
+    "var_tmp_fs": sh("findmnt -no FSTYPE,SOURCE -T /var/tmp"),
+    "var_tmp_disk_rotational": sh("cat /sys/block/$(lsblk -no PKNAME $(findmnt -no SOURCE -T /var/tmp) 2>/dev/null || basename $(findmnt -no SOURCE -T /var/tmp))/queue/rotational 2>/dev/null"),
+    "postgres": sh("/usr/lib/postgresql/15/bin/postgres --version"),
+    "mariadb": sh("/usr/sbin/mariadbd --version"),
+    "sysbench": sh("sysbench --version"),
+}
+doc = {
+    "benchmark": "fuse-caching",
+    "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "command": "scripts/bench/fuse-caching.sh",
+    "params": {"PG_SECONDS": int(env["PG_SECONDS"]), "MY_SECONDS": int(env["MY_SECONDS"]),
+               "SCALE": int(env["SCALE"]), "sysbench_tables": 2, "sysbench_table_size": 10000},
+    "strata": {"git": sh(f"cd {env['ROOT']} && git rev-parse --short HEAD") +
+                      (" (dirty)" if sh(f"cd {env['ROOT']} && git status --porcelain --untracked-files=no") else ""),
+               "binary": env["STRATA_BIN"]},
+    "machine": machine,
+    "test_sh_running_at_end": env["TEST_SH_RUNNING"] == "yes",
+    "total_seconds": float(env["TOTAL_SECONDS"]),
+    "targets": targets,
+    "meta": meta,
+    "results": res,
+}
+with open(env["OUT_JSON"], "w") as f:
+    json.dump(doc, f, indent=2, sort_keys=False)
+    f.write("\n")
+
+def get(t, w, c, m):
+    return res.get(t, {}).get(w, {}).get(c, {}).get(m)
+
+rows = [
+    ("PostgreSQL pgbench TPC-B", "pgbench", "4", "tps", "TPS", 0),
+    ("PostgreSQL pgbench TPC-B", "pgbench", "4", "lat_avg_ms", "avg latency ms", 2),
+    ("PostgreSQL pgbench TPC-B", "pgbench", "1", "tps", "TPS", 0),
+    ("PostgreSQL pgbench TPC-B", "pgbench", "1", "lat_avg_ms", "avg latency ms", 2),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "4", "tps", "TPS", 0),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "4", "qps", "QPS", 0),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "4", "lat_avg_ms", "avg latency ms", 2),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "4", "lat_p95_ms", "p95 latency ms", 2),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "1", "tps", "TPS", 0),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "1", "qps", "QPS", 0),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "1", "lat_avg_ms", "avg latency ms", 2),
+    ("MariaDB sysbench oltp_read_write", "sysbench", "1", "lat_p95_ms", "p95 latency ms", 2),
+    ("pgbench -i (load)", "pgbench-init", env["SCALE"], "seconds", "seconds", 1),
+    ("sysbench prepare (load)", "sysbench-prepare", "2", "seconds", "seconds", 1),
+]
+def fmt(v, d):
+    return "–" if v is None else f"{v:,.{d}f}"
+def ratio(a, b):
+    return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+clients_label = {"pgbench": "clients", "sysbench": "threads"}
+print(f"FUSE caching: PG_SECONDS={env['PG_SECONDS']} MY_SECONDS={env['MY_SECONDS']} SCALE={env['SCALE']}, "
+      f"{doc['date_utc']}, total {doc['total_seconds']:.0f} s")
+print()
+print("| workload | clients | metric | ext4 | Strata writeback | Strata no-writeback | writeback/ext4 | no-writeback/ext4 | writeback/no-writeback |")
+print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+for name, w, c, m, label, d in rows:
+    e, wb, nw = (get(t, w, c, m) for t in ("ext4", "strata-wb", "strata-nowb"))
+    if e is None and wb is None and nw is None:
+        continue
+    cl = f"{c} {clients_label[w]}" if w in clients_label else "–"
+    print(f"| {name} | {cl} | {label} | {fmt(e, d)} | {fmt(wb, d)} | {fmt(nw, d)} | "
+          f"{ratio(wb, e)} | {ratio(nw, e)} | {ratio(wb, nw)} |")
+PY
+log "raw results: $OUT_JSON; total $(elapsed_since "$T_START")s"
