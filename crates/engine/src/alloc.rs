@@ -35,6 +35,9 @@ pub struct Geometry {
     pub spacemap_chunks: u64,
     pub data_offset: u64,
     pub data_units: u64,
+    /// The intent log region, between the space map and the data area.
+    pub log_offset: u64,
+    pub log_bytes: u64,
 }
 
 impl Geometry {
@@ -44,7 +47,11 @@ impl Geometry {
         let units_guess = device_size / UNIT_SIZE;
         let chunks = units_guess.div_ceil(BITS_PER_CHUNK);
         let spacemap_bytes = chunks * 2 * CHUNK_SLOT_SIZE as u64;
-        let data_offset = (spacemap_offset + spacemap_bytes).next_multiple_of(1 << 20);
+        let log_offset = (spacemap_offset + spacemap_bytes).next_multiple_of(1 << 20);
+        // The intent log holds what fsyncs wrote since the last commit: 1/64 of the device,
+        // 4 MiB to 256 MiB (a full log forces a commit, which empties it).
+        let log_bytes = (device_size / 64).clamp(4 << 20, 256 << 20) / (1 << 20) * (1 << 20);
+        let data_offset = log_offset + log_bytes;
         let data_units = device_size.checked_sub(data_offset)? / UNIT_SIZE;
         if data_units < 256 {
             return None;
@@ -54,6 +61,8 @@ impl Geometry {
             spacemap_chunks: data_units.div_ceil(BITS_PER_CHUNK),
             data_offset,
             data_units,
+            log_offset,
+            log_bytes,
         })
     }
 
@@ -344,6 +353,8 @@ mod tests {
             spacemap_chunks: units.div_ceil(BITS_PER_CHUNK),
             data_offset: 1 << 20,
             data_units: units,
+            log_offset: 1 << 20,
+            log_bytes: 0,
         }
     }
 

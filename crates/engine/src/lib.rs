@@ -16,6 +16,7 @@ pub mod clock;
 pub mod device;
 pub mod error;
 pub mod format;
+pub mod intent_log;
 pub mod pipeline;
 pub mod pool;
 pub mod tree;

@@ -19,6 +19,7 @@ use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::VolumeRecordPhys;
 use crate::format::uberblock::UberblockPhys;
 use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SIZE};
+use crate::intent_log::IntentLog;
 use crate::pipeline::BlockIo;
 use crate::tree::btree::BTree;
 use crate::txg;
@@ -127,6 +128,7 @@ pub struct PoolInner {
     pub open_notes: Vec<String>,
     /// The newest committed root.
     pub root: UberblockPhys,
+    pub ilog: IntentLog,
 }
 
 pub struct Pool {
@@ -216,6 +218,8 @@ impl Pool {
             spacemap_chunks: geo.spacemap_chunks,
             data_offset: geo.data_offset,
             data_units: geo.data_units,
+            log_offset: geo.log_offset,
+            log_bytes: geo.log_bytes,
             features: Features::default(),
             created_ns: opts.clock.now_ns(),
             checksum_algo: create.checksum,
@@ -250,6 +254,7 @@ impl Pool {
             clock: opts.clock,
             dirty_limit_bytes: opts.dirty_limit_bytes,
             open_notes: Vec::new(),
+            ilog: IntentLog::new(&geo, 0),
             root: UberblockPhys {
                 txg: 0,
                 pool_guid: create.pool_guid,
@@ -299,10 +304,12 @@ impl Pool {
             spacemap_chunks: label.spacemap_chunks,
             data_offset: label.data_offset,
             data_units: label.data_units,
+            log_offset: label.log_offset,
+            log_bytes: label.log_bytes,
         };
-        if Geometry::for_device(label.device_size).map(|g| (g.spacemap_chunks, g.data_offset, g.data_units))
-            != Some((geo.spacemap_chunks, geo.data_offset, geo.data_units))
-        {
+        let expected = Geometry::for_device(label.device_size)
+            .map(|g| (g.spacemap_chunks, g.data_offset, g.data_units, g.log_offset, g.log_bytes));
+        if expected != Some((geo.spacemap_chunks, geo.data_offset, geo.data_units, geo.log_offset, geo.log_bytes)) {
             return Err(Error::Corruption(crate::error::Corruption::new(
                 "pool label",
                 Some(0),
@@ -346,8 +353,11 @@ impl Pool {
                         dirty_limit_bytes: opts.dirty_limit_bytes,
                         open_notes: notes,
                         root: *ub,
+                        ilog: IntentLog::new(&geo, ub.txg),
                     };
-                    return Ok(Pool { inner: Mutex::new(inner) });
+                    let pool = Pool { inner: Mutex::new(inner) };
+                    pool.replay_intent_log()?;
+                    return Ok(pool);
                 }
                 Err(e) => last_err = Some(e),
             }
@@ -431,6 +441,11 @@ impl Pool {
     /// The root the pool stands on: the newest committed uberblock.
     pub fn committed_root(&self) -> UberblockPhys {
         self.lock().root
+    }
+
+    /// Make every operation so far durable (fsync): one intent-log write and a flush.
+    pub fn sync_log(&self) -> Result<()> {
+        self.lock().sync_log()
     }
 
     /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O.
@@ -702,6 +717,28 @@ impl PoolInner {
         self.catalog_dirty || self.volumes.values().any(|v| v.dirty) || self.alloc.has_dirty_chunks()
     }
 
+    /// Make everything so far durable through the intent log (or a commit when the log
+    /// cannot take it: it is full, or pool-level changes such as a new volume are pending).
+    pub(crate) fn sync_log(&mut self) -> Result<()> {
+        self.writable()?;
+        self.ilog.end_group();
+        if !self.ilog.has_pending() {
+            return Ok(());
+        }
+        if self.catalog_dirty || !self.ilog.fits() {
+            return self.commit().map(|_| ());
+        }
+        let guid = self.label.pool_guid;
+        let r = self
+            .ilog
+            .write_pending(self.dev.as_ref(), guid)
+            .and_then(|_| self.dev.flush().map_err(|e| Error::io("flush intent log", e)));
+        if let Err(e) = &r {
+            self.latched = Some(format!("intent log write failed: {e}"));
+        }
+        r
+    }
+
     pub(crate) fn commit(&mut self) -> Result<u64> {
         self.writable()?;
         if !self.is_dirty() {
@@ -752,6 +789,7 @@ impl PoolInner {
             features_incompat: self.label.features.incompat,
         };
         txg::write_root(self.dev.as_ref(), alloc, &ub)?;
+        self.ilog.reset(txg);
         self.root = ub;
         self.catalog_dirty = false;
         Ok(())

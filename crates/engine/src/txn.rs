@@ -13,6 +13,7 @@
 
 use crate::alloc::Allocator;
 use crate::error::{Error, Result};
+use crate::format::intent::LogRecord;
 use crate::format::{BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{PoolInner, VolumeId};
@@ -34,9 +35,27 @@ pub struct SpaceInfo {
     pub volume_quota_bytes: u64,
 }
 
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // The operations of this Txn form one group of the intent log.
+        self.p.ilog.end_group();
+    }
+}
+
 impl<'a> Txn<'a> {
     pub(crate) fn new(p: MutexGuard<'a, PoolInner>) -> Txn<'a> {
         Txn { p }
+    }
+
+    fn log(&mut self, r: LogRecord) {
+        self.p.ilog.record(&r);
+    }
+
+    /// Make every operation so far durable: a write to the intent log and a flush (or a
+    /// commit when the log cannot take it). What fsync calls.
+    pub fn sync_log(&mut self) -> Result<()> {
+        self.p.ilog.end_group();
+        self.p.sync_log()
     }
 
     pub(crate) fn inner(&mut self) -> &mut PoolInner {
@@ -73,17 +92,23 @@ impl<'a> Txn<'a> {
         let (v, _, _) = self.vol_mut(vol, true)?;
         v.rec.quota_bytes = quota_bytes;
         v.dirty = true;
+        // Not a logged operation: the next sync commits.
+        self.p.catalog_dirty = true;
         Ok(())
     }
 
     pub fn create_object(&mut self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
         let (v, _, _) = self.vol_mut(vol, true)?;
-        v.create_object(attr)
+        let obj = v.create_object(attr)?;
+        self.log(LogRecord::CreateObject { vol: vol.0, obj: obj.0, attr: attr.to_vec() });
+        Ok(obj)
     }
 
     pub fn delete_object(&mut self, vol: VolumeId, obj: ObjectId) -> Result<()> {
         let (v, io, _) = self.vol_mut(vol, true)?;
-        v.delete_object(io, obj)
+        v.delete_object(io, obj)?;
+        self.log(LogRecord::DeleteObject { vol: vol.0, obj: obj.0 });
+        Ok(())
     }
 
     pub fn object_exists(&mut self, vol: VolumeId, obj: ObjectId) -> Result<bool> {
@@ -110,7 +135,9 @@ impl<'a> Txn<'a> {
 
     pub fn set_attr(&mut self, vol: VolumeId, obj: ObjectId, attr: &[u8]) -> Result<()> {
         let (v, io, _) = self.vol_mut(vol, true)?;
-        v.set_attr(io, obj, attr)
+        v.set_attr(io, obj, attr)?;
+        self.log(LogRecord::SetAttr { vol: vol.0, obj: obj.0, attr: attr.to_vec() });
+        Ok(())
     }
 
     pub fn list_objects(&mut self, vol: VolumeId, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
@@ -120,7 +147,9 @@ impl<'a> Txn<'a> {
 
     pub fn write(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
         let (v, io, alloc) = self.vol_mut(vol, true)?;
-        v.write(io, alloc, obj, offset, data)
+        v.write(io, alloc, obj, offset, data)?;
+        self.log(LogRecord::Write { vol: vol.0, obj: obj.0, offset, data: data.to_vec() });
+        Ok(())
     }
 
     pub fn read(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
@@ -130,12 +159,16 @@ impl<'a> Txn<'a> {
 
     pub fn truncate(&mut self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {
         let (v, io, alloc) = self.vol_mut(vol, true)?;
-        v.truncate(io, alloc, obj, size)
+        v.truncate(io, alloc, obj, size)?;
+        self.log(LogRecord::Truncate { vol: vol.0, obj: obj.0, size });
+        Ok(())
     }
 
     pub fn punch_hole(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: u64) -> Result<()> {
         let (v, io, alloc) = self.vol_mut(vol, true)?;
-        v.punch_hole(io, alloc, obj, offset, len)
+        v.punch_hole(io, alloc, obj, offset, len)?;
+        self.log(LogRecord::Punch { vol: vol.0, obj: obj.0, offset, len });
+        Ok(())
     }
 
     pub fn object_block_root(&mut self, vol: VolumeId, obj: ObjectId) -> Result<(BlockPtr, u8)> {
@@ -150,12 +183,18 @@ impl<'a> Txn<'a> {
 
     pub fn kv_put(&mut self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
         let (v, io, _) = self.vol_mut(vol, true)?;
-        v.kv_put(io, key, value)
+        let old = v.kv_put(io, key, value)?;
+        self.log(LogRecord::KvPut { vol: vol.0, key: key.to_vec(), value: value.to_vec() });
+        Ok(old)
     }
 
     pub fn kv_delete(&mut self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let (v, io, _) = self.vol_mut(vol, true)?;
-        v.kv_delete(io, key)
+        let old = v.kv_delete(io, key)?;
+        if old.is_some() {
+            self.log(LogRecord::KvDelete { vol: vol.0, key: key.to_vec() });
+        }
+        Ok(old)
     }
 
     pub fn kv_range(

@@ -367,9 +367,10 @@ impl VolumeFs {
         }
     }
 
-    /// fsync / fdatasync / fsyncdir: make everything durable (commits the txg).
+    /// fsync / fdatasync / fsyncdir: make everything so far durable, through the intent
+    /// log (one log write and a flush; the txg commits in the background).
     pub fn fsync(&self) -> FsResult<()> {
-        self.pool.txn().commit()?;
+        self.pool.sync_log()?;
         Ok(())
     }
 

@@ -20,8 +20,11 @@
 //! 120  checksum_algo    u8       default checksum for new blocks
 //! 121  reserved         [u8; 7]
 //! 128  pool_name        [u8; 64] UTF-8, zero padded
-//! 192  checksum         [u8; 32] BLAKE3 of the 4 KiB label with this field zeroed
-//! 224  zero padding to 4096
+//! 192  log_offset       u64      the intent log region (see `format::intent`)
+//! 200  log_bytes        u64
+//! 208  reserved         [u8; 16]
+//! 224  checksum         [u8; 32] BLAKE3 of the 4 KiB label with this field zeroed
+//! 256  zero padding to 4096
 //! ```
 
 use super::codec::{self_checksum, Reader, Writer};
@@ -31,7 +34,7 @@ use crate::error::Corruption;
 
 pub const LABEL_MAGIC: [u8; 8] = *b"STRATALB";
 pub const LABEL_PHYS_SIZE: usize = UNIT_SIZE as usize;
-const CHECKSUM_FIELD: usize = 192;
+const CHECKSUM_FIELD: usize = 224;
 pub const POOL_NAME_MAX: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +49,8 @@ pub struct LabelPhys {
     pub spacemap_chunks: u64,
     pub data_offset: u64,
     pub data_units: u64,
+    pub log_offset: u64,
+    pub log_bytes: u64,
     pub features: Features,
     pub created_ns: u64,
     pub checksum_algo: ChecksumAlgo,
@@ -77,7 +82,10 @@ impl LabelPhys {
             .u64(self.created_ns)
             .u8(self.checksum_algo as u8)
             .zeros(7)
-            .bytes(&name);
+            .bytes(&name)
+            .u64(self.log_offset)
+            .u64(self.log_bytes)
+            .zeros(16);
         assert_eq!(w.len(), CHECKSUM_FIELD);
         w.zeros(LABEL_PHYS_SIZE - CHECKSUM_FIELD);
         let mut buf = w.into_inner();
@@ -117,6 +125,8 @@ impl LabelPhys {
         let algo_raw = r.u8()?;
         r.take(7)?;
         let name_raw = r.take(POOL_NAME_MAX)?;
+        let log_offset = r.u64()?;
+        let log_bytes = r.u64()?;
         if unit_shift != UNIT_SHIFT {
             return Err(r.corrupt(format!("unit shift {unit_shift} is not supported (expected {UNIT_SHIFT})")));
         }
@@ -132,6 +142,14 @@ impl LabelPhys {
             .checked_mul(UNIT_SIZE)
             .and_then(|b| b.checked_add(data_offset))
             .ok_or_else(|| r.corrupt("data area overflows"))?;
+        let log_end = log_offset.checked_add(log_bytes).ok_or_else(|| r.corrupt("log region overflows"))?;
+        if log_offset % UNIT_SIZE != 0
+            || log_bytes % UNIT_SIZE != 0
+            || log_offset < spacemap_offset
+            || log_end > data_offset
+        {
+            return Err(r.corrupt(format!("impossible intent log region at {log_offset} of {log_bytes} bytes")));
+        }
         if data_offset % UNIT_SIZE != 0 || end > device_size || spacemap_offset >= data_offset {
             return Err(r.corrupt(format!(
                 "impossible geometry: data at {data_offset} for {data_units} units on {device_size} bytes"
@@ -151,6 +169,8 @@ impl LabelPhys {
             spacemap_chunks,
             data_offset,
             data_units,
+            log_offset,
+            log_bytes,
             features,
             created_ns,
             checksum_algo,

@@ -11,7 +11,8 @@
 //!   0        label 0: LabelPhys (4 KiB) + uberblock ring (RING_SLOTS × 4 KiB)
 //!   256 KiB  label 1: a second copy of the same
 //!   512 KiB  space map: two 4 KiB slots per bitmap chunk (A/B), see `spacemap`
-//!   data_offset (1 MiB aligned)   allocatable units of UNIT_SIZE bytes
+//!   log_offset (1 MiB aligned)    intent log region, see `intent`
+//!   data_offset                   allocatable units of UNIT_SIZE bytes
 //! ```
 //!
 //! Format evolution uses feature flags (`features`), not a single version number: a pool
@@ -22,6 +23,7 @@
 pub mod blkptr;
 pub mod codec;
 pub mod features;
+pub mod intent;
 pub mod label;
 pub mod node;
 pub mod records;
@@ -67,5 +69,7 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     ok += records::DnodePhys::decode(bytes).is_ok() as usize;
     ok += records::VolumeRecordPhys::decode(bytes).is_ok() as usize;
     ok += BlockPtr::decode_from(&mut codec::Reader::new(bytes, "fuzz", None)).is_ok() as usize;
+    ok += intent::LogBlockPhys::decode(bytes).is_some() as usize;
+    ok += intent::LogRecord::decode_all(bytes).is_ok() as usize;
     ok
 }
