@@ -12,7 +12,7 @@ fn pristine() -> &'static Vec<u8> {
     IMAGE.get_or_init(|| {
         let disk = Arc::new(SimDisk::new(16 << 20, 4096));
         let pool = Pool::create(disk.clone(), test_create_options(9), test_pool_options()).unwrap();
-        let vol = pool.create_volume("v", &VolumeOptions { record_size: 4096, quota_bytes: 0 }).unwrap();
+        let vol = pool.create_volume("v", &VolumeOptions { record_size: 4096, quota_bytes: 0, ..Default::default() }).unwrap();
         for i in 0..6u8 {
             let o = pool.create_object(vol, &[i]).unwrap();
             pool.write(vol, o, i as u64 * 3000, &vec![i + 1; 20_000]).unwrap();

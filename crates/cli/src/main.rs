@@ -101,6 +101,10 @@ enum VolumeCmd {
         /// Record size, 4K to 1M, a power of two (16K suits PostgreSQL and InnoDB).
         #[arg(long, default_value = "16K")]
         record_size: String,
+        /// Sync policy: standard (honour fsync), always (every write is synchronous),
+        /// disabled (ignore fsync: UNSAFE, for scratch data).
+        #[arg(long, default_value = "standard")]
+        sync: String,
     },
     /// List volumes (of one pool, or all).
     List { pool: Option<String> },
@@ -112,6 +116,9 @@ enum VolumeCmd {
         /// New size limit (0 = none).
         #[arg(long)]
         size: Option<String>,
+        /// New sync policy: standard, always or disabled (UNSAFE).
+        #[arg(long)]
+        sync: Option<String>,
     },
     /// Delete a volume and everything in it (it must not be mounted).
     Delete { volume: String },
@@ -125,15 +132,16 @@ fn split(spec: &str) -> Result<(&str, &str), String> {
 }
 
 fn print_volumes(rows: &[Value]) {
-    println!("{:<28} {:>8} {:>10} {:>10}  {}", "VOLUME", "RECORD", "USED", "LIMIT", "MOUNTED AT");
+    println!("{:<28} {:>8} {:>10} {:>10} {:>9}  {}", "VOLUME", "RECORD", "USED", "LIMIT", "SYNC", "MOUNTED AT");
     for v in rows {
         let limit = v["size_bytes"].as_u64().filter(|&s| s > 0).map(human).unwrap_or_else(|| "-".into());
         println!(
-            "{:<28} {:>8} {:>10} {:>10}  {}",
+            "{:<28} {:>8} {:>10} {:>10} {:>9}  {}",
             format!("{}/{}", v["pool"].as_str().unwrap_or("?"), v["name"].as_str().unwrap_or("?")),
             human(v["record_size"].as_u64().unwrap_or(0)),
             human(v["used_bytes"].as_u64().unwrap_or(0)),
             limit,
+            v["sync"].as_str().unwrap_or("?"),
             v["mounted_at"].as_str().unwrap_or("-")
         );
     }
@@ -224,14 +232,14 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("GET", &format!("/v1/pools/{name}"), None)?;
             out(&v, &print_pool);
         }
-        Command::Volume(VolumeCmd::Create { volume, size, record_size }) => {
+        Command::Volume(VolumeCmd::Create { volume, size, record_size, sync }) => {
             let (p, name) = split(&volume)?;
             let rs = parse_size(&record_size)?;
             let size_bytes = size.as_deref().map(parse_size).transpose()?;
             let v = c.call(
                 "POST",
                 &format!("/v1/pools/{p}/volumes"),
-                Some(&json!({"name": name, "record_size": rs, "size_bytes": size_bytes})),
+                Some(&json!({"name": name, "record_size": rs, "size_bytes": size_bytes, "sync": sync})),
             )?;
             out(&v, &|_| println!("created volume {volume} (record size {})", human(rs)));
         }
@@ -259,13 +267,16 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("GET", &format!("/v1/pools/{p}/volumes/{name}"), None)?;
             out(&v, &|v| print_volumes(std::slice::from_ref(v)));
         }
-        Command::Volume(VolumeCmd::Set { volume, size }) => {
+        Command::Volume(VolumeCmd::Set { volume, size, sync }) => {
             let (p, name) = split(&volume)?;
-            let Some(size) = size else { return Err("nothing to set: give --size".into()) };
+            if size.is_none() && sync.is_none() {
+                return Err("nothing to set: give --size and/or --sync".into());
+            }
+            let size_bytes = size.as_deref().map(parse_size).transpose()?;
             let v = c.call(
                 "PATCH",
                 &format!("/v1/pools/{p}/volumes/{name}"),
-                Some(&json!({"size_bytes": parse_size(&size)?})),
+                Some(&json!({"size_bytes": size_bytes, "sync": sync})),
             )?;
             out(&v, &|v| print_volumes(std::slice::from_ref(v)));
         }

@@ -179,6 +179,12 @@ fn kill_9_keeps_what_was_fsynced() {
     f.sync_all().unwrap();
     std::fs::create_dir(mnt.join("sub")).unwrap();
     std::fs::File::open(&mnt).unwrap().sync_all().unwrap(); // fsync of the directory
+                                                            // sync=always: a plain write (no fsync) is durable when it returns.
+    d.ok(&["volume", "create", "default/always", "--sync", "always"]);
+    assert_eq!(d.json(&["volume", "show", "default/always"])["sync"], "always");
+    let mnt2 = dir.join("mnt2");
+    d.ok(&["mount", "default/always", mnt2.to_str().unwrap()]);
+    std::fs::write(mnt2.join("no-fsync"), b"written, never fsynced").unwrap();
     d.kill9();
     // The dead mount answers ENOTCONN until the daemon is back.
     let e = std::fs::metadata(mnt.join("durable")).unwrap_err();
@@ -186,7 +192,10 @@ fn kill_9_keeps_what_was_fsynced() {
     d.spawn();
     assert_eq!(std::fs::read(mnt.join("durable")).unwrap(), data);
     assert!(mnt.join("sub").is_dir());
+    assert_eq!(std::fs::read(mnt2.join("no-fsync")).unwrap(), b"written, never fsynced");
     assert_eq!(d.json(&["check", "default"])["clean"], true);
+    d.ok(&["volume", "set", "default/always", "--sync", "disabled"]);
+    assert_eq!(d.json(&["volume", "show", "default/always"])["sync"], "disabled");
 }
 
 #[test]
@@ -200,6 +209,7 @@ fn bad_input_gets_clear_errors() {
     d.fails(&["volume", "create", "default/x", "--size", "12Q"], "unknown unit");
     d.fails(&["volume", "create", "default/x", "--record-size", "3K"], "power of two");
     d.fails(&["volume", "create", "default/.hidden"], "volume name");
+    d.fails(&["volume", "create", "default/s", "--sync", "sometimes"], "standard, always or disabled");
     // Unknown names.
     d.fails(&["pool", "status", "nopool"], "strata pool list");
     d.fails(&["volume", "show", "default/none"], "not found");

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::path::PathBuf;
-use strata_engine::{CheckOptions, ChecksumAlgo, PoolStatus, VolumeInfo, VolumeOptions};
+use strata_engine::{CheckOptions, ChecksumAlgo, PoolStatus, SyncPolicy, VolumeInfo, VolumeOptions};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -66,7 +66,7 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
 fn volume_json(pool: &str, v: &VolumeInfo, mounted_at: Option<&PathBuf>) -> Value {
     json!({
         "pool": pool, "name": v.name, "id": v.id.0, "record_size": v.record_size, "used_bytes": v.used_bytes,
-        "size_bytes": v.quota_bytes, "created_txg": v.created_txg, "created_ns": v.created_ns,
+        "size_bytes": v.quota_bytes, "sync": v.sync.name(), "created_txg": v.created_txg, "created_ns": v.created_ns,
         "mounted_at": mounted_at,
     })
 }
@@ -86,12 +86,14 @@ struct CreateVolume {
     name: String,
     record_size: Option<u32>,
     size_bytes: Option<u64>,
+    sync: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SetVolume {
     size_bytes: Option<u64>,
+    sync: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +178,7 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             let opts = VolumeOptions {
                 record_size: b.record_size.unwrap_or(VolumeOptions::default().record_size),
                 quota_bytes: b.size_bytes.unwrap_or(0),
+                sync: b.sync.as_deref().map(SyncPolicy::parse).transpose()?.unwrap_or_default(),
             };
             let _g = d.admin.lock().expect("admin");
             let id = pool.create_volume(&b.name, &opts)?;
@@ -193,6 +196,9 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             let id = pool.volume_id(v)?;
             if let Some(size) = b.size_bytes {
                 pool.set_quota(id, size)?;
+            }
+            if let Some(sync) = b.sync.as_deref() {
+                pool.set_sync_policy(id, SyncPolicy::parse(sync)?)?;
             }
             pool.commit()?;
             Ok((200, volume_json(p, &pool.volume_info(id)?, mounted_at(d, p, v).as_ref())))

@@ -29,6 +29,6 @@ pub use clock::{Clock, ManualClock};
 pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
 pub use error::{Corruption, Error, ErrorKind, Result};
 pub use format::ChecksumAlgo;
-pub use pool::{CreateOptions, Pool, PoolOptions, PoolStatus, VolumeId, VolumeInfo, VolumeOptions};
+pub use pool::{CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions};
 pub use txn::{SpaceInfo, Txn};
 pub use volume::ObjectId;

@@ -62,16 +62,62 @@ pub struct CreateOptions {
     pub checksum: ChecksumAlgo,
 }
 
+/// How a volume treats synchronous writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// Honour fsync, fdatasync, O_SYNC and O_DSYNC (the default).
+    #[default]
+    Standard,
+    /// Treat every write as synchronous (data is durable when write returns).
+    Always,
+    /// Ignore sync requests: fast and UNSAFE — a crash loses up to the last few seconds
+    /// of acknowledged writes. For scratch data only.
+    Disabled,
+}
+
+impl SyncPolicy {
+    pub fn from_u8(v: u8) -> SyncPolicy {
+        match v {
+            1 => SyncPolicy::Always,
+            2 => SyncPolicy::Disabled,
+            _ => SyncPolicy::Standard,
+        }
+    }
+    pub fn as_u8(self) -> u8 {
+        match self {
+            SyncPolicy::Standard => 0,
+            SyncPolicy::Always => 1,
+            SyncPolicy::Disabled => 2,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncPolicy::Standard => "standard",
+            SyncPolicy::Always => "always",
+            SyncPolicy::Disabled => "disabled",
+        }
+    }
+    pub fn parse(s: &str) -> Result<SyncPolicy> {
+        match s {
+            "standard" => Ok(SyncPolicy::Standard),
+            "always" => Ok(SyncPolicy::Always),
+            "disabled" => Ok(SyncPolicy::Disabled),
+            other => Err(Error::invalid(format!("sync policy {other:?}: use standard, always or disabled"))),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeOptions {
     pub record_size: u32,
     /// Size limit in bytes; 0 = none (thin: a limit, never a reservation).
     pub quota_bytes: u64,
+    pub sync: SyncPolicy,
 }
 
 impl Default for VolumeOptions {
     fn default() -> Self {
-        VolumeOptions { record_size: DEFAULT_RECORD_SIZE, quota_bytes: 0 }
+        VolumeOptions { record_size: DEFAULT_RECORD_SIZE, quota_bytes: 0, sync: SyncPolicy::Standard }
     }
 }
 
@@ -82,6 +128,7 @@ pub struct VolumeInfo {
     pub record_size: u32,
     pub used_bytes: u64,
     pub quota_bytes: u64,
+    pub sync: SyncPolicy,
     pub created_txg: u64,
     pub created_ns: u64,
 }
@@ -490,6 +537,7 @@ impl Pool {
         let rec = VolumeRecordPhys {
             id: id.0,
             record_size: opts.record_size,
+            sync_policy: opts.sync.as_u8(),
             tree_root: BlockPtr::HOLE,
             next_object_id: 1,
             used_units: 0,
@@ -543,6 +591,10 @@ impl Pool {
 
     pub fn set_quota(&self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
         self.txn().set_quota(vol, quota_bytes)
+    }
+
+    pub fn set_sync_policy(&self, vol: VolumeId, sync: SyncPolicy) -> Result<()> {
+        self.txn().set_sync_policy(vol, sync)
     }
 
     /// Begin a group of operations that no commit can split: the pool's lock is held until
@@ -683,6 +735,7 @@ fn info(id: VolumeId, v: &VolumeState) -> VolumeInfo {
         record_size: v.rec.record_size,
         used_bytes: v.rec.used_units * UNIT_SIZE,
         quota_bytes: v.rec.quota_bytes,
+        sync: SyncPolicy::from_u8(v.rec.sync_policy),
         created_txg: v.rec.created_txg,
         created_ns: v.rec.created_ns,
     }

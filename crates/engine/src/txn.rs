@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::intent::LogRecord;
 use crate::format::{BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
-use crate::pool::{PoolInner, VolumeId};
+use crate::pool::{PoolInner, SyncPolicy, VolumeId};
 use crate::volume::{ObjectId, VolumeState};
 use std::sync::MutexGuard;
 
@@ -95,6 +95,19 @@ impl<'a> Txn<'a> {
         // Not a logged operation: the next sync commits.
         self.p.catalog_dirty = true;
         Ok(())
+    }
+
+    pub fn set_sync_policy(&mut self, vol: VolumeId, sync: SyncPolicy) -> Result<()> {
+        let (v, _, _) = self.vol_mut(vol, true)?;
+        v.rec.sync_policy = sync.as_u8();
+        v.dirty = true;
+        self.p.catalog_dirty = true;
+        Ok(())
+    }
+
+    pub fn sync_policy(&mut self, vol: VolumeId) -> Result<SyncPolicy> {
+        let (v, _, _) = self.vol_mut(vol, false)?;
+        Ok(SyncPolicy::from_u8(v.rec.sync_policy))
     }
 
     pub fn create_object(&mut self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {

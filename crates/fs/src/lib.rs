@@ -25,6 +25,7 @@ mod namespace;
 
 pub use inode::{Attr, InodePhys};
 pub use namespace::{DirEntry, SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
+pub use strata_engine::SyncPolicy;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -174,6 +175,11 @@ impl VolumeFs {
         }
         drop(t);
         Ok(fs)
+    }
+
+    /// The volume's sync policy (front ends bypass their write caches for `Always`).
+    pub fn sync_policy(&self) -> FsResult<SyncPolicy> {
+        Ok(self.pool.txn().sync_policy(self.vol)?)
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
@@ -337,6 +343,9 @@ impl VolumeFs {
             }
             self.store(t, ino, &i)
         })?;
+        if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Always {
+            self.pool.sync_log()?;
+        }
         Ok(data.len() as u32)
     }
 
@@ -370,6 +379,9 @@ impl VolumeFs {
     /// fsync / fdatasync / fsyncdir: make everything so far durable, through the intent
     /// log (one log write and a flush; the txg commits in the background).
     pub fn fsync(&self) -> FsResult<()> {
+        if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Disabled {
+            return Ok(()); // documented as unsafe: the next commit makes it durable
+        }
         self.pool.sync_log()?;
         Ok(())
     }

@@ -126,7 +126,8 @@ fn run(seed: u64) {
     let mut rng = SimRng::new(seed);
     let disk = Arc::new(SimDisk::new(32 << 20, 512));
     let pool = Arc::new(Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap());
-    let vol = pool.create_volume("fs", &VolumeOptions { record_size: 4096, quota_bytes: 0 }).unwrap();
+    let vol =
+        pool.create_volume("fs", &VolumeOptions { record_size: 4096, quota_bytes: 0, ..Default::default() }).unwrap();
     let fs = mount(pool.clone(), vol);
     // The tree at every fsync (through the intent log): after a crash the file system must
     // show the one at the last fsync that returned, or at the one in flight.

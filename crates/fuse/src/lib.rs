@@ -156,6 +156,15 @@ impl StrataFuse {
         }
     }
 
+    /// With sync=always every write must reach the engine at once: bypass the kernel's
+    /// page cache for the file (direct I/O), whatever the mount's caching mode.
+    fn open_flags(&self) -> FopenFlags {
+        match self.fs.sync_policy() {
+            Ok(strata_fs::SyncPolicy::Always) => FopenFlags::FOPEN_DIRECT_IO,
+            _ => FopenFlags::empty(),
+        }
+    }
+
     fn empty(r: Result<(), FsError>, reply: ReplyEmpty, op: &str) {
         match r {
             Ok(()) => reply.ok(),
@@ -275,7 +284,7 @@ impl fuser::Filesystem for StrataFuse {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.getattr(ino.0) {
             Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => reply.error(Errno::from_i32(libc::EISDIR)),
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.opened(FileHandle(0), self.open_flags()),
             Err(e) => reply.error(errno(&e, "open")),
         }
     }
@@ -431,7 +440,7 @@ impl fuser::Filesystem for StrataFuse {
         match self.fs.mknod(caller(req), parent.0, name.as_bytes(), mode & !umask, 0) {
             Ok(a) => {
                 self.fs.remember(a.ino);
-                reply.created(&self.opts.ttl, &fattr(&a), Generation(0), FileHandle(0), FopenFlags::empty())
+                reply.created(&self.opts.ttl, &fattr(&a), Generation(0), FileHandle(0), self.open_flags())
             }
             Err(e) => reply.error(errno(&e, "create")),
         }

@@ -43,7 +43,9 @@ fn write_commit_reopen_read() {
 #[test]
 fn huge_sparse_offsets() {
     let (disk, pool) = new_pool(64 << 20);
-    let vol = pool.create_volume("sparse", &VolumeOptions { record_size: 4096, quota_bytes: 0 }).unwrap();
+    let vol = pool
+        .create_volume("sparse", &VolumeOptions { record_size: 4096, quota_bytes: 0, ..Default::default() })
+        .unwrap();
     let obj = pool.create_object(vol, b"").unwrap();
     let far = (1u64 << 62) - 4096;
     pool.write(vol, obj, far, b"the end").unwrap();
@@ -102,7 +104,7 @@ fn bad_arguments_are_errors_not_panics() {
     let (_disk, pool) = new_pool(32 << 20);
     assert_eq!(pool.create_volume("", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::InvalidArgument);
     assert_eq!(pool.create_volume("a/b", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::InvalidArgument);
-    let bad_rs = VolumeOptions { record_size: 3000, quota_bytes: 0 };
+    let bad_rs = VolumeOptions { record_size: 3000, quota_bytes: 0, ..Default::default() };
     assert_eq!(pool.create_volume("v", &bad_rs).unwrap_err().kind(), ErrorKind::InvalidArgument);
     let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
     assert_eq!(pool.create_volume("v", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::AlreadyExists);
@@ -149,7 +151,9 @@ fn full_pool_reports_no_space_and_recovers() {
 #[test]
 fn volume_quota_is_enforced() {
     let (_disk, pool) = new_pool(64 << 20);
-    let vol = pool.create_volume("small", &VolumeOptions { record_size: 16384, quota_bytes: 1 << 20 }).unwrap();
+    let vol = pool
+        .create_volume("small", &VolumeOptions { record_size: 16384, quota_bytes: 1 << 20, ..Default::default() })
+        .unwrap();
     let obj = pool.create_object(vol, b"").unwrap();
     let e = pool.write(vol, obj, 0, &vec![1u8; 2 << 20]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace);

@@ -48,7 +48,8 @@ fn setup(rng: &mut SimRng, disk: &Arc<SimDisk>, seed: u64) -> Run {
     let mut vols = Vec::new();
     for name in ["a", "b"] {
         let rs = *rng.pick(&[4096u32, 16384, 32768]);
-        let id = pool.create_volume(name, &VolumeOptions { record_size: rs, quota_bytes: 0 }).unwrap();
+        let id =
+            pool.create_volume(name, &VolumeOptions { record_size: rs, quota_bytes: 0, ..Default::default() }).unwrap();
         model.volumes.insert(name.into(), VolumeModel { record_size: rs, ..Default::default() });
         vols.push((name.to_string(), id));
     }

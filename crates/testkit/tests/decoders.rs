@@ -73,6 +73,7 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
     let vr = VolumeRecordPhys {
         id: 1,
         record_size: 16384,
+        sync_policy: 0,
         tree_root: bp(rng),
         next_object_id: 5,
         used_units: 9,

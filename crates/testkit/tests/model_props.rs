@@ -98,7 +98,9 @@ fn objects_match_byte_arrays() {
         let disk = Arc::new(SimDisk::new(64 << 20, 4096));
         let mut pool = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
         let rs = *rng.pick(&[4096u32, 16384, 65536]);
-        let vol = pool.create_volume("data", &VolumeOptions { record_size: rs, quota_bytes: 0 }).unwrap();
+        let vol = pool
+            .create_volume("data", &VolumeOptions { record_size: rs, quota_bytes: 0, ..Default::default() })
+            .unwrap();
         let mut model = PoolModel::default();
         model.volumes.insert("data".into(), VolumeModel { record_size: rs, ..Default::default() });
         let ops = rng.range(30, 200);

@@ -17,7 +17,7 @@
 //! ```text
 //!   0  id              u64
 //!   8  record_size     u32   default record size of new objects
-//!  12  flags           u32   (zero)
+//!  12  flags           u32   bits 0-1: sync policy (0 standard, 1 always, 2 disabled)
 //!  16  tree_root       BlockPtrPhys (64)  root of the volume's B+tree
 //!  80  next_object_id  u64
 //!  88  used_units      u64   units referenced by this volume (data + metadata)
@@ -102,6 +102,8 @@ impl DnodePhys {
 pub struct VolumeRecordPhys {
     pub id: u64,
     pub record_size: u32,
+    /// 0 standard, 1 always, 2 disabled (see `pool::SyncPolicy`).
+    pub sync_policy: u8,
     pub tree_root: BlockPtr,
     pub next_object_id: u64,
     pub used_units: u64,
@@ -113,7 +115,7 @@ pub struct VolumeRecordPhys {
 impl VolumeRecordPhys {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(VOLUME_RECORD_SIZE);
-        w.u64(self.id).u32(self.record_size).u32(0);
+        w.u64(self.id).u32(self.record_size).u32(self.sync_policy as u32);
         self.tree_root.encode_into(&mut w);
         w.u64(self.next_object_id)
             .u64(self.used_units)
@@ -139,12 +141,13 @@ impl VolumeRecordPhys {
         let created_txg = r.u64()?;
         let created_ns = r.u64()?;
         let quota_bytes = r.u64()?;
-        if flags != 0 || !valid_record_size(record_size) {
+        if flags > 2 || !valid_record_size(record_size) {
             return Err(r.corrupt(format!("flags {flags}, record size {record_size}")));
         }
         Ok(VolumeRecordPhys {
             id,
             record_size,
+            sync_policy: flags as u8,
             tree_root,
             next_object_id,
             used_units,
