@@ -1,7 +1,7 @@
 //! `strata check --device`: the checker on a pool no daemon is serving (opened read-only).
 
 use crate::units::human;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,12 +27,8 @@ pub fn check(path: &Path, verify_data: bool, json_out: bool) -> Result<ExitCode,
         format!("{e} ({hint})")
     })?;
     let r = pool.check(CheckOptions { verify_data }).map_err(|e| e.to_string())?;
-    let v = json!({
-        "clean": r.is_clean(), "txg": r.txg, "volumes": r.volumes, "objects": r.objects,
-        "metadata_blocks": r.metadata_blocks, "data_blocks": r.data_blocks,
-        "referenced_bytes": r.referenced_units * 4096, "allocated_bytes": r.allocated_units * 4096,
-        "data_bytes_verified": r.data_bytes_verified, "errors": r.errors, "notes": r.notes,
-    });
+    let v = strata_daemon::check_json(&r);
+
     if json_out {
         println!("{v}");
     } else {

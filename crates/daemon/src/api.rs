@@ -63,6 +63,16 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
     })
 }
 
+/// A checker report as the API and `strata check --json` show it.
+pub fn check_json(r: &strata_engine::CheckReport) -> Value {
+    json!({
+        "clean": r.is_clean(), "txg": r.txg, "volumes": r.volumes, "objects": r.objects,
+        "metadata_blocks": r.metadata_blocks, "data_blocks": r.data_blocks,
+        "referenced_bytes": r.referenced_units * 4096, "allocated_bytes": r.allocated_units * 4096,
+        "data_bytes_verified": r.data_bytes_verified, "errors": r.errors, "notes": r.notes,
+    })
+}
+
 fn volume_json(pool: &str, v: &VolumeInfo, mounted_at: Option<&PathBuf>) -> Value {
     json!({
         "pool": pool, "name": v.name, "id": v.id.0, "record_size": v.record_size, "used_bytes": v.used_bytes,
@@ -153,15 +163,7 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
         ("POST", ["v1", "pools", p, "check"]) => {
             let b: CheckReq = body(req).unwrap_or_default();
             let r = d.pool(p)?.check(CheckOptions { verify_data: b.verify_data.unwrap_or(true) })?;
-            Ok((
-                200,
-                json!({
-                    "clean": r.is_clean(), "txg": r.txg, "volumes": r.volumes, "objects": r.objects,
-                    "metadata_blocks": r.metadata_blocks, "data_blocks": r.data_blocks,
-                    "referenced_bytes": r.referenced_units * 4096, "allocated_bytes": r.allocated_units * 4096,
-                    "data_bytes_verified": r.data_bytes_verified, "errors": r.errors, "notes": r.notes,
-                }),
-            ))
+            Ok((200, check_json(&r)))
         }
         ("GET", ["v1", "pools", p, "volumes"]) => {
             let pool = d.pool(p)?;

@@ -28,7 +28,7 @@ use strata_engine::{
 };
 use strata_fs::{Caller, VolumeFs};
 
-pub use api::ApiError;
+pub use api::{check_json, ApiError};
 
 /// The wall clock, for the engine (which never reads it itself).
 pub struct SystemClock;
