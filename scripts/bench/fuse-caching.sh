@@ -23,6 +23,10 @@
 #     128M, redo log 96M, no binlog; sysbench oltp_read_write --tables=2 --table-size=10000
 #     --rand-type=uniform --range_size=100, prepare, then --threads=4 and --threads=1 for
 #     $MY_SECONDS s each. Recorded: TPS, QPS, average and 95th-percentile latency, prepare time.
+#   Sync probe (after the databases): 8 KiB pwrite + fdatasync in a loop for $PROBE_SECONDS s,
+#     1 thread and 4 threads (own files): the cost of one sync on the target, the floor under
+#     every commit. Recorded: ops/s, average, p50, p99 latency.
+# TPS of every 5 s interval of each database run goes to the JSON too (run-to-run noise).
 #
 # Output: a Markdown table on stdout (progress goes to stderr), raw results as JSON in
 # $OUT_JSON. Daemons, databases and mounts are stopped and the data removed on exit, also on
@@ -38,6 +42,7 @@
 #   STRATA_API                daemon control API (default 127.0.0.1:7441)
 #   EXT4_DIR                  the reference directory (default /var/tmp/strata-bench-fc-ext4)
 #   PG_PORT / MY_PORT         default 55442 / 53316 (the e2e tests use 55432 / 53306)
+#   PROBE_SECONDS             seconds per sync-probe run (default 3)
 #   STEP_TIMEOUT              seconds any single step may take (default max run + 300)
 #   BENCH_KEEP_WORK=1         keep the work dir (server logs, raw tool output) on success
 set -euo pipefail
@@ -96,7 +101,9 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/fuse-caching.XXXXXX")"
 chmod 755 "$WORK"
 RESULTS="$WORK/results.tsv" # target  workload  clients  metric  value
 META="$WORK/meta.tsv"       # target  key  value
+SERIES="$WORK/series.tsv"   # target  workload  clients  comma-separated interval TPS
 : >"$RESULTS"
+: >"$SERIES"
 : >"$META"
 cd "$WORK" # runuser keeps the cwd: make it one the database users can read
 
@@ -164,6 +171,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 result() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RESULTS"; }
+# series TARGET WORKLOAD CLIENTS "v1,v2,...": TPS of each 5 s interval of a run.
+series() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SERIES"; }
 meta() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$META"; }
 
 # ------------------------------------------------------------------------------ PostgreSQL
@@ -210,7 +219,7 @@ EOF
     psql_q -d bench -c 'checkpoint'
     log "[$target] pgbench -c $c -j $j -T $PG_SECONDS"
     bounded "$PG_BIN/pgbench" -h "$PG_SOCK" -p "$PG_PORT" -U postgres -n -c "$c" -j "$j" \
-      -T "$PG_SECONDS" bench >"$out/pgbench-c$c.out" 2>&1 ||
+      -T "$PG_SECONDS" -P 5 bench >"$out/pgbench-c$c.out" 2>&1 ||
       { cat "$out/pgbench-c$c.out" >&2; die "pgbench -c $c failed"; }
     local tps lat failed
     tps="$(awk '/^tps = / { print $3; exit }' "$out/pgbench-c$c.out")"
@@ -219,6 +228,7 @@ EOF
     if [ -z "$tps" ] || [ -z "$lat" ]; then cat "$out/pgbench-c$c.out" >&2; die "cannot parse pgbench output"; fi
     [ "${failed:-0}" = 0 ] || die "pgbench -c $c: $failed failed transactions"
     result "$target" pgbench "$c" tps "$tps"
+    series "$target" pgbench "$c" "$(awk '/^progress: / { printf "%s%s", sep, $4; sep = "," }' "$out/pgbench-c$c.out")"
     result "$target" pgbench "$c" lat_avg_ms "$lat"
     log "[$target] pgbench -c $c: $tps tps, $lat ms average"
   done
@@ -284,7 +294,8 @@ bench_mariadb() {
 
   for th in 4 1; do
     log "[$target] sysbench oltp_read_write --threads=$th --time=$MY_SECONDS"
-    sb_oltp run --threads="$th" --time="$MY_SECONDS" --percentile=95 >"$out/sysbench-t$th.out" 2>&1 ||
+    sb_oltp run --threads="$th" --time="$MY_SECONDS" --percentile=95 --report-interval=5 \
+      >"$out/sysbench-t$th.out" 2>&1 ||
       { cat "$out/sysbench-t$th.out" >&2; die "sysbench --threads=$th failed"; }
     local f="$out/sysbench-t$th.out" tps qps avg p95 errs
     tps="$(awk '/^ *transactions:/ { gsub(/\(/, "", $3); print $3; exit }' "$f")"
@@ -297,6 +308,7 @@ bench_mariadb() {
       die "cannot parse sysbench output"
     fi
     result "$target" sysbench "$th" tps "$tps"
+    series "$target" sysbench "$th" "$(awk '/^\[ *[0-9]+s \].* tps: / { for (i = 1; i < NF; i++) if ($i == "tps:") { printf "%s%s", sep, $(i + 1); sep = "," } }' "$f")"
     result "$target" sysbench "$th" qps "$qps"
     result "$target" sysbench "$th" lat_avg_ms "$avg"
     result "$target" sysbench "$th" lat_p95_ms "$p95"
@@ -309,6 +321,51 @@ bench_mariadb() {
   wait_bg "$MYSQLD_PID" 180
   [ "$WAIT_BG_RC" -eq 0 ] || die "mariadbd did not shut down cleanly (exit $WAIT_BG_RC)"
   MYSQLD_PID=""
+}
+
+# ------------------------------------------------------------------------------ sync probe
+# The floor under every commit: 8 KiB pwrite + fdatasync in a loop (a WAL-like pattern over a
+# 1 MiB file), ${PROBE_SECONDS}s with 1 thread, then with 4 threads (each its own file) to see
+# whether concurrent syncs share the work. Runs after the databases, so it cannot disturb them.
+PROBE_SECONDS="${PROBE_SECONDS:-3}"
+sync_probe() {
+  local target="$1" dir="$2" th line ops avg p50 p99
+  for th in 1 4; do
+    log "[$target] fdatasync probe: $th thread(s), ${PROBE_SECONDS}s"
+    line="$(bounded python3 - "$dir/syncprobe" "$th" "$PROBE_SECONDS" <<'PY'
+import os, sys, threading, time
+base, nth, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+lats = [[] for _ in range(nth)]
+def worker(i):
+    fd = os.open(f"{base}.{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.pwrite(fd, bytes(1 << 20), 0)
+    os.fsync(fd)
+    buf, end, k = os.urandom(8192), time.monotonic() + secs, 0
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        os.pwrite(fd, buf, (k % 128) * 8192)
+        os.fdatasync(fd)
+        lats[i].append(time.perf_counter() - t)
+        k += 1
+    os.close(fd)
+    os.unlink(f"{base}.{i}")
+t0 = time.monotonic()
+ts = [threading.Thread(target=worker, args=(i,)) for i in range(nth)]
+for t in ts: t.start()
+for t in ts: t.join()
+wall = time.monotonic() - t0
+allv = sorted(v for l in lats for v in l)
+n = len(allv)
+print(f"{n / secs:.1f} {1e6 * sum(allv) / n:.1f} {1e6 * allv[n // 2]:.1f} {1e6 * allv[min(n - 1, int(n * 0.99))]:.1f}")
+PY
+)" || die "fdatasync probe failed on $dir"
+    read -r ops avg p50 p99 <<<"$line"
+    result "$target" fdatasync-probe "$th" ops_per_s "$ops"
+    result "$target" fdatasync-probe "$th" lat_avg_us "$avg"
+    result "$target" fdatasync-probe "$th" lat_p50_us "$p50"
+    result "$target" fdatasync-probe "$th" lat_p99_us "$p99"
+    log "[$target] fdatasync probe, $th thread(s): $ops ops/s, avg $avg us, p50 $p50 us, p99 $p99 us"
+  done
 }
 
 # ------------------------------------------------------------------------------ targets
@@ -345,6 +402,7 @@ run_target() {
   bench_postgres "$target" "$dir"
   sync
   bench_mariadb "$target" "$dir"
+  sync_probe "$target" "$dir"
   case "$target" in
     ext4) rm -rf "$EXT4_DIR" ;;
     *)
@@ -368,8 +426,8 @@ rm -rf "$STRATA_E2E_DIR"
 
 # ------------------------------------------------------------------------------ report
 mkdir -p "$(dirname "$OUT_JSON")"
-RESULTS="$RESULTS" META="$META" OUT_JSON="$OUT_JSON" ROOT="$ROOT" TARGETS="$TARGETS" \
-  PG_SECONDS="$PG_SECONDS" MY_SECONDS="$MY_SECONDS" SCALE="$SCALE" \
+RESULTS="$RESULTS" META="$META" SERIES="$SERIES" OUT_JSON="$OUT_JSON" ROOT="$ROOT" TARGETS="$TARGETS" \
+  PG_SECONDS="$PG_SECONDS" MY_SECONDS="$MY_SECONDS" SCALE="$SCALE" PROBE_SECONDS="$PROBE_SECONDS" \
   TOTAL_SECONDS="$(elapsed_since "$T_START")" STRATA_BIN="$STRATA_BIN" \
   TEST_SH_RUNNING="$(pgrep -f scripts/test.sh >/dev/null && echo yes || echo no)" \
   python3 - <<'PY'
@@ -387,6 +445,9 @@ res, meta = {}, {}
 for line in open(env["RESULTS"]):
     t, w, c, m, v = line.rstrip("\n").split("\t")
     res.setdefault(t, {}).setdefault(w, {}).setdefault(c, {})[m] = float(v)
+for line in open(env["SERIES"]):
+    t, w, c, v = line.rstrip("\n").split("\t")
+    res.setdefault(t, {}).setdefault(w, {}).setdefault(c, {})["tps_intervals_5s"] = [float(x) for x in v.split(",") if x]
 for line in open(env["META"]):
     t, k, v = line.rstrip("\n").split("\t", 2)
     meta.setdefault(t, {})[k] = v
@@ -410,6 +471,7 @@ doc = {
     "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     "command": "scripts/bench/fuse-caching.sh",
     "params": {"PG_SECONDS": int(env["PG_SECONDS"]), "MY_SECONDS": int(env["MY_SECONDS"]),
+               "PROBE_SECONDS": float(env["PROBE_SECONDS"]),
                "SCALE": int(env["SCALE"]), "sysbench_tables": 2, "sysbench_table_size": 10000},
     "strata": {"git": sh(f"cd {env['ROOT']} && git rev-parse --short HEAD") +
                       (" (dirty)" if sh(f"cd {env['ROOT']} && git status --porcelain --untracked-files=no") else ""),
@@ -443,12 +505,16 @@ rows = [
     ("MariaDB sysbench oltp_read_write", "sysbench", "1", "lat_p95_ms", "p95 latency ms", 2),
     ("pgbench -i (load)", "pgbench-init", env["SCALE"], "seconds", "seconds", 1),
     ("sysbench prepare (load)", "sysbench-prepare", "2", "seconds", "seconds", 1),
+    ("8 KiB pwrite + fdatasync probe", "fdatasync-probe", "1", "ops_per_s", "ops/s", 0),
+    ("8 KiB pwrite + fdatasync probe", "fdatasync-probe", "1", "lat_p50_us", "p50 latency µs", 0),
+    ("8 KiB pwrite + fdatasync probe", "fdatasync-probe", "4", "ops_per_s", "ops/s", 0),
+    ("8 KiB pwrite + fdatasync probe", "fdatasync-probe", "4", "lat_p50_us", "p50 latency µs", 0),
 ]
 def fmt(v, d):
     return "–" if v is None else f"{v:,.{d}f}"
 def ratio(a, b):
     return "–" if a is None or b is None or b == 0 else f"{a / b:.2f}"
-clients_label = {"pgbench": "clients", "sysbench": "threads"}
+clients_label = {"pgbench": "clients", "sysbench": "threads", "fdatasync-probe": "threads"}
 print(f"FUSE caching: PG_SECONDS={env['PG_SECONDS']} MY_SECONDS={env['MY_SECONDS']} SCALE={env['SCALE']}, "
       f"{doc['date_utc']}, total {doc['total_seconds']:.0f} s")
 print()

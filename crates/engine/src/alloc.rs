@@ -196,6 +196,10 @@ impl Allocator {
     pub fn is_allocated(&self, unit: u64) -> bool {
         bit(&self.persisted, unit)
     }
+    /// Units promised to dirty data of the open txg.
+    pub fn reserved_units(&self) -> u64 {
+        self.reserved_units
+    }
     pub fn held_units(&self) -> u64 {
         self.unavailable_units - self.allocated_units
     }

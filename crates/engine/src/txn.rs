@@ -28,7 +28,8 @@ pub struct Txn<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpaceInfo {
     pub pool_size_bytes: u64,
-    /// Free in the pool now, including frees that are held back for a txg or two.
+    /// Free in the pool now: not allocated and not reserved by dirty data (frees held back
+    /// for a txg or two count as free).
     pub pool_free_bytes: u64,
     pub volume_used_bytes: u64,
     /// The volume's size limit, 0 = none.
@@ -78,12 +79,15 @@ impl<'a> Txn<'a> {
 
     pub fn space(&mut self, vol: VolumeId) -> Result<SpaceInfo> {
         let size = self.p.label.data_units * UNIT_SIZE;
-        let free = size - self.p.alloc.allocated_units() * UNIT_SIZE;
+        // Dirty data counts as used (it is reserved); frees held back for a txg or two
+        // count as free (they are, within seconds, and writers wait for them).
+        let used = (self.p.alloc.allocated_units() + self.p.alloc.reserved_units()) * UNIT_SIZE;
+        let free = size.saturating_sub(used);
         let (v, _, _) = self.vol_mut(vol, false)?;
         Ok(SpaceInfo {
             pool_size_bytes: size,
             pool_free_bytes: free,
-            volume_used_bytes: v.rec.used_units * UNIT_SIZE,
+            volume_used_bytes: (v.rec.used_units + v.reserved_units()) * UNIT_SIZE,
             volume_quota_bytes: v.rec.quota_bytes,
         })
     }

@@ -87,6 +87,11 @@ impl VolumeState {
         }
     }
 
+    /// Units reserved by this volume's dirty data in the open txg.
+    pub fn reserved_units(&self) -> u64 {
+        self.reserved_units
+    }
+
     pub fn dirty_bytes(&self) -> u64 {
         self.dirty_bytes
     }

@@ -89,6 +89,9 @@ pub const NAME_MAX: usize = 255;
 /// SYMLINK_PART bytes: `L ++ ino` and, for longer targets, `L ++ ino ++ 1`.
 pub const SYMLINK_MAX: usize = 4095;
 pub(crate) const SYMLINK_PART: usize = 3072;
+/// Attempts to find space before a write answers ENOSPC: ~0.2 s of commits and waits in
+/// all, enough for deferred frees (two txgs) and pending FORGETs of unlinked files.
+const SPACE_RETRIES: u64 = 6;
 /// Largest xattr value; larger gets E2BIG (ext4's limit is one block, similar).
 pub const XATTR_VALUE_MAX: usize = 3072;
 
@@ -354,18 +357,21 @@ impl VolumeFs {
     /// anything when it fails for space, which the engine guarantees for writes, truncates
     /// and punches. Commits when dirty data passes the pool's limit.
     pub(crate) fn mutate<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
-        let mut tries = 0;
+        let mut tries = 0u64;
         loop {
             let r = {
                 let mut t = self.pool.txn();
                 f(&mut t)
             };
             match r {
-                Err(e) if e.errno == libc::ENOSPC && tries < 3 => {
+                Err(e) if e.errno == libc::ENOSPC && tries < SPACE_RETRIES => {
                     tries += 1;
-                    if !self.pool.commit_for_space()? {
-                        return Err(e);
-                    }
+                    // Space comes back with commits (frees are deferred two txgs) and when
+                    // the kernel forgets unlinked inodes (FORGET arrives asynchronously,
+                    // after the unlink returned): commit, and give the other request threads
+                    // a moment, a few times, before answering ENOSPC.
+                    self.pool.commit_for_space()?;
+                    std::thread::sleep(std::time::Duration::from_millis(10 * tries));
                 }
                 Err(e) => return Err(e),
                 Ok(v) => {
