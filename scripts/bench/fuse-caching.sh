@@ -107,6 +107,11 @@ SERIES="$WORK/series.tsv"   # target  workload  clients  comma-separated interva
 : >"$META"
 cd "$WORK" # runuser keeps the cwd: make it one the database users can read
 
+# What else runs on the machine (a shared machine makes numbers noisy): top every 5 s, kept
+# in the work dir (BENCH_KEEP_WORK=1), for looking at after the run.
+( while :; do date +%T; top -b -n 1 -w 160 | sed -n '1p;7,14p'; sleep 5; done ) >"$WORK/top.log" 2>&1 &
+MONITOR_PID=$!
+
 PGDATA=""
 PG_SOCK=""
 MYSQLD_PID=""
@@ -153,6 +158,7 @@ cleanup() {
   trap - EXIT INT TERM
   set +e
   kill_nap
+  kill "$MONITOR_PID" 2>/dev/null
   stop_databases
   stop_strata
   rm -rf "$EXT4_DIR"
@@ -373,6 +379,7 @@ run_target() {
   local target="$1" dir t0
   t0="$(now_s)"
   mkdir -p "$WORK/$target"
+  meta "$target" loadavg_at_start "$(cut -d' ' -f1-3 /proc/loadavg)"
   case "$target" in
     ext4)
       rm -rf "$EXT4_DIR"
