@@ -107,11 +107,7 @@ SERIES="$WORK/series.tsv"   # target  workload  clients  comma-separated interva
 : >"$META"
 cd "$WORK" # runuser keeps the cwd: make it one the database users can read
 
-# What else runs on the machine (a shared machine makes numbers noisy): top every 5 s, kept
-# in the work dir (BENCH_KEEP_WORK=1), for looking at after the run.
-( while :; do date +%T; top -b -n 1 -w 160 | sed -n '1p;7,14p'; sleep 5; done ) >"$WORK/top.log" 2>&1 &
-MONITOR_PID=$!
-
+MONITOR_PID=""
 PGDATA=""
 PG_SOCK=""
 MYSQLD_PID=""
@@ -158,7 +154,12 @@ cleanup() {
   trap - EXIT INT TERM
   set +e
   kill_nap
-  kill "$MONITOR_PID" 2>/dev/null
+  if [ -n "$MONITOR_PID" ]; then
+    local kids
+    kids="$(pgrep -P "$MONITOR_PID")"
+    # shellcheck disable=SC2086 # kids: a list of pids
+    kill "$MONITOR_PID" $kids 2>/dev/null
+  fi
   stop_databases
   stop_strata
   rm -rf "$EXT4_DIR"
@@ -175,6 +176,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# What else runs on the machine (a shared machine makes numbers noisy): top every 5 s, kept
+# in the work dir (BENCH_KEEP_WORK=1), for looking at after the run.
+( while :; do date +%T; top -b -n 1 -w 160 | sed -n '1p;7,14p'; sleep 5; done ) >"$WORK/top.log" 2>&1 &
+MONITOR_PID=$!
 
 result() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RESULTS"; }
 # series TARGET WORKLOAD CLIENTS "v1,v2,...": TPS of each 5 s interval of a run.

@@ -5,7 +5,9 @@
 //! in-memory buffer; the end of the `Txn` closes a *group*. `Pool::sync_log` (fsync,
 //! fdatasync, O_SYNC, NFS COMMIT) writes the buffered records as one checksummed block into
 //! the log region and flushes: one sequential write and one flush instead of a commit.
-//! Every syncer waiting at that moment is served by the same write (group commit).
+//! The write and flush happen outside the pool's lock, so other requests go on meanwhile;
+//! syncers that arrive during it wait, and the next writer takes everything they recorded
+//! (group commit). Only one block is in flight at a time.
 //!
 //! The log is tied to the committed root it builds on: blocks carry `base_txg` and a
 //! sequence number, and a commit that makes root N durable restarts the log at the region's
@@ -38,6 +40,12 @@ pub struct IntentLog {
     seq: u64,
     pending: Vec<u8>,
     group_open: bool,
+    /// Bytes of whole groups recorded since the pool opened (a log sequence number).
+    pub appended: u64,
+    /// Recorded bytes known durable (through a log write or a commit).
+    pub durable: u64,
+    /// A block is being written and flushed outside the pool's lock; one at a time.
+    pub in_flight: bool,
     pub blocks_written: u64,
 }
 
@@ -51,6 +59,9 @@ impl IntentLog {
             seq: 0,
             pending: Vec::new(),
             group_open: false,
+            appended: 0,
+            durable: 0,
+            in_flight: false,
             blocks_written: 0,
         }
     }
@@ -66,6 +77,7 @@ impl IntentLog {
         if self.group_open {
             self.record(&LogRecord::GroupEnd);
             self.group_open = false;
+            self.appended += 1;
         }
     }
 
@@ -78,9 +90,13 @@ impl IntentLog {
         self.head + LogBlockPhys::units_for(self.pending.len()) * UNIT_SIZE <= self.bytes
     }
 
-    /// Write the pending records as the next block (the caller flushes).
-    pub fn write_pending(&mut self, dev: &dyn BlockDevice, pool_guid: u64) -> Result<()> {
+    /// Take the pending records as the next block: returns its bytes, its device address and
+    /// the sequence number it makes durable once written and flushed. The head advances now,
+    /// so the next block goes after it; `in_flight` keeps a second writer (and the reuse of
+    /// the region after a commit) waiting until this one is flushed.
+    pub fn take_block(&mut self, pool_guid: u64) -> (Vec<u8>, u64, u64) {
         assert!(!self.group_open, "only whole groups are written");
+        assert!(!self.in_flight, "one log write at a time");
         assert!(self.fits());
         let block = LogBlockPhys {
             pool_guid,
@@ -89,20 +105,24 @@ impl IntentLog {
             payload: std::mem::take(&mut self.pending),
         };
         let raw = block.encode();
-        dev.write_at(&raw, self.offset + self.head).map_err(|e| Error::io("write intent log", e))?;
+        let at = self.offset + self.head;
         self.head += raw.len() as u64;
         self.seq += 1;
         self.blocks_written += 1;
-        Ok(())
+        self.in_flight = true;
+        (raw, at, self.appended)
     }
 
     /// Root `txg` is durable: everything logged so far is in it.
     pub fn reset(&mut self, txg: u64) {
+        // A block still in flight keeps the next writer waiting (`in_flight`), so nothing is
+        // written at the region's start until it has landed.
         self.base_txg = txg;
         self.head = 0;
         self.seq = 0;
         self.pending.clear();
         self.group_open = false;
+        self.durable = self.appended;
     }
 
     /// The complete groups logged on top of root `root_txg`, in order.

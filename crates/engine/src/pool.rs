@@ -27,7 +27,7 @@ use crate::txn::Txn;
 use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
@@ -180,6 +180,8 @@ pub struct PoolInner {
 
 pub struct Pool {
     inner: Mutex<PoolInner>,
+    /// Signalled when an intent log write finishes.
+    log_done: Condvar,
 }
 
 fn volume_key(name: &str) -> Vec<u8> {
@@ -312,7 +314,7 @@ impl Pool {
                 features_incompat: 0,
             },
         };
-        let pool = Pool { inner: Mutex::new(inner) };
+        let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new() };
         pool.commit()?;
         Ok(pool)
     }
@@ -402,7 +404,7 @@ impl Pool {
                         root: *ub,
                         ilog: IntentLog::new(&geo, ub.txg),
                     };
-                    let pool = Pool { inner: Mutex::new(inner) };
+                    let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new() };
                     pool.replay_intent_log()?;
                     return Ok(pool);
                 }
@@ -491,8 +493,50 @@ impl Pool {
     }
 
     /// Make every operation so far durable (fsync): one intent-log write and a flush.
+    ///
+    /// Waits for a block in flight, then writes everything recorded so far (its own records
+    /// and every other thread's) as one block and flushes, outside the lock.
     pub fn sync_log(&self) -> Result<()> {
-        self.lock().sync_log()
+        let mut p = self.lock();
+        p.writable()?;
+        p.ilog.end_group();
+        let want = p.ilog.appended;
+        loop {
+            if p.ilog.durable >= want {
+                return Ok(());
+            }
+            if let Some(why) = &p.latched {
+                return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
+            }
+            if p.ilog.in_flight {
+                p = self.log_done.wait(p).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            if p.catalog_dirty || !p.ilog.fits() {
+                p.commit()?; // also marks everything recorded durable
+                continue;
+            }
+            assert!(p.ilog.has_pending(), "records not yet durable are pending, in flight or committed");
+            let guid = p.label.pool_guid;
+            let dev = p.dev.clone();
+            let (block, at, upto) = p.ilog.take_block(guid);
+            drop(p);
+            let r = dev
+                .write_at(&block, at)
+                .map_err(|e| Error::io("write intent log", e))
+                .and_then(|_| dev.flush().map_err(|e| Error::io("flush intent log", e)));
+            p = self.lock();
+            p.ilog.in_flight = false;
+            match r {
+                Ok(()) => p.ilog.durable = p.ilog.durable.max(upto),
+                Err(e) => {
+                    p.latched = Some(format!("intent log write failed: {e}"));
+                    self.log_done.notify_all();
+                    return Err(e);
+                }
+            }
+            self.log_done.notify_all();
+        }
     }
 
     /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O.
@@ -768,28 +812,6 @@ impl PoolInner {
 
     fn is_dirty(&self) -> bool {
         self.catalog_dirty || self.volumes.values().any(|v| v.dirty) || self.alloc.has_dirty_chunks()
-    }
-
-    /// Make everything so far durable through the intent log (or a commit when the log
-    /// cannot take it: it is full, or pool-level changes such as a new volume are pending).
-    pub(crate) fn sync_log(&mut self) -> Result<()> {
-        self.writable()?;
-        self.ilog.end_group();
-        if !self.ilog.has_pending() {
-            return Ok(());
-        }
-        if self.catalog_dirty || !self.ilog.fits() {
-            return self.commit().map(|_| ());
-        }
-        let guid = self.label.pool_guid;
-        let r = self
-            .ilog
-            .write_pending(self.dev.as_ref(), guid)
-            .and_then(|_| self.dev.flush().map_err(|e| Error::io("flush intent log", e)));
-        if let Err(e) = &r {
-            self.latched = Some(format!("intent log write failed: {e}"));
-        }
-        r
     }
 
     pub(crate) fn commit(&mut self) -> Result<u64> {

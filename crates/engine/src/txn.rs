@@ -52,13 +52,6 @@ impl<'a> Txn<'a> {
         self.p.ilog.record(&r);
     }
 
-    /// Make every operation so far durable: a write to the intent log and a flush (or a
-    /// commit when the log cannot take it). What fsync calls.
-    pub fn sync_log(&mut self) -> Result<()> {
-        self.p.ilog.end_group();
-        self.p.sync_log()
-    }
-
     pub(crate) fn inner(&mut self) -> &mut PoolInner {
         &mut self.p
     }

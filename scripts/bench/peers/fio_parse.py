@@ -2,7 +2,8 @@
 """fio_parse.py TARGET JOB FIO_JSON: print results.tsv rows (target, fio, job, metric, value).
 
 Metrics: {read,write}_iops, {read,write}_bw_mib, {read,write}_clat_{p50,p90,p99,p99.9,mean}_us
-(completion latency) and, for fdatasync jobs, sync_lat_{p50,p90,p99,p99.9,mean}_us (the
+(completion latency), {read,write}_lat_* (submission + completion: what the
+application waits for; on a target that completes libaio synchronously, clat alone is near 0) and, for fdatasync jobs, sync_lat_{p50,p90,p99,p99.9,mean}_us (the
 fdatasync call's latency, fio's "sync" section)."""
 import json
 import sys
@@ -33,6 +34,7 @@ for d in ("read", "write"):
     rows.append((f"{d}_iops", s["iops"]))
     rows.append((f"{d}_bw_mib", s["bw_bytes"] / 1048576.0))
     pct(f"{d}_clat", s["clat_ns"])
+    pct(f"{d}_lat", s["lat_ns"])  # submission + completion (percentiles with --lat_percentiles=1)
 sync = j.get("sync") or {}
 if (sync.get("lat_ns") or {}).get("N", 0):
     pct("sync_lat", sync["lat_ns"])

@@ -219,8 +219,8 @@ for job, desc in (("randrw75-4k-qd1", "4 KiB random 75/25 r/w, QD1"),
                   ("randrw75-4k-qd16", "4 KiB random 75/25 r/w, QD16"),
                   ("randread-16k-qd1", "16 KiB random read, QD1")):
     for m, ml in (("read_iops", "read IOPS"), ("write_iops", "write IOPS"),
-                  ("read_clat_p50_us", "read clat p50 µs"), ("read_clat_p99_us", "read clat p99 µs"),
-                  ("write_clat_p50_us", "write clat p50 µs"), ("write_clat_p99_us", "write clat p99 µs")):
+                  ("read_lat_p50_us", "read lat p50 µs"), ("read_lat_p99_us", "read lat p99 µs"),
+                  ("write_lat_p50_us", "write lat p50 µs"), ("write_lat_p99_us", "write lat p99 µs")):
         fio_rows.append((f"{desc}: {ml}", "fio", job, m))
 for bs in ("4k", "16k"):
     job = f"seqwrite-{bs}-fdatasync"
@@ -232,7 +232,9 @@ for bs in ("4k", "16k"):
 direct = ", ".join(f"{NAMES[t]} direct={meta.get(t, {}).get('o_direct', '?')}" for t in TARGETS)
 table("fio", fio_rows,
       "Random jobs: libaio, one file of FIO_SIZE, direct=1 where the target accepts O_DIRECT (" + direct +
-      "). fdatasync jobs: psync, buffered writes overwriting a laid-out file of FIO_SYNC_SIZE, "
+      "); 'lat' is fio's total latency (submission + completion, --lat_percentiles=1): a target that "
+      "completes libaio requests synchronously inside io_submit (Strata does) shows a near-zero clat, "
+      "so clat alone would flatter it (clat is in results.json too). fdatasync jobs: psync, buffered writes overwriting a laid-out file of FIO_SYNC_SIZE, "
       "fdatasync after every write (the WAL/redo-log pattern); 'fdatasync' rows are the latency "
       "of the fdatasync call (fio's sync section), 'write()' rows that of the write before it. "
       "Exact fio command lines are in results.json (fio_commands).")
@@ -350,7 +352,7 @@ for t in TARGETS:
     m = meta.get(t, {})
     notes = []
     for k in ("loop", "lower", "passthrough_options", "serve_args", "pg_wal_sync_method", "innodb_o_direct",
-              "innodb_aio", "innodb_redo", "daemon_log_error_lines", "seconds"):
+              "innodb_aio", "innodb_redo", "daemon_log_reply_enoent", "daemon_log_other_errors", "seconds"):
         if m.get(k):
             notes.append(f"{k}: {m[k]}")
     md.append(f"| {NAMES[t]} | `{m.get('mount', '?')}` | " + "; ".join(notes).replace("|", "/") + " |")
