@@ -157,7 +157,7 @@ pub struct PoolStatus {
 
 pub struct PoolInner {
     pub dev: Arc<dyn BlockDevice>,
-    pub io: BlockIo,
+    pub io: Arc<BlockIo>,
     pub alloc: Allocator,
     pub label: LabelPhys,
     pub catalog: BTree,
@@ -284,7 +284,7 @@ impl Pool {
             dev.write_at(&empty_ring, base + UNIT_SIZE).map_err(|e| Error::io("clear uberblock ring", e))?;
         }
         dev.flush().map_err(|e| Error::io("flush pool label", e))?;
-        let io = BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks);
+        let io = Arc::new(BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks));
         let inner = PoolInner {
             dev,
             io,
@@ -370,7 +370,7 @@ impl Pool {
         let newest_txg = roots.first().map(|u| u.txg);
         let mut last_err = None;
         for (i, ub) in roots.iter().enumerate() {
-            let io = BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks);
+            let io = Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
                 Ok((mut alloc, catalog, volumes)) => {
                     if i > 0 {
@@ -727,8 +727,23 @@ impl Pool {
         self.with_space_retry(|t| t.write(vol, obj, offset, data))
     }
 
+    /// Read up to `len` bytes at `offset`. The device reads happen outside the pool's lock,
+    /// so reads of many threads (and writes) proceed in parallel.
     pub fn read(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
-        self.txn().read(vol, obj, offset, len)
+        let (plan, io, txg) = {
+            let mut t = self.txn();
+            let plan = t.plan_read(vol, obj, offset, len)?;
+            let p = t.inner();
+            (plan, p.io.clone(), p.txg_synced)
+        };
+        match plan.finish(&io) {
+            Err(Error::Corruption(_)) if self.lock().txg_synced >= txg + 2 => {
+                // The block may have been freed and reused by commits since the plan was
+                // made: read again, all under the lock. A real corruption fails again.
+                self.txn().read(vol, obj, offset, len)
+            }
+            other => other,
+        }
     }
 
     pub fn truncate(&self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {

@@ -17,7 +17,7 @@ use crate::format::intent::LogRecord;
 use crate::format::{BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{PoolInner, SyncPolicy, VolumeId};
-use crate::volume::{ObjectId, VolumeState};
+use crate::volume::{ObjectId, ReadPlan, VolumeState};
 use std::sync::MutexGuard;
 
 pub struct Txn<'a> {
@@ -165,6 +165,11 @@ impl<'a> Txn<'a> {
     pub fn read(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
         let (v, io, _) = self.vol_mut(vol, false)?;
         v.read(io, obj, offset, len)
+    }
+
+    pub fn plan_read(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<ReadPlan> {
+        let (v, io, _) = self.vol_mut(vol, false)?;
+        v.plan_read(io, obj, offset, len)
     }
 
     pub fn truncate(&mut self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {

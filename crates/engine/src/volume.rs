@@ -287,6 +287,47 @@ impl VolumeState {
         Ok(())
     }
 
+    /// Resolve a read without doing its data I/O: the bytes that come from memory (dirty
+    /// records, holes) are filled in; each record that must come from the device is listed
+    /// with its block pointer, for the caller to read outside the pool's lock.
+    pub fn plan_read(&mut self, io: &BlockIo, obj: ObjectId, offset: u64, len: usize) -> Result<ReadPlan> {
+        let dn = self.dnode(io, obj)?.dnode.clone();
+        let end = offset.saturating_add(len as u64).min(dn.size);
+        let mut plan = ReadPlan { out: Vec::new(), fetch: Vec::new() };
+        if offset >= end {
+            return Ok(plan);
+        }
+        let rs = dn.record_size as u64;
+        plan.out = vec![0u8; (end - offset) as usize];
+        let mut pos = offset;
+        while pos < end {
+            let recno = pos / rs;
+            let in_rec = (pos % rs) as usize;
+            let n = ((rs - pos % rs).min(end - pos)) as usize;
+            let at = (pos - offset) as usize;
+            match self.dirty_records.get(&(obj, recno)) {
+                Some(Some(rec)) => plan.out[at..at + n].copy_from_slice(&rec[in_rec..in_rec + n]),
+                Some(None) => {}
+                None => {
+                    let bp = blocktree::lookup(io, &dn.root, dn.levels, recno)?;
+                    if !bp.is_hole() {
+                        if bp.kind != BlockKind::Data || bp.lsize != dn.record_size {
+                            return Err(crate::error::Corruption::new(
+                                "data block",
+                                Some(bp.addr),
+                                format!("record of {} bytes in an object of {}-byte records", bp.lsize, dn.record_size),
+                            )
+                            .into());
+                        }
+                        plan.fetch.push(Fetch { at, in_record: in_rec, len: n, bp });
+                    }
+                }
+            }
+            pos += n as u64;
+        }
+        Ok(plan)
+    }
+
     pub fn read(&mut self, io: &BlockIo, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
         let dn = self.dnode(io, obj)?.dnode.clone();
         let end = offset.saturating_add(len as u64).min(dn.size);
@@ -573,6 +614,34 @@ impl VolumeState {
 /// the tree above it (one indirect block serves up to 256 records; B+tree nodes far more).
 fn record_units(dn: &DnodePhys) -> u64 {
     dn.record_size as u64 / UNIT_SIZE + 1
+}
+
+/// A read resolved under the pool's lock, with its device reads still to do.
+pub struct ReadPlan {
+    pub out: Vec<u8>,
+    pub fetch: Vec<Fetch>,
+}
+
+pub struct Fetch {
+    /// Where in `out` the bytes go.
+    pub at: usize,
+    /// Where in the record they start.
+    pub in_record: usize,
+    pub len: usize,
+    pub bp: BlockPtr,
+}
+
+impl ReadPlan {
+    /// Do the device reads (no lock needed: blocks are immutable, and a freed block is not
+    /// reused until two more txgs have committed; a read that raced with that fails its
+    /// checksum and the caller retries under the lock).
+    pub fn finish(mut self, io: &BlockIo) -> Result<Vec<u8>> {
+        for f in &self.fetch {
+            let rec = io.read_block(&f.bp)?;
+            self.out[f.at..f.at + f.len].copy_from_slice(&rec[f.in_record..f.in_record + f.len]);
+        }
+        Ok(self.out)
+    }
 }
 
 pub fn validate_record_size(rs: u32) -> Result<()> {

@@ -319,12 +319,17 @@ impl VolumeFs {
     }
 
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let mut t = self.pool.txn();
-        let i = self.load(&mut t, ino)?;
-        if i.is_dir() {
-            return err(libc::EISDIR);
+        {
+            let mut t = self.pool.txn();
+            if self.load(&mut t, ino)?.is_dir() {
+                return err(libc::EISDIR);
+            }
         }
-        Ok(t.read(self.vol, ObjectId(ino), offset, size as usize)?)
+        // The engine reads the device outside its lock: parallel readers do not queue.
+        Ok(self.pool.read(self.vol, ObjectId(ino), offset, size as usize).map_err(|e| match e.kind() {
+            ErrorKind::NotFound => FsError::new(libc::ENOENT),
+            _ => e.into(),
+        })?)
     }
 
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {

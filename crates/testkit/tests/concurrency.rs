@@ -35,6 +35,24 @@ fn concurrent_syncs_keep_every_acknowledged_write() {
                 }
             })
         };
+        // Readers race with writers and commits: reads run outside the pool's lock and must
+        // never fail (a block freed and reused under a read is retried, not reported).
+        let readers: Vec<_> = (0..2u64)
+            .map(|r| {
+                let (pool, stop, objs) = (pool.clone(), stop.clone(), objs.clone());
+                std::thread::spawn(move || {
+                    let mut rng = SimRng::new(seed * 1000 + r);
+                    let mut reads = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let obj = objs[rng.below(THREADS) as usize];
+                        let got = pool.read(vol, obj, rng.below(WRITES) * 512, 4096).unwrap();
+                        assert!(got.len() <= 4096);
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (pool, obj) = (pool.clone(), objs[t as usize]);
@@ -55,6 +73,9 @@ fn concurrent_syncs_keep_every_acknowledged_write() {
         let acked: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
         stop.store(true, Ordering::Relaxed);
         committer.join().unwrap();
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
         // Power loss now: only what was flushed survives.
         let mut rng = SimRng::new(seed);
         let image = disk.crash_image(CrashMode::DropUnflushed, &mut rng);
