@@ -25,6 +25,7 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::uberblock::{UberblockPhys, UBER_SLOT_SIZE};
 use crate::format::{LABEL_SIZE, RING_SLOTS, UNIT_SIZE};
+use crate::pool::{volume_key, PoolInner, VolumeId};
 
 /// Byte address of ring slot `slot` in label `label`.
 pub fn ring_slot_addr(label: u64, slot: u64) -> u64 {
@@ -69,4 +70,91 @@ pub fn write_root(dev: &dyn BlockDevice, alloc: &mut Allocator, ub: &UberblockPh
     alloc.txg_synced(ub.txg);
     alloc.clear_reservations();
     Ok(())
+}
+
+/// The commit of the open txg (steps 1–5 above), and the state checks around it.
+impl PoolInner {
+    pub(crate) fn writable(&self) -> Result<()> {
+        if let Some(why) = &self.latched {
+            return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
+        }
+        if self.read_only {
+            return Err(Error::ReadOnly("opened read-only".into()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn volume_id(&self, name: &str) -> Result<VolumeId> {
+        self.by_name.get(name).copied().ok_or_else(|| {
+            Error::NotFound(format!("volume {name} in pool {} (see `strata volume list`)", self.label.pool_name))
+        })
+    }
+
+    pub(crate) fn dirty_bytes(&self) -> u64 {
+        self.volumes.values().map(|v| v.dirty_bytes()).sum()
+    }
+
+    pub(crate) fn could_free_space(&self) -> bool {
+        self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty)
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.catalog_dirty || self.volumes.values().any(|v| v.dirty) || self.alloc.has_dirty_chunks()
+    }
+
+    pub(crate) fn commit(&mut self) -> Result<u64> {
+        self.writable()?;
+        if !self.is_dirty() {
+            return Ok(self.txg_synced);
+        }
+        self.commit_always()
+    }
+
+    /// Commit even with nothing dirty: advancing the txg is what releases held frees.
+    pub(crate) fn commit_always(&mut self) -> Result<u64> {
+        self.writable()?;
+        let txg = self.next_txg;
+        match self.sync(txg) {
+            Ok(()) => {
+                self.txg_synced = txg;
+                self.next_txg = txg + 1;
+                Ok(txg)
+            }
+            Err(e) => {
+                self.io.discard_writes();
+                self.latched = Some(format!("commit of txg {txg} failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    fn sync(&mut self, txg: u64) -> Result<()> {
+        let mut released = std::mem::take(&mut self.catalog_released);
+        let PoolInner { volumes, io, alloc, catalog, .. } = self;
+        for v in volumes.values_mut().filter(|v| v.dirty) {
+            v.sync(io, alloc, txg, &mut released)?;
+            catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
+        }
+        let catalog_root = catalog.write(io, alloc, txg)?;
+        released.extend(catalog.take_released());
+        for bp in &released {
+            alloc.free(bp.addr, bp.units(), txg);
+        }
+        io.finish_writes()?;
+        alloc.write_dirty_chunks(self.dev.as_ref(), txg, self.label.pool_guid)?;
+        let ub = UberblockPhys {
+            txg,
+            pool_guid: self.label.pool_guid,
+            timestamp_ns: self.clock.now_ns(),
+            catalog_root,
+            allocated_units: alloc.allocated_units(),
+            next_volume_id: self.next_volume_id,
+            features_incompat: self.label.features.incompat,
+        };
+        write_root(self.dev.as_ref(), alloc, &ub)?;
+        self.ilog.reset(txg);
+        self.root = ub;
+        self.catalog_dirty = false;
+        Ok(())
+    }
 }

@@ -202,14 +202,13 @@ def table(title, rows, note=None):
     if note:
         md.append(note)
         md.append("")
-    head = "| | " + " | ".join(NAMES[t] for t in TARGETS) + " | " + \
-        " | ".join(f"Strata/{NAMES[r]}" for r in RATIO_REFS) + " |"
-    md.append(head.replace(" |  |", " |"))
-    md.append("|---|" + "---:|" * (len(TARGETS) + len(RATIO_REFS)))
+    cols = [NAMES[t] for t in TARGETS] + [f"Strata/{NAMES[r]}" for r in RATIO_REFS]
+    md.append("| | " + " | ".join(cols) + " |")
+    md.append("|---|" + "---:|" * len(cols))
     for label, w, k, m in rows:
-        vals = [get(t, w, k, m) for t in TARGETS]
-        rs = [rfmt(ratio(get("strata", w, k, m), get(r, w, k, m))) for r in RATIO_REFS]
-        md.append(f"| {label} | " + " | ".join(fmt(v) for v in vals) + " | " + " | ".join(rs) + " |")
+        cells = [fmt(get(t, w, k, m)) for t in TARGETS]
+        cells += [rfmt(ratio(get("strata", w, k, m), get(r, w, k, m))) for r in RATIO_REFS]
+        md.append(f"| {label} | " + " | ".join(cells) + " |")
     md.append("")
 
 
@@ -247,7 +246,7 @@ for c in P("PG_CLIENTS").split():
 pg_rows.append(("pgbench -i load, seconds", "pgbench-init", P("SCALE"), "seconds"))
 table("PostgreSQL 15 pgbench (TPC-B-like)", pg_rows,
       f"Scale {P('SCALE')}, synchronous_commit=on, fsync=on, full_page_writes=on, shared_buffers=128MB, "
-      f"wal_sync_method={meta.get('ext4', meta.get('strata', {})).get('pg_wal_sync_method', '?')}; "
+      f"wal_sync_method={next((meta[t]['pg_wal_sync_method'] for t in TARGETS if meta.get(t, {}).get('pg_wal_sync_method')), '?')}; "
       f"-j min(clients, 2), {P('PG_SECONDS')} s per run after VACUUM ANALYZE + CHECKPOINT.")
 
 # ---- sysbench (TR-4722 Table 3 shape)
