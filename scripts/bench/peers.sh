@@ -26,7 +26,7 @@
 #             (MY_LARGE_TABLES x MY_LARGE_TABLE_SIZE rows, MY_LARGE_THREADS threads).
 #
 #   cargo build --release -p strata-cli
-#   scripts/bench/peers.sh                 # full run (see the time estimate it prints)
+#   scripts/bench/peers.sh                 # full run, ~40 min on 2 cores (PG_SECONDS=60 MY_SECONDS=30: ~65 min)
 #   QUICK=1 scripts/bench/peers.sh         # smoke test: everything, a few seconds each
 #
 # Output (OUT_DIR, default docs/benchmarks/peers): results.json (raw numbers, machine, versions,
@@ -41,11 +41,11 @@
 #   FS_SIZE          size of every file system / the Strata pool and volume (8G)
 #   LOOP_DIRECT_IO   losetup --direct-io=on|off (on: the loop device does not cache in the host's
 #                    page cache, as Strata's O_DIRECT pool image does not)
-#   FIO_SECONDS*     seconds per fio job (20; QUICK 3)      FIO_RAMP* ramp seconds (2; QUICK 0)
+#   FIO_SECONDS*     seconds per fio job (15; QUICK 3)      FIO_RAMP* ramp seconds (2; QUICK 0)
 #   FIO_SIZE*        random-I/O file size (1G; QUICK 128M)  FIO_SYNC_SIZE* fdatasync file (256M; QUICK 32M)
-#   SCALE*           pgbench scale (50; QUICK 2)            PG_SECONDS* (60; QUICK 3)
+#   SCALE*           pgbench scale (50; QUICK 2)            PG_SECONDS* (30; QUICK 3)
 #   PG_CLIENTS       "1 8 32"
-#   MY_SECONDS*      (30; QUICK 3)                          MY_THREADS "1 4 8 16 32 64"
+#   MY_SECONDS*      (15; QUICK 3)                          MY_THREADS "1 4 8 16 32 64"
 #   MY_LARGE_TABLES (4) MY_LARGE_TABLE_SIZE* (500000; QUICK 20000) MY_LARGE_THREADS (8)
 #   MY_LARGE_SECONDS* (MY_SECONDS)
 #   PG_PORT / MY_PORT   55462 / 53336       STRATA_API  127.0.0.1:7451
@@ -71,14 +71,14 @@ WORKLOADS="${WORKLOADS:-fio pgbench sysbench}"
 PEERS_DIR="${PEERS_DIR:-/var/tmp/strata-peers}"
 FS_SIZE="${FS_SIZE:-8G}"
 LOOP_DIRECT_IO="${LOOP_DIRECT_IO:-on}"
-FIO_SECONDS="${FIO_SECONDS:-$(q 3 20)}"
+FIO_SECONDS="${FIO_SECONDS:-$(q 3 15)}"
 FIO_RAMP="${FIO_RAMP:-$(q 0 2)}"
 FIO_SIZE="${FIO_SIZE:-$(q 128M 1G)}"
 FIO_SYNC_SIZE="${FIO_SYNC_SIZE:-$(q 32M 256M)}"
 SCALE="${SCALE:-$(q 2 50)}"
-PG_SECONDS="${PG_SECONDS:-$(q 3 60)}"
+PG_SECONDS="${PG_SECONDS:-$(q 3 30)}"
 PG_CLIENTS="${PG_CLIENTS:-1 8 32}"
-MY_SECONDS="${MY_SECONDS:-$(q 3 30)}"
+MY_SECONDS="${MY_SECONDS:-$(q 3 15)}"
 MY_THREADS="${MY_THREADS:-1 4 8 16 32 64}"
 MY_LARGE_TABLES="${MY_LARGE_TABLES:-4}"
 MY_LARGE_TABLE_SIZE="${MY_LARGE_TABLE_SIZE:-$(q 20000 500000)}"

@@ -521,10 +521,7 @@ impl Pool {
             let dev = p.dev.clone();
             let (block, at, upto) = p.ilog.take_block(guid);
             drop(p);
-            let r = dev
-                .write_at(&block, at)
-                .map_err(|e| Error::io("write intent log", e))
-                .and_then(|_| dev.flush().map_err(|e| Error::io("flush intent log", e)));
+            let r = dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e));
             p = self.lock();
             p.ilog.in_flight = false;
             match r {

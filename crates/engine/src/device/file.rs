@@ -8,6 +8,7 @@
 use super::{AlignedBuf, BlockDevice};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -85,6 +86,39 @@ impl BlockDevice for FileDevice {
 
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.direct && !AlignedBuf::is_aligned(buf) {
+            let mut tmp = AlignedBuf::zeroed(buf.len().next_multiple_of(4096));
+            tmp[..buf.len()].copy_from_slice(buf);
+            return self.write_durable(&tmp, offset);
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &buf[done..];
+            let iov = libc::iovec { iov_base: rest.as_ptr() as *mut libc::c_void, iov_len: rest.len() };
+            // SAFETY: iov points into `buf`, alive for the call; the fd is open.
+            let n = unsafe {
+                libc::pwritev2(self.file.as_raw_fd(), &iov, 1, (offset + done as u64) as libc::off_t, libc::RWF_DSYNC)
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                if e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.raw_os_error() == Some(libc::ENOSYS) {
+                    self.write_at(rest, offset + done as u64)?;
+                    return self.flush();
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev2 wrote nothing"));
+            }
+            done += n as usize;
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {

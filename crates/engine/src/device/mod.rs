@@ -21,6 +21,14 @@ pub trait BlockDevice: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Make every write that returned before this call durable.
     fn flush(&self) -> io::Result<()>;
+    /// Write `buf` at `offset` and return only once *it* is durable (not necessarily
+    /// earlier writes): what the intent log needs for a self-contained block. The default
+    /// writes then flushes; a file device uses one `pwritev2(RWF_DSYNC)` (FUA where the
+    /// device has it) instead of a write and a full cache flush.
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
     /// A human-readable name for messages ("/var/lib/strata/pool.img").
     fn describe(&self) -> String;
 }
