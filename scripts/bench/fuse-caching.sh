@@ -106,6 +106,13 @@ SERIES="$WORK/series.tsv"   # target  workload  clients  comma-separated interva
 : >"$SERIES"
 : >"$META"
 cd "$WORK" # runuser keeps the cwd: make it one the database users can read
+# Every daemon of the run is started from one snapshot of the binary: a rebuild of
+# target/release during the run (another session, an editor's cargo check) cannot mix versions.
+STRATA_BIN_ORIG="$STRATA_BIN"
+STRATA_BIN_MTIME="$(date -u -r "$STRATA_BIN" +%Y-%m-%dT%H:%M:%SZ)"
+cp "$STRATA_BIN" "$WORK/strata"
+STRATA_BIN="$WORK/strata"
+STRATA_BIN_SHA256="$(sha256sum "$STRATA_BIN" | cut -c1-16)"
 
 MONITOR_PID=""
 PGDATA=""
@@ -441,7 +448,8 @@ rm -rf "$STRATA_E2E_DIR"
 mkdir -p "$(dirname "$OUT_JSON")"
 RESULTS="$RESULTS" META="$META" SERIES="$SERIES" OUT_JSON="$OUT_JSON" ROOT="$ROOT" TARGETS="$TARGETS" \
   PG_SECONDS="$PG_SECONDS" MY_SECONDS="$MY_SECONDS" SCALE="$SCALE" PROBE_SECONDS="$PROBE_SECONDS" \
-  TOTAL_SECONDS="$(elapsed_since "$T_START")" STRATA_BIN="$STRATA_BIN" \
+  TOTAL_SECONDS="$(elapsed_since "$T_START")" STRATA_BIN="$STRATA_BIN_ORIG" \
+  STRATA_BIN_MTIME="$STRATA_BIN_MTIME" STRATA_BIN_SHA256="$STRATA_BIN_SHA256" \
   TEST_SH_RUNNING="$(pgrep -f scripts/test.sh >/dev/null && echo yes || echo no)" \
   python3 - <<'PY'
 import json, os, platform, subprocess, datetime
@@ -488,7 +496,8 @@ doc = {
                "SCALE": int(env["SCALE"]), "sysbench_tables": 2, "sysbench_table_size": 10000},
     "strata": {"git": sh(f"cd {env['ROOT']} && git rev-parse --short HEAD") +
                       (" (dirty)" if sh(f"cd {env['ROOT']} && git status --porcelain --untracked-files=no") else ""),
-               "binary": env["STRATA_BIN"]},
+               "binary": env["STRATA_BIN"], "binary_mtime_utc": env["STRATA_BIN_MTIME"],
+               "binary_sha256_prefix": env["STRATA_BIN_SHA256"]},
     "machine": machine,
     "test_sh_running_at_end": env["TEST_SH_RUNNING"] == "yes",
     "total_seconds": float(env["TOTAL_SECONDS"]),

@@ -182,7 +182,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                        // fuser logs every reply the kernel no longer wants (the request was
+                        // interrupted, e.g. by the signals PostgreSQL sends its backends) as an
+                        // error: tens of thousands per benchmark, and harmless. RUST_LOG
+                        // brings them back.
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fuser::reply=off")),
                 )
                 .with_writer(std::io::stderr)
                 .with_ansi(false)
