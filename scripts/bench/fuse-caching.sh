@@ -43,6 +43,7 @@
 #   EXT4_DIR                  the reference directory (default /var/tmp/strata-bench-fc-ext4)
 #   PG_PORT / MY_PORT         default 55442 / 53316 (the e2e tests use 55432 / 53306)
 #   PROBE_SECONDS             seconds per sync-probe run (default 3)
+#   SETTLE_SECONDS            pause after deleting a target's data, before the next (default 15)
 #   STEP_TIMEOUT              seconds any single step may take (default max run + 300)
 #   BENCH_KEEP_WORK=1         keep the work dir (server logs, raw tool output) on success
 set -euo pipefail
@@ -423,11 +424,18 @@ run_target() {
   sync
   bench_mariadb "$target" "$dir"
   sync_probe "$target" "$dir"
+  # Space the target's data took on /var/tmp (for Strata: the allocated part of the pool image).
+  if [ "$target" = ext4 ]; then
+    meta "$target" data_on_disk "$(du -sh "$EXT4_DIR" | cut -f1)"
+  else
+    meta "$target" data_on_disk "$(du -sh "$STRATA_E2E_DIR/data" | cut -f1)"
+  fi
   case "$target" in
     ext4) rm -rf "$EXT4_DIR" ;;
     *)
       cp "$STRATA_E2E_DIR/daemon.log" "$WORK/$target/daemon.log"
       stop_strata
+      rm -rf "$STRATA_E2E_DIR/data"
       # fuser logs "Failed to send FUSE reply: No such file or directory" when the kernel has
       # already dropped the request (see strata_log_clean): counted, not fatal. Others: warned.
       meta "$target" daemon_log_reply_enoent "$(grep -c 'Failed to send FUSE reply: No such file or directory' "$WORK/$target/daemon.log" || true)"
@@ -438,9 +446,21 @@ run_target() {
   esac
   meta "$target" seconds "$(elapsed_since "$t0")"
   log "[$target] done in $(elapsed_since "$t0")s"
+  settle
+}
+
+# The data of a target is deleted as soon as it is done, and the disk given time to absorb
+# that (/var/tmp's ext4 may be mounted with online discard; freeing a pool image of a few GB
+# slowed the next target's first minutes in trials) before the next target starts.
+SETTLE_SECONDS="${SETTLE_SECONDS:-15}"
+settle() {
+  log "settling: sync, ${SETTLE_SECONDS}s pause"
+  bounded sync
+  nap "$SETTLE_SECONDS"
 }
 
 log "targets: $TARGETS; pgbench -s $SCALE, ${PG_SECONDS}s per run; sysbench ${MY_SECONDS}s per run; work dir $WORK"
+settle
 for t in $TARGETS; do run_target "$t"; done
 rm -rf "$STRATA_E2E_DIR"
 
