@@ -16,7 +16,8 @@ trap 'strata_stop || true; losetup -d "$dev" 2>/dev/null; rm -f "$img"' EXIT
 strata_start
 "$strata" pool create loop --device "$dev"
 "$strata" volume create loop/v1 --record-size 8K
-"$strata" pool status loop | grep -q "O_DIRECT" || { echo "loop-smoke: expected O_DIRECT on $dev"; exit 1; }
+status="$("$strata" pool status loop)"
+grep -q "O_DIRECT" <<<"$status" || { echo "loop-smoke: expected O_DIRECT on $dev: $status"; exit 1; }
 "$strata" mount loop/v1 "$STRATA_E2E_DIR/mnt"
 head -c 10485760 /dev/urandom > "$STRATA_E2E_DIR/src"
 cp "$STRATA_E2E_DIR/src" "$STRATA_E2E_DIR/mnt/file" && sync -f "$STRATA_E2E_DIR/mnt/file"

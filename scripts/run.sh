@@ -27,7 +27,8 @@ if ! "$strata" pool list >/dev/null 2>&1; then
   "$strata" pool list >/dev/null || { tail -20 "$data_dir/strata.log"; exit 1; }
 fi
 "$strata" volume show default/demo >/dev/null 2>&1 || "$strata" volume create default/demo --size 10G
-"$strata" mount | grep -q "^default/demo " || "$strata" mount default/demo "$mnt"
+mounts="$("$strata" mount)"
+grep -q "^default/demo " <<<"$mounts" || "$strata" mount default/demo "$mnt"
 
 echo
 "$strata" pool status default

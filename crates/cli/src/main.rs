@@ -324,7 +324,14 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        // A client behaves like other Unix tools when its output pipe closes (`| head`):
+        // it ends quietly. The daemon keeps SIGPIPE ignored (sockets report EPIPE instead).
+        // SAFETY: restoring the default disposition of a signal at start-up, single-threaded.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    match run(cli) {
         Ok(code) => code,
         Err(msg) => {
             eprintln!("strata: {msg}");
