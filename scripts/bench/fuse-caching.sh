@@ -36,7 +36,8 @@
 #   PG_SECONDS / MY_SECONDS   seconds per pgbench / sysbench run (default 30 / 30)
 #   SCALE                     pgbench scale factor (default 10, ~160 MB)
 #   TARGETS                   subset/order of "ext4 strata-wb strata-nowb" (default: all three)
-#   OUT_JSON                  raw results (default docs/benchmarks/fuse-caching.json)
+#   OUT_JSON                  raw results (default docs/benchmarks/fuse-caching.json): {"runs": [...]}
+#   JSON_APPEND=1             add this run to the runs already in OUT_JSON (default: replace)
 #   STRATA_BIN                default target/release/strata
 #   STRATA_E2E_DIR            Strata daemon dir (default /var/tmp/strata-bench-fc)
 #   STRATA_API                daemon control API (default 127.0.0.1:7441)
@@ -162,12 +163,7 @@ cleanup() {
   trap - EXIT INT TERM
   set +e
   kill_nap
-  if [ -n "$MONITOR_PID" ]; then
-    local kids
-    kids="$(pgrep -P "$MONITOR_PID")"
-    # shellcheck disable=SC2086 # kids: a list of pids
-    kill "$MONITOR_PID" $kids 2>/dev/null
-  fi
+  [ -z "$MONITOR_PID" ] || kill "$MONITOR_PID" 2>/dev/null
   stop_databases
   stop_strata
   rm -rf "$EXT4_DIR"
@@ -185,9 +181,63 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# What else runs on the machine (a shared machine makes numbers noisy): top every 5 s, kept
-# in the work dir (BENCH_KEEP_WORK=1), for looking at after the run.
-( while :; do date +%T; top -b -n 1 -w 160 | sed -n '1p;7,14p'; sleep 5; done ) >"$WORK/top.log" 2>&1 &
+# What else runs on the machine: a shared machine makes the numbers noisy, so every 5 s the
+# CPU used by processes that are not this run's (not descendants of this script or of its
+# postmaster; kernel threads not counted) is logged, in % of one CPU, with the busiest of them.
+# The report gives its average per target (meta.*.foreign_cpu_pct): judge a run by it.
+cat >"$WORK/monitor.py" <<'PY'
+import os, sys, time
+me, pm_file, out = int(sys.argv[1]), sys.argv[2], open(sys.argv[3], "a", buffering=1)
+hz = os.sysconf("SC_CLK_TCK")
+def snap():
+    procs = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            st = open(f"/proc/{d}/stat").read()
+        except OSError:
+            continue
+        r = st.rfind(")")
+        f = st[r + 2:].split()
+        procs[int(d)] = (int(f[1]), int(f[11]) + int(f[12]), st[st.find("(") + 1:r])
+    return procs
+def ours(procs):
+    roots = {me}
+    try:
+        roots.add(int(open(pm_file).read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    kids = {}
+    for p, (pp, _, _) in procs.items():
+        kids.setdefault(pp, []).append(p)
+    seen, todo = set(), list(roots)
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo.extend(kids.get(p, []))
+    return seen
+prev, t_prev = snap(), time.monotonic()
+while True:
+    time.sleep(5)
+    cur, t = snap(), time.monotonic()
+    mine, ticks = ours(cur), (t - t_prev) * hz
+    foreign, own = {}, 0
+    for p, (pp, cpu, comm) in cur.items():
+        d = cpu - prev[p][1] if p in prev else cpu
+        if p == 2 or pp == 2 or d <= 0:
+            continue  # kernel threads (I/O done for anyone), idle processes
+        if p in mine:
+            own += d
+        else:
+            foreign[comm] = foreign.get(comm, 0) + d
+    busiest = ",".join(f"{c}:{100 * v / ticks:.0f}" for c, v in sorted(foreign.items(), key=lambda x: -x[1])[:4] if 100 * v / ticks >= 1)
+    out.write(f"{time.time():.1f} {100 * sum(foreign.values()) / ticks:.1f} {100 * own / ticks:.1f} {busiest or '-'}\n")
+    prev, t_prev = cur, t
+PY
+: >"$WORK/postmaster.pid"
+python3 "$WORK/monitor.py" "$$" "$WORK/postmaster.pid" "$WORK/monitor.log" 2>>"$WORK/monitor.err" &
 MONITOR_PID=$!
 
 result() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RESULTS"; }
@@ -224,6 +274,7 @@ EOF
   pg_as pg_ctl start -D "$PGDATA" -l "$server_log" -w -t 120 >"$out/pg_ctl.out" 2>&1 ||
     { cat "$out/pg_ctl.out" >&2; die "PostgreSQL did not start"; }
   wait_for "PostgreSQL to accept connections" 60 psql_q -d postgres -c 'select 1'
+  head -n 1 "$PGDATA/postmaster.pid" >"$WORK/postmaster.pid" # for the monitor
   meta "$target" pg_wal_sync_method "$(psql_q -d postgres -c 'show wal_sync_method')"
   psql_q -d postgres -c 'create database bench'
 
@@ -394,6 +445,7 @@ run_target() {
   t0="$(now_s)"
   mkdir -p "$WORK/$target"
   meta "$target" loadavg_at_start "$(cut -d' ' -f1-3 /proc/loadavg)"
+  meta "$target" start_epoch "$(date +%s.%N)"
   case "$target" in
     ext4)
       rm -rf "$EXT4_DIR"
@@ -444,6 +496,7 @@ run_target() {
       fi
       ;;
   esac
+  meta "$target" end_epoch "$(date +%s.%N)"
   meta "$target" seconds "$(elapsed_since "$t0")"
   log "[$target] done in $(elapsed_since "$t0")s"
   settle
@@ -466,7 +519,7 @@ rm -rf "$STRATA_E2E_DIR"
 
 # ------------------------------------------------------------------------------ report
 mkdir -p "$(dirname "$OUT_JSON")"
-RESULTS="$RESULTS" META="$META" SERIES="$SERIES" OUT_JSON="$OUT_JSON" ROOT="$ROOT" TARGETS="$TARGETS" \
+RESULTS="$RESULTS" META="$META" SERIES="$SERIES" MONITOR_LOG="$WORK/monitor.log" JSON_APPEND="${JSON_APPEND:-0}" OUT_JSON="$OUT_JSON" ROOT="$ROOT" TARGETS="$TARGETS" \
   PG_SECONDS="$PG_SECONDS" MY_SECONDS="$MY_SECONDS" SCALE="$SCALE" PROBE_SECONDS="$PROBE_SECONDS" \
   TOTAL_SECONDS="$(elapsed_since "$T_START")" STRATA_BIN="$STRATA_BIN_ORIG" \
   STRATA_BIN_MTIME="$STRATA_BIN_MTIME" STRATA_BIN_SHA256="$STRATA_BIN_SHA256" \
@@ -492,6 +545,30 @@ for line in open(env["SERIES"]):
 for line in open(env["META"]):
     t, k, v = line.rstrip("\n").split("\t", 2)
     meta.setdefault(t, {})[k] = v
+
+# Foreign CPU per target from the monitor's samples inside the target's time window.
+mon = []
+try:
+    for line in open(env["MONITOR_LOG"]):
+        f = line.split()
+        if len(f) >= 4:
+            mon.append((float(f[0]), float(f[1]), f[3]))
+except OSError:
+    pass
+for t, m in meta.items():
+    if "start_epoch" in m and "end_epoch" in m:
+        a, b = float(m.pop("start_epoch")), float(m.pop("end_epoch"))
+        inside = [x for x in mon if a + 5 <= x[0] <= b]
+        if inside:
+            m["foreign_cpu_pct"] = round(sum(x[1] for x in inside) / len(inside), 1)
+            m["foreign_cpu_pct_max"] = round(max(x[1] for x in inside), 1)
+            tot = {}
+            for x in inside:
+                for kv in x[2].split(","):
+                    if ":" in kv:
+                        c, v = kv.rsplit(":", 1)
+                        tot[c] = tot.get(c, 0) + float(v)
+            m["foreign_busiest"] = ", ".join(f"{c} ({v / len(inside):.0f}%)" for c, v in sorted(tot.items(), key=lambda x: -x[1])[:3]) or "-"
 
 mem_kib = next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal:")), 0)
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -525,8 +602,12 @@ doc = {
     "meta": meta,
     "results": res,
 }
+# The file holds a list of runs: JSON_APPEND=1 adds this one to those already there.
+runs = []
+if env.get("JSON_APPEND") == "1" and os.path.exists(env["OUT_JSON"]):
+    runs = json.load(open(env["OUT_JSON"])).get("runs", [])
 with open(env["OUT_JSON"], "w") as f:
-    json.dump(doc, f, indent=2, sort_keys=False)
+    json.dump({"benchmark": "fuse-caching", "runs": runs + [doc]}, f, indent=2, sort_keys=False)
     f.write("\n")
 
 def get(t, w, c, m):
@@ -559,6 +640,9 @@ def ratio(a, b):
 clients_label = {"pgbench": "clients", "sysbench": "threads", "fdatasync-probe": "threads"}
 print(f"FUSE caching: PG_SECONDS={env['PG_SECONDS']} MY_SECONDS={env['MY_SECONDS']} SCALE={env['SCALE']}, "
       f"{doc['date_utc']}, total {doc['total_seconds']:.0f} s")
+fc = ", ".join(f"{t} {meta[t]['foreign_cpu_pct']}% (max {meta[t]['foreign_cpu_pct_max']}%: {meta[t]['foreign_busiest']})"
+              for t in targets if "foreign_cpu_pct" in meta.get(t, {}))
+print(f"Other processes' CPU (% of one CPU, mean over each target): {fc or 'not measured'}")
 print()
 print("| workload | clients | metric | ext4 | Strata writeback | Strata no-writeback | writeback/ext4 | no-writeback/ext4 | writeback/no-writeback |")
 print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
