@@ -414,6 +414,7 @@ impl From<Error> for ApiError {
             ErrorKind::Corruption => (500, "run `strata check`; restore from a replica or backup"),
             ErrorKind::ReadOnly => (409, "the pool refuses writes: restart the daemon once the device is healthy"),
             ErrorKind::Unsupported => (501, "upgrade Strata"),
+            ErrorKind::Busy => (409, "deal with what depends on it first (named in the message)"),
         };
         ApiError { status, kind: format!("{:?}", e.kind()), message: e.to_string(), hint: hint.into() }
     }

@@ -32,6 +32,9 @@ pub enum ErrorKind {
     ReadOnly,
     /// The pool uses a format feature this build does not know: upgrade Strata.
     Unsupported,
+    /// Something depends on what the request would remove or change (a snapshot with
+    /// clones): deal with the dependents named in the message first.
+    Busy,
 }
 
 /// Verification of stored bytes failed: what was being read, where, and what differed.
@@ -82,6 +85,8 @@ pub enum Error {
     ReadOnly(String),
     #[error("unsupported: {0}")]
     Unsupported(String),
+    #[error("in use: {0}")]
+    Busy(String),
 }
 
 impl Error {
@@ -95,6 +100,7 @@ impl Error {
             Error::Corruption(_) => ErrorKind::Corruption,
             Error::ReadOnly(_) => ErrorKind::ReadOnly,
             Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::Busy(_) => ErrorKind::Busy,
         }
     }
 

@@ -16,7 +16,7 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::features::{Access, Features};
 use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
-use crate::format::records::VolumeRecordPhys;
+use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::uberblock::UberblockPhys;
 use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SIZE};
 use crate::intent_log::IntentLog;
@@ -24,6 +24,7 @@ use crate::pipeline::BlockIo;
 use crate::tree::btree::BTree;
 use crate::txg;
 use crate::txn::Txn;
+use crate::snapshot::{SnapshotState, KEY_SNAPSHOT};
 use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -131,6 +132,17 @@ pub struct VolumeInfo {
     pub sync: SyncPolicy,
     pub created_txg: u64,
     pub created_ns: u64,
+    /// Bytes born since the latest snapshot (what only the live volume holds).
+    pub written_bytes: u64,
+    /// Bytes born in this volume still allocated: live data plus what its snapshots keep.
+    pub total_bytes: u64,
+    pub snapshots: usize,
+    /// `vol@snap` the live volume descends from (its latest snapshot, or a restore point).
+    pub parent_snapshot: Option<String>,
+    /// `vol@snap` this volume was cloned from.
+    pub origin: Option<String>,
+    /// A read-only snapshot view.
+    pub read_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -176,6 +188,8 @@ pub struct PoolInner {
     /// The newest committed root.
     pub root: UberblockPhys,
     pub ilog: IntentLog,
+    /// Every snapshot of every volume, by id.
+    pub snapshots: BTreeMap<u64, SnapshotState>,
 }
 
 pub struct Pool {
@@ -304,6 +318,7 @@ impl Pool {
             dirty_limit_bytes: opts.dirty_limit_bytes,
             open_notes: Vec::new(),
             ilog: IntentLog::new(&geo, 0),
+            snapshots: BTreeMap::new(),
             root: UberblockPhys {
                 txg: 0,
                 pool_guid: create.pool_guid,
@@ -372,7 +387,7 @@ impl Pool {
         for (i, ub) in roots.iter().enumerate() {
             let io = Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
-                Ok((mut alloc, catalog, volumes)) => {
+                Ok((mut alloc, catalog, volumes, snapshots)) => {
                     if i > 0 {
                         notes.push(format!(
                             "fell back from txg {} to txg {}: {}",
@@ -403,6 +418,7 @@ impl Pool {
                         open_notes: notes,
                         root: *ub,
                         ilog: IntentLog::new(&geo, ub.txg),
+                        snapshots,
                     };
                     let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new() };
                     pool.replay_intent_log()?;
@@ -432,7 +448,7 @@ impl Pool {
         geo: Geometry,
         label: &LabelPhys,
         ub: &UberblockPhys,
-    ) -> Result<(Allocator, BTree, BTreeMap<VolumeId, VolumeState>)> {
+    ) -> Result<(Allocator, BTree, BTreeMap<VolumeId, VolumeState>, BTreeMap<u64, SnapshotState>)> {
         let alloc = Allocator::load(dev, geo, label.pool_guid, ub.txg)?;
         if alloc.allocated_units() != ub.allocated_units {
             return Err(Error::Corruption(crate::error::Corruption::new(
@@ -465,7 +481,45 @@ impl Pool {
                 volumes.insert(VolumeId(rec.id), VolumeState::new(name, rec));
             }
         }
-        Ok((alloc, catalog, volumes))
+        let mut snapshots = BTreeMap::new();
+        let mut start = vec![KEY_SNAPSHOT];
+        loop {
+            let batch = catalog.range(io, &start, Some(&[KEY_SNAPSHOT + 1]), 256)?;
+            let Some((last, _)) = batch.last() else { break };
+            start = last.clone();
+            start.push(0);
+            for (k, v) in batch {
+                let rec = SnapshotRecordPhys::decode(&v)?;
+                let name = k
+                    .get(9..)
+                    .filter(|_| k[1..9] == rec.volume.to_be_bytes())
+                    .and_then(|n| String::from_utf8(n.to_vec()).ok())
+                    .ok_or_else(|| {
+                        crate::error::Corruption::new("catalog", None, format!("snapshot key {k:02x?} is malformed"))
+                    })?;
+                if !volumes.contains_key(&VolumeId(rec.volume)) {
+                    return Err(crate::error::Corruption::new(
+                        "catalog",
+                        None,
+                        format!("snapshot {name} belongs to volume id {} which does not exist", rec.volume),
+                    )
+                    .into());
+                }
+                snapshots.insert(rec.id, SnapshotState { name, rec });
+            }
+        }
+        for v in volumes.values_mut() {
+            if v.rec.parent != 0 {
+                v.parent_txg = snapshots.get(&v.rec.parent).map(|s: &SnapshotState| s.rec.txg).ok_or_else(|| {
+                    crate::error::Corruption::new(
+                        "catalog",
+                        None,
+                        format!("volume {}: parent snapshot {} does not exist", v.name, v.rec.parent),
+                    )
+                })?;
+            }
+        }
+        Ok((alloc, catalog, volumes, snapshots))
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, PoolInner> {
@@ -555,7 +609,7 @@ impl Pool {
             allocated_bytes: allocated,
             held_bytes: held,
             free_bytes: size - allocated - held,
-            volumes: p.volumes.len(),
+            volumes: p.volumes.values().filter(|v| !v.read_only_view).count(),
             read_only: p.read_only,
             latched: p.latched.clone(),
             corruptions_detected: p.io.stats.corruptions_detected.load(Ordering::Relaxed),
@@ -585,6 +639,11 @@ impl Pool {
             created_txg: p.next_txg,
             created_ns: p.clock.now_ns(),
             quota_bytes: opts.quota_bytes,
+            parent: 0,
+            deadlist: 0,
+            written_units: 0,
+            origin: 0,
+            total_units: 0,
         };
         let mut v = VolumeState::new(name.to_string(), rec);
         v.dirty = true;
@@ -594,15 +653,27 @@ impl Pool {
         Ok(id)
     }
 
-    /// Delete a volume and everything in it.
+    /// Delete a volume with its snapshots and everything in them (refused while clones
+    /// depend on its snapshots).
     pub fn delete_volume(&self, name: &str) -> Result<()> {
         let mut p = self.lock();
         p.writable()?;
         let id = p.volume_id(name)?;
-        let blocks = {
-            let PoolInner { volumes, io, .. } = &mut *p;
-            volumes[&id].all_blocks(io)?
-        };
+        let (blocks, deadlists) = p.volume_blocks_for_delete(id)?;
+        for dl in deadlists {
+            for bp in p.deadlist_entries(dl, 0)? {
+                let PoolInner { catalog, io, .. } = &mut *p;
+                catalog.remove(io, &crate::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
+            }
+        }
+        let snaps: Vec<(u64, String)> =
+            p.snapshots.iter().filter(|(_, s)| s.rec.volume == id.0).map(|(sid, s)| (*sid, s.name.clone())).collect();
+        for (sid, sname) in snaps {
+            let PoolInner { catalog, io, .. } = &mut *p;
+            catalog.remove(io, &crate::snapshot::snapshot_key(id.0, &sname))?;
+            p.snapshots.remove(&sid);
+            p.volumes.remove(&VolumeId(sid)); // an open read-only view
+        }
         let key = volume_key(name);
         {
             let PoolInner { catalog, io, .. } = &mut *p;
@@ -621,13 +692,13 @@ impl Pool {
 
     pub fn volumes(&self) -> Vec<VolumeInfo> {
         let p = self.lock();
-        p.volumes.iter().map(|(id, v)| info(*id, v)).collect()
+        p.volumes.iter().filter(|(_, v)| !v.read_only_view).map(|(id, v)| info(&p, *id, v)).collect()
     }
 
     pub fn volume_info(&self, vol: VolumeId) -> Result<VolumeInfo> {
         let p = self.lock();
         let v = p.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-        Ok(info(vol, v))
+        Ok(info(&p, vol, v))
     }
 
     pub fn set_quota(&self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
@@ -784,8 +855,20 @@ impl Pool {
     pub const KV_KEY_MAX: usize = USER_KEY_MAX;
 }
 
-fn info(id: VolumeId, v: &VolumeState) -> VolumeInfo {
+fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {
+    let snapshot_name = |sid: u64| {
+        p.snapshots.get(&sid).map(|s| {
+            let vol = p.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
+            format!("{vol}@{}", s.name)
+        })
+    };
     VolumeInfo {
+        snapshots: p.snapshots.values().filter(|s| s.rec.volume == id.0).count(),
+        written_bytes: v.rec.written_units * UNIT_SIZE,
+        total_bytes: v.rec.total_units * UNIT_SIZE,
+        parent_snapshot: snapshot_name(v.rec.parent),
+        origin: snapshot_name(v.rec.origin),
+        read_only: v.read_only_view,
         name: v.name.clone(),
         id,
         record_size: v.rec.record_size,

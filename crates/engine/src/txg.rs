@@ -130,11 +130,22 @@ impl PoolInner {
 
     fn sync(&mut self, txg: u64) -> Result<()> {
         let mut released = std::mem::take(&mut self.catalog_released);
-        let PoolInner { volumes, io, alloc, catalog, .. } = self;
-        for v in volumes.values_mut().filter(|v| v.dirty) {
-            v.sync(io, alloc, txg, &mut released)?;
+        let dirty: Vec<VolumeId> = self.volumes.iter().filter(|(_, v)| v.dirty).map(|(id, _)| *id).collect();
+        for vid in dirty {
+            let PoolInner { volumes, io, alloc, .. } = self;
+            let v = volumes.get_mut(&vid).expect("listed above");
+            let r = v.sync(io, alloc, txg)?;
+            let dl = v.rec.deadlist;
+            for bp in &r.dead {
+                self.deadlist_insert(dl, bp)?;
+            }
+            released.extend(r.freed);
+            self.take_pending_snapshots(vid, txg)?;
+            let PoolInner { volumes, io, catalog, .. } = self;
+            let v = &volumes[&vid];
             catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
         }
+        let PoolInner { io, alloc, catalog, .. } = self;
         let catalog_root = catalog.write(io, alloc, txg)?;
         released.extend(catalog.take_released());
         for bp in &released {

@@ -62,6 +62,9 @@ impl<'a> Txn<'a> {
         }
         let PoolInner { volumes, io, alloc, .. } = &mut *self.p;
         let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        if write && v.read_only_view {
+            return Err(Error::ReadOnly(format!("snapshot {} is read-only", v.name)));
+        }
         Ok((v, io, alloc))
     }
 

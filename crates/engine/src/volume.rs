@@ -69,6 +69,21 @@ pub struct VolumeState {
     released: Vec<BlockPtr>,
     /// Something changed since the last sync.
     pub dirty: bool,
+    /// Txg of the parent snapshot (0 = none): blocks born at or before it are shared with
+    /// the parent, so releasing them puts them on the deadlist instead of freeing them.
+    pub parent_txg: u64,
+    /// Snapshots to take when this txg syncs: (snapshot id, name, group id).
+    pub pending_snapshots: Vec<(u64, String, u64)>,
+    /// A read-only view of a snapshot (`.snapshot/NAME`), never written or synced.
+    pub read_only_view: bool,
+}
+
+/// What a volume's sync stopped referencing: blocks only it held (free them), and blocks
+/// its parent snapshot still holds (the deadlist).
+#[derive(Default)]
+pub struct Released {
+    pub freed: Vec<BlockPtr>,
+    pub dead: Vec<BlockPtr>,
 }
 
 impl VolumeState {
@@ -84,6 +99,9 @@ impl VolumeState {
             reserved_units: 0,
             released: Vec::new(),
             dirty: false,
+            parent_txg: 0,
+            pending_snapshots: Vec::new(),
+            read_only_view: false,
         }
     }
 
@@ -524,8 +542,8 @@ impl VolumeState {
     }
 
     /// Write this volume's changes as txg `txg`: data records, block trees, dnodes, then
-    /// the volume tree. Blocks no longer referenced go to `released`.
-    pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, txg: u64, released: &mut Vec<BlockPtr>) -> Result<()> {
+    /// the volume tree. Returns the blocks it no longer references.
+    pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, txg: u64) -> Result<Released> {
         let allocated_before = alloc.allocated_units();
         let mut mine = std::mem::take(&mut self.released);
         let dirty = std::mem::take(&mut self.dirty_records);
@@ -579,12 +597,21 @@ impl VolumeState {
         let dropped: u64 = mine.iter().map(|bp| bp.units()).sum();
         self.rec.used_units =
             (self.rec.used_units + added).checked_sub(dropped).expect("a volume never frees more than it holds");
-        released.extend(mine);
+        let (dead, freed): (Vec<BlockPtr>, Vec<BlockPtr>) =
+            mine.into_iter().partition(|bp| bp.birth_txg <= self.parent_txg);
+        let freed_units: u64 = freed.iter().map(|bp| bp.units()).sum();
+        // Blocks born after the parent snapshot are this head's alone ("written").
+        self.rec.written_units = (self.rec.written_units + added)
+            .checked_sub(freed_units)
+            .expect("a head never frees more than it wrote since its parent");
+        self.rec.total_units = (self.rec.total_units + added)
+            .checked_sub(freed_units)
+            .expect("a volume never frees more than was born in it");
         if self.objects.len() > DNODE_CACHE_MAX {
             self.objects.clear();
         }
         self.dirty = false;
-        Ok(())
+        Ok(Released { freed, dead })
     }
 
     /// Every block the volume references as of its last sync (for deleting the volume).

@@ -61,6 +61,7 @@ impl From<Error> for FsError {
             ErrorKind::Io | ErrorKind::Corruption => libc::EIO,
             ErrorKind::ReadOnly => libc::EROFS,
             ErrorKind::Unsupported => libc::EOPNOTSUPP,
+            ErrorKind::Busy => libc::EBUSY,
         };
         FsError { errno, detail: Some(e.to_string()) }
     }

@@ -10,7 +10,7 @@ use strata_engine::format::decode_all;
 use strata_engine::format::features::Features;
 use strata_engine::format::label::LabelPhys;
 use strata_engine::format::node::{BtreeNodePhys, IndirectPhys};
-use strata_engine::format::records::{DnodePhys, VolumeRecordPhys};
+use strata_engine::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use strata_engine::format::spacemap::{SpacemapChunkPhys, CHUNK_BITS_BYTES};
 use strata_engine::format::uberblock::UberblockPhys;
 use strata_testkit::{iters_from_env, seed_from_env, SimRng};
@@ -80,6 +80,25 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         created_txg: 1,
         created_ns: 2,
         quota_bytes: 0,
+        parent: 3,
+        deadlist: 4,
+        written_units: 5,
+        origin: 3,
+        total_units: 12,
+    };
+    let sr = SnapshotRecordPhys {
+        id: 3,
+        volume: 1,
+        txg: 200,
+        created_ns: 9,
+        tree_root: bp(rng),
+        parent: 0,
+        deadlist: 0,
+        referenced_units: 10,
+        written_units: 10,
+        next_object_id: 4,
+        record_size: 16384,
+        group: 0,
     };
     vec![
         label.encode(),
@@ -90,6 +109,7 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         ind.encode(),
         dn.encode(),
         vr.encode(),
+        sr.encode(),
         bp(rng).encode().to_vec(),
     ]
 }
@@ -105,8 +125,9 @@ fn valid_encodings_decode_back() {
     assert!(BtreeNodePhys::decode(&v[4], None).is_ok());
     assert!(IndirectPhys::decode(&v[5], None).is_ok());
     assert!(DnodePhys::decode(&v[6]).is_ok());
-    assert!(VolumeRecordPhys::decode(&v[7]).is_ok());
-    assert!(BlockPtr::decode_from(&mut Reader::new(&v[8], "t", None)).is_ok());
+    assert_eq!(VolumeRecordPhys::decode(&v[7]).unwrap().encode(), v[7]);
+    assert_eq!(SnapshotRecordPhys::decode(&v[8]).unwrap().encode(), v[8]);
+    assert!(BlockPtr::decode_from(&mut Reader::new(&v[9], "t", None)).is_ok());
 }
 
 #[test]

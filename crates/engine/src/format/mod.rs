@@ -68,6 +68,7 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     ok += node::IndirectPhys::decode(bytes, None).is_ok() as usize;
     ok += records::DnodePhys::decode(bytes).is_ok() as usize;
     ok += records::VolumeRecordPhys::decode(bytes).is_ok() as usize;
+    ok += records::SnapshotRecordPhys::decode(bytes).is_ok() as usize;
     ok += BlockPtr::decode_from(&mut codec::Reader::new(bytes, "fuzz", None)).is_ok() as usize;
     ok += intent::LogBlockPhys::decode(bytes).is_some() as usize;
     ok += intent::LogRecord::decode_all(bytes).is_ok() as usize;

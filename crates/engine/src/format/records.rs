@@ -13,7 +13,8 @@
 //!  88  attr          [u8; attr_len]   the caller's attribute record (≤ ATTR_MAX)
 //! ```
 //!
-//! `VolumeRecordPhys` (128 bytes):
+//! `VolumeRecordPhys` (192 bytes; records of 128 bytes written before snapshots existed
+//! decode with the snapshot fields zero):
 //! ```text
 //!   0  id              u64
 //!   8  record_size     u32   default record size of new objects
@@ -25,6 +26,32 @@
 //! 104  created_ns      u64
 //! 112  quota_bytes     u64   size limit; 0 = none
 //! 120  reserved        [u8; 8]
+//! 128  parent          u64   snapshot this head descends from (0 = none): blocks born at
+//!                            or before its txg may be shared with it
+//! 136  deadlist        u64   id of this head's deadlist (blocks of the parent it freed)
+//! 144  written_units   u64   units of blocks born after the parent's txg (the head's own)
+//! 152  origin          u64   snapshot of another volume this one was cloned from (0 = none)
+//! 160  total_units     u64   units born in this volume still allocated (head + snapshots)
+//! 168  reserved        [u8; 24]
+//! ```
+//!
+//! `SnapshotRecordPhys` (160 bytes; the name is in the catalog key):
+//! ```text
+//!   0  id              u64
+//!   8  volume          u64   volume the snapshot was taken of
+//!  16  txg             u64   txg it was taken in: it holds exactly the blocks born ≤ txg
+//!                            that its volume referenced then
+//!  24  created_ns      u64
+//!  32  tree_root       BlockPtrPhys (64)
+//!  96  parent          u64   previous snapshot in its lineage (0 = none)
+//! 104  deadlist        u64   blocks of the parent this snapshot does not hold
+//! 112  referenced_units u64  units its tree occupies
+//! 120  written_units   u64   units born after the parent's txg
+//! 128  next_object_id  u64
+//! 136  record_size     u32
+//! 140  flags           u32   (zero)
+//! 144  group           u64   group snapshot id (0 = taken alone)
+//! 152  reserved        [u8; 8]
 //! ```
 
 use super::codec::{Reader, Writer};
@@ -34,7 +61,10 @@ use crate::error::Corruption;
 
 pub const ATTR_MAX: usize = 512;
 pub const DNODE_FIXED: usize = 88;
-pub const VOLUME_RECORD_SIZE: usize = 128;
+pub const VOLUME_RECORD_SIZE: usize = 192;
+/// Volume records written before snapshots existed.
+pub const VOLUME_RECORD_SIZE_V1: usize = 128;
+pub const SNAPSHOT_RECORD_SIZE: usize = 160;
 pub const MIN_RECORD_SIZE: u32 = 4096;
 pub const MAX_RECORD_SIZE: u32 = 1024 * 1024;
 /// Enough indirect levels for 2^63 bytes at the smallest record size.
@@ -110,6 +140,11 @@ pub struct VolumeRecordPhys {
     pub created_txg: u64,
     pub created_ns: u64,
     pub quota_bytes: u64,
+    pub parent: u64,
+    pub deadlist: u64,
+    pub written_units: u64,
+    pub origin: u64,
+    pub total_units: u64,
 }
 
 impl VolumeRecordPhys {
@@ -122,14 +157,20 @@ impl VolumeRecordPhys {
             .u64(self.created_txg)
             .u64(self.created_ns)
             .u64(self.quota_bytes)
-            .zeros(8);
+            .zeros(8)
+            .u64(self.parent)
+            .u64(self.deadlist)
+            .u64(self.written_units)
+            .u64(self.origin)
+            .u64(self.total_units)
+            .zeros(24);
         assert_eq!(w.len(), VOLUME_RECORD_SIZE);
         w.into_inner()
     }
 
     pub fn decode(buf: &[u8]) -> Result<VolumeRecordPhys, Corruption> {
         let mut r = Reader::new(buf, "volume record", None);
-        if buf.len() != VOLUME_RECORD_SIZE {
+        if buf.len() != VOLUME_RECORD_SIZE && buf.len() != VOLUME_RECORD_SIZE_V1 {
             return Err(r.corrupt(format!("{} bytes, expected {VOLUME_RECORD_SIZE}", buf.len())));
         }
         let id = r.u64()?;
@@ -141,8 +182,25 @@ impl VolumeRecordPhys {
         let created_txg = r.u64()?;
         let created_ns = r.u64()?;
         let quota_bytes = r.u64()?;
+        r.take(8)?;
+        let (mut parent, mut deadlist, mut written_units, mut origin, mut total_units) = (0, 0, used_units, 0, used_units);
+        if buf.len() == VOLUME_RECORD_SIZE {
+            parent = r.u64()?;
+            deadlist = r.u64()?;
+            written_units = r.u64()?;
+            origin = r.u64()?;
+            total_units = r.u64()?;
+            if r.take(24)?.iter().any(|&b| b != 0) {
+                return Err(r.corrupt("reserved bytes are not zero"));
+            }
+        }
         if flags > 2 || !valid_record_size(record_size) {
             return Err(r.corrupt(format!("flags {flags}, record size {record_size}")));
+        }
+        if written_units > used_units || (parent == 0 && origin != 0) {
+            return Err(r.corrupt(format!(
+                "written {written_units} of {used_units} units, parent {parent}, origin {origin}"
+            )));
         }
         Ok(VolumeRecordPhys {
             id,
@@ -154,6 +212,90 @@ impl VolumeRecordPhys {
             created_txg,
             created_ns,
             quota_bytes,
+            parent,
+            deadlist,
+            written_units,
+            origin,
+            total_units,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecordPhys {
+    pub id: u64,
+    pub volume: u64,
+    pub txg: u64,
+    pub created_ns: u64,
+    pub tree_root: BlockPtr,
+    pub parent: u64,
+    pub deadlist: u64,
+    pub referenced_units: u64,
+    pub written_units: u64,
+    pub next_object_id: u64,
+    pub record_size: u32,
+    pub group: u64,
+}
+
+impl SnapshotRecordPhys {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(SNAPSHOT_RECORD_SIZE);
+        w.u64(self.id).u64(self.volume).u64(self.txg).u64(self.created_ns);
+        self.tree_root.encode_into(&mut w);
+        w.u64(self.parent)
+            .u64(self.deadlist)
+            .u64(self.referenced_units)
+            .u64(self.written_units)
+            .u64(self.next_object_id)
+            .u32(self.record_size)
+            .u32(0)
+            .u64(self.group)
+            .zeros(8);
+        assert_eq!(w.len(), SNAPSHOT_RECORD_SIZE);
+        w.into_inner()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<SnapshotRecordPhys, Corruption> {
+        let mut r = Reader::new(buf, "snapshot record", None);
+        if buf.len() != SNAPSHOT_RECORD_SIZE {
+            return Err(r.corrupt(format!("{} bytes, expected {SNAPSHOT_RECORD_SIZE}", buf.len())));
+        }
+        let id = r.u64()?;
+        let volume = r.u64()?;
+        let txg = r.u64()?;
+        let created_ns = r.u64()?;
+        let tree_root = BlockPtr::decode_from(&mut r)?;
+        let parent = r.u64()?;
+        let deadlist = r.u64()?;
+        let referenced_units = r.u64()?;
+        let written_units = r.u64()?;
+        let next_object_id = r.u64()?;
+        let record_size = r.u32()?;
+        let flags = r.u32()?;
+        let group = r.u64()?;
+        let reserved = r.u64()?;
+        if flags != 0 || reserved != 0 || !valid_record_size(record_size) || txg == 0 || id == 0 {
+            return Err(r.corrupt(format!("id {id}, txg {txg}, flags {flags}, record size {record_size}")));
+        }
+        if written_units > referenced_units || (!tree_root.is_hole() && tree_root.birth_txg > txg) {
+            return Err(r.corrupt(format!(
+                "written {written_units} of {referenced_units} units; root born in txg {} after the snapshot's {txg}",
+                tree_root.birth_txg
+            )));
+        }
+        Ok(SnapshotRecordPhys {
+            id,
+            volume,
+            txg,
+            created_ns,
+            tree_root,
+            parent,
+            deadlist,
+            referenced_units,
+            written_units,
+            next_object_id,
+            record_size,
+            group,
         })
     }
 }

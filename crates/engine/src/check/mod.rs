@@ -7,7 +7,11 @@
 //! is referenced twice; that birth txgs are not in the future; that each volume's recorded
 //! space equals what its blocks occupy; and that the space map on disk marks exactly the
 //! referenced units (no block both free and used, no leaked block) and agrees with the
-//! root's own total.
+//! root's own total. Snapshots and clones share blocks: a block reached again through the
+//! same pointer (same address, birth and checksum) is shared, not a double reference, and
+//! its subtree is not walked twice. `space.rs` then checks the snapshot accounting: each
+//! tree's recorded size, the deadlists (exactly the parent's blocks the child lacks) and each
+//! volume's total.
 //!
 //! Problems are collected, not fatal: one damaged block is reported and its subtree
 //! skipped, and the walk goes on.
@@ -15,12 +19,15 @@
 use crate::alloc::Allocator;
 use crate::error::Result;
 use crate::format::node::BtreeNodePhys;
-use crate::format::records::{DnodePhys, VolumeRecordPhys};
+use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::{BlockKind, BlockPtr};
 use crate::pipeline::BlockIo;
 use crate::pool::Pool;
 use crate::tree::blocktree;
 use crate::volume::KEY_DNODE;
+use std::collections::HashMap;
+
+mod space;
 
 #[derive(Debug, Clone, Copy)]
 pub struct CheckOptions {
@@ -38,6 +45,7 @@ impl Default for CheckOptions {
 pub struct CheckReport {
     pub txg: u64,
     pub volumes: u64,
+    pub snapshots: u64,
     pub objects: u64,
     pub metadata_blocks: u64,
     pub data_blocks: u64,
@@ -80,8 +88,21 @@ struct Checker<'a> {
     opts: CheckOptions,
     root_txg: u64,
     referenced: Vec<u64>,
+    /// Blocks already visited, by address: a second pointer to one of them is sharing if it
+    /// is the same pointer, a double reference otherwise.
+    visited: HashMap<u64, BlockPtr>,
     report: CheckReport,
     geo: crate::alloc::Geometry,
+}
+
+#[derive(PartialEq, Eq)]
+enum Claim {
+    /// First visit: verify it.
+    New,
+    /// The same block reached again through another snapshot or clone: already verified.
+    Shared,
+    /// Outside the data area or overlapping another block: do not read.
+    Bad,
 }
 
 impl Checker<'_> {
@@ -91,13 +112,21 @@ impl Checker<'_> {
         }
     }
 
-    /// Account for one block; false if it must not be read (out of range).
-    fn claim(&mut self, bp: &BlockPtr, ctx: &str) -> bool {
+    /// Account for one block.
+    fn claim(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
+        if let Some(prev) = self.visited.get(&bp.addr) {
+            if prev == bp {
+                return Claim::Shared;
+            }
+            self.err(format!("{ctx}: block at {} is referenced by two different pointers", bp.addr));
+            return Claim::Bad;
+        }
         let units = bp.units();
         let Some(first) = self.geo.unit_of(bp.addr).filter(|u| u + units <= self.geo.data_units) else {
             self.err(format!("{ctx}: block at {} lies outside the data area", bp.addr));
-            return false;
+            return Claim::Bad;
         };
+        self.visited.insert(bp.addr, *bp);
         if bp.birth_txg > self.root_txg {
             self.err(format!(
                 "{ctx}: block at {} born in txg {} after the root's txg {}",
@@ -113,7 +142,7 @@ impl Checker<'_> {
                 self.report.referenced_units += 1;
             }
         }
-        true
+        Claim::New
     }
 
     /// Walk a B+tree, checking bounds and levels; `leaf(key, value)` sees every entry.
@@ -141,10 +170,10 @@ impl Checker<'_> {
             self.err(format!("{ctx}: pointer at {} to a {:?} where a tree node belongs", bp.addr, bp.kind));
             return;
         }
-        if !self.claim(bp, ctx) {
-            return;
-        }
         *units += bp.units();
+        if self.claim(bp, ctx) != Claim::New {
+            return; // a shared subtree was checked where it was first met
+        }
         self.report.metadata_blocks += 1;
         let node = match self.io.read_node(bp) {
             Ok(n) => n,
@@ -191,16 +220,18 @@ impl Checker<'_> {
         }
         let records = dn.size.div_ceil(dn.record_size as u64);
         for (bp, level, first) in blocks {
-            if !self.claim(&bp, ctx) {
+            units += bp.units();
+            if level == 0 {
+                data_units += bp.units();
+            }
+            if self.claim(&bp, ctx) != Claim::New {
                 continue;
             }
-            units += bp.units();
             if level > 0 {
                 self.report.metadata_blocks += 1;
                 continue;
             }
             self.report.data_blocks += 1;
-            data_units += bp.units();
             if first >= records {
                 self.err(format!("{ctx}: record {first} exists past the object's size {}", dn.size));
             }
@@ -223,12 +254,11 @@ impl Checker<'_> {
         units
     }
 
-    fn volume(&mut self, name: &str, rec: &VolumeRecordPhys) {
-        let ctx = format!("volume {name}");
-        let mut object_units = 0;
+    /// Walk one volume tree (a head or a snapshot).
+    fn volume_tree(&mut self, ctx: &str, root: &BlockPtr, next_object_id: u64) {
         let mut objects = 0;
         let mut max_id = 0;
-        let tree_units = self.btree(&rec.tree_root, &ctx, &mut |c: &mut Self, k: &[u8], v: &[u8]| {
+        self.btree(root, ctx, &mut |c: &mut Self, k: &[u8], v: &[u8]| {
             if k.first() != Some(&KEY_DNODE) {
                 return;
             }
@@ -239,17 +269,15 @@ impl Checker<'_> {
             max_id = max_id.max(id);
             objects += 1;
             match DnodePhys::decode(v) {
-                Ok(dn) => object_units += c.object(&format!("{ctx} object {id}"), &dn),
+                Ok(dn) => {
+                    c.object(&format!("{ctx} object {id}"), &dn);
+                }
                 Err(e) => c.err(format!("{ctx} object {id}: {e}")),
             }
         });
         self.report.objects += objects;
-        if objects > 0 && max_id >= rec.next_object_id {
-            self.err(format!("{ctx}: object {max_id} exists but the next id to hand out is {}", rec.next_object_id));
-        }
-        let total = tree_units + object_units;
-        if total != rec.used_units {
-            self.err(format!("{ctx}: blocks occupy {total} units but the volume records {}", rec.used_units));
+        if objects > 0 && max_id >= next_object_id {
+            self.err(format!("{ctx}: object {max_id} exists but the next id to hand out is {next_object_id}"));
         }
     }
 }
@@ -265,34 +293,53 @@ impl Pool {
             opts,
             root_txg: root.txg,
             referenced: vec![0; geo.data_units.div_ceil(64) as usize],
+            visited: HashMap::new(),
             report: CheckReport { txg: root.txg, notes: p.open_notes.clone(), ..Default::default() },
             geo,
         };
         let mut vols: Vec<(String, VolumeRecordPhys)> = Vec::new();
+        let mut snaps: Vec<(String, SnapshotRecordPhys)> = Vec::new();
+        let mut deadlist_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut max_vol_id = 0;
-        c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| match (
-            std::str::from_utf8(&k[1..]),
-            VolumeRecordPhys::decode(v),
-        ) {
-            (Ok(name), Ok(rec)) if k[0] == 0x01 => {
-                max_vol_id = max_vol_id.max(rec.id);
-                vols.push((name.to_string(), rec))
+        let catalog_units = c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| {
+            match k.first() {
+                Some(0x01) => match (std::str::from_utf8(&k[1..]), VolumeRecordPhys::decode(v)) {
+                    (Ok(name), Ok(rec)) => {
+                        max_vol_id = max_vol_id.max(rec.id);
+                        vols.push((name.to_string(), rec))
+                    }
+                    (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
+                    (Err(_), _) => c.err(format!("catalog entry {k:02x?}: volume name is not UTF-8")),
+                },
+                Some(0x02) => match (k.get(9..).map(std::str::from_utf8), SnapshotRecordPhys::decode(v)) {
+                    (Some(Ok(name)), Ok(rec)) if k[1..9] == rec.volume.to_be_bytes() => {
+                        max_vol_id = max_vol_id.max(rec.id);
+                        snaps.push((name.to_string(), rec))
+                    }
+                    (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
+                    _ => c.err(format!("catalog entry {k:02x?}: malformed snapshot key")),
+                },
+                Some(0x03) if k.len() == 25 => deadlist_entries.push((k.to_vec(), v.to_vec())),
+                _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
             }
-            (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
-            _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
         });
-        if max_vol_id >= root.next_volume_id && !vols.is_empty() {
-            c.err(format!("volume id {max_vol_id} exists but the next id is {}", root.next_volume_id));
+        if max_vol_id >= root.next_volume_id && !(vols.is_empty() && snaps.is_empty()) {
+            c.err(format!("id {max_vol_id} is in use but the next id is {}", root.next_volume_id));
         }
-        let mut ids: Vec<u64> = vols.iter().map(|(_, r)| r.id).collect();
+        let mut ids: Vec<u64> = vols.iter().map(|(_, r)| r.id).chain(snaps.iter().map(|(_, r)| r.id)).collect();
         ids.sort();
         if ids.windows(2).any(|w| w[0] == w[1]) {
-            c.err("two volumes share an id".into());
+            c.err("two volumes or snapshots share an id".into());
         }
         for (name, rec) in &vols {
-            c.volume(name, rec);
+            c.volume_tree(&format!("volume {name}"), &rec.tree_root, rec.next_object_id);
+        }
+        for (name, rec) in &snaps {
+            c.volume_tree(&format!("snapshot {}@{name}", rec.volume), &rec.tree_root, rec.next_object_id);
         }
         c.report.volumes = vols.len() as u64;
+        c.report.snapshots = snaps.len() as u64;
+        space::check(&mut c, &vols, &snaps, &deadlist_entries, catalog_units);
         // The space map as committed with this root, read back from the device.
         match Allocator::load(p.dev.as_ref(), geo, p.label.pool_guid, root.txg) {
             Ok(on_disk) => {
