@@ -426,8 +426,7 @@ impl PoolInner {
     /// Everything volume `vol` holds that was born in it (its head and all its snapshots),
     /// for deleting the volume. Refuses while clones depend on its snapshots.
     pub(crate) fn volume_blocks_for_delete(&mut self, vol: VolumeId) -> Result<(Vec<BlockPtr>, Vec<u64>)> {
-        let snaps: Vec<u64> =
-            self.snapshots.iter().filter(|(_, s)| s.rec.volume == vol.0).map(|(id, _)| *id).collect();
+        let snaps: Vec<u64> = self.snapshots.iter().filter(|(_, s)| s.rec.volume == vol.0).map(|(id, _)| *id).collect();
         let mut clones = Vec::new();
         for sid in &snaps {
             for c in self.children(*sid) {
@@ -665,5 +664,4 @@ impl Pool {
             p.volumes.remove(&view);
         }
     }
-
 }

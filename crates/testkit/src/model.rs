@@ -2,7 +2,7 @@
 //! captures what a pool actually shows, so tests compare the two with `==`.
 
 use std::collections::BTreeMap;
-use strata_engine::{ObjectId, Pool, Result};
+use strata_engine::{ObjectId, Pool, Result, VolumeId};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ObjectModel {
@@ -96,30 +96,35 @@ impl PoolModel {
 pub fn capture(pool: &Pool) -> Result<PoolModel> {
     let mut m = PoolModel::default();
     for info in pool.volumes() {
-        let mut v = VolumeModel { record_size: info.record_size, ..Default::default() };
-        let mut after = None;
-        loop {
-            let ids = pool.list_objects(info.id, after, 1000)?;
-            let Some(&last) = ids.last() else { break };
-            for id in ids {
-                let size = pool.object_size(info.id, id)?;
-                let data = pool.read(info.id, id, 0, size as usize)?;
-                assert_eq!(data.len() as u64, size, "a read of the whole object returns all of it");
-                v.objects.insert(id.0, ObjectModel { data, attr: pool.get_attr(info.id, id)? });
-            }
-            after = Some(last);
-        }
-        let mut start = Vec::new();
-        loop {
-            let batch = pool.kv_range(info.id, &start, None, 1000)?;
-            let Some((last, _)) = batch.last() else { break };
-            start = last.clone();
-            start.push(0);
-            v.kv.extend(batch);
-        }
-        m.volumes.insert(info.name, v);
+        m.volumes.insert(info.name, capture_volume(pool, info.id, info.record_size)?);
     }
     Ok(m)
+}
+
+/// Read every object and entry of one volume (or of a read-only snapshot view).
+pub fn capture_volume(pool: &Pool, vol: VolumeId, record_size: u32) -> Result<VolumeModel> {
+    let mut v = VolumeModel { record_size, ..Default::default() };
+    let mut after = None;
+    loop {
+        let ids = pool.list_objects(vol, after, 1000)?;
+        let Some(&last) = ids.last() else { break };
+        for id in ids {
+            let size = pool.object_size(vol, id)?;
+            let data = pool.read(vol, id, 0, size as usize)?;
+            assert_eq!(data.len() as u64, size, "a read of the whole object returns all of it");
+            v.objects.insert(id.0, ObjectModel { data, attr: pool.get_attr(vol, id)? });
+        }
+        after = Some(last);
+    }
+    let mut start = Vec::new();
+    loop {
+        let batch = pool.kv_range(vol, &start, None, 1000)?;
+        let Some((last, _)) = batch.last() else { break };
+        start = last.clone();
+        start.push(0);
+        v.kv.extend(batch);
+    }
+    Ok(v)
 }
 
 pub fn oid(id: u64) -> ObjectId {

@@ -301,8 +301,8 @@ impl Pool {
         let mut snaps: Vec<(String, SnapshotRecordPhys)> = Vec::new();
         let mut deadlist_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut max_vol_id = 0;
-        let catalog_units = c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| {
-            match k.first() {
+        let catalog_units =
+            c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| match k.first() {
                 Some(0x01) => match (std::str::from_utf8(&k[1..]), VolumeRecordPhys::decode(v)) {
                     (Ok(name), Ok(rec)) => {
                         max_vol_id = max_vol_id.max(rec.id);
@@ -321,8 +321,7 @@ impl Pool {
                 },
                 Some(0x03) if k.len() == 25 => deadlist_entries.push((k.to_vec(), v.to_vec())),
                 _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
-            }
-        });
+            });
         if max_vol_id >= root.next_volume_id && !(vols.is_empty() && snaps.is_empty()) {
             c.err(format!("id {max_vol_id} is in use but the next id is {}", root.next_volume_id));
         }

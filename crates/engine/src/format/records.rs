@@ -183,7 +183,8 @@ impl VolumeRecordPhys {
         let created_ns = r.u64()?;
         let quota_bytes = r.u64()?;
         r.take(8)?;
-        let (mut parent, mut deadlist, mut written_units, mut origin, mut total_units) = (0, 0, used_units, 0, used_units);
+        let (mut parent, mut deadlist, mut written_units, mut origin, mut total_units) =
+            (0, 0, used_units, 0, used_units);
         if buf.len() == VOLUME_RECORD_SIZE {
             parent = r.u64()?;
             deadlist = r.u64()?;
@@ -198,9 +199,9 @@ impl VolumeRecordPhys {
             return Err(r.corrupt(format!("flags {flags}, record size {record_size}")));
         }
         if written_units > used_units || (parent == 0 && origin != 0) {
-            return Err(r.corrupt(format!(
-                "written {written_units} of {used_units} units, parent {parent}, origin {origin}"
-            )));
+            return Err(
+                r.corrupt(format!("written {written_units} of {used_units} units, parent {parent}, origin {origin}"))
+            );
         }
         Ok(VolumeRecordPhys {
             id,
