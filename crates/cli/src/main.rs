@@ -7,6 +7,7 @@
 
 mod client;
 mod offline;
+mod snapshot;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,15 @@ enum Command {
     /// Create, list, show, change and delete volumes.
     #[command(subcommand)]
     Volume(VolumeCmd),
+    /// Take, list, show and delete snapshots (POOL/VOLUME@NAME).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
+    /// Restore a volume to a snapshot (POOL/VOLUME@NAME), keeping every snapshot. A mounted
+    /// volume is unmounted and mounted again; stop the database using it first.
+    Restore { snapshot: String },
+    /// Writable clones of snapshots.
+    #[command(subcommand)]
+    Clone(snapshot::CloneCmd),
     /// Mount a volume (POOL/VOLUME) at an empty directory; with no arguments, list mounts.
     Mount { volume: Option<String>, dir: Option<PathBuf> },
     /// Unmount a volume.
@@ -289,6 +299,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("DELETE", &format!("/v1/pools/{p}/volumes/{name}"), None)?;
             out(&v, &|_| println!("deleted volume {volume}"));
         }
+        Command::Snapshot(cmd) => snapshot::run_snapshot(cmd, &c, cli.json)?,
+        Command::Restore { snapshot } => snapshot::run_restore(&snapshot, &c, cli.json)?,
+        Command::Clone(cmd) => snapshot::run_clone(cmd, &c, cli.json)?,
         Command::Mount { volume: None, dir: None } => {
             let v = c.call("GET", "/v1/mounts", None)?;
             out(&v, &|v| {

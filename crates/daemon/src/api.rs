@@ -35,13 +35,13 @@ impl ApiError {
     }
 }
 
-type Reply = Result<(u16, Value), ApiError>;
+pub(crate) type Reply = Result<(u16, Value), ApiError>;
 
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 /// Bodies are small JSON documents; anything larger is refused before parsing.
 const MAX_BODY: u64 = 64 * 1024;
 
-fn body<T: for<'de> Deserialize<'de>>(req: &mut tiny_http::Request) -> Result<T, ApiError> {
+pub(crate) fn body<T: for<'de> Deserialize<'de>>(req: &mut tiny_http::Request) -> Result<T, ApiError> {
     let mut raw = Vec::new();
     req.as_reader()
         .take(MAX_BODY + 1)
@@ -66,18 +66,19 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
 /// A checker report as the API and `strata check --json` show it.
 pub fn check_json(r: &strata_engine::CheckReport) -> Value {
     json!({
-        "clean": r.is_clean(), "txg": r.txg, "volumes": r.volumes, "objects": r.objects,
+        "clean": r.is_clean(), "txg": r.txg, "volumes": r.volumes, "snapshots": r.snapshots, "objects": r.objects,
         "metadata_blocks": r.metadata_blocks, "data_blocks": r.data_blocks,
         "referenced_bytes": r.referenced_units * 4096, "allocated_bytes": r.allocated_units * 4096,
         "data_bytes_verified": r.data_bytes_verified, "errors": r.errors, "notes": r.notes,
     })
 }
 
-fn volume_json(pool: &str, v: &VolumeInfo, mounted_at: Option<&PathBuf>) -> Value {
+pub(crate) fn volume_json(pool: &str, v: &VolumeInfo, mounted_at: Option<&PathBuf>) -> Value {
     json!({
         "pool": pool, "name": v.name, "id": v.id.0, "record_size": v.record_size, "used_bytes": v.used_bytes,
         "size_bytes": v.quota_bytes, "sync": v.sync.name(), "created_txg": v.created_txg, "created_ns": v.created_ns,
-        "mounted_at": mounted_at,
+        "mounted_at": mounted_at, "written_bytes": v.written_bytes, "total_bytes": v.total_bytes,
+        "snapshots": v.snapshots, "parent_snapshot": v.parent_snapshot, "origin": v.origin,
     })
 }
 
@@ -125,7 +126,7 @@ struct CheckReq {
     verify_data: Option<bool>,
 }
 
-fn mounted_at(d: &Daemon, pool: &str, vol: &str) -> Option<PathBuf> {
+pub(crate) fn mounted_at(d: &Daemon, pool: &str, vol: &str) -> Option<PathBuf> {
     d.mounts.lock().expect("mounts").iter().find(|(_, m)| m.pool == pool && m.volume == vol).map(|(p, _)| p.clone())
 }
 
@@ -133,6 +134,9 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
     let method = req.method().as_str().to_string();
     let url = req.url().split('?').next().unwrap_or("").to_string();
     let parts: Vec<&str> = url.trim_matches('/').split('/').collect();
+    if let Some(reply) = crate::snapshots::route(d, &method, &parts, req) {
+        return reply;
+    }
     match (method.as_str(), parts.as_slice()) {
         ("GET", ["v1", "health"]) => Ok((200, json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}))),
         ("GET", ["v1", "openapi.json"]) => {

@@ -15,6 +15,7 @@
 //! each pool, and fsync commits at once.
 
 mod api;
+mod snapshots;
 mod state;
 
 use state::{MountRecord, PoolRecord, State};
@@ -270,9 +271,12 @@ impl Daemon {
             ));
         };
         if let Some(s) = entry.session.take() {
+            let still_mounted = is_mount_point(path);
             if let Err(e) = s.umount_and_join() {
-                tracing::warn!(path = %path.display(), "unmount: {e}; detaching");
-                detach_stale_mount(path);
+                if still_mounted {
+                    tracing::warn!(path = %path.display(), "unmount: {e}; detaching");
+                    detach_stale_mount(path);
+                }
             }
         }
         // Whatever the file system left dirty is committed now.

@@ -655,13 +655,18 @@ impl Pool {
             v.read_only_view = true;
             p.volumes.insert(view, v);
         }
+        p.volumes.get_mut(&view).expect("inserted above").view_refs += 1;
         Ok(view)
     }
 
+    /// Close one open of a view; the last close releases it.
     pub fn close_snapshot_view(&self, view: VolumeId) {
         let mut p = self.lock();
-        if p.volumes.get(&view).is_some_and(|v| v.read_only_view) {
-            p.volumes.remove(&view);
+        if let Some(v) = p.volumes.get_mut(&view).filter(|v| v.read_only_view) {
+            v.view_refs = v.view_refs.saturating_sub(1);
+            if v.view_refs == 0 {
+                p.volumes.remove(&view);
+            }
         }
     }
 }

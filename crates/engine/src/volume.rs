@@ -76,6 +76,8 @@ pub struct VolumeState {
     pub pending_snapshots: Vec<(u64, String, u64)>,
     /// A read-only view of a snapshot (`.snapshot/NAME`), never written or synced.
     pub read_only_view: bool,
+    /// Opens of that view not yet closed.
+    pub view_refs: u32,
 }
 
 /// What a volume's sync stopped referencing: blocks only it held (free them), and blocks
@@ -102,6 +104,7 @@ impl VolumeState {
             parent_txg: 0,
             pending_snapshots: Vec::new(),
             read_only_view: false,
+            view_refs: 0,
         }
     }
 

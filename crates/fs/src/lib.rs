@@ -22,9 +22,11 @@
 mod fsck;
 pub mod inode;
 mod namespace;
+mod snapdir;
 
 pub use inode::{Attr, InodePhys};
 pub use namespace::{DirEntry, SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
+pub use snapdir::{is_snapshot_ino, SNAPDIR_INO, SNAPSHOT_DIR_NAME};
 pub use strata_engine::SyncPolicy;
 
 use std::collections::HashMap;
@@ -103,6 +105,8 @@ pub struct VolumeFs {
     /// Kernel references per inode (FUSE lookup counts): an unlinked inode lives on until
     /// they reach zero.
     lookups: Mutex<HashMap<u64, u64>>,
+    /// The `.snapshot` directory (None in a snapshot's own read-only file system).
+    snapdir: Option<snapdir::SnapDir>,
 }
 
 pub(crate) fn dir_key(parent: u64, name: &[u8]) -> Vec<u8> {
@@ -125,7 +129,7 @@ impl VolumeFs {
     /// `root_owner`, mode 0755) if the volume has none yet, and reclaiming inodes that
     /// were unlinked while open when the previous mount ended.
     pub fn mount(pool: Arc<Pool>, vol: VolumeId, clock: Arc<dyn Clock>, root_owner: Caller) -> FsResult<VolumeFs> {
-        let fs = VolumeFs { pool, vol, clock, lookups: Mutex::new(HashMap::new()) };
+        let fs = VolumeFs { pool, vol, clock, lookups: Mutex::new(HashMap::new()), snapdir: Some(Default::default()) };
         let mut t = fs.pool.txn();
         match t.kv_get(vol, KEY_SUPER)? {
             Some(v) if v.len() == 12 => {
@@ -179,6 +183,20 @@ impl VolumeFs {
         }
         drop(t);
         Ok(fs)
+    }
+
+    /// The file system of a read-only snapshot view (see `Pool::open_snapshot_view`):
+    /// nothing is written, not even the orphans a live mount would reclaim.
+    pub fn mount_read_only(pool: Arc<Pool>, view: VolumeId, clock: Arc<dyn Clock>) -> FsResult<VolumeFs> {
+        let fs = VolumeFs { pool, vol: view, clock, lookups: Mutex::new(HashMap::new()), snapdir: None };
+        let sb = fs.pool.txn().kv_get(view, KEY_SUPER)?;
+        match sb {
+            Some(v) if v.len() == 12 => Ok(fs),
+            _ => Err(FsError {
+                errno: libc::EIO,
+                detail: Some("the snapshot holds no Strata file system (taken before the first mount?)".into()),
+            }),
+        }
     }
 
     /// The volume's sync policy (front ends bypass their write caches for `Always`).
@@ -263,6 +281,9 @@ impl VolumeFs {
     }
 
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        if is_snapshot_ino(ino) {
+            return self.snap_getattr(ino);
+        }
         let mut t = self.pool.txn();
         let i = self.load(&mut t, ino)?;
         self.attr_of(&mut t, ino, &i)
@@ -270,11 +291,17 @@ impl VolumeFs {
 
     /// The kernel now holds one more reference to `ino` (an entry was handed out).
     pub fn remember(&self, ino: u64) {
+        if is_snapshot_ino(ino) {
+            return;
+        }
         *self.lookups.lock().expect("lookup table").entry(ino).or_insert(0) += 1;
     }
 
     /// The kernel dropped `n` references to `ino`; an unlinked inode goes with the last.
     pub fn forget(&self, ino: u64, n: u64) {
+        if is_snapshot_ino(ino) {
+            return;
+        }
         let gone = {
             let mut l = self.lookups.lock().expect("lookup table");
             match l.get_mut(&ino) {
@@ -320,6 +347,10 @@ impl VolumeFs {
     }
 
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        if is_snapshot_ino(ino) {
+            let (fs, local) = self.snap_file(ino)?;
+            return fs.read(local, offset, size);
+        }
         {
             let mut t = self.pool.txn();
             if self.load(&mut t, ino)?.is_dir() {
@@ -334,6 +365,7 @@ impl VolumeFs {
     }
 
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.refuse_in_snapshot(&[ino])?;
         let now = self.now();
         self.mutate(|t| {
             let mut i = self.load(t, ino)?;
@@ -401,6 +433,7 @@ impl VolumeFs {
     /// fallocate: mode 0 (extend the size), KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE.
     /// Space is thin: mode 0 does not reserve (as on other copy-on-write file systems).
     pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        self.refuse_in_snapshot(&[ino])?;
         let end = offset.checked_add(length).filter(|&e| e <= i64::MAX as u64).ok_or(FsError::new(libc::EFBIG))?;
         let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
         if mode & !known != 0 {

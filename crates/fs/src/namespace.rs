@@ -3,6 +3,7 @@
 //! changes, so that an error leaves nothing half-done.
 
 use crate::inode::{InodePhys, S_IFDIR, S_IFLNK, S_IFMT};
+use crate::snapdir::{is_snapshot_ino, SNAPDIR_INO};
 use crate::{dir_key, err, ino_key, Attr, Caller, FsError, FsResult, VolumeFs, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX};
 use strata_engine::{ObjectId, Txn};
 
@@ -76,6 +77,9 @@ impl VolumeFs {
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        if let Some(r) = self.snap_lookup(parent, name) {
+            return r;
+        }
         if name.len() > NAME_MAX {
             return err(libc::ENAMETOOLONG);
         }
@@ -150,6 +154,7 @@ impl VolumeFs {
     }
 
     pub fn mknod(&self, who: Caller, parent: u64, name: &[u8], mode: u32, rdev: u32) -> FsResult<Attr> {
+        self.refuse_in_snapshot(&[parent])?;
         let kind = mode & S_IFMT;
         let kind = if kind == 0 { libc::S_IFREG } else { kind };
         if ![libc::S_IFREG, libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&kind) {
@@ -159,10 +164,12 @@ impl VolumeFs {
     }
 
     pub fn mkdir(&self, who: Caller, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+        self.refuse_in_snapshot(&[parent])?;
         self.make(who, parent, name, S_IFDIR | (mode & 0o7777), 0, None)
     }
 
     pub fn symlink(&self, who: Caller, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr> {
+        self.refuse_in_snapshot(&[parent])?;
         if target.is_empty() {
             return err(libc::ENOENT);
         }
@@ -170,6 +177,10 @@ impl VolumeFs {
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        if is_snapshot_ino(ino) {
+            let (fs, local) = self.snap_file(ino)?;
+            return fs.readlink(local);
+        }
         let mut t = self.pool.txn();
         let i = self.load(&mut t, ino)?;
         if !i.is_symlink() {
@@ -179,6 +190,7 @@ impl VolumeFs {
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        self.refuse_in_snapshot(&[ino, newparent])?;
         check_name(newname)?;
         let now = self.now();
         self.mutate(|t| {
@@ -229,10 +241,12 @@ impl VolumeFs {
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.refuse_in_snapshot(&[parent])?;
         self.remove(parent, name, false)
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.refuse_in_snapshot(&[parent])?;
         if name == b"." {
             return err(libc::EINVAL);
         }
@@ -283,6 +297,7 @@ impl VolumeFs {
     }
 
     pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: u32) -> FsResult<()> {
+        self.refuse_in_snapshot(&[parent, newparent])?;
         check_name(newname)?;
         if name.len() > NAME_MAX {
             return err(libc::ENAMETOOLONG);
@@ -401,6 +416,9 @@ impl VolumeFs {
 
     /// Every entry of directory `ino`, "." and ".." first.
     pub fn readdir(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        if is_snapshot_ino(ino) {
+            return self.snap_readdir(ino);
+        }
         let mut t = self.pool.txn();
         let d = self.dir(&mut t, ino)?;
         let mut out = vec![
@@ -423,6 +441,7 @@ impl VolumeFs {
     }
 
     pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Attr> {
+        self.refuse_in_snapshot(&[ino])?;
         let now = self.now();
         self.mutate(|t| {
             let mut i = self.load(t, ino)?;
@@ -476,6 +495,7 @@ impl VolumeFs {
 
     /// `flags`: XATTR_CREATE (fail if present), XATTR_REPLACE (fail if absent).
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        self.refuse_in_snapshot(&[ino])?;
         if name.starts_with(b"system.") {
             return err(libc::EOPNOTSUPP); // no POSIX ACLs
         }
@@ -500,6 +520,13 @@ impl VolumeFs {
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        if ino == SNAPDIR_INO {
+            return err(libc::ENODATA);
+        }
+        if is_snapshot_ino(ino) {
+            let (fs, local) = self.snap_file(ino)?;
+            return fs.getxattr(local, name);
+        }
         let key = Self::xattr_key(ino, name)?;
         let mut t = self.pool.txn();
         self.load(&mut t, ino)?;
@@ -508,6 +535,13 @@ impl VolumeFs {
 
     /// Names, each followed by a NUL, as listxattr(2) returns them.
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
+        if ino == SNAPDIR_INO {
+            return Ok(Vec::new());
+        }
+        if is_snapshot_ino(ino) {
+            let (fs, local) = self.snap_file(ino)?;
+            return fs.listxattr(local);
+        }
         let mut t = self.pool.txn();
         self.load(&mut t, ino)?;
         let mut out = Vec::new();
@@ -519,6 +553,7 @@ impl VolumeFs {
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.refuse_in_snapshot(&[ino])?;
         let key = Self::xattr_key(ino, name)?;
         let now = self.now();
         self.mutate(|t| {

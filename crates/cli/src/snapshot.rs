@@ -1,0 +1,189 @@
+//! `strata snapshot ...`, `strata restore`, `strata clone ...`: clients of the snapshot
+//! endpoints (docs/api.md).
+
+use crate::client::Client;
+use crate::units::human;
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+#[derive(Subcommand)]
+pub enum SnapshotCmd {
+    /// Take snapshot POOL/VOLUME@NAME (constant time at any size). With --group, the same
+    /// name is taken of every listed volume in one transaction group: a database's data and
+    /// log volumes stay consistent with each other.
+    Create {
+        snapshot: String,
+        /// More volumes of the same pool for a group snapshot, e.g. --group pgwal,pgarchive.
+        #[arg(long, value_delimiter = ',')]
+        group: Vec<String>,
+    },
+    /// List snapshots of a pool or of one volume (POOL or POOL/VOLUME; all pools if omitted).
+    List { of: Option<String> },
+    /// Show one snapshot.
+    Show { snapshot: String },
+    /// Delete a snapshot, freeing exactly the space only it holds.
+    Delete { snapshot: String },
+}
+
+#[derive(Subcommand)]
+pub enum CloneCmd {
+    /// Make a writable volume POOL/NEW from POOL/VOLUME@SNAPSHOT, sharing all its blocks.
+    Create { origin: String, name: String },
+}
+
+/// POOL/VOLUME@NAME → (pool, volume, name).
+pub fn split_snapshot(spec: &str) -> Result<(&str, &str, &str), String> {
+    let bad = || format!("{spec:?} is not POOL/VOLUME@SNAPSHOT (e.g. default/pgdata@before-upgrade)");
+    let (pv, name) = spec.split_once('@').ok_or_else(bad)?;
+    let (p, v) = pv.split_once('/').ok_or_else(bad)?;
+    if p.is_empty() || v.is_empty() || name.is_empty() || v.contains('/') {
+        return Err(bad());
+    }
+    Ok((p, v, name))
+}
+
+fn print_snapshots(rows: &[Value]) {
+    println!(
+        "{:<36} {:>8} {:>10} {:>10} {:>10}  {:<20} {}",
+        "SNAPSHOT", "TXG", "REFER", "WRITTEN", "UNIQUE", "CREATED", "CLONES"
+    );
+    for s in rows {
+        let created = s["created_ns"].as_u64().unwrap_or(0) / 1_000_000_000;
+        let clones: Vec<&str> = s["clones"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
+        println!(
+            "{:<36} {:>8} {:>10} {:>10} {:>10}  {:<20} {}",
+            format!(
+                "{}/{}@{}",
+                s["pool"].as_str().unwrap_or("?"),
+                s["volume"].as_str().unwrap_or("?"),
+                s["name"].as_str().unwrap_or("?")
+            ),
+            s["txg"],
+            human(s["referenced_bytes"].as_u64().unwrap_or(0)),
+            human(s["written_bytes"].as_u64().unwrap_or(0)),
+            human(s["unique_bytes"].as_u64().unwrap_or(0)),
+            utc(created),
+            if clones.is_empty() { "-".into() } else { clones.join(",") }
+        );
+    }
+}
+
+/// Seconds since 1970 as "YYYY-MM-DD HH:MM:SS" UTC (civil-from-days, no time crate needed).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+pub fn run_snapshot(cmd: SnapshotCmd, c: &Client, json_out: bool) -> Result<(), String> {
+    let out = |v: &Value, f: &dyn Fn(&Value)| if json_out { println!("{v}") } else { f(v) };
+    match cmd {
+        SnapshotCmd::Create { snapshot, group } => {
+            let (p, v, name) = split_snapshot(&snapshot)?;
+            let r = if group.is_empty() {
+                c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/snapshots"), Some(&json!({"name": name})))?
+            } else {
+                let mut vols = vec![v.to_string()];
+                vols.extend(group.iter().map(|g| g.strip_prefix(&format!("{p}/")).unwrap_or(g).to_string()));
+                c.call("POST", &format!("/v1/pools/{p}/snapshots"), Some(&json!({"name": name, "volumes": vols})))?
+            };
+            out(&r, &|r| {
+                let rows = r.as_array().cloned().unwrap_or_else(|| vec![r.clone()]);
+                for s in &rows {
+                    println!("created snapshot {p}/{}@{name} (txg {})", s["volume"].as_str().unwrap_or("?"), s["txg"]);
+                }
+            });
+        }
+        SnapshotCmd::List { of } => {
+            let paths: Vec<String> = match of.as_deref() {
+                Some(spec) => match spec.split_once('/') {
+                    Some((p, v)) => vec![format!("/v1/pools/{p}/volumes/{v}/snapshots")],
+                    None => vec![format!("/v1/pools/{spec}/snapshots")],
+                },
+                None => c
+                    .call("GET", "/v1/pools", None)?
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["name"].as_str().map(|n| format!("/v1/pools/{n}/snapshots")))
+                    .collect(),
+            };
+            let mut rows = Vec::new();
+            for path in paths {
+                rows.extend(c.call("GET", &path, None)?.as_array().cloned().unwrap_or_default());
+            }
+            out(&Value::Array(rows.clone()), &|_| print_snapshots(&rows));
+        }
+        SnapshotCmd::Show { snapshot } => {
+            let (p, v, name) = split_snapshot(&snapshot)?;
+            let r = c.call("GET", &format!("/v1/pools/{p}/volumes/{v}/snapshots/{name}"), None)?;
+            out(&r, &|r| print_snapshots(std::slice::from_ref(r)));
+        }
+        SnapshotCmd::Delete { snapshot } => {
+            let (p, v, name) = split_snapshot(&snapshot)?;
+            let r = c.call("DELETE", &format!("/v1/pools/{p}/volumes/{v}/snapshots/{name}"), None)?;
+            out(&r, &|_| println!("deleted snapshot {snapshot}"));
+        }
+    }
+    Ok(())
+}
+
+pub fn run_restore(snapshot: &str, c: &Client, json_out: bool) -> Result<(), String> {
+    let (p, v, name) = split_snapshot(snapshot)?;
+    let r = c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/restore"), Some(&json!({"snapshot": name})))?;
+    if json_out {
+        println!("{r}");
+    } else {
+        println!("restored {p}/{v} to snapshot {name} (later snapshots kept)");
+    }
+    Ok(())
+}
+
+pub fn run_clone(cmd: CloneCmd, c: &Client, json_out: bool) -> Result<(), String> {
+    match cmd {
+        CloneCmd::Create { origin, name } => {
+            let (p, v, snap) = split_snapshot(&origin)?;
+            let new = match name.split_once('/') {
+                Some((np, nv)) if np == p => nv.to_string(),
+                Some((np, _)) => return Err(format!("a clone lives in its origin's pool ({p}), not {np}")),
+                None => name.clone(),
+            };
+            let r = c.call(
+                "POST",
+                &format!("/v1/pools/{p}/clones"),
+                Some(&json!({"origin": format!("{v}@{snap}"), "name": new})),
+            )?;
+            if json_out {
+                println!("{r}");
+            } else {
+                println!("created clone {p}/{new} of {origin}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_specs_and_dates() {
+        assert_eq!(split_snapshot("p/v@s").unwrap(), ("p", "v", "s"));
+        assert!(split_snapshot("p/v").is_err());
+        assert!(split_snapshot("p@s").is_err());
+        assert!(split_snapshot("p/v@").is_err());
+        assert!(split_snapshot("p/a/b@s").is_err());
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_795_000_000), "2026-11-18 11:06:40");
+    }
+}

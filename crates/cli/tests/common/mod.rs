@@ -1,0 +1,123 @@
+//! Shared by the end-to-end tests: a real `strata serve` on a temporary directory and port.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_strata");
+
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub api: String,
+    pub dir: PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("strata-it-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+impl Daemon {
+    pub fn start(dir: &Path) -> Daemon {
+        let api = format!("127.0.0.1:{}", free_port());
+        let mut d = Daemon { child: None, api, dir: dir.to_path_buf() };
+        d.spawn();
+        d
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("daemon.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["serve", "--data-dir", self.dir.join("data").to_str().unwrap(), "--default-pool-size", "256M"])
+            .env("STRATA_API", &self.api)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start strata serve");
+        self.child = Some(child);
+        let start = Instant::now();
+        while self.cli(&["pool", "list"]).0 != 0 {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited with {status}: {}", self.log());
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "daemon did not come up: {}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(BIN).args(args).env("STRATA_API", &self.api).output().expect("run strata");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into(),
+            String::from_utf8_lossy(&out.stderr).into(),
+        )
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.cli(args);
+        assert_eq!(code, 0, "strata {args:?} failed: {out}{err}\n--- daemon log ---\n{}", self.log());
+        out
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&a)).expect("valid JSON")
+    }
+
+    /// Fails with exit status 2 and a message containing `want`.
+    pub fn fails(&self, args: &[&str], want: &str) {
+        let (code, out, err) = self.cli(args);
+        assert_eq!(code, 2, "strata {args:?} should fail: {out}{err}");
+        assert!(err.contains(want), "strata {args:?}: expected {want:?} in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        unsafe { libc_kill(child.id() as i32, 15) };
+        child.wait().unwrap()
+    }
+
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+        // Never leave a mount behind, whatever happened.
+        if let Ok(m) = std::fs::read_to_string("/proc/self/mountinfo") {
+            for line in m.lines() {
+                if let Some(mp) = line.split(' ').nth(4) {
+                    if mp.starts_with(self.dir.to_str().unwrap()) {
+                        let _ = Command::new("umount").args(["-l", mp]).status();
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The snapshot, restore and clone endpoints of the control API (docs/api.md).
+//!
+//! A snapshot of a mounted volume first flushes the mount (syncfs), so what the kernel still
+//! holds in its write cache is in the snapshot, as it would be on a local file system.
+//! Restoring a mounted volume unmounts it (refused while files are open: stop the database
+//! first), restores, and mounts it again at the same place.
+
+use crate::api::{body, mounted_at, volume_json, ApiError, Reply};
+use crate::Daemon;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use strata_engine::SnapshotInfo;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSnapshot {
+    name: String,
+    /// For a group snapshot (POST /v1/pools/{p}/snapshots): every volume to include.
+    volumes: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestoreReq {
+    snapshot: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloneReq {
+    /// VOLUME@SNAPSHOT in the same pool.
+    origin: String,
+    name: String,
+}
+
+pub(crate) fn snapshot_json(pool: &str, s: &SnapshotInfo) -> Value {
+    json!({
+        "pool": pool, "volume": s.volume, "name": s.name, "id": s.id, "txg": s.txg, "created_ns": s.created_ns,
+        "referenced_bytes": s.referenced_bytes, "written_bytes": s.written_bytes, "unique_bytes": s.unique_bytes,
+        "clones": s.clones, "group": s.group,
+    })
+}
+
+/// Push what the kernel caches for a mount to the daemon (dirty pages become FUSE writes).
+fn flush_mount(path: &Path) {
+    match std::fs::File::open(path) {
+        // SAFETY: syncfs on a descriptor we own for the duration of the call.
+        Ok(f) => {
+            if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+                tracing::warn!(path = %path.display(), "syncfs: {}", std::io::Error::last_os_error());
+            }
+        }
+        Err(e) => tracing::warn!(path = %path.display(), "syncfs: open: {e}"),
+    }
+}
+
+fn parse_origin(origin: &str) -> Result<(&str, &str), ApiError> {
+    match origin.split_once('@') {
+        Some((v, s)) if !v.is_empty() && !s.is_empty() => Ok((v, s)),
+        _ => Err(ApiError::bad_request(
+            format!("origin {origin:?} is not VOLUME@SNAPSHOT"),
+            "e.g. pgdata@before-upgrade",
+        )),
+    }
+}
+
+fn create(d: &Daemon, pool: &str, volumes: &[String], name: &str) -> Reply {
+    let p = d.pool(pool)?;
+    for v in volumes {
+        if let Some(at) = mounted_at(d, pool, v) {
+            flush_mount(&at);
+        }
+    }
+    let refs: Vec<&str> = volumes.iter().map(|s| s.as_str()).collect();
+    let t0 = std::time::Instant::now();
+    let infos = p.create_snapshots(&refs, name)?;
+    tracing::info!(pool, volumes = ?refs, name, ms = t0.elapsed().as_secs_f64() * 1e3, "snapshot taken");
+    let out: Vec<Value> = infos.iter().map(|s| snapshot_json(pool, s)).collect();
+    Ok((201, if out.len() == 1 { out[0].clone() } else { Value::Array(out) }))
+}
+
+fn restore(d: &Daemon, pool: &str, vol: &str, snapshot: &str) -> Reply {
+    let p = d.pool(pool)?;
+    let id = p.volume_id(vol)?;
+    p.snapshot(vol, snapshot)?; // a clear NotFound before touching the mount
+    let _g = d.admin.lock().expect("admin");
+    let at = mounted_at(d, pool, vol);
+    if let Some(path) = &at {
+        flush_mount(path);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| ApiError::bad_request("mount path contains NUL", "fix the path"))?;
+        // SAFETY: a plain umount2 of a path we mounted; fails with EBUSY while files are open.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(ApiError::conflict(
+                format!("volume {pool}/{vol} is in use at {}: {e}", path.display()),
+                "stop what has files open there (the database), then restore",
+            ));
+        }
+        d.unmount(path, false)?;
+    }
+    let r = p.restore_volume(vol, snapshot);
+    if let Some(path) = &at {
+        d.mount(&format!("{pool}/{vol}"), path, false)?;
+    }
+    r?;
+    tracing::info!(pool, volume = vol, snapshot, "volume restored");
+    Ok((200, volume_json(pool, &p.volume_info(id)?, at.as_ref())))
+}
+
+/// The snapshot endpoints; None when the path is not one of them.
+pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_http::Request) -> Option<Reply> {
+    let reply = match (method, parts) {
+        ("GET", ["v1", "pools", p, "snapshots"]) => (|| {
+            let pool = d.pool(p)?;
+            Ok((200, Value::Array(pool.snapshots(None)?.iter().map(|s| snapshot_json(p, s)).collect())))
+        })(),
+        ("POST", ["v1", "pools", p, "snapshots"]) => (|| {
+            let b: CreateSnapshot = body(req)?;
+            let vols = b.volumes.filter(|v| !v.is_empty()).ok_or_else(|| {
+                ApiError::bad_request("no volumes given", "list the volumes of the group in \"volumes\"")
+            })?;
+            create(d, p, &vols, &b.name)
+        })(),
+        ("GET", ["v1", "pools", p, "volumes", v, "snapshots"]) => (|| {
+            let pool = d.pool(p)?;
+            Ok((200, Value::Array(pool.snapshots(Some(v))?.iter().map(|s| snapshot_json(p, s)).collect())))
+        })(),
+        ("POST", ["v1", "pools", p, "volumes", v, "snapshots"]) => (|| {
+            let b: CreateSnapshot = body(req)?;
+            if b.volumes.is_some() {
+                return Err(ApiError::bad_request(
+                    "\"volumes\" given for a one-volume snapshot",
+                    "POST /v1/pools/{pool}/snapshots for a group",
+                ));
+            }
+            create(d, p, &[v.to_string()], &b.name)
+        })(),
+        ("GET", ["v1", "pools", p, "volumes", v, "snapshots", s]) => {
+            (|| Ok((200, snapshot_json(p, &d.pool(p)?.snapshot(v, s)?))))()
+        }
+        ("DELETE", ["v1", "pools", p, "volumes", v, "snapshots", s]) => (|| {
+            let pool = d.pool(p)?;
+            let _g = d.admin.lock().expect("admin");
+            pool.delete_snapshot(v, s)?;
+            tracing::info!(pool = p, volume = v, snapshot = s, "snapshot deleted");
+            Ok((200, json!({"deleted": format!("{p}/{v}@{s}")})))
+        })(),
+        ("POST", ["v1", "pools", p, "volumes", v, "restore"]) => (|| {
+            let b: RestoreReq = body(req)?;
+            restore(d, p, v, &b.snapshot)
+        })(),
+        ("POST", ["v1", "pools", p, "clones"]) => (|| {
+            let b: CloneReq = body(req)?;
+            let (v, s) = parse_origin(&b.origin)?;
+            let pool = d.pool(p)?;
+            let _g = d.admin.lock().expect("admin");
+            let t0 = std::time::Instant::now();
+            let id = pool.clone_volume(v, s, &b.name)?;
+            tracing::info!(
+                pool = p,
+                origin = b.origin,
+                name = b.name,
+                ms = t0.elapsed().as_secs_f64() * 1e3,
+                "clone created"
+            );
+            Ok((201, volume_json(p, &pool.volume_info(id)?, None)))
+        })(),
+        _ => return None,
+    };
+    Some(reply)
+}
