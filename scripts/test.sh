@@ -39,6 +39,9 @@ scripts/e2e/posix.sh
 echo "== PostgreSQL 15 on a Strata volume, with kill -9 of the daemon"
 scripts/e2e/postgres.sh
 
+echo "== PostgreSQL snapshots: group snapshot under load, clone beside the source, restore"
+scripts/e2e/postgres-snapshots.sh
+
 echo "== MariaDB on a Strata volume (TR-4722 sysbench), with kill -9 of the daemon"
 scripts/e2e/mariadb.sh
 
