@@ -99,6 +99,12 @@ t0="$(now_s)"
 "$STRATA_BIN" snapshot create default/pgdata@s1 --group pgwal
 log "group snapshot under load: $(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.0f", (b - a) * 1000 }') ms (CLI round trip)"
 q "$PORT" -c "insert into marks values (2, 'after the snapshot')"
+log "an application-consistent snapshot: CHECKPOINT + pg_backup_start/stop around it"
+"$STRATA_BIN" snapshot create default/pgdata@q1 --group pgwal \
+  --quiesce "postgresql://postgres@/bench?host=$WORK/sock&port=$PORT"
+grep -q "checkpoint complete" "$WORK/source.log" || die "no checkpoint in the server log after --quiesce"
+[ "$(q "$PORT" -c "select count(*) from pg_stat_activity where pid <> pg_backend_pid() and query like '%pg_backup%'")" = 0 ] ||
+  die "the backup session was left behind"
 sleep 3
 
 log "clone the group and start a second PostgreSQL on it while the source runs"

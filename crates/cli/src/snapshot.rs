@@ -5,6 +5,7 @@ use crate::client::Client;
 use crate::units::human;
 use clap::Subcommand;
 use serde_json::{json, Value};
+use strata_daemon::utc;
 
 #[derive(Subcommand)]
 pub enum SnapshotCmd {
@@ -16,6 +17,11 @@ pub enum SnapshotCmd {
         /// More volumes of the same pool for a group snapshot, e.g. --group pgwal,pgarchive.
         #[arg(long, value_delimiter = ',')]
         group: Vec<String>,
+        /// Quiesce a database around the snapshot: postgresql://USER@/DB?host=SOCKDIR&port=N
+        /// (CHECKPOINT + backup start/stop) or mysql://USER:PASS@HOST:PORT/ (FLUSH TABLES WITH
+        /// READ LOCK, released after). If it cannot, no snapshot is taken.
+        #[arg(long)]
+        quiesce: Option<String>,
     },
     /// List snapshots of a pool or of one volume (POOL or POOL/VOLUME; all pools if omitted).
     List { of: Option<String> },
@@ -23,6 +29,58 @@ pub enum SnapshotCmd {
     Show { snapshot: String },
     /// Delete a snapshot, freeing exactly the space only it holds.
     Delete { snapshot: String },
+    /// Scheduled snapshots with retention, run by the daemon.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+}
+
+#[derive(Subcommand)]
+pub enum PolicyCmd {
+    /// Set the schedules of POOL/VOLUME, e.g. `hourly=1h:24 daily=1d:7` (NAME=EVERY:KEEP;
+    /// EVERY in s, m, h or d). Snapshots are named auto-NAME-YYYYMMDD-HHMMSS.
+    Set {
+        volume: String,
+        #[arg(required = true)]
+        schedules: Vec<String>,
+    },
+    /// Show the schedules of POOL/VOLUME.
+    Show { volume: String },
+    /// Remove every schedule of POOL/VOLUME (its snapshots stay).
+    Clear { volume: String },
+}
+
+/// NAME=EVERY:KEEP → JSON schedule.
+fn parse_schedule(s: &str) -> Result<Value, String> {
+    let bad = |why: &str| format!("schedule {s:?}: {why} (expected NAME=EVERY:KEEP, e.g. hourly=1h:24)");
+    let (name, rest) = s.split_once('=').ok_or_else(|| bad("no '='"))?;
+    let (every, keep) = rest.split_once(':').ok_or_else(|| bad("no ':'"))?;
+    let (num, unit) = every.split_at(every.find(|c: char| !c.is_ascii_digit()).unwrap_or(every.len()));
+    let n: u64 = num.parse().map_err(|_| bad("EVERY is not a number with a unit"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(bad("EVERY's unit must be s, m, h or d")),
+    };
+    let keep: u32 = keep.parse().map_err(|_| bad("KEEP is not a number"))?;
+    Ok(json!({"name": name, "every_seconds": n.saturating_mul(mult), "keep": keep}))
+}
+
+fn print_policy(v: &Value) {
+    let s = v["schedules"].as_array().cloned().unwrap_or_default();
+    if s.is_empty() {
+        println!("{}: no snapshot schedules", v["volume"].as_str().unwrap_or("?"));
+    }
+    for x in s {
+        println!(
+            "{}: {} every {} s, keep {}",
+            v["volume"].as_str().unwrap_or("?"),
+            x["name"].as_str().unwrap_or("?"),
+            x["every_seconds"],
+            x["keep"]
+        );
+    }
 }
 
 #[derive(Subcommand)]
@@ -68,33 +126,25 @@ fn print_snapshots(rows: &[Value]) {
     }
 }
 
-/// Seconds since 1970 as "YYYY-MM-DD HH:MM:SS" UTC (civil-from-days, no time crate needed).
-fn utc(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 pub fn run_snapshot(cmd: SnapshotCmd, c: &Client, json_out: bool) -> Result<(), String> {
     let out = |v: &Value, f: &dyn Fn(&Value)| if json_out { println!("{v}") } else { f(v) };
     match cmd {
-        SnapshotCmd::Create { snapshot, group } => {
+        SnapshotCmd::Create { snapshot, group, quiesce } => {
             let (p, v, name) = split_snapshot(&snapshot)?;
             let r = if group.is_empty() {
-                c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/snapshots"), Some(&json!({"name": name})))?
+                c.call(
+                    "POST",
+                    &format!("/v1/pools/{p}/volumes/{v}/snapshots"),
+                    Some(&json!({"name": name, "quiesce": quiesce})),
+                )?
             } else {
                 let mut vols = vec![v.to_string()];
                 vols.extend(group.iter().map(|g| g.strip_prefix(&format!("{p}/")).unwrap_or(g).to_string()));
-                c.call("POST", &format!("/v1/pools/{p}/snapshots"), Some(&json!({"name": name, "volumes": vols})))?
+                c.call(
+                    "POST",
+                    &format!("/v1/pools/{p}/snapshots"),
+                    Some(&json!({"name": name, "volumes": vols, "quiesce": quiesce})),
+                )?
             };
             out(&r, &|r| {
                 let rows = r.as_array().cloned().unwrap_or_else(|| vec![r.clone()]);
@@ -127,6 +177,19 @@ pub fn run_snapshot(cmd: SnapshotCmd, c: &Client, json_out: bool) -> Result<(), 
             let (p, v, name) = split_snapshot(&snapshot)?;
             let r = c.call("GET", &format!("/v1/pools/{p}/volumes/{v}/snapshots/{name}"), None)?;
             out(&r, &|r| print_snapshots(std::slice::from_ref(r)));
+        }
+        SnapshotCmd::Policy(cmd) => {
+            let (method, volume, body) = match cmd {
+                PolicyCmd::Set { volume, schedules } => {
+                    let s: Result<Vec<Value>, String> = schedules.iter().map(|s| parse_schedule(s)).collect();
+                    ("PUT", volume, Some(json!({"schedules": s?})))
+                }
+                PolicyCmd::Show { volume } => ("GET", volume, None),
+                PolicyCmd::Clear { volume } => ("DELETE", volume, None),
+            };
+            let (p, v) = crate::split(&volume)?;
+            let r = c.call(method, &format!("/v1/pools/{p}/volumes/{v}/policy"), body.as_ref())?;
+            out(&r, &print_policy);
         }
         SnapshotCmd::Delete { snapshot } => {
             let (p, v, name) = split_snapshot(&snapshot)?;
@@ -183,7 +246,13 @@ mod tests {
         assert!(split_snapshot("p@s").is_err());
         assert!(split_snapshot("p/v@").is_err());
         assert!(split_snapshot("p/a/b@s").is_err());
+        assert_eq!(parse_schedule("hourly=1h:24").unwrap()["every_seconds"], 3600);
+        assert_eq!(parse_schedule("fast=2:3").unwrap()["keep"], 3);
+        assert!(parse_schedule("x=1w:3").is_err());
+        assert!(parse_schedule("x=1h").is_err());
+        assert!(parse_schedule("x=h:1").is_err());
         assert_eq!(utc(0), "1970-01-01 00:00:00");
         assert_eq!(utc(1_795_000_000), "2026-11-18 11:06:40");
+        assert_eq!(strata_daemon::utc_compact(1_795_000_000), "20261118-110640");
     }
 }

@@ -92,6 +92,34 @@ fn snapshot_restore_clone_and_their_errors() {
     d.fails(&["clone", "create", "default/db@s1", "default/dbclone"], "already exists");
     d.fails(&["clone", "create", "default/db@s1", "other/x"], "origin's pool");
 
+    // Quiescing that cannot happen takes no snapshot.
+    d.fails(&["snapshot", "create", "default/db@q", "--quiesce", "ftp://x"], "quiesce URL");
+    d.fails(
+        &["snapshot", "create", "default/db@q", "--quiesce", "postgresql://postgres@/x?host=/nonexistent"],
+        "quiesce",
+    );
+    d.fails(&["snapshot", "show", "default/db@q"], "not found");
+
+    // A policy: every second, keep two.
+    d.fails(&["snapshot", "policy", "set", "default/wal", "fast=0s:2"], "every_seconds");
+    d.fails(&["snapshot", "policy", "set", "default/wal", "fast=1x:2"], "unit");
+    d.fails(&["snapshot", "policy", "set", "default/nosuch", "fast=1s:2"], "nosuch");
+    d.ok(&["snapshot", "policy", "set", "default/wal", "fast=1s:2"]);
+    assert_eq!(d.json(&["snapshot", "policy", "show", "default/wal"])["schedules"][0]["keep"], 2);
+    std::thread::sleep(std::time::Duration::from_millis(4500));
+    d.ok(&["snapshot", "policy", "clear", "default/wal"]);
+    let autos: Vec<String> = d
+        .json(&["snapshot", "list", "default/wal"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str().filter(|n| n.starts_with("auto-fast-")).map(String::from))
+        .collect();
+    assert_eq!(autos.len(), 2, "retention keeps two: {autos:?}\n{}", d.log());
+    for a in &autos {
+        d.ok(&["snapshot", "delete", &format!("default/wal@{a}")]);
+    }
+
     // The clone goes, then its origin can.
     d.ok(&["unmount", cmnt.to_str().unwrap()]);
     d.ok(&["volume", "delete", "default/dbclone"]);

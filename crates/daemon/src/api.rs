@@ -220,6 +220,9 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             let pool = d.pool(p)?;
             pool.delete_volume(v)?;
             pool.commit()?;
+            if d.policies.lock().expect("policies").remove(&format!("{p}/{v}")).is_some() {
+                d.save_state()?;
+            }
             Ok((200, json!({"deleted": format!("{p}/{v}")})))
         }
         ("GET", ["v1", "mounts"]) => {

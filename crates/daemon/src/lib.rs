@@ -15,6 +15,8 @@
 //! each pool, and fsync commits at once.
 
 mod api;
+mod policy;
+mod quiesce;
 mod snapshots;
 mod state;
 
@@ -93,6 +95,8 @@ pub struct Daemon {
     pub(crate) mounts: Mutex<BTreeMap<PathBuf, MountEntry>>,
     /// Serialises changes to pools, volumes and mounts (and the state file).
     pub(crate) admin: Mutex<()>,
+    /// Snapshot policies by POOL/VOLUME.
+    pub(crate) policies: Mutex<BTreeMap<String, Vec<policy::Schedule>>>,
     stopping: AtomicBool,
 }
 
@@ -116,6 +120,7 @@ impl Daemon {
             pools: Mutex::new(BTreeMap::new()),
             mounts: Mutex::new(BTreeMap::new()),
             admin: Mutex::new(()),
+            policies: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
         });
         let state = match State::load(&d.state_path())? {
@@ -143,6 +148,8 @@ impl Daemon {
                 Err(e) => return Err(format!("open pool {} on {}: {e}", p.name, p.device.display())),
             }
         }
+        *d.policies.lock().expect("policies") =
+            state.policies.iter().map(|p| (p.volume.clone(), p.schedules.clone())).collect();
         for m in &state.mounts {
             if let Err(e) = d.mount(&m.volume, &m.path, false) {
                 tracing::warn!(volume = %m.volume, path = %m.path.display(), "could not remount: {}", e.message);
@@ -163,6 +170,13 @@ impl Daemon {
             mounts: mounts
                 .iter()
                 .map(|(p, m)| MountRecord { volume: format!("{}/{}", m.pool, m.volume), path: p.clone() })
+                .collect(),
+            policies: self
+                .policies
+                .lock()
+                .expect("policies")
+                .iter()
+                .map(|(v, s)| policy::PolicyRecord { volume: v.clone(), schedules: s.clone() })
                 .collect(),
         };
         s.save(&self.state_path()).map_err(|e| ApiError::internal(format!("save daemon state: {e}")))
@@ -333,6 +347,27 @@ impl Daemon {
     }
 }
 
+/// Seconds since 1970 as "YYYY-MM-DD HH:MM:SS" (UTC).
+pub fn utc(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Seconds since 1970 as "YYYYMMDD-HHMMSS" (UTC), for snapshot names.
+pub fn utc_compact(secs: u64) -> String {
+    utc(secs).replace(['-', ':'], "").replacen(' ', "-", 1)
+}
+
 pub(crate) fn split_volume(spec: &str) -> Result<(&str, &str), ApiError> {
     match spec.split_once('/') {
         Some((p, v)) if !p.is_empty() && !v.is_empty() && !v.contains('/') => Ok((p, v)),
@@ -377,6 +412,13 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
         std::thread::Builder::new()
             .name("txg-commit".into())
             .spawn(move || d.commit_loop())
+            .map_err(|e| e.to_string())?;
+    }
+    {
+        let d = d.clone();
+        std::thread::Builder::new()
+            .name("snapshot-policy".into())
+            .spawn(move || d.policy_loop())
             .map_err(|e| e.to_string())?;
     }
     let workers: Vec<_> = (0..4)

@@ -6,6 +6,7 @@
 //! first), restores, and mounts it again at the same place.
 
 use crate::api::{body, mounted_at, volume_json, ApiError, Reply};
+use crate::quiesce::Held;
 use crate::Daemon;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -19,6 +20,8 @@ struct CreateSnapshot {
     name: String,
     /// For a group snapshot (POST /v1/pools/{p}/snapshots): every volume to include.
     volumes: Option<Vec<String>>,
+    /// Connection URL of a database to quiesce around the snapshot (see quiesce.rs).
+    quiesce: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -66,8 +69,12 @@ fn parse_origin(origin: &str) -> Result<(&str, &str), ApiError> {
     }
 }
 
-fn create(d: &Daemon, pool: &str, volumes: &[String], name: &str) -> Reply {
+pub(crate) fn create(d: &Daemon, pool: &str, volumes: &[String], name: &str, quiesce: Option<&str>) -> Reply {
     let p = d.pool(pool)?;
+    for v in volumes {
+        p.volume_id(v)?; // a clear NotFound before quiescing anything
+    }
+    let held = quiesce.map(Held::begin).transpose()?;
     for v in volumes {
         if let Some(at) = mounted_at(d, pool, v) {
             flush_mount(&at);
@@ -75,9 +82,18 @@ fn create(d: &Daemon, pool: &str, volumes: &[String], name: &str) -> Reply {
     }
     let refs: Vec<&str> = volumes.iter().map(|s| s.as_str()).collect();
     let t0 = std::time::Instant::now();
-    let infos = p.create_snapshots(&refs, name)?;
-    tracing::info!(pool, volumes = ?refs, name, ms = t0.elapsed().as_secs_f64() * 1e3, "snapshot taken");
-    let out: Vec<Value> = infos.iter().map(|s| snapshot_json(pool, s)).collect();
+    let taken = p.create_snapshots(&refs, name);
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let released = held.map(Held::release).transpose();
+    let infos = taken?;
+    tracing::info!(pool, volumes = ?refs, name, ms, quiesced = quiesce.is_some(), "snapshot taken");
+    let mut out: Vec<Value> = infos.iter().map(|s| snapshot_json(pool, s)).collect();
+    if let Err(e) = released {
+        tracing::warn!(pool, name, "snapshot taken, but releasing the database failed: {}", e.message);
+        for o in &mut out {
+            o["warning"] = json!(format!("snapshot taken, but releasing the database failed: {}", e.message));
+        }
+    }
     Ok((201, if out.len() == 1 { out[0].clone() } else { Value::Array(out) }))
 }
 
@@ -122,7 +138,7 @@ pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_htt
             let vols = b.volumes.filter(|v| !v.is_empty()).ok_or_else(|| {
                 ApiError::bad_request("no volumes given", "list the volumes of the group in \"volumes\"")
             })?;
-            create(d, p, &vols, &b.name)
+            create(d, p, &vols, &b.name, b.quiesce.as_deref())
         })(),
         ("GET", ["v1", "pools", p, "volumes", v, "snapshots"]) => (|| {
             let pool = d.pool(p)?;
@@ -136,7 +152,7 @@ pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_htt
                     "POST /v1/pools/{pool}/snapshots for a group",
                 ));
             }
-            create(d, p, &[v.to_string()], &b.name)
+            create(d, p, &[v.to_string()], &b.name, b.quiesce.as_deref())
         })(),
         ("GET", ["v1", "pools", p, "volumes", v, "snapshots", s]) => {
             (|| Ok((200, snapshot_json(p, &d.pool(p)?.snapshot(v, s)?))))()
@@ -168,6 +184,7 @@ pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_htt
             );
             Ok((201, volume_json(p, &pool.volume_info(id)?, None)))
         })(),
+        (m, ["v1", "pools", p, "volumes", v, "policy"]) => crate::policy::route(d, m, p, v, req),
         _ => return None,
     };
     Some(reply)

@@ -21,6 +21,8 @@ pub struct MountRecord {
 pub struct State {
     pub pools: Vec<PoolRecord>,
     pub mounts: Vec<MountRecord>,
+    #[serde(default)]
+    pub policies: Vec<crate::policy::PolicyRecord>,
 }
 
 impl State {
