@@ -35,13 +35,13 @@ impl ApiError {
     }
 }
 
-type Reply = Result<(u16, Value), ApiError>;
+pub(crate) type Reply = Result<(u16, Value), ApiError>;
 
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 /// Bodies are small JSON documents; anything larger is refused before parsing.
 const MAX_BODY: u64 = 64 * 1024;
 
-fn body<T: for<'de> Deserialize<'de>>(req: &mut tiny_http::Request) -> Result<T, ApiError> {
+pub(crate) fn body<T: for<'de> Deserialize<'de>>(req: &mut tiny_http::Request) -> Result<T, ApiError> {
     let mut raw = Vec::new();
     req.as_reader()
         .take(MAX_BODY + 1)
@@ -207,6 +207,12 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
         }
         ("DELETE", ["v1", "pools", p, "volumes", v]) => {
             let _g = d.admin.lock().expect("admin");
+            if let Some(id) = d.nfs.exported(p, v) {
+                return Err(ApiError::conflict(
+                    format!("volume {p}/{v} is exported (export {id})"),
+                    "delete the export first (`strata export delete`)",
+                ));
+            }
             if let Some(at) = mounted_at(d, p, v) {
                 return Err(ApiError::conflict(
                     format!("volume {p}/{v} is mounted at {}", at.display()),
@@ -243,6 +249,7 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             d.unmount(&b.path, true)?;
             Ok((200, json!({"unmounted": b.path})))
         }
+        (_, ["v1", "exports", ..]) => crate::nfs::route(d, &method, &parts, req),
         (_, ["v1", ..]) => Err(ApiError::not_found(format!("no endpoint {method} {url}"), "see docs/api.md")),
         _ => Err(ApiError::not_found(format!("no endpoint {method} {url}"), "the API lives under /v1/")),
     }
