@@ -80,7 +80,7 @@ pub(crate) fn check_write_data(who: &Identity, a: &Attr) -> NfsResult<()> {
 /// The sticky bit: in a directory with S_ISVTX, only the owner of an entry, the owner of
 /// the directory or root may remove or rename it.
 pub(crate) fn check_sticky(who: &Identity, dir: &Attr, victim: &Attr) -> NfsResult<()> {
-    if dir.mode & libc::S_ISVTX as u32 != 0 && who.uid != 0 && who.uid != dir.uid && who.uid != victim.uid {
+    if dir.mode & libc::S_ISVTX != 0 && who.uid != 0 && who.uid != dir.uid && who.uid != victim.uid {
         return Err(Stat::Acces);
     }
     Ok(())
@@ -120,7 +120,7 @@ fn g_of(s: &Sattr) -> u32 {
 /// Non-root chmod of a file whose group the caller is not in drops set-group-id (Linux).
 pub(crate) fn filter_mode(who: &Identity, a: &Attr, mode: u32) -> u32 {
     if who.uid != 0 && !is_dir(a) && !who.in_group(a.gid) {
-        mode & !(libc::S_ISGID as u32)
+        mode & !libc::S_ISGID
     } else {
         mode
     }

@@ -185,7 +185,7 @@ fn write_data(n: &Node, offset: u64, count: u32, stable: u32, data: &[u8]) -> Nf
         return Err(Stat::Inval);
     }
     let data = &data[..count as usize];
-    if offset.checked_add(data.len() as u64).map_or(true, |end| end > i64::MAX as u64) {
+    if offset.checked_add(data.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
         return Err(Stat::FBig);
     }
     check_write_data(&n.who, &n.attr)?;
