@@ -15,6 +15,7 @@ command -v losetup >/dev/null || need+=(util-linux)
 command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
 command -v sysbench >/dev/null || need+=(sysbench)
 python3 -m pytest --version >/dev/null 2>&1 || need+=(python3-pytest)
+command -v nfs-ls >/dev/null || need+=(libnfs-utils libnfs-dev python3-venv python3-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq
@@ -44,6 +45,9 @@ scripts/e2e/postgres-snapshots.sh
 
 echo "== MariaDB on a Strata volume (TR-4722 sysbench), with kill -9 of the daemon"
 scripts/e2e/mariadb.sh
+
+echo "== NFSv3 through libnfs clients (every procedure, errors, restart)"
+scripts/e2e/nfs.sh
 
 echo "== unit, property, crash, fault and daemon tests"
 cargo nextest run --workspace --no-fail-fast --failure-output final

@@ -6,6 +6,7 @@
 //! message that says what to do next.
 
 mod client;
+mod export;
 mod offline;
 mod snapshot;
 mod units;
@@ -46,7 +47,19 @@ enum Command {
         /// Disable the FUSE writeback cache (every write goes to the daemon as it comes).
         #[arg(long)]
         no_writeback_cache: bool,
+        /// Serve NFS exports (NFSv3 and MOUNT) on this TCP port (see docs/nfs.md).
+        #[arg(long)]
+        nfs_port: Option<u16>,
+        /// Address of the NFS listener (127.0.0.1: this host only; 0.0.0.0 for the network).
+        #[arg(long, default_value = "127.0.0.1")]
+        nfs_bind: std::net::IpAddr,
+        /// Also answer the portmapper on this port (111 lets clients find NFS without ports).
+        #[arg(long, requires = "nfs_port")]
+        nfs_portmap_port: Option<u16>,
     },
+    /// NFS exports of volumes.
+    #[command(subcommand)]
+    Export(export::ExportCmd),
     /// Create, list and inspect pools.
     #[command(subcommand)]
     Pool(PoolCmd),
@@ -188,7 +201,15 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
     };
     match cli.command {
-        Command::Serve { data_dir, default_pool_size, txg_interval, no_writeback_cache } => {
+        Command::Serve {
+            data_dir,
+            default_pool_size,
+            txg_interval,
+            no_writeback_cache,
+            nfs_port,
+            nfs_bind,
+            nfs_portmap_port,
+        } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
@@ -206,6 +227,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             opts.default_pool_bytes = parse_size(&default_pool_size)?;
             opts.txg_interval = std::time::Duration::from_secs(txg_interval.max(1));
             opts.writeback_cache = !no_writeback_cache;
+            opts.nfs =
+                nfs_port.map(|port| strata_daemon::NfsOptions { bind: nfs_bind, port, portmap_port: nfs_portmap_port });
             strata_daemon::serve(opts)?;
         }
         Command::Pool(PoolCmd::Create { name, device, size, checksum }) => {
@@ -332,6 +355,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             return Ok(if v["clean"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::from(1) });
         }
         Command::Check { .. } => return Err("usage: strata check POOL, or strata check --device PATH (offline)".into()),
+        Command::Export(cmd) => export::run(&c, cli.json, cmd)?,
     }
     Ok(ExitCode::SUCCESS)
 }

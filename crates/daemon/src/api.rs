@@ -211,6 +211,12 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
         }
         ("DELETE", ["v1", "pools", p, "volumes", v]) => {
             let _g = d.admin.lock().expect("admin");
+            if let Some(id) = d.nfs.exported(p, v) {
+                return Err(ApiError::conflict(
+                    format!("volume {p}/{v} is exported (export {id})"),
+                    "delete the export first (`strata export delete`)",
+                ));
+            }
             if let Some(at) = mounted_at(d, p, v) {
                 return Err(ApiError::conflict(
                     format!("volume {p}/{v} is mounted at {}", at.display()),
@@ -250,6 +256,7 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             d.unmount(&b.path, true)?;
             Ok((200, json!({"unmounted": b.path})))
         }
+        (_, ["v1", "exports", ..]) => crate::nfs::route(d, &method, &parts, req),
         (_, ["v1", ..]) => Err(ApiError::not_found(format!("no endpoint {method} {url}"), "see docs/api.md")),
         _ => Err(ApiError::not_found(format!("no endpoint {method} {url}"), "the API lives under /v1/")),
     }

@@ -18,7 +18,9 @@ mod api;
 mod policy;
 mod quiesce;
 mod snapshots;
+mod nfs;
 mod state;
+mod volumes;
 
 use state::{MountRecord, PoolRecord, State};
 use std::collections::BTreeMap;
@@ -29,9 +31,9 @@ use std::time::Duration;
 use strata_engine::{
     BlockDevice, ChecksumAlgo, Clock, CreateOptions, Error, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions,
 };
-use strata_fs::{Caller, VolumeFs};
 
 pub use api::{check_json, ApiError};
+pub use nfs::NfsOptions;
 
 /// The wall clock, for the engine (which never reads it itself).
 pub struct SystemClock;
@@ -63,6 +65,8 @@ pub struct ServeOptions {
     pub writeback_cache: bool,
     /// FUSE request threads per mount.
     pub fuse_threads: usize,
+    /// Serve NFS exports (None: exports are recorded, not served). See nfs.rs.
+    pub nfs: Option<NfsOptions>,
 }
 
 impl ServeOptions {
@@ -74,6 +78,7 @@ impl ServeOptions {
             txg_interval: Duration::from_secs(5),
             writeback_cache: true,
             fuse_threads: 4,
+            nfs: None,
         }
     }
 }
@@ -98,6 +103,8 @@ pub struct Daemon {
     /// Snapshot policies by POOL/VOLUME.
     pub(crate) policies: Mutex<BTreeMap<String, Vec<policy::Schedule>>>,
     stopping: AtomicBool,
+    pub(crate) nfs: nfs::NfsService,
+    pub(crate) filesystems: volumes::FsRegistry,
 }
 
 pub(crate) fn pool_options() -> PoolOptions {
@@ -122,6 +129,8 @@ impl Daemon {
             admin: Mutex::new(()),
             policies: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
+            nfs: nfs::NfsService::new(),
+            filesystems: volumes::FsRegistry::default(),
         });
         let state = match State::load(&d.state_path())? {
             Some(s) => s,
@@ -130,6 +139,7 @@ impl Daemon {
                 tracing::info!(image = %image.display(), "no configuration: creating the embedded default pool");
                 d.create_pool("default", &image, Some(d.opts.default_pool_bytes), ChecksumAlgo::Blake3, false)
                     .map_err(|e| format!("create the default pool: {}", e.message))?;
+                nfs::NfsService::start(&d, Vec::new(), 1)?;
                 return Ok(d);
             }
         };
@@ -155,6 +165,7 @@ impl Daemon {
                 tracing::warn!(volume = %m.volume, path = %m.path.display(), "could not remount: {}", e.message);
             }
         }
+        nfs::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
         Ok(d)
     }
 
@@ -178,6 +189,8 @@ impl Daemon {
                 .iter()
                 .map(|(v, s)| policy::PolicyRecord { volume: v.clone(), schedules: s.clone() })
                 .collect(),
+            exports: self.nfs.records(),
+            next_export_id: *self.nfs.next_id.lock().expect("export ids"),
         };
         s.save(&self.state_path()).map_err(|e| ApiError::internal(format!("save daemon state: {e}")))
     }
@@ -223,7 +236,7 @@ impl Daemon {
     pub(crate) fn mount(&self, spec: &str, path: &Path, save: bool) -> Result<(), ApiError> {
         let (pool_name, vol_name) = split_volume(spec)?;
         let pool = self.pool(pool_name)?;
-        let vol = pool.volume_id(vol_name).map_err(ApiError::from)?;
+        pool.volume_id(vol_name).map_err(ApiError::from)?;
         if !path.is_absolute() {
             return Err(ApiError::bad_request(
                 format!("mount point {} is not absolute", path.display()),
@@ -255,15 +268,15 @@ impl Daemon {
                 "choose an empty directory",
             ));
         }
-        let fs = VolumeFs::mount(pool, vol, Arc::new(SystemClock), Caller { uid: 0, gid: 0 })
-            .map_err(|e| ApiError::internal(format!("open file system of {spec}: {e}")))?;
+        // Shared with an NFS export of the volume, if there is one (volumes.rs).
+        let fs = self.filesystems.get(pool_name, vol_name, pool)?;
         let opts = strata_fuse::MountOptions {
             writeback_cache: self.opts.writeback_cache,
             threads: self.opts.fuse_threads,
             fsname: format!("strata:{spec}"),
             ..Default::default()
         };
-        let session = strata_fuse::mount(Arc::new(fs), path, opts)
+        let session = strata_fuse::mount(fs, path, opts)
             .map_err(|e| ApiError::internal(format!("FUSE mount of {spec} at {}: {e}", path.display())))?;
         tracing::info!(volume = spec, path = %path.display(), "mounted");
         self.mounts.lock().expect("mounts").insert(
@@ -323,6 +336,7 @@ impl Daemon {
     /// Unmount everything and close the pools (committing). The clean way out (SIGTERM).
     pub fn shutdown(&self) {
         self.stopping.store(true, Ordering::Relaxed);
+        self.nfs.stop();
         let paths: Vec<PathBuf> = self.mounts.lock().expect("mounts").keys().cloned().collect();
         for p in paths {
             // Keep the mount in the state file: it comes back at the next start.

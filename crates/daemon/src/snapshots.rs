@@ -102,6 +102,12 @@ fn restore(d: &Daemon, pool: &str, vol: &str, snapshot: &str) -> Reply {
     let id = p.volume_id(vol)?;
     p.snapshot(vol, snapshot)?; // a clear NotFound before touching the mount
     let _g = d.admin.lock().expect("admin");
+    if let Some(id) = d.nfs.exported(pool, vol) {
+        return Err(ApiError::conflict(
+            format!("volume {pool}/{vol} is exported over NFS (export {id})"),
+            "delete the export (`strata export delete`), restore, and export it again: NFS clients must not keep handles to files the restore replaces",
+        ));
+    }
     let at = mounted_at(d, pool, vol);
     if let Some(path) = &at {
         flush_mount(path);

@@ -23,6 +23,12 @@ pub struct State {
     pub mounts: Vec<MountRecord>,
     #[serde(default)]
     pub policies: Vec<crate::policy::PolicyRecord>,
+    /// NFS exports (crate::nfs); absent in state files of older daemons.
+    #[serde(default)]
+    pub exports: Vec<crate::nfs::ExportRecord>,
+    /// The next export id: ids are never reused, so old file handles cannot reach a new export.
+    #[serde(default)]
+    pub next_export_id: u32,
 }
 
 impl State {

@@ -1,0 +1,300 @@
+//! The TCP server: listeners, connections and the worker pool.
+//!
+//! Threads: one acceptor per listener; per connection, one reader thread that cuts the
+//! byte stream into records and queues them; a shared pool of workers that decode, run and
+//! answer them. A worker writes its reply itself, under the connection's write lock, as
+//! soon as it is done: replies go out in completion order, not arrival order (RPC matches
+//! them by xid), so one slow COMMIT does not hold up the READs behind it.
+//!
+//! Bounds: a record is at most [`MAX_RECORD_BYTES`]; a connection has at most
+//! `max_in_flight` records queued or running (its reader stops reading until one
+//! finishes — TCP flow control then pushes back on the client); the queue between readers
+//! and workers holds `4 × workers` records. Memory is therefore bounded by
+//! connections × max_in_flight × (record + reply), whatever the clients send.
+//!
+//! Programs answered on every listener: NFS v3 (100003), MOUNT v3 (100005) and the
+//! portmapper v2 (100000), so one port can serve everything (libnfs:
+//! `nfs://host/POOL/VOL?nfsport=N&mountport=N`) and a portmapper on port 111 can make us
+//! findable by clients that ask it.
+
+use crate::export::ExportTable;
+use crate::handle::HandleKey;
+use crate::rpc::{self, AcceptStat, Call, Credential, MAX_RECORD_BYTES};
+use crate::xdr::{Decoder, Encoder, XdrError};
+use crate::{mount, nfs3, portmap};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::{self, BufReader, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
+
+pub const PROG_PORTMAP: u32 = 100000;
+pub const PROG_NFS: u32 = 100003;
+pub const PROG_MOUNT: u32 = 100005;
+pub const IPPROTO_TCP: u32 = 6;
+
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// NFS + MOUNT (+ portmapper) listener.
+    pub bind: SocketAddr,
+    /// An extra portmapper-only listener (port 111 for standard clients), if wanted.
+    pub portmap_bind: Option<SocketAddr>,
+    /// Worker threads. Requests block on the engine (reads of the device, intent-log
+    /// flushes), so there are more workers than cores: 16 keeps a queue depth of 16 busy
+    /// on one connection with two cores, and costs 16 idle threads otherwise.
+    pub workers: usize,
+    /// Records queued or running per connection. 64 is above what clients keep in flight
+    /// (Linux: 64 slots per transport by default in recent kernels, libnfs: unbounded but
+    /// paced by its caller) and bounds memory at ~70 MiB per hostile connection.
+    pub max_in_flight: usize,
+    pub handle_key: HandleKey,
+    /// WRITE/COMMIT verifier: must differ at every start of the daemon, so that clients
+    /// resend UNSTABLE writes a restart may have lost.
+    pub write_verifier: [u8; 8],
+}
+
+impl ServerConfig {
+    pub fn new(bind: SocketAddr, handle_key: HandleKey, write_verifier: [u8; 8]) -> ServerConfig {
+        ServerConfig { bind, portmap_bind: None, workers: 16, max_in_flight: 64, handle_key, write_verifier }
+    }
+}
+
+/// State shared by every connection and worker.
+pub(crate) struct Shared {
+    pub exports: Arc<ExportTable>,
+    pub key: HandleKey,
+    pub verifier: [u8; 8],
+    /// MOUNT's list of (client, path), for DUMP; in memory (as knfsd's rmtab is advisory).
+    pub mounts: Mutex<BTreeSet<(String, String)>>,
+    /// Portmapper registrations: (program, version, protocol) → port.
+    pub portmap: Mutex<BTreeMap<(u32, u32, u32), u32>>,
+    /// (client, export) pairs already logged as refused: one warning each, not one per
+    /// request (bounded: at most REFUSALS_LOGGED remembered).
+    refusals: Mutex<HashSet<(IpAddr, u32)>>,
+    stopping: AtomicBool,
+    conns: Mutex<Vec<TcpStream>>,
+}
+
+const REFUSALS_LOGGED: usize = 4096;
+
+impl Shared {
+    /// Log a refused client, once per client and export.
+    pub fn log_refusal(&self, peer: IpAddr, export_id: u32, what: &str) {
+        let mut seen = self.refusals.lock().expect("refusal log");
+        if seen.len() < REFUSALS_LOGGED && seen.insert((peer, export_id)) {
+            tracing::warn!(client = %peer, export = export_id, "NFS client refused: {what} (not in the export's client networks)");
+        }
+    }
+}
+
+/// One decoded call, as the program handlers see it.
+pub(crate) struct Request<'a> {
+    pub xid: u32,
+    pub proc_: u32,
+    pub cred: Credential,
+    pub args: Decoder<'a>,
+    pub peer: IpAddr,
+    pub shared: &'a Shared,
+}
+
+impl Request<'_> {
+    /// An accepted SUCCESS reply header, with room for `capacity` bytes of results.
+    pub fn reply(&self, capacity: usize) -> Encoder {
+        rpc::accepted_reply(self.xid, AcceptStat::Success, capacity)
+    }
+}
+
+/// What a handler returns: a reply, or "the arguments did not decode" (GARBAGE_ARGS).
+pub(crate) type Handled = Result<Encoder, XdrError>;
+
+struct Conn {
+    peer: SocketAddr,
+    writer: Mutex<TcpStream>,
+    in_flight: Mutex<usize>,
+    done: Condvar,
+}
+
+struct Job {
+    conn: Arc<Conn>,
+    record: Vec<u8>,
+}
+
+/// A running server. Dropping it does not stop it; call [`NfsServer::stop`].
+pub struct NfsServer {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    portmap_addr: Option<SocketAddr>,
+}
+
+impl NfsServer {
+    pub fn start(cfg: ServerConfig, exports: Arc<ExportTable>) -> io::Result<NfsServer> {
+        assert!(cfg.workers > 0 && cfg.max_in_flight > 0, "at least one worker and one request in flight");
+        let listener = TcpListener::bind(cfg.bind)?;
+        let local_addr = listener.local_addr()?;
+        let pm_listener = cfg.portmap_bind.map(TcpListener::bind).transpose()?;
+        let portmap_addr = pm_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+        let port = local_addr.port() as u32;
+        let mut table = BTreeMap::new();
+        table.insert((PROG_NFS, 3, IPPROTO_TCP), port);
+        table.insert((PROG_MOUNT, 3, IPPROTO_TCP), port);
+        table.insert((PROG_PORTMAP, 2, IPPROTO_TCP), portmap_addr.map(|a| a.port() as u32).unwrap_or(port));
+        let shared = Arc::new(Shared {
+            exports,
+            key: cfg.handle_key.clone(),
+            verifier: cfg.write_verifier,
+            mounts: Mutex::new(BTreeSet::new()),
+            portmap: Mutex::new(table),
+            refusals: Mutex::new(HashSet::new()),
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(Vec::new()),
+        });
+        let (tx, rx) = sync_channel::<Job>(cfg.workers * 4);
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..cfg.workers {
+            let (rx, shared) = (rx.clone(), shared.clone());
+            std::thread::Builder::new().name(format!("nfs-worker-{i}")).spawn(move || worker(rx, shared))?;
+        }
+        for l in std::iter::once(listener).chain(pm_listener) {
+            let (tx, shared) = (tx.clone(), shared.clone());
+            let max = cfg.max_in_flight;
+            std::thread::Builder::new().name("nfs-accept".into()).spawn(move || acceptor(l, tx, shared, max))?;
+        }
+        tracing::info!(listen = %local_addr, portmap = ?portmap_addr, "NFSv3 server ready");
+        Ok(NfsServer { shared, local_addr, portmap_addr })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn portmap_addr(&self) -> Option<SocketAddr> {
+        self.portmap_addr
+    }
+
+    /// Stop accepting and close every connection. Workers end when their queue drains.
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        for c in self.shared.conns.lock().expect("connections").drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        // Wake the acceptors blocked in accept().
+        for a in std::iter::once(self.local_addr).chain(self.portmap_addr) {
+            let _ = TcpStream::connect(a);
+        }
+    }
+}
+
+fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_flight: usize) {
+    for s in l.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("NFS accept: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+        };
+        let (Ok(peer), Ok(read_half)) = (s.peer_addr(), s.try_clone()) else { continue };
+        let _ = s.set_nodelay(true);
+        if let Ok(c) = s.try_clone() {
+            let mut conns = shared.conns.lock().expect("connections");
+            // Forget closed connections now and then, so the list stays as long as the live ones.
+            if conns.len() > 64 {
+                conns.retain(|c| c.peer_addr().is_ok());
+            }
+            conns.push(c);
+        }
+        let conn = Arc::new(Conn { peer, writer: Mutex::new(s), in_flight: Mutex::new(0), done: Condvar::new() });
+        let tx = tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nfs-conn".into())
+            .spawn(move || reader(read_half, conn, tx, max_in_flight));
+        if let Err(e) = spawned {
+            tracing::warn!(client = %peer, "NFS connection dropped: cannot start its reader: {e}");
+        }
+    }
+}
+
+fn reader(stream: TcpStream, conn: Arc<Conn>, tx: SyncSender<Job>, max_in_flight: usize) {
+    let mut r = BufReader::with_capacity(256 << 10, stream);
+    loop {
+        let record = match rpc::read_record(&mut r, MAX_RECORD_BYTES) {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(e) => {
+                if e.kind() == io::ErrorKind::InvalidData {
+                    tracing::warn!(client = %conn.peer, "NFS connection closed: {e}");
+                }
+                break;
+            }
+        };
+        {
+            let mut n = conn.in_flight.lock().expect("in-flight count");
+            while *n >= max_in_flight {
+                n = conn.done.wait(n).expect("in-flight count");
+            }
+            *n += 1;
+        }
+        if tx.send(Job { conn: conn.clone(), record }).is_err() {
+            break;
+        }
+    }
+    let _ = r.get_ref().shutdown(Shutdown::Both);
+}
+
+fn worker(rx: Arc<Mutex<Receiver<Job>>>, shared: Arc<Shared>) {
+    loop {
+        let job = match rx.lock().expect("job queue").recv() {
+            Ok(j) => j,
+            Err(_) => return,
+        };
+        if let Some(reply) = process(&shared, job.conn.peer.ip(), &job.record) {
+            let mut w = job.conn.writer.lock().expect("connection writer");
+            if let Err(e) = w.write_all(&reply) {
+                tracing::debug!(client = %job.conn.peer, "NFS reply not sent: {e}");
+            }
+        }
+        let mut n = job.conn.in_flight.lock().expect("in-flight count");
+        *n -= 1;
+        job.conn.done.notify_one();
+    }
+}
+
+/// Answer one record: the reply record to send, or `None` when nothing can be answered.
+/// Public to the crate's fuzz test through [`crate::process_record`].
+pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<Vec<u8>> {
+    let call: Call<'_> = match rpc::parse_call(record) {
+        Ok(c) => c,
+        Err(e) => return rpc::denied_reply(&e).map(rpc::finish_record),
+    };
+    let (xid, prog, vers) = (call.xid, call.prog, call.vers);
+    let mut req = Request { xid, proc_: call.proc_, cred: call.cred, args: call.args, peer, shared };
+    let handled = match (prog, vers) {
+        (PROG_NFS, 3) => nfs3::dispatch(&mut req),
+        (PROG_MOUNT, 3) => mount::dispatch(&mut req),
+        (PROG_PORTMAP, 2) => portmap::dispatch(&mut req),
+        (PROG_NFS, _) | (PROG_MOUNT, _) => Ok(rpc::prog_mismatch(xid, 3, 3)),
+        (PROG_PORTMAP, _) => Ok(rpc::prog_mismatch(xid, 2, 2)),
+        _ => Ok(rpc::accepted_reply(xid, AcceptStat::ProgUnavail, 0)),
+    };
+    let reply = handled.unwrap_or_else(|_| rpc::accepted_reply(xid, AcceptStat::GarbageArgs, 0));
+    Some(rpc::finish_record(reply))
+}
+
+/// A server state for tests that drive [`process`] without sockets.
+pub(crate) fn test_shared(exports: Arc<ExportTable>, key: HandleKey) -> Shared {
+    Shared {
+        exports,
+        key,
+        verifier: [1, 2, 3, 4, 5, 6, 7, 8],
+        mounts: Mutex::new(BTreeSet::new()),
+        portmap: Mutex::new(BTreeMap::new()),
+        refusals: Mutex::new(HashSet::new()),
+        stopping: AtomicBool::new(false),
+        conns: Mutex::new(Vec::new()),
+    }
+}

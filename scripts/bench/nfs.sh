@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Strata's NFS server against nfs-ganesha (VFS backend on ext4 in a loop image), through the
+# same user-space client: scripts/bench/nfs/nfsload.c on libnfs's asynchronous API.
+# Rows: 4 KiB and 16 KiB random 70/30 read/write at queue depth 1 and 16, sequential 1 MiB
+# write and read (QD 4). Prints a Markdown table (IOPS, p50/p99 latency, ratio to ganesha).
+#
+#   scripts/bench/nfs.sh [SECONDS_PER_ROW=20] [FILE_MIB=1024]
+# Needs root, Debian packages nfs-ganesha nfs-ganesha-vfs libnfs-dev (installed if missing).
+# Takes the machine: ~2 × 6 rows × SECONDS plus the fills.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs="${1:-20}"; mib="${2:-1024}"
+work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-nfs}"
+need=()
+command -v ganesha.nfsd >/dev/null || need+=(nfs-ganesha nfs-ganesha-vfs)
+[ -f /usr/include/nfsc/libnfs.h ] || need+=(libnfs-dev)
+if [ ${#need[@]} -gt 0 ]; then apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; fi
+cargo build --release -p strata-cli --quiet
+bin="$PWD/target/release/strata"
+rm -rf "$work"; mkdir -p "$work"
+gcc -O2 -Wall -o "$work/nfsload" scripts/bench/nfs/nfsload.c -lnfs
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+pids=(); loopdev=""
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 1
+  mountpoint -q "$work/ext4" && umount "$work/ext4"
+  [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# --- Strata: its own pool image (same size as ganesha's ext4 image), release build.
+sport="$(free_port)"; api="127.0.0.1:$(free_port)"
+STRATA_API="$api" "$bin" serve --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
+  >"$work/strata.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do STRATA_API="$api" "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; done
+STRATA_API="$api" "$bin" volume create default/bench >/dev/null
+STRATA_API="$api" "$bin" export nfs default/bench --no-root-squash >/dev/null
+strata_url="nfs://127.0.0.1/default/bench?nfsport=$sport&mountport=$sport"
+
+# --- nfs-ganesha: VFS FSAL over ext4 in a loop image; NFSv3 only, no NLM/RQUOTA.
+truncate -s 8G "$work/ext4.img"; mkfs.ext4 -q -F "$work/ext4.img"
+loopdev="$(losetup -f --show "$work/ext4.img")"
+mkdir -p "$work/ext4"; mount "$loopdev" "$work/ext4"
+gport="$(free_port)"; gmnt="$(free_port)"
+cat >"$work/ganesha.conf" <<CONF
+NFS_CORE_PARAM { Protocols = 3; NFS_Port = $gport; MNT_Port = $gmnt; Bind_addr = 127.0.0.1;
+                 Enable_NLM = false; Enable_RQUOTA = false; Enable_UDP = false; }
+EXPORT { Export_Id = 1; Path = $work/ext4; Pseudo = /bench; Access_Type = RW; Squash = No_Root_Squash;
+         Protocols = 3; Transports = TCP; SecType = sys; FSAL { Name = VFS; } }
+LOG { Default_Log_Level = WARN; }
+CONF
+ganesha.nfsd -F -f "$work/ganesha.conf" -L "$work/ganesha.log" -p "$work/ganesha.pid" &
+pids+=($!)
+ganesha_url="nfs://127.0.0.1$work/ext4?nfsport=$gport&mountport=$gmnt"
+for _ in $(seq 100); do "$work/nfsload" "$ganesha_url" /probe 1 4096 100 1 0.1 seq >/dev/null 2>&1 && break; sleep 0.3; done
+
+rows=("4k-rand-qd1 4096 70 1 rand" "4k-rand-qd16 4096 70 16 rand" "16k-rand-qd1 16384 70 1 rand"
+      "16k-rand-qd16 16384 70 16 rand" "1m-seq-write-qd4 1048576 0 4 seq" "1m-seq-read-qd4 1048576 100 4 seq")
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+echo "| row | Strata IOPS | ganesha IOPS | ratio | Strata p50/p99 µs | ganesha p50/p99 µs |"
+echo "|---|---:|---:|---:|---:|---:|"
+for r in "${rows[@]}"; do
+  read -r name bs rd qd mode <<<"$r"
+  s="$("$work/nfsload" "$strata_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
+  g="$("$work/nfsload" "$ganesha_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
+  si="$(field iops "$s")"; gi="$(field iops "$g")"
+  ratio="$(python3 -c "print(f'{$si/$gi:.2f}' if $gi else '-')")"
+  echo "| $name | $si | $gi | $ratio | $(field p50_us "$s")/$(field p99_us "$s") | $(field p50_us "$g")/$(field p99_us "$g") |"
+done
