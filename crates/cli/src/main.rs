@@ -71,7 +71,13 @@ enum Command {
     Snapshot(snapshot::SnapshotCmd),
     /// Restore a volume to a snapshot (POOL/VOLUME@NAME), keeping every snapshot. A mounted
     /// volume is unmounted and mounted again; stop the database using it first.
-    Restore { snapshot: String },
+    Restore {
+        snapshot: String,
+        /// Restore only this file (its path inside the volume), sharing the snapshot's blocks
+        /// where possible; the rest of the volume is untouched.
+        #[arg(long)]
+        file: Option<String>,
+    },
     /// Writable clones of snapshots.
     #[command(subcommand)]
     Clone(snapshot::CloneCmd),
@@ -323,7 +329,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             out(&v, &|_| println!("deleted volume {volume}"));
         }
         Command::Snapshot(cmd) => snapshot::run_snapshot(cmd, &c, cli.json)?,
-        Command::Restore { snapshot } => snapshot::run_restore(&snapshot, &c, cli.json)?,
+        Command::Restore { snapshot, file } => snapshot::run_restore(&snapshot, file.as_deref(), &c, cli.json)?,
         Command::Clone(cmd) => snapshot::run_clone(cmd, &c, cli.json)?,
         Command::Mount { volume: None, dir: None } => {
             let v = c.call("GET", "/v1/mounts", None)?;

@@ -200,11 +200,20 @@ pub fn run_snapshot(cmd: SnapshotCmd, c: &Client, json_out: bool) -> Result<(), 
     Ok(())
 }
 
-pub fn run_restore(snapshot: &str, c: &Client, json_out: bool) -> Result<(), String> {
+pub fn run_restore(snapshot: &str, file: Option<&str>, c: &Client, json_out: bool) -> Result<(), String> {
     let (p, v, name) = split_snapshot(snapshot)?;
-    let r = c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/restore"), Some(&json!({"snapshot": name})))?;
+    let r =
+        c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/restore"), Some(&json!({"snapshot": name, "file": file})))?;
     if json_out {
         println!("{r}");
+    } else if let Some(f) = file {
+        println!(
+            "restored {f} of {p}/{v} from snapshot {name}{}: {} shared, {} copied, {} unchanged",
+            if r["created"] == true { " (created)" } else { "" },
+            human(r["shared_bytes"].as_u64().unwrap_or(0)),
+            human(r["copied_bytes"].as_u64().unwrap_or(0)),
+            human(r["unchanged_bytes"].as_u64().unwrap_or(0))
+        );
     } else {
         println!("restored {p}/{v} to snapshot {name} (later snapshots kept)");
     }

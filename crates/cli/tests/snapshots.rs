@@ -71,6 +71,29 @@ fn snapshot_restore_clone_and_their_errors() {
     d.fails(&["snapshot", "delete", "default/db@s1"], "dbclone");
     d.fails(&["volume", "delete", "default/db"], "mounted");
 
+    // Single-file restore. `a` was overwritten after s2: its s2 block is held only by
+    // snapshots (on the live volume's deadlist), so it is shared back, not copied. `sub/b`
+    // was deleted before s2: its blocks are s1's alone and must be copied.
+    let r = d.json(&["restore", "default/db@s2", "--file", "a"]);
+    assert_eq!(r["created"], false, "{r}");
+    assert!(r["shared_bytes"].as_u64().unwrap() > 0, "blocks shared, not copied: {r}");
+    assert_eq!(r["copied_bytes"], 0, "{r}");
+    assert_eq!(read(&mnt.join("a")), "two", "the kernel's cached page was dropped");
+    let r = d.json(&["restore", "default/db@s1", "--file", "sub/b"]);
+    assert_eq!(r["created"], true, "{r}");
+    assert!(r["copied_bytes"].as_u64().unwrap() >= 100_000, "{r}");
+    assert_eq!(read(&mnt.join("sub/b")).len(), 100_000);
+    let r = d.json(&["restore", "default/db@s1", "--file", "/a"]);
+    assert_eq!(r["created"], false, "{r}");
+    assert_eq!(read(&mnt.join("a")), "one");
+    let check = d.json(&["check", "default"]);
+    assert_eq!(check["clean"], true, "{check}");
+    write(&mnt.join("a"), "three");
+    std::fs::remove_file(mnt.join("sub/b")).unwrap();
+    d.fails(&["restore", "default/db@s1", "--file", "sub"], "regular files");
+    d.fails(&["restore", "default/db@s1", "--file", "nosuch"], "nosuch");
+    d.fails(&["restore", "default/db@s1", "--file", "../x"], "plain path");
+
     // Restore while a file is open: refused; closed: done, later snapshot kept.
     let f = std::fs::File::open(mnt.join("a")).unwrap();
     d.fails(&["restore", "default/db@s1"], "in use");

@@ -15,10 +15,10 @@
 //! each pool, and fsync commits at once.
 
 mod api;
+mod nfs;
 mod policy;
 mod quiesce;
 mod snapshots;
-mod nfs;
 mod state;
 mod volumes;
 

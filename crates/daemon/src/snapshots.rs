@@ -28,6 +28,8 @@ struct CreateSnapshot {
 #[serde(deny_unknown_fields)]
 struct RestoreReq {
     snapshot: String,
+    /// Restore this one file (a path inside the volume) instead of the whole volume.
+    file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -132,6 +134,38 @@ fn restore(d: &Daemon, pool: &str, vol: &str, snapshot: &str) -> Reply {
     Ok((200, volume_json(pool, &p.volume_info(id)?, at.as_ref())))
 }
 
+fn restore_file(d: &Daemon, pool: &str, vol: &str, snapshot: &str, file: &str) -> Reply {
+    let p = d.pool(pool)?;
+    p.snapshot(vol, snapshot)?;
+    let at = mounted_at(d, pool, vol);
+    if let Some(path) = &at {
+        flush_mount(path); // so no cached write lands on the file after the restore
+    }
+    let fs = d.filesystems.get(pool, vol, p.clone())?;
+    let t0 = std::time::Instant::now();
+    let r = fs.restore_file(snapshot, file.as_bytes()).map_err(|e| {
+        ApiError::bad_request(
+            format!("restore {file} from {pool}/{vol}@{snapshot}: {e}"),
+            "give the file's path inside the volume (as under .snapshot/NAME/)",
+        )
+    })?;
+    if let Some(path) = &at {
+        if let Some(m) = d.mounts.lock().expect("mounts").get(path) {
+            if let Some(s) = &m.session {
+                let leaf = file.rsplit('/').next().unwrap_or(file);
+                strata_fuse::invalidate(s, r.ino, r.parent, std::ffi::OsStr::new(leaf));
+            }
+        }
+    }
+    tracing::info!(pool, volume = vol, snapshot, file, ms = t0.elapsed().as_secs_f64() * 1e3, stats = ?r.stats, "file restored");
+    Ok((
+        200,
+        json!({"volume": format!("{pool}/{vol}"), "snapshot": snapshot, "file": file, "created": r.created,
+               "shared_bytes": r.stats.shared_bytes, "copied_bytes": r.stats.copied_bytes,
+               "unchanged_bytes": r.stats.unchanged_bytes}),
+    ))
+}
+
 /// The snapshot endpoints; None when the path is not one of them.
 pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_http::Request) -> Option<Reply> {
     let reply = match (method, parts) {
@@ -172,7 +206,10 @@ pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_htt
         })(),
         ("POST", ["v1", "pools", p, "volumes", v, "restore"]) => (|| {
             let b: RestoreReq = body(req)?;
-            restore(d, p, v, &b.snapshot)
+            match &b.file {
+                Some(f) => restore_file(d, p, v, &b.snapshot, f),
+                None => restore(d, p, v, &b.snapshot),
+            }
         })(),
         ("POST", ["v1", "pools", p, "clones"]) => (|| {
             let b: CloneReq = body(req)?;

@@ -78,6 +78,10 @@ pub struct VolumeState {
     pub read_only_view: bool,
     /// Opens of that view not yet closed.
     pub view_refs: u32,
+    /// Records to point at existing blocks (or holes) when the txg syncs: a single-file
+    /// restore re-acquiring blocks of a snapshot (see restore.rs). Only ever set on a volume
+    /// committed clean, under the lock, and committed before the lock is released.
+    pub(crate) shared_records: BTreeMap<(ObjectId, u64), BlockPtr>,
 }
 
 /// What a volume's sync stopped referencing: blocks only it held (free them), and blocks
@@ -105,7 +109,29 @@ impl VolumeState {
             pending_snapshots: Vec::new(),
             read_only_view: false,
             view_refs: 0,
+            shared_records: BTreeMap::new(),
         }
+    }
+
+    /// An object's dnode as it stands in the open txg.
+    pub(crate) fn dnode_phys(&mut self, io: &BlockIo, obj: ObjectId) -> Result<DnodePhys> {
+        Ok(self.dnode(io, obj)?.dnode.clone())
+    }
+
+    /// Set an object's size without touching its records (the caller made every record
+    /// past it a hole) and, for an object holding no data, its record size.
+    pub(crate) fn set_shape(&mut self, io: &BlockIo, obj: ObjectId, size: u64, record_size: u32) -> Result<()> {
+        let st = self.dnode(io, obj)?;
+        if st.dnode.record_size != record_size {
+            if st.dnode.data_units != 0 || st.dnode.size != 0 {
+                return Err(Error::invalid(format!("object {} holds data: its record size cannot change", obj.0)));
+            }
+            st.dnode.record_size = record_size;
+        }
+        st.dnode.size = size;
+        st.dirty = true;
+        self.dirty = true;
+        Ok(())
     }
 
     /// Units reserved by this volume's dirty data in the open txg.
@@ -549,7 +575,11 @@ impl VolumeState {
     pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, txg: u64) -> Result<Released> {
         let allocated_before = alloc.allocated_units();
         let mut mine = std::mem::take(&mut self.released);
-        let dirty = std::mem::take(&mut self.dirty_records);
+        let shared = std::mem::take(&mut self.shared_records);
+        let shared_units: u64 = shared.values().map(|bp| bp.units()).sum();
+        let mut dirty: BTreeMap<(ObjectId, u64), Placement> =
+            std::mem::take(&mut self.dirty_records).into_iter().map(|(k, c)| (k, Placement::Content(c))).collect();
+        dirty.extend(shared.into_iter().map(|(k, bp)| (k, Placement::Block(bp))));
         self.dirty_bytes = 0;
         self.reserved_units = 0;
         let mut it = dirty.into_iter().peekable();
@@ -565,8 +595,11 @@ impl VolumeState {
             let mut updates = Vec::with_capacity(group.len());
             for (r, content) in group {
                 let bp = match content {
-                    Some(buf) if buf.iter().any(|&b| b != 0) => io.write_block(alloc, BlockKind::Data, &buf, txg)?,
-                    _ => BlockPtr::HOLE,
+                    Placement::Content(Some(buf)) if buf.iter().any(|&b| b != 0) => {
+                        io.write_block(alloc, BlockKind::Data, &buf, txg)?
+                    }
+                    Placement::Content(_) => BlockPtr::HOLE,
+                    Placement::Block(bp) => bp,
                 };
                 updates.push((r, bp));
             }
@@ -598,8 +631,9 @@ impl VolumeState {
         mine.extend(self.tree.take_released());
         let added = alloc.allocated_units() - allocated_before;
         let dropped: u64 = mine.iter().map(|bp| bp.units()).sum();
-        self.rec.used_units =
-            (self.rec.used_units + added).checked_sub(dropped).expect("a volume never frees more than it holds");
+        self.rec.used_units = (self.rec.used_units + added + shared_units)
+            .checked_sub(dropped)
+            .expect("a volume never frees more than it holds");
         let (dead, freed): (Vec<BlockPtr>, Vec<BlockPtr>) =
             mine.into_iter().partition(|bp| bp.birth_txg <= self.parent_txg);
         let freed_units: u64 = freed.iter().map(|bp| bp.units()).sum();
@@ -638,6 +672,14 @@ impl VolumeState {
         })?;
         Ok(out)
     }
+}
+
+/// What a record becomes when the txg syncs.
+enum Placement {
+    /// New contents (None: a hole).
+    Content(Option<Vec<u8>>),
+    /// An existing block, shared back from a snapshot.
+    Block(BlockPtr),
 }
 
 /// Units a dirty record may take when written: the record plus a unit for its share of

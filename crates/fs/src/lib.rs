@@ -26,7 +26,7 @@ mod snapdir;
 
 pub use inode::{Attr, InodePhys};
 pub use namespace::{DirEntry, SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
-pub use snapdir::{is_snapshot_ino, SNAPDIR_INO, SNAPSHOT_DIR_NAME};
+pub use snapdir::{is_snapshot_ino, FileRestore, SNAPDIR_INO, SNAPSHOT_DIR_NAME};
 pub use strata_engine::SyncPolicy;
 
 use std::collections::HashMap;

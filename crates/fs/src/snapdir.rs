@@ -180,3 +180,88 @@ impl VolumeFs {
         Ok(())
     }
 }
+
+/// What a single-file restore did: the file's inode (in the live volume), whether it was
+/// created anew, and how the data got there.
+#[derive(Debug, Clone, Copy)]
+pub struct FileRestore {
+    pub ino: u64,
+    pub parent: u64,
+    pub created: bool,
+    pub stats: strata_engine::FileRestoreStats,
+}
+
+impl VolumeFs {
+    /// Put file `path` (relative to the volume's root) back as it is in snapshot `name`: its
+    /// data (sharing the snapshot's blocks where the volume no longer holds them), size,
+    /// mode, owner and times. A file missing from the volume is created; a path that is not
+    /// a regular file in either is refused.
+    pub fn restore_file(&self, name: &str, path: &[u8]) -> FsResult<FileRestore> {
+        let parts: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|p| !p.is_empty() && *p != b".").collect();
+        let Some((&leaf, dirs)) = parts.split_last() else {
+            return Err(FsError { errno: libc::EISDIR, detail: Some("the volume's root is not a file".into()) });
+        };
+        if parts.iter().any(|p| *p == b".." || *p == SNAPSHOT_DIR_NAME) {
+            return Err(FsError { errno: libc::EINVAL, detail: Some("give a plain path inside the volume".into()) });
+        }
+        let (_, snap) = self.slot_for(name.as_bytes())?;
+        let mut src = ROOT_INO;
+        for d in dirs {
+            src = snap.lookup(src, d)?.ino;
+        }
+        let src_attr = snap.lookup(src, leaf)?;
+        if src_attr.mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(FsError {
+                errno: libc::EISDIR,
+                detail: Some(
+                    "only regular files are restored one by one; restore the volume, or copy from .snapshot".into(),
+                ),
+            });
+        }
+        let mut parent = ROOT_INO;
+        for d in dirs {
+            let a = self.lookup(parent, d).map_err(|e| FsError {
+                errno: e.errno,
+                detail: Some(format!(
+                    "directory {:?} of the path is missing in the volume: create it first",
+                    String::from_utf8_lossy(d)
+                )),
+            })?;
+            parent = a.ino;
+        }
+        let (ino, created) = match self.lookup(parent, leaf) {
+            Ok(a) if a.mode & libc::S_IFMT == libc::S_IFREG => (a.ino, false),
+            Ok(_) => {
+                return Err(FsError {
+                    errno: libc::EEXIST,
+                    detail: Some("the path exists in the volume and is not a regular file".into()),
+                })
+            }
+            Err(e) if e.errno == libc::ENOENT => {
+                let who = crate::Caller { uid: src_attr.uid, gid: src_attr.gid };
+                (self.mknod(who, parent, leaf, src_attr.mode, 0)?.ino, true)
+            }
+            Err(e) => return Err(e),
+        };
+        let view = VolumeId(self.pool.snapshot(&self.volume_name()?, name)?.id);
+        let stats = self.pool.restore_object(
+            self.vol,
+            strata_engine::ObjectId(ino),
+            view,
+            strata_engine::ObjectId(src_attr.ino),
+        )?;
+        let local_src = snap.getattr(src_attr.ino)?;
+        self.setattr(
+            ino,
+            crate::SetAttr {
+                mode: Some(local_src.mode & 0o7777),
+                uid: Some(local_src.uid),
+                gid: Some(local_src.gid),
+                size: None,
+                atime_ns: Some(Some(local_src.atime_ns)),
+                mtime_ns: Some(Some(local_src.mtime_ns)),
+            },
+        )?;
+        Ok(FileRestore { ino, parent, created, stats })
+    }
+}

@@ -476,3 +476,15 @@ pub fn mount(fs: Arc<VolumeFs>, mountpoint: &Path, opts: MountOptions) -> std::i
     config.clone_fd = opts.threads > 1;
     fuser::spawn_mount(StrataFuse::new(fs, opts), mountpoint, &config)
 }
+
+/// Tell the kernel that file `ino` changed behind its back (a single-file restore): drop
+/// its cached pages and attributes, and the cached entry `name` in `parent`.
+pub fn invalidate(session: &BackgroundSession, ino: u64, parent: u64, name: &OsStr) {
+    let n = session.notifier();
+    if let Err(e) = n.inval_inode(INodeNo(ino), 0, 0) {
+        tracing::debug!(ino, "inval_inode: {e}");
+    }
+    if let Err(e) = n.inval_entry(INodeNo(parent), name) {
+        tracing::debug!(parent, "inval_entry: {e}");
+    }
+}

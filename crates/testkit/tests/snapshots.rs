@@ -218,6 +218,42 @@ impl World {
                 self.m = next;
                 format!("delete volume {vol}")
             }
+            95..=97 => {
+                // Single-file restore: one object back to what a snapshot of its volume holds.
+                let Some(s) = pick(rng, self.m.snaps.keys().filter(|k| k.0 == vol).cloned()) else {
+                    return "nothing".into();
+                };
+                let Some(src) = pick(rng, self.m.snaps[&s].0.objects.keys().copied()) else {
+                    return "nothing".into();
+                };
+                let vid = self.vid(&vol);
+                let live = self.m.vols[&vol].objects.contains_key(&src) && rng.chance(80);
+                let dst = if live { src } else { self.pool.create_object(vid, b"new").unwrap().0 };
+                let mut next = self.m.clone();
+                let data = next.snaps[&s].0.objects[&src].data.clone();
+                let entry =
+                    next.vols.get_mut(&vol).unwrap().objects.entry(dst).or_insert_with(|| {
+                        strata_testkit::model::ObjectModel { data: Vec::new(), attr: b"new".to_vec() }
+                    });
+                entry.data = data;
+                if !live {
+                    // The new object exists in memory even if the restore does not complete.
+                    self.m
+                        .vols
+                        .get_mut(&vol)
+                        .unwrap()
+                        .objects
+                        .insert(dst, strata_testkit::model::ObjectModel { data: Vec::new(), attr: b"new".to_vec() });
+                }
+                self.intended = Some(next.clone());
+                let view = self.pool.open_snapshot_view(&s.0, &s.1).unwrap();
+                let st =
+                    self.pool.restore_object(vid, strata_engine::ObjectId(dst), view, strata_engine::ObjectId(src));
+                self.pool.close_snapshot_view(view);
+                let st = st.unwrap();
+                self.m = next;
+                format!("restore object {src} of {s:?} into {dst} ({st:?})")
+            }
             _ => {
                 let Some(s) = pick(rng, self.m.snaps.keys().cloned()) else { return "nothing".into() };
                 self.verify_snapshot(&s);

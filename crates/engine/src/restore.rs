@@ -1,0 +1,144 @@
+//! Single-file restore: make one object of a volume equal to an object of one of its
+//! snapshots, sharing blocks where that is safe and copying where it is not.
+//!
+//! Which blocks can be shared: exactly those on the head's deadlist. D(head) is the set of
+//! blocks its parent snapshot holds and the head does not (snapshot.rs), so a block there
+//! is allocated, held by the snapshots, and absent from the live tree: pointing a record at
+//! it again, and taking it off the deadlist, keeps every invariant. A block of the snapshot
+//! that the head still holds elsewhere, or that later snapshots freed, is copied instead
+//! (no block may appear twice in one tree). Records already equal are left alone.
+//!
+//! The work happens under the pool's lock between two commits: the first makes the head
+//! clean (so its deadlist is current), the second makes the result durable. A restore that
+//! copies more than `COPY_BATCH` bytes commits in between, so a crash may leave the file
+//! partly restored: run the restore again.
+
+use crate::error::{Error, Result};
+use crate::format::BlockPtr;
+use crate::pool::{Pool, PoolInner, VolumeId};
+use crate::snapshot::deadlist_key;
+use crate::tree::blocktree;
+use crate::volume::ObjectId;
+use std::collections::BTreeSet;
+
+/// Copied bytes held in memory before an intermediate commit.
+const COPY_BATCH: u64 = 256 << 20;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileRestoreStats {
+    /// Bytes now pointing at the snapshot's blocks again (no data written).
+    pub shared_bytes: u64,
+    /// Bytes written anew (the snapshot's blocks were not shareable).
+    pub copied_bytes: u64,
+    /// Bytes whose records were already the snapshot's.
+    pub unchanged_bytes: u64,
+}
+
+impl Pool {
+    /// Make object `obj` of volume `vol` hold exactly the data (and size) of object `src` of
+    /// the snapshot view `view` (see [`Pool::open_snapshot_view`]). The object's attribute
+    /// is left alone: the caller decides what else to restore.
+    pub fn restore_object(
+        &self,
+        vol: VolumeId,
+        obj: ObjectId,
+        view: VolumeId,
+        src: ObjectId,
+    ) -> Result<FileRestoreStats> {
+        let mut p = self.lock();
+        p.writable()?;
+        if !p.volumes.get(&view).is_some_and(|v| v.read_only_view) {
+            return Err(Error::invalid(format!("volume id {} is not an open snapshot view", view.0)));
+        }
+        if p.volumes.get(&vol).is_none_or(|v| v.read_only_view) {
+            return Err(Error::NotFound(format!("volume id {}", vol.0)));
+        }
+        p.commit()?;
+        let src_dn = {
+            let PoolInner { volumes, io, .. } = &mut *p;
+            volumes.get_mut(&view).expect("checked").dnode_phys(io, src)?
+        };
+        let rs = src_dn.record_size;
+        let reshape = {
+            let PoolInner { volumes, io, alloc, .. } = &mut *p;
+            let h = volumes.get_mut(&vol).expect("checked");
+            let dst = h.dnode_phys(io, obj)?;
+            if dst.record_size != rs {
+                h.truncate(io, alloc, obj, 0)?;
+                true
+            } else {
+                false
+            }
+        };
+        if reshape {
+            p.commit()?;
+        }
+        let mut stats = FileRestoreStats::default();
+        let mut pending_copy = 0u64;
+        {
+            let PoolInner { volumes, io, .. } = &mut *p;
+            let h = volumes.get_mut(&vol).expect("checked");
+            let size = h.dnode_phys(io, obj)?.size;
+            h.set_shape(io, obj, size, rs)?;
+        }
+        let mut dst_dn = {
+            let PoolInner { volumes, io, .. } = &mut *p;
+            volumes.get_mut(&vol).expect("checked").dnode_phys(io, obj)?
+        };
+        let records: BTreeSet<u64> = {
+            let io = &p.io;
+            let mut r: BTreeSet<u64> =
+                blocktree::allocated_records(io, &src_dn.root, src_dn.levels, 0, u64::MAX)?.into_iter().collect();
+            r.extend(blocktree::allocated_records(io, &dst_dn.root, dst_dn.levels, 0, u64::MAX)?);
+            r
+        };
+        for r in records {
+            let (sbp, dbp) = {
+                let io = &p.io;
+                (
+                    blocktree::lookup(io, &src_dn.root, src_dn.levels, r)?,
+                    blocktree::lookup(io, &dst_dn.root, dst_dn.levels, r)?,
+                )
+            };
+            if sbp == dbp {
+                stats.unchanged_bytes += rs as u64;
+                continue;
+            }
+            let dl = p.volumes[&vol].rec.deadlist;
+            let key = deadlist_key(dl, sbp.birth_txg, sbp.addr);
+            let shareable = !sbp.is_hole() && dl != 0 && p.catalog.get(&p.io, &key)?.is_some();
+            if sbp.is_hole() || shareable {
+                if shareable {
+                    let PoolInner { catalog, io, .. } = &mut *p;
+                    catalog.remove(io, &key)?;
+                    p.catalog_dirty = true;
+                    stats.shared_bytes += rs as u64;
+                }
+                let h = p.volumes.get_mut(&vol).expect("checked");
+                h.shared_records.insert((obj, r), if sbp.is_hole() { BlockPtr::HOLE } else { sbp });
+                h.dirty = true;
+                continue;
+            }
+            let data = p.io.read_block(&sbp)?;
+            {
+                let PoolInner { volumes, io, alloc, .. } = &mut *p;
+                volumes.get_mut(&vol).expect("checked").write(io, alloc, obj, r * rs as u64, &data)?;
+            }
+            stats.copied_bytes += rs as u64;
+            pending_copy += rs as u64;
+            if pending_copy >= COPY_BATCH {
+                p.commit()?;
+                pending_copy = 0;
+                // The committed tree replaced the blocks of the old one: look up the rest in it.
+                let PoolInner { volumes, io, .. } = &mut *p;
+                dst_dn = volumes.get_mut(&vol).expect("checked").dnode_phys(io, obj)?;
+            }
+        }
+        {
+            let PoolInner { volumes, io, .. } = &mut *p;
+            volumes.get_mut(&vol).expect("checked").set_shape(io, obj, src_dn.size, rs)?;
+        }
+        p.commit()?;
+        Ok(stats)
+    }
+}
