@@ -87,6 +87,9 @@ fn print_policy(v: &Value) {
 pub enum CloneCmd {
     /// Make a writable volume POOL/NEW from POOL/VOLUME@SNAPSHOT, sharing all its blocks.
     Create { origin: String, name: String },
+    /// Copy what clone POOL/VOLUME still shares with its origin, so the origin snapshot can
+    /// be deleted (work and space proportional to what is shared).
+    Split { volume: String },
 }
 
 /// POOL/VOLUME@NAME → (pool, volume, name).
@@ -238,6 +241,18 @@ pub fn run_clone(cmd: CloneCmd, c: &Client, json_out: bool) -> Result<(), String
                 println!("{r}");
             } else {
                 println!("created clone {p}/{new} of {origin}");
+            }
+        }
+        CloneCmd::Split { volume } => {
+            let (p, v) = crate::split(&volume)?;
+            let r = c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/split"), None)?;
+            if json_out {
+                println!("{r}");
+            } else {
+                println!(
+                    "split {volume} from its origin: {} copied; it no longer depends on any snapshot",
+                    human(r["copied_bytes"].as_u64().unwrap_or(0))
+                );
             }
         }
     }

@@ -143,6 +143,20 @@ fn snapshot_restore_clone_and_their_errors() {
         d.ok(&["snapshot", "delete", &format!("default/wal@{a}")]);
     }
 
+    // A split clone no longer pins its origin; it keeps its data.
+    d.fails(&["clone", "split", "default/db"], "not a clone");
+    d.ok(&["clone", "create", "default/db@s1", "default/c2"]);
+    d.ok(&["snapshot", "create", "default/c2@own"]);
+    d.fails(&["clone", "split", "default/c2"], "has snapshots");
+    d.ok(&["snapshot", "delete", "default/c2@own"]);
+    let split = d.json(&["clone", "split", "default/c2"]);
+    assert!(split["copied_bytes"].as_u64().unwrap() >= 100_000, "{split}");
+    assert!(split["origin"].is_null(), "{split}");
+    let c2 = dir.join("c2");
+    d.ok(&["mount", "default/c2", c2.to_str().unwrap()]);
+    assert_eq!(read(&c2.join("sub/b")).len(), 100_000);
+    d.ok(&["unmount", c2.to_str().unwrap()]);
+
     // The clone goes, then its origin can.
     d.ok(&["unmount", cmnt.to_str().unwrap()]);
     d.ok(&["volume", "delete", "default/dbclone"]);

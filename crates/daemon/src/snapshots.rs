@@ -227,6 +227,18 @@ pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_htt
             );
             Ok((201, volume_json(p, &pool.volume_info(id)?, None)))
         })(),
+        ("POST", ["v1", "pools", p, "volumes", v, "split"]) => (|| {
+            let pool = d.pool(p)?;
+            let t0 = std::time::Instant::now();
+            let st = pool.split_clone(v)?;
+            let secs = t0.elapsed().as_secs_f64();
+            tracing::info!(pool = p, volume = v, copied = st.copied_bytes, secs, "clone split");
+            let id = pool.volume_id(v)?;
+            let mut out = volume_json(p, &pool.volume_info(id)?, mounted_at(d, p, v).as_ref());
+            out["copied_bytes"] = json!(st.copied_bytes);
+            out["rewritten_keys"] = json!(st.rewritten_keys);
+            Ok((200, out))
+        })(),
         (m, ["v1", "pools", p, "volumes", v, "policy"]) => crate::policy::route(d, m, p, v, req),
         _ => return None,
     };

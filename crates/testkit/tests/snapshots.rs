@@ -45,6 +45,19 @@ impl Model {
         self.snaps.keys().filter(|k| k.0 == v).any(|k| self.children(k).iter().any(|(cv, _)| cv != v))
     }
 
+    /// The snapshot of another volume that `v` was cloned from (directly or through its
+    /// own snapshots), if any.
+    fn origin(&self, v: &str) -> Option<SnapKey> {
+        let mut at = self.vol_parent.get(v)?.clone();
+        while let Some(s) = at {
+            if s.0 != v {
+                return Some(s);
+            }
+            at = self.snaps.get(&s)?.1.clone();
+        }
+        None
+    }
+
     fn pool_model(&self) -> PoolModel {
         PoolModel { volumes: self.vols.clone() }
     }
@@ -196,7 +209,7 @@ impl World {
                 self.m = next;
                 format!("clone {s:?} as {name}")
             }
-            92..=94 => {
+            92 | 94 => {
                 if self.m.vols.len() <= 1 {
                     return "nothing".into();
                 }
@@ -217,6 +230,29 @@ impl World {
                 self.pool.commit().unwrap();
                 self.m = next;
                 format!("delete volume {vol}")
+            }
+            93 => {
+                let clone = self.m.origin(&vol).is_some();
+                let has_snaps = self.m.snaps.keys().any(|k| k.0 == vol);
+                let mut next = self.m.clone();
+                if clone && !has_snaps {
+                    next.vol_parent.insert(vol.clone(), None);
+                    self.intended = Some(next.clone());
+                }
+                let r = self.pool.split_clone(&vol);
+                match (clone, has_snaps) {
+                    (false, _) => assert_eq!(r.unwrap_err().kind(), ErrorKind::InvalidArgument, "split of {vol}"),
+                    (true, true) => assert_eq!(r.unwrap_err().kind(), ErrorKind::Busy, "split of {vol} with snapshots"),
+                    (true, false) => {
+                        let st = r.unwrap();
+                        self.m = next;
+                        let info = self.pool.volume_info(self.vid(&vol)).unwrap();
+                        assert!(info.origin.is_none() && info.parent_snapshot.is_none(), "{info:?}");
+                        self.verify_all();
+                        return format!("split {vol} ({st:?})");
+                    }
+                }
+                format!("refused split of {vol}")
             }
             95..=97 => {
                 // Single-file restore: one object back to what a snapshot of its volume holds.

@@ -1,0 +1,163 @@
+//! Clone split: make a clone independent of its origin snapshot, so that the snapshot (and
+//! the volume it belongs to) can be deleted.
+//!
+//! Every block of the clone born at or before the origin's txg is still shared with the
+//! origin. Splitting rewrites them: data records are copied (in batches, committing between
+//! them so memory stays bounded), indirect blocks follow their records, and every key of
+//! the volume tree is written again so each tree node is new. Released old blocks go to the
+//! clone's deadlist while it still has the origin as parent (the origin holds them). Once
+//! a walk finds nothing old left, the clone drops its deadlist and its parent: it is a
+//! volume of its own. Work and space are proportional to what it shared (what ONTAP's
+//! FlexClone split does too); the pool's lock is held for each batch, not for the whole.
+
+use crate::error::{Error, Result};
+use crate::format::BlockPtr;
+use crate::pool::{Pool, PoolInner, VolumeId};
+use crate::snapshot::collect_born_after;
+use crate::tree::blocktree;
+use std::collections::HashSet;
+
+/// Data copied, or keys rewritten, between commits.
+const BATCH_BYTES: u64 = 128 << 20;
+const BATCH_KEYS: usize = 65536;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SplitStats {
+    pub copied_bytes: u64,
+    pub rewritten_keys: u64,
+}
+
+impl Pool {
+    /// Copy what clone `name` shares with its origin and detach it (see the module comment).
+    pub fn split_clone(&self, name: &str) -> Result<SplitStats> {
+        let (vid, origin_txg) = {
+            let mut p = self.lock();
+            p.writable()?;
+            let vid = p.volume_id(name)?;
+            let origin = p.volumes[&vid].rec.origin;
+            if origin == 0 {
+                return Err(Error::invalid(format!("volume {name} is not a clone: nothing to split")));
+            }
+            let snaps: Vec<String> =
+                p.snapshots.values().filter(|s| s.rec.volume == vid.0).map(|s| format!("{name}@{}", s.name)).collect();
+            if !snaps.is_empty() {
+                return Err(Error::Busy(format!(
+                    "clone {name} has snapshots ({}), which share the origin's blocks too: delete them first",
+                    snaps.join(", ")
+                )));
+            }
+            p.commit()?;
+            (vid, p.snapshot_txg(origin))
+        };
+        let mut stats = SplitStats::default();
+        self.split_records(vid, origin_txg, &mut stats)?;
+        self.split_tree(vid, &mut stats)?;
+        let mut p = self.lock();
+        p.writable()?;
+        p.commit()?;
+        let v = p.volumes.get(&vid).ok_or_else(|| Error::NotFound(format!("volume {name} (deleted during split)")))?;
+        let mut all = Vec::new();
+        collect_born_after(&p.io, &v.rec.tree_root, 0, &mut HashSet::new(), &mut all)?;
+        let left = all.iter().filter(|bp| bp.birth_txg <= origin_txg).count();
+        if left > 0 {
+            return Err(Error::Busy(format!(
+                "clone {name} still shares {left} blocks with its origin (written to while splitting?): run the split again"
+            )));
+        }
+        let dl = v.rec.deadlist;
+        for bp in p.deadlist_entries(dl, 0)? {
+            let PoolInner { catalog, io, .. } = &mut *p;
+            catalog.remove(io, &crate::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
+        }
+        let v = p.volumes.get_mut(&vid).expect("checked");
+        v.rec.parent = 0;
+        v.rec.origin = 0;
+        v.rec.deadlist = 0;
+        v.parent_txg = 0;
+        v.rec.written_units = v.rec.used_units;
+        v.rec.total_units = v.rec.used_units;
+        v.dirty = true;
+        p.catalog_dirty = true;
+        p.commit()?;
+        Ok(stats)
+    }
+
+    /// Copy every data record born at or before `origin_txg`.
+    fn split_records(&self, vid: VolumeId, origin_txg: u64, stats: &mut SplitStats) -> Result<()> {
+        let gone = || Error::NotFound("volume deleted during split".into());
+        let mut after = None;
+        loop {
+            let mut p = self.lock();
+            p.writable()?;
+            let ids = {
+                let PoolInner { volumes, io, .. } = &mut *p;
+                volumes.get_mut(&vid).ok_or_else(gone)?.list_objects(io, after, 64)?
+            };
+            let Some(&last) = ids.last() else { return Ok(()) };
+            let mut pending = 0;
+            for obj in ids {
+                let (rs, size, old) = {
+                    let PoolInner { volumes, io, .. } = &mut *p;
+                    let dn = volumes.get_mut(&vid).ok_or_else(gone)?.dnode_phys(io, obj)?;
+                    let mut old: Vec<(u8, u64, BlockPtr)> = Vec::new();
+                    blocktree::walk(io, &dn.root, dn.levels, &mut |bp, level, first| {
+                        if bp.birth_txg <= origin_txg {
+                            old.push((level, first, *bp));
+                        }
+                        Ok(())
+                    })?;
+                    (dn.record_size as u64, dn.size, old)
+                };
+                // Old blocks stay allocated (the origin holds them) across the commits below.
+                for (level, first, bp) in old {
+                    let PoolInner { volumes, io, alloc, .. } = &mut *p;
+                    let v = volumes.get_mut(&vid).ok_or_else(gone)?;
+                    if level == 0 {
+                        // Only the bytes within the object: a record past its size is zeros and
+                        // writing them would grow it.
+                        let data = io.read_block(&bp)?;
+                        let len = size.saturating_sub(first * rs).min(rs) as usize;
+                        v.write(io, alloc, obj, first * rs, &data[..len.min(data.len())])?;
+                        stats.copied_bytes += rs;
+                        pending += rs;
+                    } else {
+                        let dn = v.dnode_phys(io, obj)?;
+                        if blocktree::lookup(io, &dn.root, dn.levels, first)?.is_hole() {
+                            // An old indirect block with no records under it: a hole placed
+                            // below it makes the path new.
+                            v.shared_records.insert((obj, first), BlockPtr::HOLE);
+                            v.dirty = true;
+                        }
+                    }
+                    if pending >= BATCH_BYTES {
+                        p.commit()?;
+                        pending = 0;
+                    }
+                }
+            }
+            after = Some(last);
+            p.commit()?;
+        }
+    }
+
+    /// Write every key of the volume tree again, so every node is born after the origin.
+    fn split_tree(&self, vid: VolumeId, stats: &mut SplitStats) -> Result<()> {
+        let mut start: Vec<u8> = Vec::new();
+        loop {
+            let mut p = self.lock();
+            p.writable()?;
+            let PoolInner { volumes, io, .. } = &mut *p;
+            let v = volumes.get_mut(&vid).ok_or_else(|| Error::NotFound("volume deleted during split".into()))?;
+            let batch = v.tree.range(io, &start, None, BATCH_KEYS)?;
+            let Some((last, _)) = batch.last() else { return Ok(()) };
+            start = last.clone();
+            start.push(0);
+            for (k, val) in &batch {
+                v.tree.insert(io, k, val)?;
+            }
+            v.dirty = true;
+            stats.rewritten_keys += batch.len() as u64;
+            p.commit()?;
+        }
+    }
+}
