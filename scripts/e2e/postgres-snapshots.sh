@@ -109,8 +109,7 @@ sleep 3
 
 log "clone the group and start a second PostgreSQL on it while the source runs"
 t0="$(now_s)"
-"$STRATA_BIN" clone create default/pgdata@s1 default/cdata
-"$STRATA_BIN" clone create default/pgwal@s1 default/cwal
+"$STRATA_BIN" clone create default/pgdata@s1 default/cdata --group pgwal:cwal # one txg
 "$STRATA_BIN" mount default/cdata "$M/cdata"
 "$STRATA_BIN" mount default/cwal "$M/cwal"
 # The clone's pg_wal link still names the source's WAL volume; point it at the clone's.
@@ -135,8 +134,7 @@ invariants "$PORT"
 
 log "stop the source and restore both volumes to the snapshot"
 pg pg_ctl stop -D "$M/data/pgdata" -m fast -w >/dev/null
-"$STRATA_BIN" restore default/pgdata@s1
-"$STRATA_BIN" restore default/pgwal@s1
+"$STRATA_BIN" restore default/pgdata@s1 --group pgwal # both volumes in one txg
 rm -f "$M/data/pgdata/postmaster.pid"
 start "$M/data/pgdata" "$PORT" "$WORK/source.log"
 [ "$(q "$PORT" -c "select count(*) from marks where id = 1")" = 1 ] || die "restored database lacks the row committed before the snapshot"

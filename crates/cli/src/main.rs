@@ -77,6 +77,9 @@ enum Command {
         /// where possible; the rest of the volume is untouched.
         #[arg(long)]
         file: Option<String>,
+        /// More volumes of a group snapshot to restore with it, in the same txg.
+        #[arg(long, value_delimiter = ',')]
+        group: Vec<String>,
     },
     /// Writable clones of snapshots.
     #[command(subcommand)]
@@ -329,7 +332,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             out(&v, &|_| println!("deleted volume {volume}"));
         }
         Command::Snapshot(cmd) => snapshot::run_snapshot(cmd, &c, cli.json)?,
-        Command::Restore { snapshot, file } => snapshot::run_restore(&snapshot, file.as_deref(), &c, cli.json)?,
+        Command::Restore { snapshot, file, group } => {
+            snapshot::run_restore(&snapshot, file.as_deref(), &group, &c, cli.json)?
+        }
         Command::Clone(cmd) => snapshot::run_clone(cmd, &c, cli.json)?,
         Command::Mount { volume: None, dir: None } => {
             let v = c.call("GET", "/v1/mounts", None)?;

@@ -86,7 +86,14 @@ fn print_policy(v: &Value) {
 #[derive(Subcommand)]
 pub enum CloneCmd {
     /// Make a writable volume POOL/NEW from POOL/VOLUME@SNAPSHOT, sharing all its blocks.
-    Create { origin: String, name: String },
+    Create {
+        origin: String,
+        name: String,
+        /// More clones in the same txg from the same snapshot name, VOLUME:NEW each (the
+        /// other volumes of a group snapshot), e.g. --group pgwal:pgwal-test.
+        #[arg(long, value_delimiter = ',')]
+        group: Vec<String>,
+    },
     /// Copy what clone POOL/VOLUME still shares with its origin, so the origin snapshot can
     /// be deleted (work and space proportional to what is shared).
     Split { volume: String },
@@ -203,10 +210,21 @@ pub fn run_snapshot(cmd: SnapshotCmd, c: &Client, json_out: bool) -> Result<(), 
     Ok(())
 }
 
-pub fn run_restore(snapshot: &str, file: Option<&str>, c: &Client, json_out: bool) -> Result<(), String> {
+pub fn run_restore(
+    snapshot: &str,
+    file: Option<&str>,
+    group: &[String],
+    c: &Client,
+    json_out: bool,
+) -> Result<(), String> {
     let (p, v, name) = split_snapshot(snapshot)?;
-    let r =
-        c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/restore"), Some(&json!({"snapshot": name, "file": file})))?;
+    let prefix = format!("{p}/");
+    let group: Vec<&str> = group.iter().map(|g| g.strip_prefix(&prefix).unwrap_or(g)).collect();
+    let r = c.call(
+        "POST",
+        &format!("/v1/pools/{p}/volumes/{v}/restore"),
+        Some(&json!({"snapshot": name, "file": file, "group": (!group.is_empty()).then_some(group.clone())})),
+    )?;
     if json_out {
         println!("{r}");
     } else if let Some(f) = file {
@@ -218,29 +236,45 @@ pub fn run_restore(snapshot: &str, file: Option<&str>, c: &Client, json_out: boo
             human(r["unchanged_bytes"].as_u64().unwrap_or(0))
         );
     } else {
-        println!("restored {p}/{v} to snapshot {name} (later snapshots kept)");
+        let all: Vec<String> = std::iter::once(v).chain(group.iter().copied()).map(|x| format!("{p}/{x}")).collect();
+        println!("restored {} to snapshot {name} (later snapshots kept)", all.join(", "));
     }
     Ok(())
 }
 
 pub fn run_clone(cmd: CloneCmd, c: &Client, json_out: bool) -> Result<(), String> {
     match cmd {
-        CloneCmd::Create { origin, name } => {
+        CloneCmd::Create { origin, name, group } => {
             let (p, v, snap) = split_snapshot(&origin)?;
             let new = match name.split_once('/') {
                 Some((np, nv)) if np == p => nv.to_string(),
                 Some((np, _)) => return Err(format!("a clone lives in its origin's pool ({p}), not {np}")),
                 None => name.clone(),
             };
+            let mut more = Vec::new();
+            for g in &group {
+                let (gv, gn) = g
+                    .split_once(':')
+                    .ok_or_else(|| format!("--group {g:?}: give VOLUME:NEW (e.g. pgwal:pgwal-test)"))?;
+                more.push(json!({"origin": format!("{gv}@{snap}"), "name": gn}));
+            }
             let r = c.call(
                 "POST",
                 &format!("/v1/pools/{p}/clones"),
-                Some(&json!({"origin": format!("{v}@{snap}"), "name": new})),
+                Some(&json!({"origin": format!("{v}@{snap}"), "name": new,
+                             "group": (!more.is_empty()).then_some(more)})),
             )?;
             if json_out {
                 println!("{r}");
             } else {
-                println!("created clone {p}/{new} of {origin}");
+                let rows = r.as_array().cloned().unwrap_or_else(|| vec![r.clone()]);
+                for x in rows {
+                    println!(
+                        "created clone {p}/{} of {p}/{}",
+                        x["name"].as_str().unwrap_or("?"),
+                        x["origin"].as_str().unwrap_or("?")
+                    );
+                }
             }
         }
         CloneCmd::Split { volume } => {

@@ -102,8 +102,14 @@ fn snapshot_restore_clone_and_their_errors() {
     assert_eq!(read(&mnt.join("a")), "one");
     assert_eq!(read(&mnt.join("sub/b")).len(), 100_000);
     assert_eq!(read(&mnt.join(".snapshot/s2/a")), "two", "the later snapshot survives the restore");
-    d.ok(&["restore", "default/db@s2"]);
+    let both = d.json(&["restore", "default/db@s2", "--group", "wal"]);
+    assert_eq!(both.as_array().map(|a| a.len()), Some(2), "a group restore: {both}");
     assert_eq!(read(&mnt.join("a")), "two");
+    let clones = d.json(&["clone", "create", "default/db@s2", "default/db2", "--group", "wal:wal2"]);
+    assert_eq!(clones.as_array().map(|a| a.len()), Some(2), "a group clone: {clones}");
+    d.fails(&["clone", "create", "default/db@s2", "default/db3", "--group", "wal"], "VOLUME:NEW");
+    d.ok(&["volume", "delete", "default/db2"]);
+    d.ok(&["volume", "delete", "default/wal2"]);
 
     // Bad input: precise errors, no panics.
     d.fails(&["snapshot", "create", "default/db"], "POOL/VOLUME@SNAPSHOT");

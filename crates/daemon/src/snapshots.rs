@@ -11,7 +11,7 @@ use crate::Daemon;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use strata_engine::SnapshotInfo;
 
 #[derive(Deserialize)]
@@ -28,6 +28,8 @@ struct CreateSnapshot {
 #[serde(deny_unknown_fields)]
 struct RestoreReq {
     snapshot: String,
+    /// More volumes of a group snapshot, restored in the same txg.
+    group: Option<Vec<String>>,
     /// Restore this one file (a path inside the volume) instead of the whole volume.
     file: Option<String>,
 }
@@ -36,6 +38,15 @@ struct RestoreReq {
 #[serde(deny_unknown_fields)]
 struct CloneReq {
     /// VOLUME@SNAPSHOT in the same pool.
+    origin: String,
+    name: String,
+    /// More clones made in the same txg (the other volumes of a group snapshot).
+    group: Option<Vec<CloneOne>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloneOne {
     origin: String,
     name: String,
 }
@@ -99,39 +110,59 @@ pub(crate) fn create(d: &Daemon, pool: &str, volumes: &[String], name: &str, qui
     Ok((201, if out.len() == 1 { out[0].clone() } else { Value::Array(out) }))
 }
 
-fn restore(d: &Daemon, pool: &str, vol: &str, snapshot: &str) -> Reply {
+/// Restore `vols` (one, or the volumes of a group snapshot) to their snapshots `snapshot`
+/// in one txg, unmounting and remounting the mounted ones.
+fn restore(d: &Daemon, pool: &str, vols: &[String], snapshot: &str) -> Reply {
     let p = d.pool(pool)?;
-    let id = p.volume_id(vol)?;
-    p.snapshot(vol, snapshot)?; // a clear NotFound before touching the mount
-    let _g = d.admin.lock().expect("admin");
-    if let Some(id) = d.nfs.exported(pool, vol) {
-        return Err(ApiError::conflict(
-            format!("volume {pool}/{vol} is exported over NFS (export {id})"),
-            "delete the export (`strata export delete`), restore, and export it again: NFS clients must not keep handles to files the restore replaces",
-        ));
+    for vol in vols {
+        p.snapshot(vol, snapshot)?; // a clear NotFound before touching any mount
     }
-    let at = mounted_at(d, pool, vol);
-    if let Some(path) = &at {
+    let _g = d.admin.lock().expect("admin");
+    for vol in vols {
+        if let Some(id) = d.nfs.exported(pool, vol) {
+            return Err(ApiError::conflict(
+                format!("volume {pool}/{vol} is exported over NFS (export {id})"),
+                "delete the export (`strata export delete`), restore, and export it again: NFS clients must not keep handles to files the restore replaces",
+            ));
+        }
+    }
+    let mounted: Vec<(String, PathBuf)> =
+        vols.iter().filter_map(|v| mounted_at(d, pool, v).map(|at| (v.clone(), at))).collect();
+    let mut unmounted: Vec<&(String, PathBuf)> = Vec::new();
+    for m in &mounted {
+        let (vol, path) = m;
         flush_mount(path);
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| ApiError::bad_request("mount path contains NUL", "fix the path"))?;
         // SAFETY: a plain umount2 of a path we mounted; fails with EBUSY while files are open.
         if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
             let e = std::io::Error::last_os_error();
+            for (v, at) in unmounted {
+                d.unmount(at, false)?;
+                d.mount(&format!("{pool}/{v}"), at, false)?;
+            }
             return Err(ApiError::conflict(
                 format!("volume {pool}/{vol} is in use at {}: {e}", path.display()),
                 "stop what has files open there (the database), then restore",
             ));
         }
+        unmounted.push(m);
+    }
+    for (_, path) in &mounted {
         d.unmount(path, false)?;
     }
-    let r = p.restore_volume(vol, snapshot);
-    if let Some(path) = &at {
+    let list: Vec<(&str, &str)> = vols.iter().map(|v| (v.as_str(), snapshot)).collect();
+    let r = p.restore_volumes(&list);
+    for (vol, path) in &mounted {
         d.mount(&format!("{pool}/{vol}"), path, false)?;
     }
     r?;
-    tracing::info!(pool, volume = vol, snapshot, "volume restored");
-    Ok((200, volume_json(pool, &p.volume_info(id)?, at.as_ref())))
+    tracing::info!(pool, volumes = ?vols, snapshot, "restored");
+    let mut out = Vec::new();
+    for vol in vols {
+        out.push(volume_json(pool, &p.volume_info(p.volume_id(vol)?)?, mounted_at(d, pool, vol).as_ref()));
+    }
+    Ok((200, if out.len() == 1 { out.remove(0) } else { Value::Array(out) }))
 }
 
 fn restore_file(d: &Daemon, pool: &str, vol: &str, snapshot: &str, file: &str) -> Reply {
@@ -207,25 +238,36 @@ pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_htt
         ("POST", ["v1", "pools", p, "volumes", v, "restore"]) => (|| {
             let b: RestoreReq = body(req)?;
             match &b.file {
+                Some(_) if b.group.is_some() => {
+                    Err(ApiError::bad_request("\"file\" and \"group\" together", "restore one file of one volume"))
+                }
                 Some(f) => restore_file(d, p, v, &b.snapshot, f),
-                None => restore(d, p, v, &b.snapshot),
+                None => {
+                    let mut vols = vec![v.to_string()];
+                    vols.extend(b.group.unwrap_or_default());
+                    restore(d, p, &vols, &b.snapshot)
+                }
             }
         })(),
         ("POST", ["v1", "pools", p, "clones"]) => (|| {
             let b: CloneReq = body(req)?;
-            let (v, s) = parse_origin(&b.origin)?;
+            let mut all = vec![(b.origin.clone(), b.name.clone())];
+            all.extend(b.group.unwrap_or_default().into_iter().map(|c| (c.origin, c.name)));
+            let mut list = Vec::new();
+            for (origin, name) in &all {
+                let (v, s) = parse_origin(origin)?;
+                list.push((v, s, name.as_str()));
+            }
             let pool = d.pool(p)?;
             let _g = d.admin.lock().expect("admin");
             let t0 = std::time::Instant::now();
-            let id = pool.clone_volume(v, s, &b.name)?;
-            tracing::info!(
-                pool = p,
-                origin = b.origin,
-                name = b.name,
-                ms = t0.elapsed().as_secs_f64() * 1e3,
-                "clone created"
-            );
-            Ok((201, volume_json(p, &pool.volume_info(id)?, None)))
+            let ids = pool.clone_volumes(&list)?;
+            tracing::info!(pool = p, clones = ?all, ms = t0.elapsed().as_secs_f64() * 1e3, "clones created");
+            let mut out = Vec::new();
+            for id in ids {
+                out.push(volume_json(p, &pool.volume_info(id)?, None));
+            }
+            Ok((201, if out.len() == 1 { out.remove(0) } else { Value::Array(out) }))
         })(),
         ("POST", ["v1", "pools", p, "volumes", v, "split"]) => (|| {
             let pool = d.pool(p)?;

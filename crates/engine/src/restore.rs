@@ -1,4 +1,12 @@
-//! Single-file restore: make one object of a volume equal to an object of one of its
+//! Restore: a whole volume (or the volumes of a group snapshot, in one txg) to a snapshot,
+//! and single-file restore.
+//!
+//! A volume restore makes the head's tree the snapshot's (constant metadata), frees what the
+//! head wrote since its parent snapshot (the blocks only it held), drops its deadlist and
+//! takes the snapshot as its parent. Every snapshot stays, later ones included: if they
+//! exist, the history branches at the restored snapshot (see snapshot.rs, "pinned").
+//!
+//! Single-file restore makes one object of a volume equal to an object of one of its
 //! snapshots, sharing blocks where that is safe and copying where it is not.
 //!
 //! Which blocks can be shared: exactly those on the head's deadlist. D(head) is the set of
@@ -13,13 +21,14 @@
 //! copies more than `COPY_BATCH` bytes commits in between, so a crash may leave the file
 //! partly restored: run the restore again.
 
-use crate::error::{Error, Result};
+use crate::error::{Corruption, Error, Result};
+use crate::format::records::VolumeRecordPhys;
 use crate::format::BlockPtr;
 use crate::pool::{Pool, PoolInner, VolumeId};
-use crate::snapshot::deadlist_key;
+use crate::snapshot::{collect_born_after, deadlist_key};
 use crate::tree::blocktree;
-use crate::volume::ObjectId;
-use std::collections::BTreeSet;
+use crate::volume::{ObjectId, VolumeState};
+use std::collections::{BTreeSet, HashSet};
 
 /// Copied bytes held in memory before an intermediate commit.
 const COPY_BATCH: u64 = 256 << 20;
@@ -35,6 +44,73 @@ pub struct FileRestoreStats {
 }
 
 impl Pool {
+    /// Make the volume's contents those of its snapshot `name` (see the module comment).
+    /// The volume must not be in use by a file system above.
+    pub fn restore_volume(&self, volume: &str, name: &str) -> Result<()> {
+        self.restore_volumes(&[(volume, name)])
+    }
+
+    /// Restore several volumes, each to its own snapshot, in one txg: all or none (the
+    /// volumes of a group snapshot: a database's data and log).
+    pub fn restore_volumes(&self, list: &[(&str, &str)]) -> Result<()> {
+        let mut p = self.lock();
+        p.writable()?;
+        p.commit()?;
+        let mut plan = Vec::new();
+        for (volume, name) in list {
+            let vid = p.volume_id(volume)?;
+            if plan.iter().any(|(v, _, _): &(VolumeId, u64, Vec<BlockPtr>)| *v == vid) {
+                return Err(Error::invalid(format!("volume {volume} named twice")));
+            }
+            let sid = p.snapshot_id(vid, name)?;
+            let head = &p.volumes[&vid];
+            let mut freed = Vec::new();
+            collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
+            let units: u64 = freed.iter().map(|b| b.units()).sum();
+            if units != head.rec.written_units {
+                return Err(Corruption::new(
+                    "volume record",
+                    None,
+                    format!(
+                        "volume {volume}: blocks born since its parent snapshot occupy {units} units, the record says {}; run `strata check`",
+                        head.rec.written_units
+                    ),
+                )
+                .into());
+            }
+            plan.push((vid, sid, freed));
+        }
+        for (vid, sid, freed) in plan {
+            let old = p.volumes[&vid].rec.clone();
+            for bp in p.deadlist_entries(old.deadlist, 0)? {
+                let PoolInner { catalog, io, .. } = &mut *p;
+                catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
+            }
+            let s = p.snapshots[&sid].rec.clone();
+            let dl = p.new_id();
+            let units: u64 = freed.iter().map(|b| b.units()).sum();
+            let rec = VolumeRecordPhys {
+                tree_root: s.tree_root,
+                next_object_id: old.next_object_id.max(s.next_object_id),
+                used_units: s.referenced_units,
+                parent: sid,
+                deadlist: dl,
+                written_units: 0,
+                total_units: old.total_units - units,
+                ..old
+            };
+            let name = p.volumes[&vid].name.clone();
+            let mut v = VolumeState::new(name, rec);
+            v.parent_txg = s.txg;
+            v.dirty = true;
+            p.volumes.insert(vid, v);
+            p.catalog_released.extend(freed);
+        }
+        p.catalog_dirty = true;
+        p.commit_always()?;
+        Ok(())
+    }
+
     /// Make object `obj` of volume `vol` hold exactly the data (and size) of object `src` of
     /// the snapshot view `view` (see [`Pool::open_snapshot_view`]). The object's attribute
     /// is left alone: the caller decides what else to restore.

@@ -1,4 +1,10 @@
-//! Clone split: make a clone independent of its origin snapshot, so that the snapshot (and
+//! Clones: writable volumes made from snapshots, and clone split.
+//!
+//! A clone is a new volume record whose tree root is the snapshot's and whose parent (and
+//! origin) is the snapshot: constant work at any size. Several clones can be made in one
+//! txg, from the snapshots of one group snapshot.
+//!
+//! Clone split makes a clone independent of its origin snapshot, so that the snapshot (and
 //! the volume it belongs to) can be deleted.
 //!
 //! Every block of the clone born at or before the origin's txg is still shared with the
@@ -11,10 +17,12 @@
 //! FlexClone split does too); the pool's lock is held for each batch, not for the whole.
 
 use crate::error::{Error, Result};
+use crate::format::records::VolumeRecordPhys;
 use crate::format::BlockPtr;
-use crate::pool::{Pool, PoolInner, VolumeId};
+use crate::pool::{validate_volume_name, Pool, PoolInner, VolumeId};
 use crate::snapshot::collect_born_after;
 use crate::tree::blocktree;
+use crate::volume::VolumeState;
 use std::collections::HashSet;
 
 /// Data copied, or keys rewritten, between commits.
@@ -28,6 +36,59 @@ pub struct SplitStats {
 }
 
 impl Pool {
+    /// A new writable volume `new_name` whose contents are snapshot `volume@name`, sharing
+    /// every block with it.
+    pub fn clone_volume(&self, volume: &str, name: &str, new_name: &str) -> Result<VolumeId> {
+        Ok(self.clone_volumes(&[(volume, name, new_name)])?[0])
+    }
+
+    /// Several clones in one txg: (volume, snapshot, new name) each.
+    pub fn clone_volumes(&self, list: &[(&str, &str, &str)]) -> Result<Vec<VolumeId>> {
+        let mut p = self.lock();
+        p.writable()?;
+        let mut plan = Vec::new();
+        for (i, (volume, name, new_name)) in list.iter().enumerate() {
+            validate_volume_name(new_name)?;
+            if p.by_name.contains_key(*new_name) || list[..i].iter().any(|(_, _, n)| n == new_name) {
+                return Err(Error::AlreadyExists(format!("volume {new_name} in pool {}", p.label.pool_name)));
+            }
+            let vid = p.volume_id(volume)?;
+            plan.push((vid, p.snapshot_id(vid, name)?, new_name.to_string()));
+        }
+        let mut ids = Vec::new();
+        for (vid, sid, new_name) in plan {
+            let s = p.snapshots[&sid].rec.clone();
+            let src = p.volumes[&vid].rec.clone();
+            let id = VolumeId(p.new_id());
+            let dl = p.new_id();
+            let rec = VolumeRecordPhys {
+                id: id.0,
+                record_size: src.record_size,
+                sync_policy: src.sync_policy,
+                tree_root: s.tree_root,
+                next_object_id: s.next_object_id,
+                used_units: s.referenced_units,
+                created_txg: p.next_txg,
+                created_ns: p.clock.now_ns(),
+                quota_bytes: src.quota_bytes,
+                parent: sid,
+                deadlist: dl,
+                written_units: 0,
+                origin: sid,
+                total_units: 0,
+            };
+            let mut v = VolumeState::new(new_name.clone(), rec);
+            v.parent_txg = s.txg;
+            v.dirty = true;
+            p.volumes.insert(id, v);
+            p.by_name.insert(new_name, id);
+            ids.push(id);
+        }
+        p.catalog_dirty = true;
+        p.commit_always()?;
+        Ok(ids)
+    }
+
     /// Copy what clone `name` shares with its origin and detach it (see the module comment).
     pub fn split_clone(&self, name: &str) -> Result<SplitStats> {
         let (vid, origin_txg) = {
