@@ -49,5 +49,8 @@ scripts/e2e/mariadb.sh
 echo "== NFSv3 through libnfs clients (every procedure, errors, restart)"
 scripts/e2e/nfs.sh
 
+echo "== MariaDB snapshots: quiesced snapshot under sysbench, clone beside the source, restore"
+scripts/e2e/mariadb-snapshots.sh
+
 echo "== unit, property, crash, fault and daemon tests"
 cargo nextest run --workspace --no-fail-fast --failure-output final
