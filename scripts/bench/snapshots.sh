@@ -40,11 +40,12 @@ cargo build --release -q -p strata-cli
 # shellcheck source=scripts/e2e/strata-env.sh
 source scripts/e2e/strata-env.sh
 strata_fresh
-trap 'set +e; for d in "$STRATA_E2E_DIR"/mnt/*/pgdata; do runuser -u postgres -- $PG_BIN/pg_ctl stop -D "$d" -m immediate >/dev/null 2>&1; done; strata_stop' EXIT
+trap 'trap - ERR; set +e; for d in "$STRATA_E2E_DIR"/mnt/*/pgdata; do runuser -u postgres -- $PG_BIN/pg_ctl stop -D "$d" -m immediate >/dev/null 2>&1; done; strata_stop' EXIT
 strata_start
 M="$STRATA_E2E_DIR/mnt"
 SOCK="$STRATA_E2E_DIR/sock"
-mkdir -p "$SOCK" && chown postgres: "$SOCK" && chmod 755 "$STRATA_E2E_DIR"
+LOGS="$STRATA_E2E_DIR/logs"
+mkdir -p "$SOCK" "$LOGS" && chown postgres: "$SOCK" "$LOGS" && chmod 755 "$STRATA_E2E_DIR"
 RESULTS="$STRATA_E2E_DIR/results.md"
 : >"$RESULTS"
 row() { printf '%s\n' "$*" | tee -a "$RESULTS"; }
@@ -60,7 +61,7 @@ pg_init() { # VOLUME PORT SCALE
   "$PG_BIN/psql" -X -q -h "$SOCK" -p "$2" -U postgres -c "create database bench"
   "$PG_BIN/pgbench" -h "$SOCK" -p "$2" -U postgres -i -q -I dtGvp -s "$3" bench >/dev/null 2>&1
 }
-pg_start() { runuser -u postgres -- "$PG_BIN/pg_ctl" start -D "$M/$1/pgdata" -l "$STRATA_E2E_DIR/$1.log" -w -t 600 \
+pg_start() { runuser -u postgres -- "$PG_BIN/pg_ctl" start -D "$M/$1/pgdata" -l "$LOGS/$1.log" -w -t 600 \
   -o "-p $2 -k $SOCK -c listen_addresses=''" >/dev/null; }
 pg_stop() { runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$M/$1/pgdata" -m fast -w >/dev/null; }
 tps() { # PORT SECONDS
@@ -138,7 +139,9 @@ dbsize="$("$PG_BIN/psql" -X -At -h "$SOCK" -p 55480 -U postgres -d bench -c "sel
 "$PG_BIN/pgbench" -h "$SOCK" -p 55480 -U postgres -c 4 -j 2 -T 30 -n bench >/dev/null 2>&1 &
 bench=$!
 sleep 10
-"$STRATA_BIN" snapshot create default/big@forclone >/dev/null
+# As an administrator cloning a running database would: quiesce (CHECKPOINT), so the clone
+# replays seconds of WAL, not everything since the last timed checkpoint.
+"$STRATA_BIN" snapshot create default/big@forclone --quiesce "postgresql://postgres@/bench?host=$SOCK&port=55480" >/dev/null
 t0="$(now_s)"
 "$STRATA_BIN" clone create default/big@forclone default/bigclone >/dev/null
 clone_ms="$(ms_since "$t0")"
@@ -149,7 +152,7 @@ pg_start bigclone 55481
 ready_s="$(elapsed_since "$t0")"
 wait "$bench" || true
 row ""
-row "## Clone of a $dbsize database (pgbench scale $CLONE_SCALE, loaded in $load_s s) under pgbench load"
+row "## Clone of a $dbsize database (pgbench scale $CLONE_SCALE, loaded in $load_s s) under pgbench load, from a --quiesce snapshot"
 row ""
 row "| clone create (API) | clone create -> PostgreSQL accepting queries |"
 row "|---:|---:|"
