@@ -121,3 +121,22 @@ def test_export_list_and_mount_list(rw_export):
     exports = json.loads(strata("--json", "export", "list").stdout)
     mine = [e for e in exports if e["path"] == rw_export]
     assert mine and mine[0]["active"] and mine[0]["nfs_port"] == PORT
+
+
+def test_snapshots_are_read_only_under_dot_snapshot(lib, rw_export):
+    """Snapshots are reachable through the export's hidden .snapshot directory, read-only."""
+    name = "/snapfile-" + uuid.uuid4().hex[:8]
+    assert lib.write_file(name, b"before") == 0
+    snap = "nfs" + uuid.uuid4().hex[:8]
+    strata("snapshot", "create", f"default/{rw_export.strip('/').split('/')[-1]}@{snap}")
+    assert lib.write_file(name, b"after!") == 0
+    r, data = lib.read_file(f"/.snapshot/{snap}{name}")
+    assert r == 0 and data == b"before"
+    r, data = lib.read_file(name)
+    assert r == 0 and data == b"after!"
+    r, names = lib.listdir("/.snapshot")
+    assert r == 0 and snap in names
+    r, top = lib.listdir("/")
+    assert r == 0 and ".snapshot" not in top, "hidden from the root's listing"
+    assert lib.write_file(f"/.snapshot/{snap}{name}", b"no") == -errno.EROFS
+    assert lib.L.nfs_unlink(lib.ctx, f"/.snapshot/{snap}{name}") == -errno.EROFS
