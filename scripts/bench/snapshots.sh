@@ -12,7 +12,8 @@
 #   SMALL=1 bash scripts/bench/snapshots.sh    (quick smoke: small sizes, a few minutes)
 #
 # Environment: FILL_SMALL_GIB / FILL_LARGE_GIB (1 / 20), SNAPS (500), PG_SECONDS (60),
-# CLONE_SCALE (680, ~10 GiB), LAT_SNAPS (20 snapshots per size), OUT (docs/benchmarks/snapshots.md)
+# CLONE_SCALE (680, ~10 GiB), LAT_SNAPS (20 snapshots per size), OUT (docs/benchmarks/snapshots.md),
+# PARTS (default "1 2 3": which of the three to run)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
@@ -29,9 +30,11 @@ SNAPS="${SNAPS:-500}"
 PG_SECONDS="${PG_SECONDS:-60}"
 CLONE_SCALE="${CLONE_SCALE:-680}"
 LAT_SNAPS="${LAT_SNAPS:-20}"
+PARTS="${PARTS:-1 2 3}"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT="${OUT:-$ROOT/docs/benchmarks/snapshots.md}"
 PG_BIN=/usr/lib/postgresql/15/bin
-export STRATA_E2E_DIR=/var/tmp/strata-bench-snap STRATA_API=127.0.0.1:7451 STRATA_POOL_SIZE=64G
+export STRATA_E2E_DIR=/var/tmp/strata-bench-snap STRATA_API=127.0.0.1:7451 STRATA_POOL_SIZE=56G
 export STRATA_BIN="$ROOT/target/release/strata"
 [ "$(id -u)" -eq 0 ] || die "run as root"
 ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" -- postgresql-15 postgresql-contrib
@@ -70,6 +73,7 @@ tps() { # PORT SECONDS
 }
 
 # ------------------------------------------------------------------ 1. create latency vs size
+if part 1; then
 row "## Snapshot create latency under pgbench load (4 clients), $LAT_SNAPS snapshots each"
 row ""
 row "| volume size | median ms | p90 ms | max ms |"
@@ -81,7 +85,9 @@ for gib in "$FILL_SMALL_GIB" "$FILL_LARGE_GIB"; do
   log "[$gib GiB] filling the volume"
   mb="$(awk -v g="$gib" 'BEGIN { printf "%d", g * 1024 }')"
   head -c "$((mb * 1024 * 1024))" /dev/urandom >"$M/$vol/fill"
+  sync -f "$M/$vol/fill" # data at rest: not gigabytes of dirty pages for the first syncfs
   pg_init "$vol" "$port" 10
+  "$PG_BIN/psql" -X -q -h "$SOCK" -p "$port" -U postgres -c checkpoint
   "$PG_BIN/pgbench" -h "$SOCK" -p "$port" -U postgres -c 4 -j 2 -T $((LAT_SNAPS * 2 + 10)) -n bench >/dev/null 2>&1 &
   bench=$!
   sleep 5
@@ -99,8 +105,10 @@ for gib in "$FILL_SMALL_GIB" "$FILL_LARGE_GIB"; do
   pg_stop "$vol"
   port=$((port + 1))
 done
+fi
 
 # ------------------------------------------------------------------ 2. TPS with 0 / N snapshots
+if part 2; then
 log "pgbench scale 50 for the TPS runs"
 strata_mount tps "$M/tps"
 pg_init tps 55470 50
@@ -128,8 +136,10 @@ row "| 0 (after deleting them) | $c |"
 row ""
 row "Ratio $SNAPS / mean(0, 0): **$(awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN { printf "%.3f", b / ((a + c) / 2) }')** (target >= 0.97). Deleting the $SNAPS snapshots took $(awk -v m="$del_ms" 'BEGIN { printf "%.1f", m / 1000 }') s."
 pg_stop tps
+fi
 
 # ------------------------------------------------------------------ 3. clone of a big database
+if part 3; then
 log "pgbench scale $CLONE_SCALE for the clone test"
 strata_mount big "$M/big"
 t0="$(now_s)"
@@ -159,12 +169,13 @@ row "|---:|---:|"
 row "| $clone_ms ms | $ready_s s |"
 pg_stop bigclone
 pg_stop big
+fi
 
 mkdir -p "$(dirname "$OUT")"
 {
   echo "# Snapshot benchmarks"
   echo
-  echo "Command: \`bash scripts/bench/snapshots.sh\`$( [ "${SMALL:-0}" = 1 ] && echo ' with SMALL=1 (smoke sizes)')."
+  echo "Command: \`PARTS=\"$PARTS\" bash scripts/bench/snapshots.sh\`$( [ "${SMALL:-0}" = 1 ] && echo ' with SMALL=1 (smoke sizes)')."
   echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -r);"
   echo "pool: sparse image on $(df -T /var/tmp | awk 'NR == 2 { print $2 }'); release build; $(date -u +%F)."
   echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine: compare within a run)."
