@@ -5,7 +5,9 @@
 //! order and key bounds in every B+tree node; child levels; block kinds per tree level;
 //! dnode sanity (records within the object's size and levels, record sizes); that no unit
 //! is referenced twice; that birth txgs are not in the future; that each volume's recorded
-//! space equals what its blocks occupy; and that the space map on disk marks exactly the
+//! space equals what its blocks occupy and its recorded savings what its data records save
+//! (compressed records are decoded when data is verified); that reservations name volumes;
+//! and that the space map on disk marks exactly the
 //! referenced units (no block both free and used, no leaked block) and agrees with the
 //! root's own total.
 //!
@@ -16,7 +18,8 @@ use crate::alloc::Allocator;
 use crate::error::Result;
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, VolumeRecordPhys};
-use crate::format::{BlockKind, BlockPtr};
+use crate::format::space::{PoolSpacePhys, VolumeSpacePhys, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
+use crate::format::{BlockKind, BlockPtr, Compression};
 use crate::pipeline::BlockIo;
 use crate::pool::Pool;
 use crate::tree::blocktree;
@@ -44,6 +47,10 @@ pub struct CheckReport {
     pub referenced_units: u64,
     pub allocated_units: u64,
     pub data_bytes_verified: u64,
+    /// Data records stored compressed.
+    pub compressed_blocks: u64,
+    /// What the data records save against storing every record whole and raw.
+    pub saved_bytes: u64,
     /// Invariant violations; empty means the pool is consistent.
     pub errors: Vec<String>,
     /// Things worth knowing that are not violations (fallbacks, skipped torn roots).
@@ -82,6 +89,8 @@ struct Checker<'a> {
     referenced: Vec<u64>,
     report: CheckReport,
     geo: crate::alloc::Geometry,
+    /// The labels carry INCOMPAT_COMPRESSION (required before any compressed block).
+    compression_feature: bool,
 }
 
 impl Checker<'_> {
@@ -178,8 +187,10 @@ impl Checker<'_> {
         }
     }
 
-    fn object(&mut self, ctx: &str, dn: &DnodePhys) -> u64 {
+    /// Returns (units the object's blocks occupy, bytes its data records save).
+    fn object(&mut self, ctx: &str, dn: &DnodePhys) -> (u64, u64) {
         let mut units = 0;
+        let mut saved = 0;
         let mut data_units = 0;
         let mut blocks: Vec<(BlockPtr, u8, u64)> = Vec::new();
         let walked = blocktree::walk(self.io, &dn.root, dn.levels, &mut |bp, level, first| {
@@ -201,6 +212,16 @@ impl Checker<'_> {
             }
             self.report.data_blocks += 1;
             data_units += bp.units();
+            saved += crate::volume::data_saved_bytes(&bp);
+            if bp.compression != Compression::None {
+                self.report.compressed_blocks += 1;
+                if !self.compression_feature {
+                    self.err(format!(
+                        "{ctx}: record {first} is stored {:?}-compressed but the pool labels lack the compression feature",
+                        bp.compression
+                    ));
+                }
+            }
             if first >= records {
                 self.err(format!("{ctx}: record {first} exists past the object's size {}", dn.size));
             }
@@ -220,12 +241,31 @@ impl Checker<'_> {
         if data_units != dn.data_units {
             self.err(format!("{ctx}: data records occupy {data_units} units, the dnode records {}", dn.data_units));
         }
-        units
+        (units, saved)
+    }
+
+    /// A reservation (it must name a volume) or the pool's space settings.
+    fn space_entry(&mut self, k: &[u8], v: &[u8], vols: &[(String, VolumeRecordPhys)]) {
+        if k == [KEY_POOL_SPACE] {
+            if let Err(e) = PoolSpacePhys::decode(v) {
+                self.err(format!("catalog pool space settings: {e}"));
+            }
+            return;
+        }
+        let name = String::from_utf8_lossy(&k[1..]);
+        match VolumeSpacePhys::decode(v) {
+            Err(e) => self.err(format!("catalog reservation of {name:?}: {e}")),
+            Ok(_) if k[0] != KEY_VOLUME_SPACE || !vols.iter().any(|(n, _)| *n == name) => {
+                self.err(format!("catalog entry {k:02x?}: a reservation for no volume"))
+            }
+            Ok(_) => {}
+        }
     }
 
     fn volume(&mut self, name: &str, rec: &VolumeRecordPhys) {
         let ctx = format!("volume {name}");
         let mut object_units = 0;
+        let mut saved = 0;
         let mut objects = 0;
         let mut max_id = 0;
         let tree_units = self.btree(&rec.tree_root, &ctx, &mut |c: &mut Self, k: &[u8], v: &[u8]| {
@@ -239,7 +279,11 @@ impl Checker<'_> {
             max_id = max_id.max(id);
             objects += 1;
             match DnodePhys::decode(v) {
-                Ok(dn) => object_units += c.object(&format!("{ctx} object {id}"), &dn),
+                Ok(dn) => {
+                    let (u, s) = c.object(&format!("{ctx} object {id}"), &dn);
+                    object_units += u;
+                    saved += s;
+                }
                 Err(e) => c.err(format!("{ctx} object {id}: {e}")),
             }
         });
@@ -251,6 +295,14 @@ impl Checker<'_> {
         if total != rec.used_units {
             self.err(format!("{ctx}: blocks occupy {total} units but the volume records {}", rec.used_units));
         }
+        match rec.saved_bytes {
+            Some(s) if s != saved => {
+                self.err(format!("{ctx}: data records save {saved} bytes but the volume records {s}"))
+            }
+            Some(_) => {}
+            None => self.report.notes.push(format!("{ctx}: savings not tracked (written by an older build)")),
+        }
+        self.report.saved_bytes += saved;
     }
 }
 
@@ -267,20 +319,27 @@ impl Pool {
             referenced: vec![0; geo.data_units.div_ceil(64) as usize],
             report: CheckReport { txg: root.txg, notes: p.open_notes.clone(), ..Default::default() },
             geo,
+            compression_feature: p.label.features.incompat & crate::format::features::INCOMPAT_COMPRESSION != 0,
         };
         let mut vols: Vec<(String, VolumeRecordPhys)> = Vec::new();
         let mut max_vol_id = 0;
-        c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| match (
-            std::str::from_utf8(&k[1..]),
-            VolumeRecordPhys::decode(v),
-        ) {
-            (Ok(name), Ok(rec)) if k[0] == 0x01 => {
-                max_vol_id = max_vol_id.max(rec.id);
-                vols.push((name.to_string(), rec))
+        let mut space_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| {
+            if matches!(k.first(), Some(&KEY_VOLUME_SPACE) | Some(&KEY_POOL_SPACE)) {
+                return space_entries.push((k.to_vec(), v.to_vec()));
             }
-            (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
-            _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
+            match (std::str::from_utf8(&k[1..]), VolumeRecordPhys::decode(v)) {
+                (Ok(name), Ok(rec)) if k[0] == 0x01 => {
+                    max_vol_id = max_vol_id.max(rec.id);
+                    vols.push((name.to_string(), rec))
+                }
+                (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
+                _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
+            }
         });
+        for (k, v) in &space_entries {
+            c.space_entry(k, v, &vols);
+        }
         if max_vol_id >= root.next_volume_id && !vols.is_empty() {
             c.err(format!("volume id {max_vol_id} exists but the next id is {}", root.next_volume_id));
         }

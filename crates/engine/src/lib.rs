@@ -13,12 +13,14 @@
 pub mod alloc;
 pub mod check;
 pub mod clock;
+pub mod compress;
 pub mod device;
 pub mod error;
 pub mod format;
 pub mod intent_log;
 pub mod pipeline;
 pub mod pool;
+pub mod space;
 pub mod tree;
 pub mod txg;
 pub mod txn;
@@ -26,9 +28,11 @@ pub mod volume;
 
 pub use check::{CheckOptions, CheckReport};
 pub use clock::{Clock, ManualClock};
+pub use compress::CompressionPolicy;
 pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
 pub use error::{Corruption, Error, ErrorKind, Result};
 pub use format::ChecksumAlgo;
 pub use pool::{CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions};
+pub use space::{PoolSpace, VolumeSpace};
 pub use txn::{SpaceInfo, Txn};
 pub use volume::ObjectId;

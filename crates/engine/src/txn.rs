@@ -61,7 +61,13 @@ impl<'a> Txn<'a> {
             self.p.writable()?;
         }
         let PoolInner { volumes, io, alloc, .. } = &mut *self.p;
+        let held = if write && volumes.values().any(|v| v.reservation_bytes > 0) {
+            crate::space::held_for_others(volumes, vol)
+        } else {
+            0
+        };
         let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        v.held_for_others_units = held;
         Ok((v, io, alloc))
     }
 

@@ -69,6 +69,11 @@ pub struct VolumeState {
     released: Vec<BlockPtr>,
     /// Something changed since the last sync.
     pub dirty: bool,
+    /// Space the pool keeps for this volume (space.rs); 0 = thin.
+    pub reservation_bytes: u64,
+    /// Units other volumes' reservations keep from this one, refreshed by the `Txn` before
+    /// each writing operation (space.rs `held_for_others`).
+    pub held_for_others_units: u64,
 }
 
 impl VolumeState {
@@ -84,6 +89,8 @@ impl VolumeState {
             reserved_units: 0,
             released: Vec::new(),
             dirty: false,
+            reservation_bytes: 0,
+            held_for_others_units: 0,
         }
     }
 
@@ -227,10 +234,14 @@ impl VolumeState {
                 )));
             }
         }
-        if !alloc.reserve(units) {
+        // Other volumes' unused reservations are not ours to take; our own is (it is part of
+        // what the allocator counts as available).
+        let available = alloc.available_units().saturating_sub(self.held_for_others_units);
+        if units > available || !alloc.reserve(units) {
             return Err(Error::NoSpace(format!(
-                "pool has {} bytes available, volume {} needs {} more",
-                alloc.available_units() * UNIT_SIZE,
+                "pool has {} bytes available{}, volume {} needs {} more",
+                available * UNIT_SIZE,
+                if self.held_for_others_units > 0 { " outside other volumes' reservations" } else { "" },
                 self.name,
                 units * UNIT_SIZE
             )));
@@ -531,6 +542,7 @@ impl VolumeState {
         let dirty = std::mem::take(&mut self.dirty_records);
         self.dirty_bytes = 0;
         self.reserved_units = 0;
+        let mut saved_added = 0u64;
         let mut it = dirty.into_iter().peekable();
         while let Some(((obj, recno), content)) = it.next() {
             let mut group = vec![(recno, content)];
@@ -544,9 +556,17 @@ impl VolumeState {
             let mut updates = Vec::with_capacity(group.len());
             for (r, content) in group {
                 let bp = match content {
-                    Some(buf) if buf.iter().any(|&b| b != 0) => io.write_block(alloc, BlockKind::Data, &buf, txg)?,
-                    _ => BlockPtr::HOLE,
+                    Some(buf) if buf.iter().any(|&b| b != 0) => {
+                        io.write_data(alloc, &buf, txg, self.rec.compression)?
+                    }
+                    Some(_) => {
+                        // Zero detection: an all-zero record the application wrote is a hole.
+                        io.stats.zero_records_elided.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        BlockPtr::HOLE
+                    }
+                    None => BlockPtr::HOLE,
                 };
+                saved_added += data_saved_bytes(&bp);
                 updates.push((r, bp));
             }
             let st = self.objects.get_mut(&obj).expect("objects with dirty records stay cached until sync");
@@ -579,6 +599,14 @@ impl VolumeState {
         let dropped: u64 = mine.iter().map(|bp| bp.units()).sum();
         self.rec.used_units =
             (self.rec.used_units + added).checked_sub(dropped).expect("a volume never frees more than it holds");
+        if let Some(saved) = self.rec.saved_bytes {
+            let saved_dropped: u64 = mine.iter().map(data_saved_bytes).sum();
+            self.rec.saved_bytes = Some(
+                (saved + saved_added)
+                    .checked_sub(saved_dropped)
+                    .expect("a volume never drops savings it did not count"),
+            );
+        }
         released.extend(mine);
         if self.objects.len() > DNODE_CACHE_MAX {
             self.objects.clear();
@@ -608,6 +636,15 @@ impl VolumeState {
         })?;
         Ok(out)
     }
+}
+
+/// What a data block saves against storing its whole record raw: lsize − occupied bytes
+/// (compression and zero-tail trimming). Zero for holes and metadata.
+pub(crate) fn data_saved_bytes(bp: &BlockPtr) -> u64 {
+    if bp.is_hole() || bp.kind != BlockKind::Data {
+        return 0;
+    }
+    (bp.lsize as u64).saturating_sub(bp.units() * UNIT_SIZE)
 }
 
 /// Units a dirty record may take when written: the record plus a unit for its share of

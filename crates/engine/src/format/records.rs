@@ -17,19 +17,24 @@
 //! ```text
 //!   0  id              u64
 //!   8  record_size     u32   default record size of new objects
-//!  12  flags           u32   bits 0-1: sync policy (0 standard, 1 always, 2 disabled)
+//!  12  flags           u32   bits 0-7: sync policy (0 standard, 1 always, 2 disabled);
+//!                            bits 8-15: compression (0 off, 1 lz4, 2 zstd);
+//!                            bits 16-23: zstd level (1-19; 0 otherwise); 24-31 zero
 //!  16  tree_root       BlockPtrPhys (64)  root of the volume's B+tree
 //!  80  next_object_id  u64
 //!  88  used_units      u64   units referenced by this volume (data + metadata)
 //!  96  created_txg     u64
 //! 104  created_ns      u64
 //! 112  quota_bytes     u64   size limit; 0 = none
-//! 120  reserved        [u8; 8]
+//! 120  saved_plus_one  u64   bytes the volume's data records save against storing every
+//!                            record at its full size (compression and zero-tail trimming),
+//!                            plus one; 0 = not tracked (written by a build before it)
 //! ```
 
 use super::codec::{Reader, Writer};
 use super::node::INDIRECT_SHIFT;
 use super::BlockPtr;
+use crate::compress::CompressionPolicy;
 use crate::error::Corruption;
 
 pub const ATTR_MAX: usize = 512;
@@ -110,19 +115,27 @@ pub struct VolumeRecordPhys {
     pub created_txg: u64,
     pub created_ns: u64,
     pub quota_bytes: u64,
+    /// How new data records are compressed.
+    pub compression: CompressionPolicy,
+    /// Σ over the volume's data records of lsize − units × UNIT_SIZE (what compression and
+    /// zero-tail trimming save); `None` for volumes last written by a build that did not
+    /// track it. Logical bytes = used + saved (docs/efficiency.md).
+    pub saved_bytes: Option<u64>,
 }
 
 impl VolumeRecordPhys {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(VOLUME_RECORD_SIZE);
-        w.u64(self.id).u32(self.record_size).u32(self.sync_policy as u32);
+        let (algo, level) = self.compression.to_bits();
+        let flags = self.sync_policy as u32 | (algo as u32) << 8 | (level as u32) << 16;
+        w.u64(self.id).u32(self.record_size).u32(flags);
         self.tree_root.encode_into(&mut w);
         w.u64(self.next_object_id)
             .u64(self.used_units)
             .u64(self.created_txg)
             .u64(self.created_ns)
             .u64(self.quota_bytes)
-            .zeros(8);
+            .u64(self.saved_bytes.map_or(0, |s| s + 1));
         assert_eq!(w.len(), VOLUME_RECORD_SIZE);
         w.into_inner()
     }
@@ -141,19 +154,27 @@ impl VolumeRecordPhys {
         let created_txg = r.u64()?;
         let created_ns = r.u64()?;
         let quota_bytes = r.u64()?;
-        if flags > 2 || !valid_record_size(record_size) {
-            return Err(r.corrupt(format!("flags {flags}, record size {record_size}")));
+        let saved_plus_one = r.u64()?;
+        let sync_policy = (flags & 0xff) as u8;
+        let compression = CompressionPolicy::from_bits((flags >> 8) as u8, (flags >> 16) as u8);
+        let Some(compression) = compression.filter(|_| sync_policy <= 2 && flags >> 24 == 0) else {
+            return Err(r.corrupt(format!("flags {flags:#x}: unknown sync policy or compression")));
+        };
+        if !valid_record_size(record_size) {
+            return Err(r.corrupt(format!("record size {record_size}")));
         }
         Ok(VolumeRecordPhys {
             id,
             record_size,
-            sync_policy: flags as u8,
+            sync_policy,
             tree_root,
             next_object_id,
             used_units,
             created_txg,
             created_ns,
             quota_bytes,
+            compression,
+            saved_bytes: saved_plus_one.checked_sub(1),
         })
     }
 }
