@@ -237,14 +237,19 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             let b: SetVolume = body(req)?;
             let pool = d.pool(p)?;
             let id = pool.volume_id(v)?;
+            // Parse everything before changing anything.
+            let sync = b.sync.as_deref().map(SyncPolicy::parse).transpose()?;
+            let compression = b.compression.as_deref().map(CompressionPolicy::parse).transpose()?;
+            let old_quota = pool.volume_info(id)?.quota_bytes;
             if let Some(size) = b.size_bytes {
                 pool.set_quota(id, size)?;
             }
-            // Validate everything before changing anything.
-            let sync = b.sync.as_deref().map(SyncPolicy::parse).transpose()?;
-            let compression = b.compression.as_deref().map(CompressionPolicy::parse).transpose()?;
             if let Some(r) = b.reservation_bytes {
-                pool.set_reservation(id, r)?;
+                // Checked against the new size; a refusal puts the old size back.
+                if let Err(e) = pool.set_reservation(id, r) {
+                    pool.set_quota(id, old_quota)?;
+                    return Err(e.into());
+                }
             }
             if let Some(sync) = sync {
                 pool.set_sync_policy(id, sync)?;
@@ -302,7 +307,8 @@ pub fn handle(d: &Daemon, mut req: tiny_http::Request) {
     let (status, v) = match route(d, &mut req) {
         Ok(ok) => ok,
         Err(e) => {
-            if e.status >= 500 {
+            // 507 (no space) is the caller's condition to act on, not a fault of the daemon.
+            if e.status >= 500 && e.status != 507 {
                 tracing::error!(method = %req.method(), url = req.url(), "{}", e.message);
             }
             (e.status, json!({"error": {"kind": e.kind, "message": e.message, "hint": e.hint}}))

@@ -203,6 +203,9 @@ pub fn decompress(algo: Compression, stored: &[u8], lsize: u32) -> std::result::
     if n > lsize as usize {
         return Err(format!("payload decodes to {n} bytes, more than the block's {lsize}"));
     }
+    // Decoders may scribble past the end of what they decode when the buffer has room (lz4's
+    // wide copies do): the logical bytes after the decoded prefix are zeros, by definition.
+    out[n..].fill(0);
     Ok(out)
 }
 
@@ -255,6 +258,21 @@ mod tests {
             assert_eq!(compress(policy, &sample(false, 16384)), None, "random bytes stay raw");
             assert_eq!(compress(policy, &data[..4096]), None, "one unit cannot save a unit");
             assert_eq!(compress(CompressionPolicy::Off, &data), None);
+        }
+    }
+
+    #[test]
+    fn the_tail_after_the_decoded_prefix_is_zero() {
+        // A trimmed record whose prefix ends mid-record: nothing the decoder may leave in
+        // its buffer past the prefix can show.
+        for policy in [CompressionPolicy::Lz4, CompressionPolicy::Zstd { level: 3 }] {
+            for prefix in [8193usize, 9000, 12287, 15999] {
+                let data = sample(true, prefix);
+                let (algo, stored) = compress(policy, &data).unwrap();
+                let out = decompress(algo, &stored, 16384).unwrap();
+                assert_eq!(&out[..prefix], &data[..]);
+                assert!(out[prefix..].iter().all(|&b| b == 0), "{policy:?} prefix {prefix}");
+            }
         }
     }
 
