@@ -85,24 +85,22 @@ sb() {
 }
 
 teardown() {
-  set +e
-  if [ -n "$PGDATA" ]; then pg_as pg_ctl stop -D "$PGDATA" -m fast -w -t 120 >/dev/null 2>&1; PGDATA=""; fi
+  # Best effort, every step: a failure here must not hide the one that got us here.
+  if [ -n "$PGDATA" ]; then pg_as pg_ctl stop -D "$PGDATA" -m fast -w -t 120 >/dev/null 2>&1 || true; PGDATA=""; fi
   if [ -n "$MYSQLD_PID" ]; then
-    timeout 120 mariadb-admin --no-defaults -S "$MY_SOCK" -u root shutdown >/dev/null 2>&1
-    wait_bg "$MYSQLD_PID" 120
+    timeout 120 mariadb-admin --no-defaults -S "$MY_SOCK" -u root shutdown >/dev/null 2>&1 || true
+    wait_bg "$MYSQLD_PID" 120 || true
     MYSQLD_PID=""
   fi
   if [ "$STRATA_UP" = 1 ]; then
-    timeout 60 "$STRATA_BIN" unmount "$MNT" >/dev/null 2>&1
-    strata_stop || kill -KILL "$(cat "$STRATA_E2E_DIR/daemon.pid")" 2>/dev/null
-    umount -l "$MNT" 2>/dev/null
+    timeout 60 "$STRATA_BIN" unmount "$MNT" >/dev/null 2>&1 || true
+    strata_stop || kill -KILL "$(cat "$STRATA_E2E_DIR/daemon.pid")" 2>/dev/null || true
     STRATA_UP=0
   fi
-  findmnt -M "$MNT" >/dev/null 2>&1 && { timeout 60 umount "$MNT" || umount -l "$MNT"; }
-  [ -n "$LOOP_DEV" ] && losetup -d "$LOOP_DEV"
+  if findmnt -M "$MNT" >/dev/null 2>&1; then timeout 60 umount "$MNT" || umount -l "$MNT" || true; fi
+  if [ -n "$LOOP_DEV" ]; then losetup -d "$LOOP_DEV" || true; fi
   LOOP_DEV=""
   rm -f "$PEERS_DIR"/*.img
-  set -e
 }
 cleanup() {
   local rc=$?
@@ -155,7 +153,7 @@ measure() { # target db dir base
   case "$target" in
     btrfs-zstd) result "$target" "$db-compsize" "$(compsize -b "$dir" 2>/dev/null | awk '/^TOTAL/ { print $3 "/" $4 }')" ;;
     strata-*) result "$target" "$db-volume" "$("$STRATA_BIN" --json volume show default/bench |
-      python3 -c 'import json,sys; v=json.load(sys.stdin); print(f"{v["used_bytes"]}/{v["logical_bytes"]}")')" ;;
+      python3 -c 'import json,sys; v=json.load(sys.stdin); print(str(v["used_bytes"]) + "/" + str(v["logical_bytes"]))')" ;;
   esac
 }
 

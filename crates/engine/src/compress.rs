@@ -135,6 +135,40 @@ pub fn compress(policy: CompressionPolicy, data: &[u8]) -> Option<(Compression, 
     Some((algo, out))
 }
 
+/// Records below which a commit compresses on its own thread: spawning helpers costs more
+/// than it saves for a handful of records (and each helper makes its own zstd context).
+const PARALLEL_MIN_RECORDS: usize = 32;
+/// Helper threads at most: compression is CPU-bound and the commit holds the pool lock, so
+/// every core helps, up to a point where the write-out dominates.
+const PARALLEL_MAX_THREADS: usize = 8;
+
+/// [`compress`] every input (zero tails trimmed), in order, spread over the machine's cores.
+/// The commit calls this for all of a volume's dirty records before writing them, so the
+/// time the pool lock is held for compression shrinks with the number of cores.
+pub fn compress_batch(policy: CompressionPolicy, inputs: &[&[u8]]) -> Vec<Option<(Compression, Vec<u8>)>> {
+    if policy == CompressionPolicy::Off {
+        return vec![None; inputs.len()];
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARALLEL_MAX_THREADS);
+    if threads < 2 || inputs.len() < PARALLEL_MIN_RECORDS {
+        return inputs.iter().map(|d| compress(policy, d)).collect();
+    }
+    let chunk = inputs.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = inputs
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(|d| compress(policy, d)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(v) => v,
+                Err(p) => std::panic::resume_unwind(p),
+            })
+            .collect()
+    })
+}
+
 fn zstd_compress(level: u8, data: &[u8], out: &mut [u8]) -> Option<usize> {
     ZSTD_ENCODER.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -258,6 +292,18 @@ mod tests {
             assert_eq!(compress(policy, &sample(false, 16384)), None, "random bytes stay raw");
             assert_eq!(compress(policy, &data[..4096]), None, "one unit cannot save a unit");
             assert_eq!(compress(CompressionPolicy::Off, &data), None);
+        }
+    }
+
+    #[test]
+    fn batches_match_one_by_one() {
+        let records: Vec<Vec<u8>> =
+            (0..100).map(|i| if i % 3 == 0 { sample(false, 16384) } else { sample(true, 8192 + i * 80) }).collect();
+        let inputs: Vec<&[u8]> = records.iter().map(|r| r.as_slice()).collect();
+        for policy in [CompressionPolicy::Off, CompressionPolicy::Lz4, CompressionPolicy::Zstd { level: 3 }] {
+            let batch = compress_batch(policy, &inputs);
+            let single: Vec<_> = inputs.iter().map(|d| compress(policy, d)).collect();
+            assert_eq!(batch, single, "{policy:?}");
         }
     }
 

@@ -135,10 +135,25 @@ impl BlockIo {
         txg: u64,
         policy: CompressionPolicy,
     ) -> Result<BlockPtr> {
+        let compressed = crate::compress::compress(policy, trimmed(payload));
+        self.write_data_compressed(alloc, payload, txg, policy, compressed)
+    }
+
+    /// `write_data` with the compression already done: `compressed` is what
+    /// `compress::compress(policy, trimmed(payload))` returned (the commit compresses a
+    /// volume's records in parallel first, `compress::compress_batch`).
+    pub fn write_data_compressed(
+        &self,
+        alloc: &mut Allocator,
+        payload: &[u8],
+        txg: u64,
+        policy: CompressionPolicy,
+        compressed: Option<(Compression, Vec<u8>)>,
+    ) -> Result<BlockPtr> {
         assert!(!payload.is_empty() && payload.len() as u64 <= MAX_BLOCK_SIZE);
-        let psize = payload.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        let psize = trimmed(payload).len();
         assert!(psize > 0, "all-zero records are holes, never written");
-        match crate::compress::compress(policy, &payload[..psize]) {
+        match compressed {
             Some((algo, stored)) => {
                 self.stats.compressed_blocks_written.fetch_add(1, Ordering::Relaxed);
                 self.write_stored(alloc, BlockKind::Data, &stored, algo, payload.len(), txg)
@@ -315,6 +330,11 @@ impl BlockIo {
         self.cache.lock().expect("cache lock").put(key, Cached::Indirect(ind.clone()));
         Ok(ind)
     }
+}
+
+/// `payload` without its zero tail: what is stored, or compressed, of a block.
+pub fn trimmed(payload: &[u8]) -> &[u8] {
+    &payload[..payload.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)]
 }
 
 fn hex8(b: &[u8; 32]) -> String {
