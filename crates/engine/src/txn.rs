@@ -81,7 +81,9 @@ impl<'a> Txn<'a> {
         // Dirty data counts as used (it is reserved); frees held back for a txg or two
         // count as free (they are, within seconds, and writers wait for them).
         let used = (self.p.alloc.allocated_units() + self.p.alloc.reserved_units()) * UNIT_SIZE;
-        let free = size.saturating_sub(used);
+        // Other volumes' unused reservations are not free for this one (space.rs).
+        let held = crate::space::held_for_others(&self.p.volumes, vol) * UNIT_SIZE;
+        let free = size.saturating_sub(used).saturating_sub(held);
         let (v, _, _) = self.vol_mut(vol, false)?;
         Ok(SpaceInfo {
             pool_size_bytes: size,
