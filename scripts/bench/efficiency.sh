@@ -21,12 +21,14 @@
 # Output: docs/benchmarks/efficiency.md (OUT_MD) and the raw numbers next to it (.tsv).
 # Environment: TARGETS, FS_SIZE (8G), SCALE (50), PG_CLIENTS (8), PG_SECONDS (60),
 # MY_TABLES (8), MY_TABLE_SIZE (200000), MY_THREADS (8), MY_SECONDS (60), ZSTD_LEVEL (3),
+# STRATA_RECORD_SIZE (16K: the volumes' record size; larger records compress further, see
+# docs/efficiency.md on compaction),
 # PEERS_DIR (/var/tmp/strata-eff), PG_PORT (55472), MY_PORT (53346), STRATA_API
 # (127.0.0.1:7461), STRATA_BIN (target/release/strata), STEP_TIMEOUT.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 E2E_NAME=efficiency
-CMDLINE="$(env | grep -E '^(QUICK|TARGETS|FS_SIZE|SCALE|PG_[A-Z_]+|MY_[A-Z_]+|ZSTD_LEVEL|OUT_MD)=' | sort | tr '\n' ' ' || true)$0 $*"
+CMDLINE="$(env | grep -E '^(QUICK|TARGETS|FS_SIZE|SCALE|PG_[A-Z_]+|MY_[A-Z_]+|ZSTD_LEVEL|STRATA_RECORD_SIZE|OUT_MD)=' | sort | tr '\n' ' ' || true)$0 $*"
 QUICK="${QUICK:-0}"
 q() { if [ "$QUICK" = 1 ]; then printf '%s' "$1"; else printf '%s' "$2"; fi; }
 TARGETS="${TARGETS:-ext4 btrfs-zstd strata-off strata-lz4 strata-zstd}"
@@ -39,6 +41,7 @@ MY_TABLE_SIZE="${MY_TABLE_SIZE:-$(q 10000 200000)}"
 MY_THREADS="${MY_THREADS:-8}"
 MY_SECONDS="${MY_SECONDS:-$(q 5 60)}"
 ZSTD_LEVEL="${ZSTD_LEVEL:-3}"
+STRATA_RECORD_SIZE="${STRATA_RECORD_SIZE:-16K}"
 PEERS_DIR="${PEERS_DIR:-/var/tmp/strata-eff}"
 PG_PORT="${PG_PORT:-55472}"
 MY_PORT="${MY_PORT:-53346}"
@@ -127,7 +130,7 @@ setup() { # target
       STRATA_UP=1
       local comp="${1#strata-}"
       [ "$comp" = zstd ] && comp="zstd-$ZSTD_LEVEL"
-      strata_mount bench "$MNT" --size "$FS_SIZE" --compression "$comp" >/dev/null
+      strata_mount bench "$MNT" --size "$FS_SIZE" --compression "$comp" --record-size "$STRATA_RECORD_SIZE" >/dev/null
       ;;
   esac
   chmod 755 "$MNT"
@@ -228,7 +231,7 @@ LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 RESULTS="$RESULTS" OUT_MD="$OUT_MD" CMDLINE="$CMDLINE" LOAD_START="$LOAD_START" LOAD_END="$LOAD_END" \
   SECONDS_TOTAL="$(elapsed_since "$T0")" SCALE="$SCALE" PG_CLIENTS="$PG_CLIENTS" PG_SECONDS="$PG_SECONDS" \
   MY_TABLES="$MY_TABLES" MY_TABLE_SIZE="$MY_TABLE_SIZE" MY_THREADS="$MY_THREADS" MY_SECONDS="$MY_SECONDS" \
-  FS_SIZE="$FS_SIZE" ZSTD_LEVEL="$ZSTD_LEVEL" STRATA_REV="$(git -C "$ROOT" rev-parse --short HEAD)" \
+  FS_SIZE="$FS_SIZE" ZSTD_LEVEL="$ZSTD_LEVEL" STRATA_RECORD_SIZE="$STRATA_RECORD_SIZE" STRATA_REV="$(git -C "$ROOT" rev-parse --short HEAD)" \
   python3 "$ROOT/scripts/bench/efficiency_report.py"
 cp "$RESULTS" "${OUT_MD%.md}.tsv"
 log "done in $(elapsed_since "$T0")s: $OUT_MD"
