@@ -118,8 +118,16 @@ enum PoolCmd {
     },
     /// List pools.
     List,
-    /// Space, txg and health of a pool.
+    /// Space (logical vs physical, reservations, capacity warnings), txg and health of a pool.
     Status { name: String },
+    /// Change a pool's settings.
+    Set {
+        name: String,
+        /// Warn in `pool status` when available space falls below this percentage (1-99,
+        /// default 10).
+        #[arg(long)]
+        capacity_alert: Option<u8>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -137,6 +145,13 @@ enum VolumeCmd {
         /// disabled (ignore fsync: UNSAFE, for scratch data).
         #[arg(long, default_value = "standard")]
         sync: String,
+        /// Compression of data records: off, lz4, zstd or zstd-LEVEL (1-19; zstd = zstd-3).
+        #[arg(long, default_value = "off")]
+        compression: String,
+        /// Space the pool keeps for this volume (thick provisioning), e.g. 10G. Refused if
+        /// the pool cannot hold it.
+        #[arg(long)]
+        reserve: Option<String>,
     },
     /// List volumes (of one pool, or all).
     List { pool: Option<String> },
@@ -151,6 +166,12 @@ enum VolumeCmd {
         /// New sync policy: standard, always or disabled (UNSAFE).
         #[arg(long)]
         sync: Option<String>,
+        /// New compression for data written from now on: off, lz4, zstd, zstd-LEVEL.
+        #[arg(long)]
+        compression: Option<String>,
+        /// New reservation (0 = thin).
+        #[arg(long)]
+        reserve: Option<String>,
     },
     /// Delete a volume and everything in it (it must not be mounted).
     Delete { volume: String },
@@ -163,20 +184,51 @@ fn split(spec: &str) -> Result<(&str, &str), String> {
     }
 }
 
+fn ratio_text(v: &Value) -> String {
+    v["compress_ratio"].as_f64().map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
+}
+
 fn print_volumes(rows: &[Value]) {
-    println!("{:<28} {:>8} {:>10} {:>10} {:>9}  {}", "VOLUME", "RECORD", "USED", "LIMIT", "SYNC", "MOUNTED AT");
+    println!(
+        "{:<28} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8} {:>9}  {}",
+        "VOLUME", "RECORD", "USED", "LOGICAL", "LIMIT", "RATIO", "COMPRESS", "SYNC", "MOUNTED AT"
+    );
     for v in rows {
         let limit = v["size_bytes"].as_u64().filter(|&s| s > 0).map(human).unwrap_or_else(|| "-".into());
         println!(
-            "{:<28} {:>8} {:>10} {:>10} {:>9}  {}",
+            "{:<28} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8} {:>9}  {}",
             format!("{}/{}", v["pool"].as_str().unwrap_or("?"), v["name"].as_str().unwrap_or("?")),
             human(v["record_size"].as_u64().unwrap_or(0)),
             human(v["used_bytes"].as_u64().unwrap_or(0)),
+            v["logical_bytes"].as_u64().map(human).unwrap_or_else(|| "-".into()),
             limit,
+            ratio_text(v),
+            v["compression"].as_str().unwrap_or("?"),
             v["sync"].as_str().unwrap_or("?"),
             v["mounted_at"].as_str().unwrap_or("-")
         );
     }
+}
+
+/// `strata volume show`: one volume, one field a line.
+fn print_volume(v: &Value) {
+    let opt = |k: &str| v[k].as_u64().map(human).unwrap_or_else(|| "- (not tracked: written by an older build)".into());
+    println!("volume       {}/{}", v["pool"].as_str().unwrap_or("?"), v["name"].as_str().unwrap_or("?"));
+    println!("record size  {}", human(v["record_size"].as_u64().unwrap_or(0)));
+    println!("compression  {}", v["compression"].as_str().unwrap_or("?"));
+    println!("sync         {}", v["sync"].as_str().unwrap_or("?"));
+    println!(
+        "used         {} (physical: units allocated, data and metadata)",
+        human(v["used_bytes"].as_u64().unwrap_or(0))
+    );
+    println!("logical      {}", opt("logical_bytes"));
+    println!("saved        {}", opt("saved_bytes"));
+    println!("ratio        {}", ratio_text(v));
+    let limit = v["size_bytes"].as_u64().filter(|&s| s > 0).map(human).unwrap_or_else(|| "none (thin)".into());
+    println!("size limit   {limit}");
+    let reserve = v["reservation_bytes"].as_u64().filter(|&s| s > 0).map(human).unwrap_or_else(|| "none (thin)".into());
+    println!("reservation  {reserve}");
+    println!("mounted at   {}", v["mounted_at"].as_str().unwrap_or("-"));
 }
 
 fn print_pool(p: &Value) {
@@ -188,7 +240,26 @@ fn print_pool(p: &Value) {
     println!("size      {}", human(size));
     println!("allocated {} ({:.1}%)", human(alloc), if size > 0 { 100.0 * alloc as f64 / size as f64 } else { 0.0 });
     println!("free      {}", human(p["free_bytes"].as_u64().unwrap_or(0)));
+    println!("reserved  {} (unused parts of volume reservations)", human(p["reserved_bytes"].as_u64().unwrap_or(0)));
+    println!(
+        "available {} (alert below {}%)",
+        human(p["available_bytes"].as_u64().unwrap_or(0)),
+        p["capacity_alert_percent"]
+    );
+    let saved = p["saved_bytes"].as_u64().unwrap_or(0);
+    println!(
+        "logical   {} (saved {} by compression and trimming, ratio {})",
+        human(p["logical_bytes"].as_u64().unwrap_or(0)),
+        human(saved),
+        ratio_text(p)
+    );
+    if p["untracked_volumes"].as_u64().unwrap_or(0) > 0 {
+        println!("note      {} volume(s) written by an older build: savings not counted", p["untracked_volumes"]);
+    }
     println!("volumes   {}", p["volumes"]);
+    for w in p["warnings"].as_array().into_iter().flatten() {
+        println!("WARNING   {}", w.as_str().unwrap_or(""));
+    }
     if let Some(l) = p["latched"].as_str() {
         println!("STATE     READ-ONLY: {l}");
     }
@@ -278,16 +349,31 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("GET", &format!("/v1/pools/{name}"), None)?;
             out(&v, &print_pool);
         }
-        Command::Volume(VolumeCmd::Create { volume, size, record_size, sync }) => {
+        Command::Pool(PoolCmd::Set { name, capacity_alert }) => {
+            let Some(percent) = capacity_alert else {
+                return Err("nothing to set: give --capacity-alert PERCENT".into());
+            };
+            let v = c.call("PATCH", &format!("/v1/pools/{name}"), Some(&json!({"capacity_alert_percent": percent})))?;
+            out(&v, &print_pool);
+        }
+        Command::Volume(VolumeCmd::Create { volume, size, record_size, sync, compression, reserve }) => {
             let (p, name) = split(&volume)?;
             let rs = parse_size(&record_size)?;
             let size_bytes = size.as_deref().map(parse_size).transpose()?;
+            let reservation_bytes = reserve.as_deref().map(parse_size).transpose()?;
             let v = c.call(
                 "POST",
                 &format!("/v1/pools/{p}/volumes"),
-                Some(&json!({"name": name, "record_size": rs, "size_bytes": size_bytes, "sync": sync})),
+                Some(&json!({"name": name, "record_size": rs, "size_bytes": size_bytes, "sync": sync,
+                    "compression": compression, "reservation_bytes": reservation_bytes})),
             )?;
-            out(&v, &|_| println!("created volume {volume} (record size {})", human(rs)));
+            out(&v, &|v| {
+                println!(
+                    "created volume {volume} (record size {}, compression {})",
+                    human(rs),
+                    v["compression"].as_str().unwrap_or("?")
+                )
+            });
         }
         Command::Volume(VolumeCmd::List { pool }) => {
             let pools: Vec<String> = match pool {
@@ -311,20 +397,22 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Volume(VolumeCmd::Show { volume }) => {
             let (p, name) = split(&volume)?;
             let v = c.call("GET", &format!("/v1/pools/{p}/volumes/{name}"), None)?;
-            out(&v, &|v| print_volumes(std::slice::from_ref(v)));
+            out(&v, &print_volume);
         }
-        Command::Volume(VolumeCmd::Set { volume, size, sync }) => {
+        Command::Volume(VolumeCmd::Set { volume, size, sync, compression, reserve }) => {
             let (p, name) = split(&volume)?;
-            if size.is_none() && sync.is_none() {
-                return Err("nothing to set: give --size and/or --sync".into());
+            if size.is_none() && sync.is_none() && compression.is_none() && reserve.is_none() {
+                return Err("nothing to set: give --size, --sync, --compression and/or --reserve".into());
             }
             let size_bytes = size.as_deref().map(parse_size).transpose()?;
+            let reservation_bytes = reserve.as_deref().map(parse_size).transpose()?;
             let v = c.call(
                 "PATCH",
                 &format!("/v1/pools/{p}/volumes/{name}"),
-                Some(&json!({"size_bytes": size_bytes, "sync": sync})),
+                Some(&json!({"size_bytes": size_bytes, "sync": sync, "compression": compression,
+                    "reservation_bytes": reservation_bytes})),
             )?;
-            out(&v, &|v| print_volumes(std::slice::from_ref(v)));
+            out(&v, &print_volume);
         }
         Command::Volume(VolumeCmd::Delete { volume }) => {
             let (p, name) = split(&volume)?;

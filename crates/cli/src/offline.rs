@@ -52,6 +52,11 @@ pub fn print_check(what: &str, v: &Value) {
         human(v["referenced_bytes"].as_u64().unwrap_or(0)),
         human(v["allocated_bytes"].as_u64().unwrap_or(0))
     );
+    println!(
+        "  {} compressed data blocks; data records save {} (verified against the volumes)",
+        v["compressed_blocks"],
+        human(v["saved_bytes"].as_u64().unwrap_or(0))
+    );
     for n in v["notes"].as_array().into_iter().flatten() {
         println!("  note: {}", n.as_str().unwrap_or(""));
     }

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
@@ -198,4 +198,71 @@ fn damaged_pool_image_is_refused_clearly() {
     let (code, _, err) = d.cli(&["check", "--device", img.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("both labels are damaged"), "{err}");
+}
+
+#[test]
+fn compression_reservations_and_capacity_alerts() {
+    let dir = temp_dir("eff");
+    let d = Daemon::start(&dir);
+    d.fails(&["volume", "create", "default/x", "--compression", "gzip"], "use off, lz4, zstd");
+    d.fails(&["volume", "create", "default/x", "--compression", "zstd-22"], "LEVEL 1-19");
+    d.ok(&["volume", "create", "default/c", "--compression", "lz4"]);
+    let show = d.json(&["volume", "show", "default/c"]);
+    assert_eq!(show["compression"], "lz4", "{show}");
+    assert_eq!(show["logical_bytes"], show["used_bytes"], "nothing saved yet: {show}");
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "default/c", mnt.to_str().unwrap()]);
+    // 8 MiB of text-like rows, and 4 MiB of zeros (holes: zero detection).
+    let rows: String = (0..220_000).map(|i| format!("{i:08},customer-{:04},ACTIVE,2024-01-01\n", i % 997)).collect();
+    std::fs::write(mnt.join("table"), &rows.as_bytes()[..8 << 20]).unwrap();
+    std::fs::write(mnt.join("zeros"), vec![0u8; 4 << 20]).unwrap();
+    std::fs::File::open(mnt.join("table")).unwrap().sync_all().unwrap();
+    // Savings are counted at commit (every 5 s in the daemon).
+    let start = Instant::now();
+    let show = loop {
+        let v = d.json(&["volume", "show", "default/c"]);
+        if v["compress_ratio"].as_f64().unwrap_or(0.0) > 1.5 {
+            break v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no savings reported: {v}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let used = show["used_bytes"].as_u64().unwrap();
+    assert!(used < 5 << 20, "8 MiB of rows + 4 MiB of zeros use {used}: {show}");
+    assert!(show["logical_bytes"].as_u64().unwrap() >= 8 << 20, "{show}");
+    assert_eq!(std::fs::read(mnt.join("table")).unwrap(), &rows.as_bytes()[..8 << 20]);
+    // Human output names the figures.
+    let human = d.ok(&["volume", "show", "default/c"]);
+    assert!(human.contains("compression  lz4") && human.contains("ratio"), "{human}");
+    // Policy change applies to new writes; old data stays readable.
+    d.ok(&["volume", "set", "default/c", "--compression", "zstd-5"]);
+    assert_eq!(d.json(&["volume", "show", "default/c"])["compression"], "zstd-5");
+    std::fs::write(mnt.join("more"), &rows.as_bytes()[..1 << 20]).unwrap();
+    assert_eq!(std::fs::read(mnt.join("table")).unwrap(), &rows.as_bytes()[..8 << 20]);
+    let pool = d.json(&["pool", "status", "default"]);
+    assert!(pool["saved_bytes"].as_u64().unwrap() > 0, "{pool}");
+    assert!(pool["logical_bytes"].as_u64().unwrap() > pool["allocated_bytes"].as_u64().unwrap(), "{pool}");
+    // Reservations: refused when they cannot fit, honoured and shown when they can.
+    d.fails(&["volume", "create", "default/big", "--reserve", "1G"], "cannot reserve");
+    d.fails(&["volume", "create", "default/q", "--size", "10M", "--reserve", "20M"], "exceeds its size limit");
+    d.ok(&["volume", "create", "default/thick", "--reserve", "64M"]);
+    assert_eq!(d.json(&["volume", "show", "default/thick"])["reservation_bytes"], 64u64 << 20);
+    let pool = d.json(&["pool", "status", "default"]);
+    assert_eq!(pool["reserved_bytes"], 64u64 << 20, "{pool}");
+    d.fails(&["volume", "set", "default/c", "--reserve", "200M"], "cannot reserve");
+    // Capacity alert: default 10%, configurable; a warning in status while available space
+    // (free minus unused reservations) is below it.
+    assert_eq!(pool["capacity_alert_percent"], 10);
+    assert_eq!(pool["warnings"].as_array().unwrap().len(), 0, "{pool}");
+    d.fails(&["pool", "set", "default", "--capacity-alert", "100"], "use 1 to 99");
+    d.ok(&["pool", "set", "default", "--capacity-alert", "80"]);
+    let human = d.ok(&["pool", "status", "default"]);
+    assert!(human.contains("WARNING") && human.contains("capacity alert of 80%"), "{human}");
+    d.ok(&["volume", "set", "default/thick", "--reserve", "0"]);
+    let pool = d.json(&["pool", "status", "default"]);
+    assert_eq!(pool["reserved_bytes"], 0);
+    assert_eq!(pool["warnings"].as_array().unwrap().len(), 0, "{pool}");
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    assert_eq!(d.json(&["check", "default"])["clean"], true);
+    assert!(!d.log().contains("ERROR"), "{}", d.log());
 }

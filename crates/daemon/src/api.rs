@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::path::PathBuf;
-use strata_engine::{CheckOptions, ChecksumAlgo, PoolStatus, SyncPolicy, VolumeInfo, VolumeOptions};
+use strata_engine::{CheckOptions, ChecksumAlgo, CompressionPolicy, PoolStatus, SyncPolicy, VolumeInfo, VolumeOptions};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -60,7 +60,23 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
         "size_bytes": s.size_bytes, "allocated_bytes": s.allocated_bytes, "free_bytes": s.free_bytes,
         "held_bytes": s.held_bytes, "volumes": s.volumes, "read_only": s.read_only, "latched": s.latched,
         "corruptions_detected": s.corruptions_detected, "open_notes": s.open_notes,
+        "logical_bytes": s.space.logical_bytes, "saved_bytes": s.space.saved_bytes,
+        "compress_ratio": ratio(s.space.logical_bytes, s.allocated_bytes),
+        "untracked_volumes": s.space.untracked_volumes,
+        "reserved_bytes": s.space.reserved_bytes, "available_bytes": s.space.available_bytes,
+        "capacity_alert_percent": s.space.capacity_alert_percent, "warnings": s.space.warnings,
+        "compressed_blocks_written": s.space.compressed_blocks_written,
+        "compression_skipped": s.space.compression_skipped,
+        "zero_records_elided": s.space.zero_records_elided,
     })
+}
+
+/// logical / physical, rounded to 2 decimals; 1.0 for an empty pool or volume.
+fn ratio(logical: u64, physical: u64) -> f64 {
+    if physical == 0 {
+        return 1.0;
+    }
+    (logical as f64 / physical as f64 * 100.0).round() / 100.0
 }
 
 /// A checker report as the API and `strata check --json` show it.
@@ -69,7 +85,8 @@ pub fn check_json(r: &strata_engine::CheckReport) -> Value {
         "clean": r.is_clean(), "txg": r.txg, "volumes": r.volumes, "snapshots": r.snapshots, "objects": r.objects,
         "metadata_blocks": r.metadata_blocks, "data_blocks": r.data_blocks,
         "referenced_bytes": r.referenced_units * 4096, "allocated_bytes": r.allocated_units * 4096,
-        "data_bytes_verified": r.data_bytes_verified, "errors": r.errors, "notes": r.notes,
+        "data_bytes_verified": r.data_bytes_verified, "compressed_blocks": r.compressed_blocks,
+        "saved_bytes": r.saved_bytes, "errors": r.errors, "notes": r.notes,
     })
 }
 
@@ -79,6 +96,10 @@ pub(crate) fn volume_json(pool: &str, v: &VolumeInfo, mounted_at: Option<&PathBu
         "size_bytes": v.quota_bytes, "sync": v.sync.name(), "created_txg": v.created_txg, "created_ns": v.created_ns,
         "mounted_at": mounted_at, "written_bytes": v.written_bytes, "total_bytes": v.total_bytes,
         "snapshots": v.snapshots, "parent_snapshot": v.parent_snapshot, "origin": v.origin,
+        "mounted_at": mounted_at, "compression": v.space.compression.name(),
+        "reservation_bytes": v.space.reservation_bytes, "logical_bytes": v.space.logical_bytes,
+        "saved_bytes": v.space.saved_bytes,
+        "compress_ratio": v.space.logical_bytes.map(|l| ratio(l, v.used_bytes)),
     })
 }
 
@@ -98,6 +119,8 @@ struct CreateVolume {
     record_size: Option<u32>,
     size_bytes: Option<u64>,
     sync: Option<String>,
+    compression: Option<String>,
+    reservation_bytes: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +128,14 @@ struct CreateVolume {
 struct SetVolume {
     size_bytes: Option<u64>,
     sync: Option<String>,
+    compression: Option<String>,
+    reservation_bytes: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetPool {
+    capacity_alert_percent: Option<u8>,
 }
 
 #[derive(Deserialize)]
@@ -164,6 +195,15 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             Ok((201, pool_json(&b.name, &d.pool(&b.name)?.status())))
         }
         ("GET", ["v1", "pools", p]) => Ok((200, pool_json(p, &d.pool(p)?.status()))),
+        ("PATCH", ["v1", "pools", p]) => {
+            let b: SetPool = body(req)?;
+            let pool = d.pool(p)?;
+            if let Some(percent) = b.capacity_alert_percent {
+                pool.set_capacity_alert(percent)?;
+            }
+            pool.commit()?;
+            Ok((200, pool_json(p, &pool.status())))
+        }
         ("POST", ["v1", "pools", p, "check"]) => {
             let b: CheckReq = body(req).unwrap_or_default();
             let r = d.pool(p)?.check(CheckOptions { verify_data: b.verify_data.unwrap_or(true) })?;
@@ -185,6 +225,8 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
                 record_size: b.record_size.unwrap_or(VolumeOptions::default().record_size),
                 quota_bytes: b.size_bytes.unwrap_or(0),
                 sync: b.sync.as_deref().map(SyncPolicy::parse).transpose()?.unwrap_or_default(),
+                compression: b.compression.as_deref().map(CompressionPolicy::parse).transpose()?.unwrap_or_default(),
+                reservation_bytes: b.reservation_bytes.unwrap_or(0),
             };
             let _g = d.admin.lock().expect("admin");
             let id = pool.create_volume(&b.name, &opts)?;
@@ -200,11 +242,25 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             let b: SetVolume = body(req)?;
             let pool = d.pool(p)?;
             let id = pool.volume_id(v)?;
+            // Parse everything before changing anything.
+            let sync = b.sync.as_deref().map(SyncPolicy::parse).transpose()?;
+            let compression = b.compression.as_deref().map(CompressionPolicy::parse).transpose()?;
+            let old_quota = pool.volume_info(id)?.quota_bytes;
             if let Some(size) = b.size_bytes {
                 pool.set_quota(id, size)?;
             }
-            if let Some(sync) = b.sync.as_deref() {
-                pool.set_sync_policy(id, SyncPolicy::parse(sync)?)?;
+            if let Some(r) = b.reservation_bytes {
+                // Checked against the new size; a refusal puts the old size back.
+                if let Err(e) = pool.set_reservation(id, r) {
+                    pool.set_quota(id, old_quota)?;
+                    return Err(e.into());
+                }
+            }
+            if let Some(sync) = sync {
+                pool.set_sync_policy(id, sync)?;
+            }
+            if let Some(c) = compression {
+                pool.set_compression(id, c)?;
             }
             pool.commit()?;
             Ok((200, volume_json(p, &pool.volume_info(id)?, mounted_at(d, p, v).as_ref())))
@@ -266,7 +322,8 @@ pub fn handle(d: &Daemon, mut req: tiny_http::Request) {
     let (status, v) = match route(d, &mut req) {
         Ok(ok) => ok,
         Err(e) => {
-            if e.status >= 500 {
+            // 507 (no space) is the caller's condition to act on, not a fault of the daemon.
+            if e.status >= 500 && e.status != 507 {
                 tracing::error!(method = %req.method(), url = req.url(), "{}", e.message);
             }
             (e.status, json!({"error": {"kind": e.kind, "message": e.message, "hint": e.hint}}))

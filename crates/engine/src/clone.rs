@@ -76,6 +76,8 @@ impl Pool {
                 written_units: 0,
                 origin: sid,
                 total_units: 0,
+                compression: src.compression,
+                saved_bytes: s.saved_bytes,
             };
             let mut v = VolumeState::new(new_name.clone(), rec);
             v.parent_txg = s.txg;

@@ -1,7 +1,8 @@
 //! The block pipeline: how a logical block becomes stored bytes and back.
 //!
-//! Write: trim the zero tail (compression proper is the storage-efficiency work) →
-//! checksum the stored bytes → allocate → write. Read: read → verify → expand. A read that
+//! Write: trim the zero tail → compress data records when the volume's policy says so and
+//! it saves a unit (compress.rs) → checksum the stored bytes → allocate → write. Read: read →
+//! verify → decompress / expand. A read that
 //! fails verification returns a typed [`Corruption`] and bumps a counter; it never returns
 //! the unverified bytes.
 //!
@@ -16,6 +17,7 @@
 //! can never be confused with the block that replaced it, and nothing needs invalidating.
 
 use crate::alloc::{Allocator, Geometry};
+use crate::compress::CompressionPolicy;
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Corruption, Error, Result};
 use crate::format::node::{BtreeNodePhys, IndirectPhys};
@@ -32,6 +34,12 @@ pub struct IoStats {
     pub bytes_read: AtomicU64,
     pub corruptions_detected: AtomicU64,
     pub cache_hits: AtomicU64,
+    /// Data records stored compressed.
+    pub compressed_blocks_written: AtomicU64,
+    /// Data records of compressing volumes stored raw (compression would not save a unit).
+    pub compression_skipped: AtomicU64,
+    /// All-zero data records written by applications and stored as holes (zero detection).
+    pub zero_records_elided: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -109,12 +117,68 @@ impl BlockIo {
     }
 
     /// Store `payload` (the logical block, `payload.len()` = lsize) as a new block born in
-    /// `txg`. The caller never passes an all-zero payload (that is a hole).
+    /// `txg`, uncompressed (metadata, and data of volumes without compression). The caller
+    /// never passes an all-zero payload (that is a hole).
     pub fn write_block(&self, alloc: &mut Allocator, kind: BlockKind, payload: &[u8], txg: u64) -> Result<BlockPtr> {
         assert!(!payload.is_empty() && payload.len() as u64 <= MAX_BLOCK_SIZE);
         let psize = payload.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
         assert!(psize > 0, "all-zero blocks are holes, never written");
-        let stored = &payload[..psize];
+        self.write_stored(alloc, kind, &payload[..psize], Compression::None, payload.len(), txg)
+    }
+
+    /// Store a data record under a volume's compression `policy`: compressed when that
+    /// saves at least one unit (compress.rs), else as `write_block` does.
+    pub fn write_data(
+        &self,
+        alloc: &mut Allocator,
+        payload: &[u8],
+        txg: u64,
+        policy: CompressionPolicy,
+    ) -> Result<BlockPtr> {
+        let compressed = crate::compress::compress(policy, trimmed(payload));
+        self.write_data_compressed(alloc, payload, txg, policy, compressed)
+    }
+
+    /// `write_data` with the compression already done: `compressed` is what
+    /// `compress::compress(policy, trimmed(payload))` returned (the commit compresses a
+    /// volume's records in parallel first, `compress::compress_batch`).
+    pub fn write_data_compressed(
+        &self,
+        alloc: &mut Allocator,
+        payload: &[u8],
+        txg: u64,
+        policy: CompressionPolicy,
+        compressed: Option<(Compression, Vec<u8>)>,
+    ) -> Result<BlockPtr> {
+        assert!(!payload.is_empty() && payload.len() as u64 <= MAX_BLOCK_SIZE);
+        let psize = trimmed(payload).len();
+        assert!(psize > 0, "all-zero records are holes, never written");
+        match compressed {
+            Some((algo, stored)) => {
+                self.stats.compressed_blocks_written.fetch_add(1, Ordering::Relaxed);
+                self.write_stored(alloc, BlockKind::Data, &stored, algo, payload.len(), txg)
+            }
+            None => {
+                if policy != CompressionPolicy::Off {
+                    self.stats.compression_skipped.fetch_add(1, Ordering::Relaxed);
+                }
+                self.write_stored(alloc, BlockKind::Data, &payload[..psize], Compression::None, payload.len(), txg)
+            }
+        }
+    }
+
+    /// Checksum, allocate and queue the write of `stored` (the bytes as they go to disk).
+    fn write_stored(
+        &self,
+        alloc: &mut Allocator,
+        kind: BlockKind,
+        stored: &[u8],
+        compression: Compression,
+        lsize: usize,
+        txg: u64,
+    ) -> Result<BlockPtr> {
+        let psize = stored.len();
+        assert!(psize > 0 && psize <= lsize && lsize as u64 <= MAX_BLOCK_SIZE);
         let checksum = self.checksum_algo.compute(stored);
         let len = round_up_unit(psize as u64);
         let mut buf = AlignedBuf::zeroed(len as usize);
@@ -127,10 +191,10 @@ impl BlockIo {
             addr,
             birth_txg: txg,
             psize: psize as u32,
-            lsize: payload.len() as u32,
+            lsize: lsize as u32,
             device: 0,
             kind,
-            compression: Compression::None,
+            compression,
             checksum_algo: self.checksum_algo,
             checksum,
         })
@@ -218,15 +282,15 @@ impl BlockIo {
                 ),
             )));
         }
-        match bp.compression {
-            Compression::None => {
-                let mut out = Vec::with_capacity(bp.lsize as usize);
-                out.extend_from_slice(stored);
-                out.resize(bp.lsize as usize, 0);
-                Ok(out)
-            }
-            other => Err(Error::Unsupported(format!("{other:?} compressed block at {} (not in this build)", bp.addr))),
-        }
+        // The checksum matched, so these are the bytes that were written; a payload that
+        // still does not decode (or decodes past lsize) is corruption all the same.
+        crate::compress::decompress(bp.compression, stored, bp.lsize).map_err(|detail| {
+            self.corrupt(Corruption::new(
+                what,
+                Some(bp.addr),
+                format!("{:?} payload of {} bytes (birth txg {}): {detail}", bp.compression, bp.psize, bp.birth_txg),
+            ))
+        })
     }
 
     pub fn read_node(&self, bp: &BlockPtr) -> Result<Arc<BtreeNodePhys>> {
@@ -266,6 +330,11 @@ impl BlockIo {
         self.cache.lock().expect("cache lock").put(key, Cached::Indirect(ind.clone()));
         Ok(ind)
     }
+}
+
+/// `payload` without its zero tail: what is stored, or compressed, of a block.
+pub fn trimmed(payload: &[u8]) -> &[u8] {
+    &payload[..payload.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)]
 }
 
 fn hex8(b: &[u8; 32]) -> String {

@@ -12,6 +12,7 @@
 
 use crate::alloc::{Allocator, Geometry};
 use crate::clock::Clock;
+use crate::compress::CompressionPolicy;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::features::{Access, Features};
@@ -22,6 +23,7 @@ use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SI
 use crate::intent_log::IntentLog;
 use crate::pipeline::BlockIo;
 use crate::snapshot::{SnapshotState, KEY_SNAPSHOT};
+use crate::space::{PoolSpace, VolumeSpace};
 use crate::tree::btree::BTree;
 use crate::txg;
 use crate::txn::Txn;
@@ -114,11 +116,21 @@ pub struct VolumeOptions {
     /// Size limit in bytes; 0 = none (thin: a limit, never a reservation).
     pub quota_bytes: u64,
     pub sync: SyncPolicy,
+    /// Compression of data records (space.rs, compress.rs).
+    pub compression: CompressionPolicy,
+    /// Space the pool keeps for the volume (thick); 0 = thin.
+    pub reservation_bytes: u64,
 }
 
 impl Default for VolumeOptions {
     fn default() -> Self {
-        VolumeOptions { record_size: DEFAULT_RECORD_SIZE, quota_bytes: 0, sync: SyncPolicy::Standard }
+        VolumeOptions {
+            record_size: DEFAULT_RECORD_SIZE,
+            quota_bytes: 0,
+            sync: SyncPolicy::Standard,
+            compression: CompressionPolicy::Off,
+            reservation_bytes: 0,
+        }
     }
 }
 
@@ -143,6 +155,8 @@ pub struct VolumeInfo {
     pub origin: Option<String>,
     /// A read-only snapshot view.
     pub read_only: bool,
+    /// Compression, reservation, logical bytes and savings (space.rs).
+    pub space: VolumeSpace,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +179,8 @@ pub struct PoolStatus {
     pub blocks_read: u64,
     /// What opening met: skipped torn or damaged roots, fallbacks.
     pub open_notes: Vec<String>,
+    /// Logical vs physical, reservations, available space, capacity warnings (space.rs).
+    pub space: PoolSpace,
 }
 
 pub struct PoolInner {
@@ -519,6 +535,7 @@ impl Pool {
                 })?;
             }
         }
+        crate::space::load(io, &catalog, &mut volumes)?;
         Ok((alloc, catalog, volumes, snapshots))
     }
 
@@ -616,6 +633,7 @@ impl Pool {
             blocks_written: p.io.stats.blocks_written.load(Ordering::Relaxed),
             blocks_read: p.io.stats.blocks_read.load(Ordering::Relaxed),
             open_notes: p.open_notes.clone(),
+            space: p.pool_space(),
         }
     }
 
@@ -627,6 +645,7 @@ impl Pool {
         if p.by_name.contains_key(name) {
             return Err(Error::AlreadyExists(format!("volume {name} in pool {}", p.label.pool_name)));
         }
+        p.prepare_volume(name, opts.compression, opts.reservation_bytes, opts.quota_bytes)?;
         let id = VolumeId(p.next_volume_id);
         p.next_volume_id += 1;
         let rec = VolumeRecordPhys {
@@ -644,12 +663,17 @@ impl Pool {
             written_units: 0,
             origin: 0,
             total_units: 0,
+            compression: opts.compression,
+            saved_bytes: Some(0),
         };
         let mut v = VolumeState::new(name.to_string(), rec);
         v.dirty = true;
         p.volumes.insert(id, v);
         p.by_name.insert(name.to_string(), id);
         p.catalog_dirty = true;
+        if opts.reservation_bytes > 0 {
+            p.store_reservation(id, opts.reservation_bytes)?;
+        }
         Ok(id)
     }
 
@@ -678,6 +702,7 @@ impl Pool {
         {
             let PoolInner { catalog, io, .. } = &mut *p;
             catalog.remove(io, &key)?;
+            catalog.remove(io, &crate::space::volume_space_key(name))?;
         }
         p.catalog_released.extend(blocks);
         p.volumes.remove(&id);
@@ -877,6 +902,7 @@ fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {
         sync: SyncPolicy::from_u8(v.rec.sync_policy),
         created_txg: v.rec.created_txg,
         created_ns: v.rec.created_ns,
+        space: crate::space::volume_space(v),
     }
 }
 

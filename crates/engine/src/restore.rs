@@ -97,6 +97,7 @@ impl Pool {
                 deadlist: dl,
                 written_units: 0,
                 total_units: old.total_units - units,
+                saved_bytes: s.saved_bytes,
                 ..old
             };
             let name = p.volumes[&vid].name.clone();

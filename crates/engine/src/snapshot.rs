@@ -319,6 +319,7 @@ impl PoolInner {
                 next_object_id: v.rec.next_object_id,
                 record_size: v.rec.record_size,
                 group,
+                saved_bytes: v.rec.saved_bytes,
             };
             v.rec.parent = sid;
             v.rec.deadlist = dl;
@@ -562,6 +563,8 @@ impl Pool {
                 written_units: s.written_units,
                 origin: 0,
                 total_units: 0,
+                compression: src.compression,
+                saved_bytes: s.saved_bytes,
             };
             let mut v = VolumeState::new(format!("{volume}@{name}"), rec);
             v.read_only_view = true;

@@ -61,10 +61,16 @@ impl<'a> Txn<'a> {
             self.p.writable()?;
         }
         let PoolInner { volumes, io, alloc, .. } = &mut *self.p;
+        let held = if write && volumes.values().any(|v| v.reservation_bytes > 0) {
+            crate::space::held_for_others(volumes, vol)
+        } else {
+            0
+        };
         let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         if write && v.read_only_view {
             return Err(Error::ReadOnly(format!("snapshot {} is read-only", v.name)));
         }
+        v.held_for_others_units = held;
         Ok((v, io, alloc))
     }
 
@@ -78,7 +84,9 @@ impl<'a> Txn<'a> {
         // Dirty data counts as used (it is reserved); frees held back for a txg or two
         // count as free (they are, within seconds, and writers wait for them).
         let used = (self.p.alloc.allocated_units() + self.p.alloc.reserved_units()) * UNIT_SIZE;
-        let free = size.saturating_sub(used);
+        // Other volumes' unused reservations are not free for this one (space.rs).
+        let held = crate::space::held_for_others(&self.p.volumes, vol) * UNIT_SIZE;
+        let free = size.saturating_sub(used).saturating_sub(held);
         let (v, _, _) = self.vol_mut(vol, false)?;
         Ok(SpaceInfo {
             pool_size_bytes: size,

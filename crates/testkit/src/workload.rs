@@ -3,7 +3,29 @@
 
 use crate::model::{ObjectModel, VolumeModel};
 use crate::SimRng;
-use strata_engine::{ObjectId, Pool, Result, VolumeId};
+use strata_engine::{CompressionPolicy, ObjectId, Pool, Result, VolumeId};
+
+/// Bytes that compress (to roughly a third with lz4): a short random phrase repeated, with
+/// a random byte here and there, so compressed records of every size occur.
+pub fn compressible(rng: &mut SimRng, len: usize) -> Vec<u8> {
+    let phrase_len = rng.range(4, 40) as usize;
+    let phrase = rng.bytes(phrase_len);
+    let mut v: Vec<u8> = phrase.iter().copied().cycle().take(len).collect();
+    for _ in 0..len / 64 {
+        let at = rng.below(len as u64) as usize;
+        v[at] = rng.next_u64() as u8;
+    }
+    v
+}
+
+/// A random compression policy (off included), for tests that mix them.
+pub fn random_policy(rng: &mut SimRng) -> CompressionPolicy {
+    match rng.below(5) {
+        0 => CompressionPolicy::Off,
+        1 | 2 => CompressionPolicy::Lz4,
+        _ => CompressionPolicy::Zstd { level: *rng.pick(&[1u8, 3, 9, 19]) },
+    }
+}
 
 /// One random operation on objects, applied to both the pool and the model.
 pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeModel) -> Result<()> {
@@ -34,7 +56,11 @@ pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeMod
                 2 => rng.range(1, 3 * rs),
                 _ => 8192,
             };
-            let data = if rng.chance(10) { vec![0; len as usize] } else { rng.bytes(len as usize) };
+            let data = match rng.below(10) {
+                0 => vec![0; len as usize],
+                1..=3 => compressible(rng, len as usize),
+                _ => rng.bytes(len as usize),
+            };
             pool.write(vol, ObjectId(id), offset, &data)?;
             m.objects.get_mut(&id).unwrap().write(offset, &data);
         }

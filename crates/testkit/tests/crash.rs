@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use strata_engine::{BlockDevice, CheckOptions, ErrorKind, Pool, VolumeId, VolumeOptions};
 use strata_testkit::model::{capture, PoolModel, VolumeModel};
-use strata_testkit::workload::object_op;
+use strata_testkit::workload::{object_op, random_policy};
 use strata_testkit::{
     iters_from_env, seed_from_env, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
 };
@@ -48,8 +48,11 @@ fn setup(rng: &mut SimRng, disk: &Arc<SimDisk>, seed: u64) -> Run {
     let mut vols = Vec::new();
     for name in ["a", "b"] {
         let rs = *rng.pick(&[4096u32, 16384, 32768]);
-        let id =
-            pool.create_volume(name, &VolumeOptions { record_size: rs, quota_bytes: 0, ..Default::default() }).unwrap();
+        // Random compression per volume: crash images then hold compressed records too.
+        let compression = random_policy(rng);
+        let id = pool
+            .create_volume(name, &VolumeOptions { record_size: rs, quota_bytes: 0, compression, ..Default::default() })
+            .unwrap();
         model.volumes.insert(name.into(), VolumeModel { record_size: rs, ..Default::default() });
         vols.push((name.to_string(), id));
     }

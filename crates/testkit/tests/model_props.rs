@@ -1,5 +1,6 @@
 //! Property tests against obviously-right models: the keyed B+tree (through a volume's
-//! key-value space) against a BTreeMap, and object data against a Vec<u8> per object.
+//! key-value space) against a BTreeMap, and object data against a Vec<u8> per object
+//! (under random compression policies that change mid-run).
 //! Thousands of random operation sequences; each prints its seed on failure
 //! (replay with STRATA_SEED=<seed>; scale with STRATA_ITERS=<n>).
 
@@ -7,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use strata_engine::{BlockDevice, CheckOptions, Pool, VolumeOptions};
 use strata_testkit::model::{capture, PoolModel, VolumeModel};
-use strata_testkit::workload::object_op;
+use strata_testkit::workload::{object_op, random_policy};
 use strata_testkit::{iters_from_env, seed_from_env, test_create_options, test_pool_options, SimDisk, SimRng};
 
 fn run_seeds(name: &str, default_iters: u64, f: impl Fn(u64)) {
@@ -98,8 +99,12 @@ fn objects_match_byte_arrays() {
         let disk = Arc::new(SimDisk::new(64 << 20, 4096));
         let mut pool = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
         let rs = *rng.pick(&[4096u32, 16384, 65536]);
+        let compression = random_policy(&mut rng);
         let vol = pool
-            .create_volume("data", &VolumeOptions { record_size: rs, quota_bytes: 0, ..Default::default() })
+            .create_volume(
+                "data",
+                &VolumeOptions { record_size: rs, quota_bytes: 0, compression, ..Default::default() },
+            )
             .unwrap();
         let mut model = PoolModel::default();
         model.volumes.insert("data".into(), VolumeModel { record_size: rs, ..Default::default() });
@@ -114,6 +119,8 @@ fn objects_match_byte_arrays() {
                     drop(pool);
                     pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
                 }
+                // The policy changes mid-life: records written before keep theirs.
+                7 => pool.set_compression(vol, random_policy(&mut rng)).unwrap(),
                 _ => object_op(&mut rng, &pool, vol, model.volumes.get_mut("data").unwrap()).unwrap(),
             }
         }

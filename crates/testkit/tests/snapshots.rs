@@ -95,7 +95,10 @@ impl World {
         let mut w = World { disk, pool, m: Model::default(), intended: None, next: 0 };
         for name in ["a", "b"] {
             let rs = if name == "a" { 4096 } else { 16384 };
-            w.pool.create_volume(name, &VolumeOptions { record_size: rs, ..Default::default() }).unwrap();
+            // One volume compressed: shared, restored and split blocks may be compressed too.
+            let compression =
+                if name == "b" { strata_engine::CompressionPolicy::Lz4 } else { strata_engine::CompressionPolicy::Off };
+            w.pool.create_volume(name, &VolumeOptions { record_size: rs, compression, ..Default::default() }).unwrap();
             w.m.vols.insert(name.into(), VolumeModel { record_size: rs, ..Default::default() });
             w.m.vol_parent.insert(name.into(), None);
         }

@@ -5,7 +5,9 @@
 //! order and key bounds in every B+tree node; child levels; block kinds per tree level;
 //! dnode sanity (records within the object's size and levels, record sizes); that no unit
 //! is referenced twice; that birth txgs are not in the future; that each volume's recorded
-//! space equals what its blocks occupy; and that the space map on disk marks exactly the
+//! space equals what its blocks occupy and its recorded savings what its data records save
+//! (compressed records are decoded when data is verified); that reservations name volumes;
+//! and that the space map on disk marks exactly the
 //! referenced units (no block both free and used, no leaked block) and agrees with the
 //! root's own total. Snapshots and clones share blocks: a block reached again through the
 //! same pointer (same address, birth and checksum) is shared, not a double reference, and
@@ -20,7 +22,8 @@ use crate::alloc::Allocator;
 use crate::error::Result;
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
-use crate::format::{BlockKind, BlockPtr};
+use crate::format::space::{PoolSpacePhys, VolumeSpacePhys, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
+use crate::format::{BlockKind, BlockPtr, Compression};
 use crate::pipeline::BlockIo;
 use crate::pool::Pool;
 use crate::tree::blocktree;
@@ -52,6 +55,10 @@ pub struct CheckReport {
     pub referenced_units: u64,
     pub allocated_units: u64,
     pub data_bytes_verified: u64,
+    /// Data records stored compressed.
+    pub compressed_blocks: u64,
+    /// What the data records save against storing every record whole and raw.
+    pub saved_bytes: u64,
     /// Invariant violations; empty means the pool is consistent.
     pub errors: Vec<String>,
     /// Things worth knowing that are not violations (fallbacks, skipped torn roots).
@@ -93,6 +100,8 @@ struct Checker<'a> {
     visited: HashMap<u64, BlockPtr>,
     report: CheckReport,
     geo: crate::alloc::Geometry,
+    /// The labels carry INCOMPAT_COMPRESSION (required before any compressed block).
+    compression_feature: bool,
 }
 
 #[derive(PartialEq, Eq)]
@@ -207,6 +216,7 @@ impl Checker<'_> {
         }
     }
 
+    /// Returns the units the object's blocks occupy.
     fn object(&mut self, ctx: &str, dn: &DnodePhys) -> u64 {
         let mut units = 0;
         let mut data_units = 0;
@@ -232,6 +242,15 @@ impl Checker<'_> {
                 continue;
             }
             self.report.data_blocks += 1;
+            if bp.compression != Compression::None {
+                self.report.compressed_blocks += 1;
+                if !self.compression_feature {
+                    self.err(format!(
+                        "{ctx}: record {first} is stored {:?}-compressed but the pool labels lack the compression feature",
+                        bp.compression
+                    ));
+                }
+            }
             if first >= records {
                 self.err(format!("{ctx}: record {first} exists past the object's size {}", dn.size));
             }
@@ -252,6 +271,24 @@ impl Checker<'_> {
             self.err(format!("{ctx}: data records occupy {data_units} units, the dnode records {}", dn.data_units));
         }
         units
+    }
+
+    /// A reservation (it must name a volume) or the pool's space settings.
+    fn space_entry(&mut self, k: &[u8], v: &[u8], vols: &[(String, VolumeRecordPhys)]) {
+        if k == [KEY_POOL_SPACE] {
+            if let Err(e) = PoolSpacePhys::decode(v) {
+                self.err(format!("catalog pool space settings: {e}"));
+            }
+            return;
+        }
+        let name = String::from_utf8_lossy(&k[1..]);
+        match VolumeSpacePhys::decode(v) {
+            Err(e) => self.err(format!("catalog reservation of {name:?}: {e}")),
+            Ok(_) if k[0] != KEY_VOLUME_SPACE || !vols.iter().any(|(n, _)| *n == name) => {
+                self.err(format!("catalog entry {k:02x?}: a reservation for no volume"))
+            }
+            Ok(_) => {}
+        }
     }
 
     /// Walk one volume tree (a head or a snapshot).
@@ -296,11 +333,13 @@ impl Pool {
             visited: HashMap::new(),
             report: CheckReport { txg: root.txg, notes: p.open_notes.clone(), ..Default::default() },
             geo,
+            compression_feature: p.label.features.incompat & crate::format::features::INCOMPAT_COMPRESSION != 0,
         };
         let mut vols: Vec<(String, VolumeRecordPhys)> = Vec::new();
         let mut snaps: Vec<(String, SnapshotRecordPhys)> = Vec::new();
         let mut deadlist_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut max_vol_id = 0;
+        let mut space_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let catalog_units =
             c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| match k.first() {
                 Some(0x01) => match (std::str::from_utf8(&k[1..]), VolumeRecordPhys::decode(v)) {
@@ -320,8 +359,12 @@ impl Pool {
                     _ => c.err(format!("catalog entry {k:02x?}: malformed snapshot key")),
                 },
                 Some(0x03) if k.len() == 25 => deadlist_entries.push((k.to_vec(), v.to_vec())),
+                Some(&KEY_VOLUME_SPACE) | Some(&KEY_POOL_SPACE) => space_entries.push((k.to_vec(), v.to_vec())),
                 _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
             });
+        for (k, v) in &space_entries {
+            c.space_entry(k, v, &vols);
+        }
         if max_vol_id >= root.next_volume_id && !(vols.is_empty() && snaps.is_empty()) {
             c.err(format!("id {max_vol_id} is in use but the next id is {}", root.next_volume_id));
         }

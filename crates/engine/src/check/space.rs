@@ -22,18 +22,18 @@ use crate::tree::blocktree;
 use crate::volume::KEY_DNODE;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// A tree's blocks: address → (birth txg, units).
-type Blocks = HashMap<u64, (u64, u64)>;
+/// A tree's blocks: address → (birth txg, units, bytes saved by compression/trimming).
+type Blocks = HashMap<u64, (u64, u64, u64)>;
 
 fn blocks_of(io: &BlockIo, root: &BlockPtr) -> crate::error::Result<Blocks> {
     let mut out = Blocks::new();
     walk_btree(io, root, &mut |bp, node| {
-        out.insert(bp.addr, (bp.birth_txg, bp.units()));
+        out.insert(bp.addr, (bp.birth_txg, bp.units(), 0));
         if let BtreeNodePhys::Leaf { entries } = node {
             for (_, v) in entries.iter().filter(|(k, _)| k.first() == Some(&KEY_DNODE)) {
                 let dn = DnodePhys::decode(v)?;
                 blocktree::walk(io, &dn.root, dn.levels, &mut |b, _, _| {
-                    out.insert(b.addr, (b.birth_txg, b.units()));
+                    out.insert(b.addr, (b.birth_txg, b.units(), crate::volume::data_saved_bytes(b)));
                     Ok(())
                 })?;
             }
@@ -51,6 +51,8 @@ struct Tree {
     deadlist: u64,
     used: u64,
     written: u64,
+    /// A head's recorded savings (None: a snapshot, or not tracked).
+    saved: Option<u64>,
 }
 
 pub(super) fn check(
@@ -72,8 +74,12 @@ pub(super) fn check(
             deadlist: r.deadlist,
             used: r.used_units,
             written: r.written_units,
+            saved: r.saved_bytes,
         })
         .collect();
+    for (name, _) in vols.iter().filter(|(_, r)| r.saved_bytes.is_none()) {
+        c.report.notes.push(format!("volume {name}: savings not tracked (written by an older build)"));
+    }
     for (name, r) in snaps {
         let Some((vname, _)) = vol_by_id.get(&r.volume) else {
             c.err(format!("snapshot {name} belongs to volume id {} which does not exist", r.volume));
@@ -87,6 +93,7 @@ pub(super) fn check(
             deadlist: r.deadlist,
             used: r.referenced_units,
             written: r.written_units,
+            saved: None,
         });
     }
 
@@ -117,7 +124,14 @@ pub(super) fn check(
                 continue;
             }
         };
-        let used: u64 = mine.values().map(|(_, u)| u).sum();
+        let used: u64 = mine.values().map(|(_, u, _)| u).sum();
+        if let Some(recorded) = t.saved {
+            let saved: u64 = mine.values().map(|(_, _, s)| s).sum();
+            c.report.saved_bytes += saved;
+            if saved != recorded {
+                c.err(format!("{}: data records save {saved} bytes but the volume records {recorded}", t.ctx));
+            }
+        }
         if used != t.used {
             c.err(format!("{}: blocks occupy {used} units but the record says {}", t.ctx, t.used));
         }
@@ -127,7 +141,7 @@ pub(super) fn check(
             continue;
         }
         let parent_txg = parent.map_or(0, |p| p.txg);
-        let written: u64 = mine.values().filter(|(b, _)| *b > parent_txg).map(|(_, u)| u).sum();
+        let written: u64 = mine.values().filter(|(b, _, _)| *b > parent_txg).map(|(_, u, _)| u).sum();
         if written != t.written {
             c.err(format!(
                 "{}: blocks born after its parent occupy {written} units but the record says {}",
@@ -136,7 +150,7 @@ pub(super) fn check(
         }
         let origin_txg = vol_by_id.get(&t.volume).map_or(0, |(_, r)| snap_by_id.get(&r.origin).map_or(0, |s| s.txg));
         let u = union.entry(t.volume).or_default();
-        for (addr, (birth, units)) in &mine {
+        for (addr, (birth, units, _)) in &mine {
             if *birth > origin_txg {
                 u.insert(*addr, *units);
             }
@@ -155,7 +169,7 @@ pub(super) fn check(
                 continue;
             }
         };
-        for (addr, (birth, _)) in &mine {
+        for (addr, (birth, _, _)) in &mine {
             if *birth <= p.txg && !theirs.contains_key(addr) {
                 c.err(format!("{}: block at {addr} born in txg {birth} is not in its parent", t.ctx));
             }

@@ -52,9 +52,11 @@ pub enum Compression {
     /// The stored bytes are the logical block's first `psize` bytes; the rest are zeros
     /// (trailing zeros are never stored).
     None = 0,
-    /// LZ4 block format. Reserved for the storage-efficiency work; not written yet.
+    /// One LZ4 block (raw block format) of the logical block's zero-trimmed prefix; the
+    /// rest is zeros. Data records only (compress.rs, docs/efficiency.md).
     Lz4 = 1,
-    /// Zstandard frame. Reserved for the storage-efficiency work; not written yet.
+    /// One Zstandard frame of the logical block's zero-trimmed prefix; the rest is zeros.
+    /// Data records only.
     Zstd = 2,
 }
 

@@ -13,7 +13,13 @@
 /// Feature bits this build understands, per mask.
 pub const KNOWN_COMPAT: u64 = 0;
 pub const KNOWN_RO_COMPAT: u64 = 0;
-pub const KNOWN_INCOMPAT: u64 = 0;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION;
+
+/// Data records may be stored compressed (lz4, zstd) and volume records carry a compression
+/// policy in their flags. Set in the labels when a volume's compression is first turned on
+/// (compress.rs, space.rs); a pool that never compressed stays readable by older builds.
+/// Bit 8: the storage-efficiency features take bits from 8 up.
+pub const INCOMPAT_COMPRESSION: u64 = 1 << 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Features {

@@ -27,6 +27,7 @@ pub mod intent;
 pub mod label;
 pub mod node;
 pub mod records;
+pub mod space;
 pub mod spacemap;
 pub mod uberblock;
 
@@ -72,5 +73,13 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     ok += BlockPtr::decode_from(&mut codec::Reader::new(bytes, "fuzz", None)).is_ok() as usize;
     ok += intent::LogBlockPhys::decode(bytes).is_some() as usize;
     ok += intent::LogRecord::decode_all(bytes).is_ok() as usize;
+    ok += space::VolumeSpacePhys::decode(bytes).is_ok() as usize;
+    ok += space::PoolSpacePhys::decode(bytes).is_ok() as usize;
+    // The payload decoders of compressed data records: bounded output, errors not panics.
+    for algo in [Compression::Lz4, Compression::Zstd] {
+        for lsize in [4096u32, 65536] {
+            ok += crate::compress::decompress(algo, bytes, lsize).is_ok() as usize;
+        }
+    }
     ok
 }

@@ -18,14 +18,18 @@
 //! ```text
 //!   0  id              u64
 //!   8  record_size     u32   default record size of new objects
-//!  12  flags           u32   bits 0-1: sync policy (0 standard, 1 always, 2 disabled)
+//!  12  flags           u32   bits 0-7: sync policy (0 standard, 1 always, 2 disabled);
+//!                            bits 8-15: compression (0 off, 1 lz4, 2 zstd);
+//!                            bits 16-23: zstd level (1-19; 0 otherwise); 24-31 zero
 //!  16  tree_root       BlockPtrPhys (64)  root of the volume's B+tree
 //!  80  next_object_id  u64
 //!  88  used_units      u64   units referenced by this volume (data + metadata)
 //!  96  created_txg     u64
 //! 104  created_ns      u64
 //! 112  quota_bytes     u64   size limit; 0 = none
-//! 120  reserved        [u8; 8]
+//! 120  saved_plus_one  u64   bytes the volume's data records save against storing every
+//!                            record at its full size (compression and zero-tail trimming),
+//!                            plus one; 0 = not tracked (written by a build before it)
 //! 128  parent          u64   snapshot this head descends from (0 = none): blocks born at
 //!                            or before its txg may be shared with it
 //! 136  deadlist        u64   id of this head's deadlist (blocks of the parent it freed)
@@ -51,12 +55,13 @@
 //! 136  record_size     u32
 //! 140  flags           u32   (zero)
 //! 144  group           u64   group snapshot id (0 = taken alone)
-//! 152  reserved        [u8; 8]
+//! 152  saved_plus_one  u64   the volume's savings when taken, plus one (0 = not tracked)
 //! ```
 
 use super::codec::{Reader, Writer};
 use super::node::INDIRECT_SHIFT;
 use super::BlockPtr;
+use crate::compress::CompressionPolicy;
 use crate::error::Corruption;
 
 pub const ATTR_MAX: usize = 512;
@@ -145,19 +150,27 @@ pub struct VolumeRecordPhys {
     pub written_units: u64,
     pub origin: u64,
     pub total_units: u64,
+    /// How new data records are compressed.
+    pub compression: CompressionPolicy,
+    /// Σ over the volume's data records of lsize − units × UNIT_SIZE (what compression and
+    /// zero-tail trimming save); `None` for volumes last written by a build that did not
+    /// track it. Logical bytes = used + saved (docs/efficiency.md).
+    pub saved_bytes: Option<u64>,
 }
 
 impl VolumeRecordPhys {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(VOLUME_RECORD_SIZE);
-        w.u64(self.id).u32(self.record_size).u32(self.sync_policy as u32);
+        let (algo, level) = self.compression.to_bits();
+        let flags = self.sync_policy as u32 | (algo as u32) << 8 | (level as u32) << 16;
+        w.u64(self.id).u32(self.record_size).u32(flags);
         self.tree_root.encode_into(&mut w);
         w.u64(self.next_object_id)
             .u64(self.used_units)
             .u64(self.created_txg)
             .u64(self.created_ns)
             .u64(self.quota_bytes)
-            .zeros(8)
+            .u64(self.saved_bytes.map_or(0, |s| s + 1))
             .u64(self.parent)
             .u64(self.deadlist)
             .u64(self.written_units)
@@ -182,7 +195,7 @@ impl VolumeRecordPhys {
         let created_txg = r.u64()?;
         let created_ns = r.u64()?;
         let quota_bytes = r.u64()?;
-        r.take(8)?;
+        let saved_plus_one = r.u64()?;
         let (mut parent, mut deadlist, mut written_units, mut origin, mut total_units) =
             (0, 0, used_units, 0, used_units);
         if buf.len() == VOLUME_RECORD_SIZE {
@@ -195,8 +208,13 @@ impl VolumeRecordPhys {
                 return Err(r.corrupt("reserved bytes are not zero"));
             }
         }
-        if flags > 2 || !valid_record_size(record_size) {
-            return Err(r.corrupt(format!("flags {flags}, record size {record_size}")));
+        let sync_policy = (flags & 0xff) as u8;
+        let compression = CompressionPolicy::from_bits((flags >> 8) as u8, (flags >> 16) as u8);
+        let Some(compression) = compression.filter(|_| sync_policy <= 2 && flags >> 24 == 0) else {
+            return Err(r.corrupt(format!("flags {flags:#x}: unknown sync policy or compression")));
+        };
+        if !valid_record_size(record_size) {
+            return Err(r.corrupt(format!("record size {record_size}")));
         }
         if written_units > used_units || (parent == 0 && origin != 0) {
             return Err(
@@ -206,13 +224,15 @@ impl VolumeRecordPhys {
         Ok(VolumeRecordPhys {
             id,
             record_size,
-            sync_policy: flags as u8,
+            sync_policy,
             tree_root,
             next_object_id,
             used_units,
             created_txg,
             created_ns,
             quota_bytes,
+            compression,
+            saved_bytes: saved_plus_one.checked_sub(1),
             parent,
             deadlist,
             written_units,
@@ -236,6 +256,8 @@ pub struct SnapshotRecordPhys {
     pub next_object_id: u64,
     pub record_size: u32,
     pub group: u64,
+    /// The volume's `saved_bytes` when the snapshot was taken (clones and restores inherit it).
+    pub saved_bytes: Option<u64>,
 }
 
 impl SnapshotRecordPhys {
@@ -251,7 +273,7 @@ impl SnapshotRecordPhys {
             .u32(self.record_size)
             .u32(0)
             .u64(self.group)
-            .zeros(8);
+            .u64(self.saved_bytes.map_or(0, |s| s + 1));
         assert_eq!(w.len(), SNAPSHOT_RECORD_SIZE);
         w.into_inner()
     }
@@ -274,8 +296,8 @@ impl SnapshotRecordPhys {
         let record_size = r.u32()?;
         let flags = r.u32()?;
         let group = r.u64()?;
-        let reserved = r.u64()?;
-        if flags != 0 || reserved != 0 || !valid_record_size(record_size) || txg == 0 || id == 0 {
+        let saved_plus_one = r.u64()?;
+        if flags != 0 || !valid_record_size(record_size) || txg == 0 || id == 0 {
             return Err(r.corrupt(format!("id {id}, txg {txg}, flags {flags}, record size {record_size}")));
         }
         if written_units > referenced_units || (!tree_root.is_hole() && tree_root.birth_txg > txg) {
@@ -297,6 +319,7 @@ impl SnapshotRecordPhys {
             next_object_id,
             record_size,
             group,
+            saved_bytes: saved_plus_one.checked_sub(1),
         })
     }
 }
