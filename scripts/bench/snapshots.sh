@@ -5,14 +5,16 @@
 #   2. pgbench TPS on the live volume with 0 and with 500 snapshots present (target ratio
 #      >= 0.97), measured 0 -> 500 -> 0 so drift shows;
 #   3. time from `clone create` to PostgreSQL accepting queries on a clone of a ~10 GiB
-#      database (target: a few seconds, dominated by PostgreSQL's start).
+#      database (target: a few seconds, dominated by PostgreSQL's start): pgbench scale 50
+#      plus a table of CLONE_GIB of rows, loaded WAL-skipping (wal_level=minimal, created and
+#      filled in one transaction) because bulk loading is not what this measures.
 # Prints a Markdown table and writes it to docs/benchmarks/snapshots.md (with the command).
 #
 #   bash scripts/bench/snapshots.sh            (root; ~30-40 min with the defaults)
 #   SMALL=1 bash scripts/bench/snapshots.sh    (quick smoke: small sizes, a few minutes)
 #
 # Environment: FILL_SMALL_GIB / FILL_LARGE_GIB (1 / 20), SNAPS (500), PG_SECONDS (60),
-# CLONE_SCALE (680, ~10 GiB), LAT_SNAPS (20 snapshots per size), OUT (docs/benchmarks/snapshots.md),
+# CLONE_GIB (10), LAT_SNAPS (20 snapshots per size), OUT (docs/benchmarks/snapshots.md),
 # PARTS (default "1 2 3": which of the three to run)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,19 +24,19 @@ STEP_TIMEOUT=7200
 # shellcheck source=scripts/e2e/db-common.sh
 . scripts/e2e/db-common.sh
 if [ "${SMALL:-0}" = 1 ]; then
-  : "${FILL_SMALL_GIB:=0.25}" "${FILL_LARGE_GIB:=2}" "${SNAPS:=50}" "${PG_SECONDS:=15}" "${CLONE_SCALE:=20}" "${LAT_SNAPS:=8}"
+  : "${FILL_SMALL_GIB:=0.25}" "${FILL_LARGE_GIB:=2}" "${SNAPS:=50}" "${PG_SECONDS:=15}" "${CLONE_GIB:=0.5}" "${LAT_SNAPS:=8}"
 fi
 FILL_SMALL_GIB="${FILL_SMALL_GIB:-1}"
 FILL_LARGE_GIB="${FILL_LARGE_GIB:-20}"
 SNAPS="${SNAPS:-500}"
 PG_SECONDS="${PG_SECONDS:-60}"
-CLONE_SCALE="${CLONE_SCALE:-680}"
+CLONE_GIB="${CLONE_GIB:-10}"
 LAT_SNAPS="${LAT_SNAPS:-20}"
 PARTS="${PARTS:-1 2 3}"
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT="${OUT:-$ROOT/docs/benchmarks/snapshots.md}"
 PG_BIN=/usr/lib/postgresql/15/bin
-export STRATA_E2E_DIR=/var/tmp/strata-bench-snap STRATA_API=127.0.0.1:7451 STRATA_POOL_SIZE=56G
+export STRATA_E2E_DIR=/var/tmp/strata-bench-snap STRATA_API=127.0.0.1:7451 STRATA_POOL_SIZE=40G
 export STRATA_BIN="$ROOT/target/release/strata"
 [ "$(id -u)" -eq 0 ] || die "run as root"
 ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" -- postgresql-15 postgresql-contrib
@@ -103,6 +105,8 @@ for gib in "$FILL_SMALL_GIB" "$FILL_LARGE_GIB"; do
   used="$("$STRATA_BIN" --json volume show "default/$vol" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["used_bytes"] / 2**30, 1))')"
   row "| $used GiB | $(grep . "$STRATA_E2E_DIR/lat" | stats) |"
   pg_stop "$vol"
+  "$STRATA_BIN" unmount "$M/$vol" >/dev/null
+  "$STRATA_BIN" volume delete "default/$vol" >/dev/null # room for the next part
   port=$((port + 1))
 done
 fi
@@ -140,10 +144,21 @@ fi
 
 # ------------------------------------------------------------------ 3. clone of a big database
 if part 3; then
-log "pgbench scale $CLONE_SCALE for the clone test"
+log "a ~$CLONE_GIB GiB database for the clone test"
 strata_mount big "$M/big"
 t0="$(now_s)"
-pg_init big 55480 "$CLONE_SCALE"
+pg_init big 55480 50
+rows="$(awk -v g="$CLONE_GIB" 'BEGIN { printf "%d", g * 1024 * 1024 * 1024 / 1100 }')"
+printf "wal_level = minimal\nmax_wal_senders = 0\n" >>"$M/big/pgdata/postgresql.conf"
+pg_stop big
+pg_start big 55480
+"$PG_BIN/psql" -X -q -h "$SOCK" -p 55480 -U postgres -d bench -v ON_ERROR_STOP=1 <<SQL
+begin;
+create table pad (id bigint primary key, payload text);
+insert into pad select g, repeat(md5(g::text), 30) from generate_series(1, $rows) g;
+commit;
+checkpoint;
+SQL
 load_s="$(elapsed_since "$t0")"
 dbsize="$("$PG_BIN/psql" -X -At -h "$SOCK" -p 55480 -U postgres -d bench -c "select pg_size_pretty(pg_database_size('bench'))")"
 "$PG_BIN/pgbench" -h "$SOCK" -p 55480 -U postgres -c 4 -j 2 -T 30 -n bench >/dev/null 2>&1 &
@@ -162,7 +177,7 @@ pg_start bigclone 55481
 ready_s="$(elapsed_since "$t0")"
 wait "$bench" || true
 row ""
-row "## Clone of a $dbsize database (pgbench scale $CLONE_SCALE, loaded in $load_s s) under pgbench load, from a --quiesce snapshot"
+row "## Clone of a $dbsize database (pgbench scale 50 + $CLONE_GIB GiB table, loaded in $load_s s) under pgbench load, from a --quiesce snapshot"
 row ""
 row "| clone create (API) | clone create -> PostgreSQL accepting queries |"
 row "|---:|---:|"
