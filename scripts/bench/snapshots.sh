@@ -159,6 +159,10 @@ insert into pad select g, repeat(md5(g::text), 30) from generate_series(1, $rows
 commit;
 checkpoint;
 SQL
+pg_stop big
+# Back to the default WAL level: pg_backup_start (the --quiesce below) needs replica.
+printf "wal_level = replica\nmax_wal_senders = 10\n" >>"$M/big/pgdata/postgresql.conf"
+pg_start big 55480
 load_s="$(elapsed_since "$t0")"
 dbsize="$("$PG_BIN/psql" -X -At -h "$SOCK" -p 55480 -U postgres -d bench -c "select pg_size_pretty(pg_database_size('bench'))")"
 "$PG_BIN/pgbench" -h "$SOCK" -p 55480 -U postgres -c 4 -j 2 -T 30 -n bench >/dev/null 2>&1 &
