@@ -13,6 +13,7 @@ secs="${1:-20}"; mib="${2:-1024}"
 work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-nfs}"
 need=()
 command -v ganesha.nfsd >/dev/null || need+=(nfs-ganesha nfs-ganesha-vfs)
+command -v rpcbind >/dev/null || need+=(rpcbind)
 [ -f /usr/include/nfsc/libnfs.h ] || need+=(libnfs-dev)
 if [ ${#need[@]} -gt 0 ]; then apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; fi
 cargo build --release -p strata-cli --quiet
@@ -41,6 +42,8 @@ STRATA_API="$api" "$bin" export nfs default/bench --no-root-squash >/dev/null
 strata_url="nfs://127.0.0.1/default/bench?nfsport=$sport&mountport=$sport"
 
 # --- nfs-ganesha: VFS FSAL over ext4 in a loop image; NFSv3 only, no NLM/RQUOTA.
+# Ganesha refuses to serve unless it can register with a portmapper: start rpcbind if none runs.
+pgrep -x rpcbind >/dev/null || rpcbind -w
 truncate -s 8G "$work/ext4.img"; mkfs.ext4 -q -F "$work/ext4.img"
 loopdev="$(losetup -f --show "$work/ext4.img")"
 mkdir -p "$work/ext4"; mount "$loopdev" "$work/ext4"
@@ -50,6 +53,7 @@ NFS_CORE_PARAM { Protocols = 3; NFS_Port = $gport; MNT_Port = $gmnt; Bind_addr =
                  Enable_NLM = false; Enable_RQUOTA = false; Enable_UDP = false; }
 EXPORT { Export_Id = 1; Path = $work/ext4; Pseudo = /bench; Access_Type = RW; Squash = No_Root_Squash;
          Protocols = 3; Transports = TCP; SecType = sys; FSAL { Name = VFS; } }
+NFS_KRB5 { Active_krb5 = false; }
 LOG { Default_Log_Level = WARN; }
 CONF
 ganesha.nfsd -F -f "$work/ganesha.conf" -L "$work/ganesha.log" -p "$work/ganesha.pid" &

@@ -56,6 +56,9 @@ enum Command {
         /// Also answer the portmapper on this port (111 lets clients find NFS without ports).
         #[arg(long, requires = "nfs_port")]
         nfs_portmap_port: Option<u16>,
+        /// Data cache of each pool (e.g. 4G, 512M, 0 for none); default a quarter of memory.
+        #[arg(long)]
+        cache_size: Option<String>,
     },
     /// NFS exports of volumes.
     #[command(subcommand)]
@@ -289,6 +292,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             nfs_port,
             nfs_bind,
             nfs_portmap_port,
+            cache_size,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -307,6 +311,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             opts.default_pool_bytes = parse_size(&default_pool_size)?;
             opts.txg_interval = std::time::Duration::from_secs(txg_interval.max(1));
             opts.writeback_cache = !no_writeback_cache;
+            if let Some(c) = cache_size {
+                opts.cache_bytes = parse_size(&c).map_err(|e| format!("--cache-size: {e}"))?;
+            }
             opts.nfs =
                 nfs_port.map(|port| strata_daemon::NfsOptions { bind: nfs_bind, port, portmap_port: nfs_portmap_port });
             strata_daemon::serve(opts)?;

@@ -67,6 +67,8 @@ pub struct ServeOptions {
     pub fuse_threads: usize,
     /// Serve NFS exports (None: exports are recorded, not served). See nfs.rs.
     pub nfs: Option<NfsOptions>,
+    /// Data-record cache of each pool, in bytes (0: none).
+    pub cache_bytes: u64,
 }
 
 impl ServeOptions {
@@ -79,6 +81,7 @@ impl ServeOptions {
             writeback_cache: true,
             fuse_threads: 4,
             nfs: None,
+            cache_bytes: default_cache_bytes(),
         }
     }
 }
@@ -107,8 +110,26 @@ pub struct Daemon {
     pub(crate) filesystems: volumes::FsRegistry,
 }
 
+/// Bytes of data-record cache each pool gets (`serve --cache-size`; set once at start).
+static DATA_CACHE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(64 << 20);
+
 pub(crate) fn pool_options() -> PoolOptions {
-    PoolOptions::new(Arc::new(SystemClock))
+    let mut o = PoolOptions::new(Arc::new(SystemClock));
+    o.data_cache_bytes = DATA_CACHE_BYTES.load(Ordering::Relaxed);
+    o
+}
+
+/// The default data cache: a quarter of the machine's memory (ZFS's ARC takes up to half;
+/// the databases Strata serves want the rest), 64 MiB if /proc/meminfo cannot be read.
+pub fn default_cache_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(64 << 20, |kib| kib * 1024 / 4)
 }
 
 pub(crate) fn open_device(path: &Path, create_size: Option<u64>) -> Result<Arc<dyn BlockDevice>, ApiError> {
@@ -415,6 +436,7 @@ fn detach_stale_mount(path: &Path) {
 
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn serve(opts: ServeOptions) -> Result<(), String> {
+    DATA_CACHE_BYTES.store(opts.cache_bytes, Ordering::Relaxed);
     let listen = opts.listen.clone();
     let server = tiny_http::Server::http(&listen).map_err(|e| format!("listen on {listen}: {e}"))?;
     let d = Daemon::start(opts)?;

@@ -11,6 +11,7 @@
 //! randomness: time comes through [`Clock`], identities through [`CreateOptions`].
 
 pub mod alloc;
+pub mod cache;
 pub mod check;
 pub mod clock;
 pub mod clone;
@@ -21,6 +22,7 @@ pub mod format;
 pub mod intent_log;
 pub mod pipeline;
 pub mod pool;
+pub mod prewrite;
 pub mod restore;
 pub mod snapshot;
 pub mod space;
@@ -36,6 +38,7 @@ pub use compress::CompressionPolicy;
 pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
 pub use error::{Corruption, Error, ErrorKind, Result};
 pub use format::ChecksumAlgo;
+pub use prewrite::PrewriteStats;
 pub use pool::{CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions};
 pub use restore::FileRestoreStats;
 pub use snapshot::{SnapshotInfo, SNAPSHOTS_PER_VOLUME_MAX};

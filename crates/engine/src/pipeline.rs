@@ -12,9 +12,10 @@
 //! each. `finish_writes` issues what is pending; the commit calls it before flushing, and
 //! a read that overlaps a pending block issues it first.
 //!
-//! Decoded metadata blocks (B+tree nodes, indirect blocks) are kept in a bounded cache keyed
-//! by (address, birth txg): a reused address always carries a newer birth txg, so an entry
-//! can never be confused with the block that replaced it, and nothing needs invalidating.
+//! Decoded metadata blocks (B+tree nodes, indirect blocks) and data records are kept in
+//! bounded caches keyed by (address, birth txg) (cache.rs): a reused address always carries
+//! a newer birth txg, so an entry can never be confused with the block that replaced it, and
+//! nothing needs invalidating. Data records enter when read and when written.
 
 use crate::alloc::{Allocator, Geometry};
 use crate::compress::CompressionPolicy;
@@ -22,7 +23,7 @@ use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Corruption, Error, Result};
 use crate::format::node::{BtreeNodePhys, IndirectPhys};
 use crate::format::{round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE};
-use std::collections::HashMap;
+use crate::cache::BlockCache;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -40,44 +41,14 @@ pub struct IoStats {
     pub compression_skipped: AtomicU64,
     /// All-zero data records written by applications and stored as holes (zero detection).
     pub zero_records_elided: AtomicU64,
+    /// Data records served from the data cache.
+    pub data_cache_hits: AtomicU64,
 }
 
 #[derive(Clone)]
 enum Cached {
     Node(Arc<BtreeNodePhys>),
     Indirect(Arc<IndirectPhys>),
-}
-
-struct Cache {
-    map: HashMap<(u64, u64), (Cached, u64)>,
-    clock: u64,
-    capacity: usize,
-}
-
-impl Cache {
-    fn get(&mut self, key: (u64, u64)) -> Option<Cached> {
-        self.clock += 1;
-        let clock = self.clock;
-        self.map.get_mut(&key).map(|(c, stamp)| {
-            *stamp = clock;
-            c.clone()
-        })
-    }
-    fn put(&mut self, key: (u64, u64), c: Cached) {
-        if self.capacity == 0 {
-            return;
-        }
-        if self.map.len() >= self.capacity {
-            // Evict the older half: O(n) once every capacity/2 inserts, so O(1) amortised.
-            let mut stamps: Vec<u64> = self.map.values().map(|(_, s)| *s).collect();
-            let mid = stamps.len() / 2;
-            let (_, median, _) = stamps.select_nth_unstable(mid);
-            let median = *median;
-            self.map.retain(|_, (_, s)| *s > median);
-        }
-        self.clock += 1;
-        self.map.insert(key, (c, self.clock));
-    }
 }
 
 /// Largest combined write. 1 MiB is past the point where larger writes stop getting
@@ -95,21 +66,62 @@ pub struct BlockIo {
     batch: Mutex<Option<WriteBatch>>,
     geo: Geometry,
     checksum_algo: ChecksumAlgo,
-    cache: Mutex<Cache>,
+    cache: Mutex<BlockCache<Cached>>,
+    data_cache: Mutex<BlockCache<Arc<Vec<u8>>>>,
     pub stats: IoStats,
 }
 
 impl BlockIo {
-    /// `cache_blocks`: decoded metadata blocks kept (each ≤ 16 KiB of payload).
-    pub fn new(dev: Arc<dyn BlockDevice>, geo: Geometry, checksum_algo: ChecksumAlgo, cache_blocks: usize) -> BlockIo {
+    /// `cache_blocks`: decoded metadata blocks kept (each ≤ 16 KiB of payload);
+    /// `data_cache_bytes`: bytes of data records kept (0: none).
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        geo: Geometry,
+        checksum_algo: ChecksumAlgo,
+        cache_blocks: usize,
+        data_cache_bytes: u64,
+    ) -> BlockIo {
         BlockIo {
             dev,
             batch: Mutex::new(None),
             geo,
             checksum_algo,
-            cache: Mutex::new(Cache { map: HashMap::new(), clock: 0, capacity: cache_blocks }),
+            cache: Mutex::new(BlockCache::new(cache_blocks as u64)),
+            data_cache: Mutex::new(BlockCache::new(data_cache_bytes)),
             stats: IoStats::default(),
         }
+    }
+
+    /// A data record's logical bytes, from the data cache or read and verified (then kept).
+    /// The checker and anything that must see the device's bytes use `read_block`.
+    pub fn read_data(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>> {
+        let key = (bp.addr, bp.birth_txg);
+        if let Some(d) = self.data_cache.lock().expect("data cache lock").get(key) {
+            self.stats.data_cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(d);
+        }
+        let data = Arc::new(self.read_block(bp)?);
+        self.data_cache.lock().expect("data cache lock").put(key, data.clone(), data.len() as u64);
+        Ok(data)
+    }
+
+    pub(crate) fn checksum_algo(&self) -> ChecksumAlgo {
+        self.checksum_algo
+    }
+
+    /// Keep `data` (the logical record) as the contents of the block `bp`.
+    pub(crate) fn cache_data(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
+        let mut cache = self.data_cache.lock().expect("data cache lock");
+        if cache.capacity() > 0 {
+            let weight = data.len() as u64;
+            cache.put((bp.addr, bp.birth_txg), data, weight);
+        }
+    }
+
+    /// Bytes held by the data cache and its capacity.
+    pub fn data_cache_usage(&self) -> (u64, u64) {
+        let c = self.data_cache.lock().expect("data cache lock");
+        (c.weight(), c.capacity())
     }
 
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
@@ -153,18 +165,25 @@ impl BlockIo {
         assert!(!payload.is_empty() && payload.len() as u64 <= MAX_BLOCK_SIZE);
         let psize = trimmed(payload).len();
         assert!(psize > 0, "all-zero records are holes, never written");
-        match compressed {
+        let bp = match compressed {
             Some((algo, stored)) => {
                 self.stats.compressed_blocks_written.fetch_add(1, Ordering::Relaxed);
-                self.write_stored(alloc, BlockKind::Data, &stored, algo, payload.len(), txg)
+                self.write_stored(alloc, BlockKind::Data, &stored, algo, payload.len(), txg)?
             }
             None => {
                 if policy != CompressionPolicy::Off {
                     self.stats.compression_skipped.fetch_add(1, Ordering::Relaxed);
                 }
-                self.write_stored(alloc, BlockKind::Data, &payload[..psize], Compression::None, payload.len(), txg)
+                self.write_stored(alloc, BlockKind::Data, &payload[..psize], Compression::None, payload.len(), txg)?
             }
+        };
+        // What was just written is what is most likely read next (a database rereads the
+        // pages it wrote); keeping it also spares the read-modify-write of a partial rewrite.
+        let mut cache = self.data_cache.lock().expect("data cache lock");
+        if cache.capacity() > 0 {
+            cache.put((bp.addr, bp.birth_txg), Arc::new(payload.to_vec()), payload.len() as u64);
         }
+        Ok(bp)
     }
 
     /// Checksum, allocate and queue the write of `stored` (the bytes as they go to disk).
@@ -308,7 +327,7 @@ impl BlockIo {
         }
         let bytes = self.read_block(bp)?;
         let node = Arc::new(BtreeNodePhys::decode(&bytes, Some(bp.addr)).map_err(|c| self.corrupt(c))?);
-        self.cache.lock().expect("cache lock").put(key, Cached::Node(node.clone()));
+        self.cache.lock().expect("cache lock").put(key, Cached::Node(node.clone()), 1);
         Ok(node)
     }
 
@@ -327,7 +346,7 @@ impl BlockIo {
         }
         let bytes = self.read_block(bp)?;
         let ind = Arc::new(IndirectPhys::decode(&bytes, Some(bp.addr)).map_err(|c| self.corrupt(c))?);
-        self.cache.lock().expect("cache lock").put(key, Cached::Indirect(ind.clone()));
+        self.cache.lock().expect("cache lock").put(key, Cached::Indirect(ind.clone()), 1);
         Ok(ind)
     }
 }

@@ -44,6 +44,10 @@ pub struct PoolOptions {
     /// Decoded metadata blocks cached (≤ 16 KiB each). 8192 ≈ 128 MiB at most: the tree
     /// paths of a few hundred GiB of 16 KiB records stay in memory.
     pub cache_blocks: usize,
+    /// Bytes of data records cached (the ARC role): reads that hit are served from memory,
+    /// partial rewrites skip their read. 64 MiB for a library default; the daemon sizes it
+    /// from the machine's memory (`--cache-size`).
+    pub data_cache_bytes: u64,
     /// Dirty data that forces a txg commit from the writer. 256 MiB bounds memory and the
     /// work one commit does, and is several seconds of writes at SSD speed.
     pub dirty_limit_bytes: u64,
@@ -53,7 +57,7 @@ pub struct PoolOptions {
 
 impl PoolOptions {
     pub fn new(clock: Arc<dyn Clock>) -> PoolOptions {
-        PoolOptions { clock, cache_blocks: 8192, dirty_limit_bytes: 256 << 20, read_only: false }
+        PoolOptions { clock, cache_blocks: 8192, data_cache_bytes: 64 << 20, dirty_limit_bytes: 256 << 20, read_only: false }
     }
 }
 
@@ -206,12 +210,16 @@ pub struct PoolInner {
     pub ilog: IntentLog,
     /// Every snapshot of every volume, by id.
     pub snapshots: BTreeMap<u64, SnapshotState>,
+    /// Prewrites of the open txg (prewrite.rs); the commit completes and drains them.
+    pub(crate) prewrites: Vec<Arc<crate::prewrite::PrewriteBatch>>,
 }
 
 pub struct Pool {
     inner: Mutex<PoolInner>,
     /// Signalled when an intent log write finishes.
     log_done: Condvar,
+    /// One prewrite-and-commit (`Pool::commit`) at a time; taken before `inner`.
+    commit_gate: Mutex<()>,
 }
 
 pub(crate) fn volume_key(name: &str) -> Vec<u8> {
@@ -314,7 +322,7 @@ impl Pool {
             dev.write_at(&empty_ring, base + UNIT_SIZE).map_err(|e| Error::io("clear uberblock ring", e))?;
         }
         dev.flush().map_err(|e| Error::io("flush pool label", e))?;
-        let io = Arc::new(BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks));
+        let io = Arc::new(BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks, opts.data_cache_bytes));
         let inner = PoolInner {
             dev,
             io,
@@ -328,6 +336,7 @@ impl Pool {
             next_volume_id: 1,
             catalog_dirty: true,
             catalog_released: Vec::new(),
+            prewrites: Vec::new(),
             latched: None,
             read_only: false,
             clock: opts.clock,
@@ -345,7 +354,7 @@ impl Pool {
                 features_incompat: 0,
             },
         };
-        let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new() };
+        let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new(), commit_gate: Mutex::new(()) };
         pool.commit()?;
         Ok(pool)
     }
@@ -401,7 +410,7 @@ impl Pool {
         let newest_txg = roots.first().map(|u| u.txg);
         let mut last_err = None;
         for (i, ub) in roots.iter().enumerate() {
-            let io = Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks));
+            let io = Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
                 Ok((mut alloc, catalog, volumes, snapshots)) => {
                     if i > 0 {
@@ -427,6 +436,7 @@ impl Pool {
                         next_volume_id: ub.next_volume_id,
                         catalog_dirty: false,
                         catalog_released: Vec::new(),
+                        prewrites: Vec::new(),
                         latched: None,
                         read_only,
                         clock: opts.clock,
@@ -436,7 +446,7 @@ impl Pool {
                         ilog: IntentLog::new(&geo, ub.txg),
                         snapshots,
                     };
-                    let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new() };
+                    let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new(), commit_gate: Mutex::new(()) };
                     pool.replay_intent_log()?;
                     return Ok(pool);
                 }
@@ -608,8 +618,22 @@ impl Pool {
     }
 
     /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O.
+    /// Commit the open txg: its data is prewritten first without the lock (prewrite.rs),
+    /// so readers and writers wait only for the metadata part.
     pub fn commit(&self) -> Result<u64> {
+        let _gate = self.commit_gate.lock().unwrap_or_else(|p| p.into_inner());
+        self.prewrite()?;
         self.lock().commit()
+    }
+
+    /// Dirty data of the open txg, in bytes.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.lock().dirty_bytes()
+    }
+
+    /// The dirty data at which writers commit themselves (`commit_if_over_dirty_limit`).
+    pub fn dirty_limit_bytes(&self) -> u64 {
+        self.lock().dirty_limit_bytes
     }
 
     pub fn status(&self) -> PoolStatus {
@@ -705,7 +729,10 @@ impl Pool {
             catalog.remove(io, &crate::space::volume_space_key(name))?;
         }
         p.catalog_released.extend(blocks);
-        p.volumes.remove(&id);
+        if let Some(mut v) = p.volumes.remove(&id) {
+            let txg = p.next_txg;
+            v.drop_prewritten(&mut p.alloc, txg); // blocks of the open txg nobody will reference
+        }
         p.by_name.remove(name);
         p.catalog_dirty = true;
         Ok(())
@@ -780,9 +807,12 @@ impl Pool {
     /// Commit if dirty data passed the pool's limit (callers that group work in a `Txn`
     /// call this after the group).
     pub fn commit_if_over_dirty_limit(&self) -> Result<()> {
-        let mut p = self.lock();
-        if p.dirty_bytes() > p.dirty_limit_bytes {
-            p.commit()?;
+        let over = {
+            let p = self.lock();
+            p.dirty_bytes() > p.dirty_limit_bytes
+        };
+        if over {
+            self.commit()?;
         }
         Ok(())
     }

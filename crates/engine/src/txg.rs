@@ -129,6 +129,19 @@ impl PoolInner {
     }
 
     fn sync(&mut self, txg: u64) -> Result<()> {
+        // Prewritten blocks are referenced below: their writes must all have been issued
+        // (this completes them, or waits for the prewriter doing it). If one failed, none
+        // is used; the records are written again here.
+        for b in std::mem::take(&mut self.prewrites) {
+            b.complete(self.dev.as_ref())?;
+        }
+        {
+            // Only dirty volumes sync; any other's prewritten blocks are nobody's.
+            let PoolInner { volumes, alloc, .. } = self;
+            for v in volumes.values_mut().filter(|v| !v.dirty) {
+                v.drop_prewritten(alloc, txg);
+            }
+        }
         let mut released = std::mem::take(&mut self.catalog_released);
         let dirty: Vec<VolumeId> = self.volumes.iter().filter(|(_, v)| v.dirty).map(|(id, _)| *id).collect();
         for vid in dirty {

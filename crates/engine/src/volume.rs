@@ -20,7 +20,9 @@ use crate::format::{BlockKind, BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::tree::blocktree;
 use crate::tree::btree::BTree;
+use crate::prewrite::Prewritten;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 pub(crate) const KEY_DNODE: u8 = 0x01;
 const KEY_USER: u8 = 0x80;
@@ -62,7 +64,12 @@ pub struct VolumeState {
     pub rec: VolumeRecordPhys,
     pub tree: BTree,
     objects: HashMap<ObjectId, ObjState>,
-    dirty_records: BTreeMap<(ObjectId, u64), Option<Vec<u8>>>,
+    /// Shared with a prewrite in flight (prewrite.rs): editing a record then copies it
+    /// (`Arc::make_mut`), so the prewritten block is used only if it is still the content.
+    dirty_records: BTreeMap<(ObjectId, u64), Option<Arc<Vec<u8>>>>,
+    /// Dirty records already written to a block of the open txg by a prewrite, with the
+    /// content they were written from (prewrite.rs).
+    pub(crate) prewritten: HashMap<(ObjectId, u64), Prewritten>,
     dirty_bytes: u64,
     reserved_units: u64,
     /// Blocks this volume stopped referencing in the open txg (deleted objects).
@@ -106,6 +113,7 @@ impl VolumeState {
             tree,
             objects: HashMap::new(),
             dirty_records: BTreeMap::new(),
+            prewritten: HashMap::new(),
             dirty_bytes: 0,
             reserved_units: 0,
             released: Vec::new(),
@@ -224,7 +232,7 @@ impl VolumeState {
     /// Record `recno` of `obj` as it stands in the open txg (full record size).
     fn load_record(&self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, recno: u64) -> Result<Vec<u8>> {
         if let Some(content) = self.dirty_records.get(&(obj, recno)) {
-            return Ok(content.clone().unwrap_or_else(|| vec![0; dn.record_size as usize]));
+            return Ok(content.as_ref().map_or_else(|| vec![0; dn.record_size as usize], |c| c.as_ref().clone()));
         }
         let bp = blocktree::lookup(io, &dn.root, dn.levels, recno)?;
         if bp.is_hole() {
@@ -238,7 +246,7 @@ impl VolumeState {
             )
             .into());
         }
-        io.read_block(&bp)
+        Ok(io.read_data(&bp)?.as_ref().clone())
     }
 
     /// Make record `recno` dirty (reserving its space) and return it for editing.
@@ -260,9 +268,31 @@ impl VolumeState {
             let content =
                 if overwrite_all { vec![0; dn.record_size as usize] } else { self.load_record(io, dn, obj, recno)? };
             self.dirty_bytes += content.len() as u64;
-            self.dirty_records.insert((obj, recno), Some(content));
+            self.dirty_records.insert((obj, recno), Some(Arc::new(content)));
         }
-        Ok(self.dirty_records.get_mut(&(obj, recno)).and_then(|c| c.as_mut()).expect("made present above"))
+        Ok(self.dirty_records.get_mut(&(obj, recno)).and_then(|c| c.as_mut()).map(Arc::make_mut).expect("made present above"))
+    }
+
+    /// Dirty records with contents not yet prewritten as they stand (prewrite.rs).
+    pub(crate) fn prewrite_candidates(&self) -> Vec<((ObjectId, u64), Arc<Vec<u8>>)> {
+        self.dirty_records
+            .iter()
+            .filter_map(|(k, c)| c.as_ref().map(|c| (*k, c)))
+            .filter(|(k, c)| !self.prewritten.get(k).is_some_and(|pw| Arc::ptr_eq(&pw.content, c)))
+            .map(|(k, c)| (k, c.clone()))
+            .collect()
+    }
+
+    /// Whether record `key` is still dirty with exactly `content` (the same allocation).
+    pub(crate) fn still_holds(&self, key: (ObjectId, u64), content: &Arc<Vec<u8>>) -> bool {
+        matches!(self.dirty_records.get(&key), Some(Some(c)) if Arc::ptr_eq(c, content))
+    }
+
+    /// Forget every prewritten block (their writes failed), freeing them.
+    pub(crate) fn drop_prewritten(&mut self, alloc: &mut Allocator, txg: u64) {
+        for (_, pw) in self.prewritten.drain() {
+            alloc.free(pw.bp.addr, pw.bp.units(), txg);
+        }
     }
 
     /// Records in [first, last] of `obj` that are not dirty yet (each needs a reservation).
@@ -584,12 +614,33 @@ impl VolumeState {
     /// Write this volume's changes as txg `txg`: data records, block trees, dnodes, then
     /// the volume tree. Returns the blocks it no longer references.
     pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, txg: u64) -> Result<Released> {
+        // Prewritten blocks whose record is still that content (and of this txg) are used
+        // as they are; the others were never referenced by anything and are freed first
+        // (before the allocation count below is taken).
+        let mut prewritten = std::mem::take(&mut self.prewritten);
+        let mut dirty: BTreeMap<(ObjectId, u64), Placement> = std::mem::take(&mut self.dirty_records)
+            .into_iter()
+            .map(|(k, c)| match (prewritten.remove(&k), c) {
+                (Some(pw), Some(c)) if Arc::ptr_eq(&pw.content, &c) && pw.bp.birth_txg == txg => {
+                    (k, Placement::Prewritten(pw.bp))
+                }
+                (pw, c) => {
+                    if let Some(pw) = pw {
+                        alloc.free(pw.bp.addr, pw.bp.units(), txg);
+                    }
+                    (k, Placement::Content(c))
+                }
+            })
+            .collect();
+        for (_, pw) in prewritten.drain() {
+            alloc.free(pw.bp.addr, pw.bp.units(), txg);
+        }
+        let prewritten_units: u64 =
+            dirty.values().map(|c| if let Placement::Prewritten(bp) = c { bp.units() } else { 0 }).sum();
         let allocated_before = alloc.allocated_units();
         let mut mine = std::mem::take(&mut self.released);
         let shared = std::mem::take(&mut self.shared_records);
         let shared_units: u64 = shared.values().map(|bp| bp.units()).sum();
-        let mut dirty: BTreeMap<(ObjectId, u64), Placement> =
-            std::mem::take(&mut self.dirty_records).into_iter().map(|(k, c)| (k, Placement::Content(c))).collect();
         dirty.extend(shared.into_iter().map(|(k, bp)| (k, Placement::Block(bp))));
         self.dirty_bytes = 0;
         self.reserved_units = 0;
@@ -599,7 +650,7 @@ impl VolumeState {
         let inputs: Vec<&[u8]> = dirty
             .values()
             .filter_map(|c| match c {
-                Placement::Content(Some(buf)) => Some(buf.as_slice()),
+                Placement::Content(Some(buf)) => Some(buf.as_slice().as_ref()),
                 _ => None,
             })
             .map(crate::pipeline::trimmed)
@@ -629,7 +680,7 @@ impl VolumeState {
                         BlockPtr::HOLE
                     }
                     Placement::Content(None) => BlockPtr::HOLE,
-                    Placement::Block(bp) => bp,
+                    Placement::Block(bp) | Placement::Prewritten(bp) => bp,
                 };
                 saved_added += data_saved_bytes(&bp);
                 updates.push((r, bp));
@@ -660,7 +711,7 @@ impl VolumeState {
         }
         self.rec.tree_root = self.tree.write(io, alloc, txg)?;
         mine.extend(self.tree.take_released());
-        let added = alloc.allocated_units() - allocated_before;
+        let added = alloc.allocated_units() - allocated_before + prewritten_units;
         let dropped: u64 = mine.iter().map(|bp| bp.units()).sum();
         self.rec.used_units = (self.rec.used_units + added + shared_units)
             .checked_sub(dropped)
@@ -701,9 +752,11 @@ pub(crate) fn data_saved_bytes(bp: &BlockPtr) -> u64 {
 /// What a record becomes when the txg syncs.
 enum Placement {
     /// New contents (None: a hole).
-    Content(Option<Vec<u8>>),
+    Content(Option<Arc<Vec<u8>>>),
     /// An existing block, shared back from a snapshot.
     Block(BlockPtr),
+    /// A block of this txg already holding the contents (prewrite.rs).
+    Prewritten(BlockPtr),
 }
 
 /// Units a dirty record may take when written: the record plus a unit for its share of
@@ -733,7 +786,7 @@ impl ReadPlan {
     /// checksum and the caller retries under the lock).
     pub fn finish(mut self, io: &BlockIo) -> Result<Vec<u8>> {
         for f in &self.fetch {
-            let rec = io.read_block(&f.bp)?;
+            let rec = io.read_data(&f.bp)?;
             self.out[f.at..f.at + f.len].copy_from_slice(&rec[f.in_record..f.in_record + f.len]);
         }
         Ok(self.out)

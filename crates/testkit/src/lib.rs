@@ -17,10 +17,12 @@ pub use simdisk::{CrashMode, SimDisk};
 use std::sync::Arc;
 use strata_engine::{ChecksumAlgo, CreateOptions, ManualClock, PoolOptions};
 
-/// Pool options for tests: a manual clock, a small cache (so eviction paths run).
+/// Pool options for tests: a manual clock, small caches (so eviction paths run: 64
+/// metadata blocks, 256 KiB of data records).
 pub fn test_pool_options() -> PoolOptions {
     let mut o = PoolOptions::new(Arc::new(ManualClock::new(1_700_000_000_000_000_000)));
     o.cache_blocks = 64;
+    o.data_cache_bytes = 256 << 10;
     o
 }
 

@@ -88,6 +88,11 @@ fn step(
     if rng.chance(12) {
         return commit_step(run, committed, acked);
     }
+    if rng.chance(8) {
+        // Data written ahead of its commit (and then often changed): a crash must find
+        // the last committed state, the prewritten blocks free and unreferenced.
+        return run.pool.prewrite().map(|_| ());
+    }
     let (name, vol) = run.vols[rng.below(run.vols.len() as u64) as usize].clone();
     object_op(rng, &run.pool, vol, run.model.volumes.get_mut(&name).unwrap())
 }

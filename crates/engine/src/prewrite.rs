@@ -1,0 +1,238 @@
+//! Prewrite: the open txg's data records written before its commit, outside the pool's lock.
+//!
+//! A commit holds the pool's lock from start to end, and most of its time is the data:
+//! compressing, checksumming and writing every dirty record. `Pool::commit` first runs a
+//! prewrite so that this work happens while readers and writers go on:
+//!
+//! 1. under the lock: list the dirty records (their contents are `Arc`s: no copy);
+//! 2. without it: compress (all cores) and checksum them;
+//! 3. under the lock: allocate each a block of the open txg, note it in the volume's
+//!    `prewritten` map together with the content it holds (data cache too);
+//! 4. without it: write the blocks (contiguous runs as one write) and flush.
+//!
+//! The commit then points each record whose content is still the very `Arc` that was
+//! written at its prewritten block instead of writing it (`Placement::Prewritten`). A record
+//! changed meanwhile was copied on its first edit (`Arc::make_mut`: the prewrite holds a
+//! reference), so its pointer differs and it is written as usual; its prewritten block,
+//! never referenced by anything, is freed in that commit. A block counts as usable only for
+//! the txg it was allocated in (its birth).
+//!
+//! Safety across crashes: a prewritten block is allocated only in memory until the commit
+//! that references (or frees) it lands, so after a crash it is free space whose contents
+//! nobody points at. A commit that runs while step 4 is still going (another caller commits
+//! under the lock) first completes the batch's writes itself or waits for them
+//! (`PrewriteBatch::complete`): no root ever references a block whose write has not been
+//! issued before that root's flush. Step 4 never takes the pool's lock, so this cannot
+//! deadlock.
+//!
+//! Near a full pool (less than twice the needed space available) nothing is prewritten:
+//! the commit's own reservation accounting stays exact.
+
+use crate::device::{AlignedBuf, BlockDevice};
+use crate::error::{Error, Result};
+use crate::format::{round_up_unit, BlockKind, BlockPtr, Compression, UNIT_SIZE};
+use crate::pipeline::trimmed;
+use crate::pool::{Pool, VolumeId};
+use crate::volume::ObjectId;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Largest single device write of a batch (as the pipeline's combined writes).
+const RUN_MAX: usize = 1 << 20;
+
+/// A dirty record already written to a block of the open txg.
+pub(crate) struct Prewritten {
+    pub content: Arc<Vec<u8>>,
+    pub bp: BlockPtr,
+}
+
+/// The device writes of one prewrite; done by whoever gets to them first.
+pub(crate) struct PrewriteBatch {
+    state: Mutex<BatchState>,
+}
+
+struct BatchState {
+    done: bool,
+    failed: Option<std::io::ErrorKind>,
+    runs: Vec<(u64, AlignedBuf, usize)>,
+}
+
+impl PrewriteBatch {
+    /// Issue the batch's writes if nobody has (or wait until whoever is has finished).
+    /// An error means a write failed: like a failed commit write, the pool must latch.
+    pub(crate) fn complete(&self, dev: &dyn BlockDevice) -> Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !st.done {
+            st.done = true;
+            let runs = std::mem::take(&mut st.runs);
+            for (addr, buf, len) in runs {
+                if let Err(e) = dev.write_at(&buf[..len], addr) {
+                    st.failed = Some(e.kind());
+                    return Err(Error::io("write prewritten blocks", e));
+                }
+            }
+        }
+        match st.failed {
+            Some(kind) => Err(Error::io("write prewritten blocks", std::io::Error::from(kind))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What one prewrite did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrewriteStats {
+    pub records: u64,
+    pub bytes: u64,
+}
+
+struct Job {
+    vol: VolumeId,
+    key: (ObjectId, u64),
+    content: Arc<Vec<u8>>,
+    policy: crate::compress::CompressionPolicy,
+}
+
+struct Prepared {
+    job: Job,
+    stored: Vec<u8>,
+    compression: Compression,
+    checksum: [u8; 32],
+}
+
+impl Pool {
+    /// Write the open txg's dirty data ahead of its commit (see the module comment). Does
+    /// nothing on a read-only or latched pool. Whatever it chose not to do, the commit does;
+    /// a device error latches the pool (as a failed commit would: a failed flush may have
+    /// dropped written data) and is returned.
+    pub fn prewrite(&self) -> Result<PrewriteStats> {
+        let (txg, jobs, checksum_algo, dev) = {
+            let p = self.lock();
+            if p.read_only || p.latched.is_some() {
+                return Ok(PrewriteStats::default());
+            }
+            let mut jobs = Vec::new();
+            for (vid, v) in &p.volumes {
+                for (key, content) in v.prewrite_candidates() {
+                    jobs.push(Job { vol: *vid, key, content, policy: v.rec.compression });
+                }
+            }
+            (p.next_txg, jobs, p.io.checksum_algo(), p.dev.clone())
+        };
+        if jobs.is_empty() {
+            return Ok(PrewriteStats::default());
+        }
+        // Step 2: zero detection, compression and checksums, without the lock.
+        let jobs: Vec<Job> = jobs.into_iter().filter(|j| !trimmed(&j.content).is_empty()).collect();
+        let mut prepared = Vec::with_capacity(jobs.len());
+        let mut by_policy: Vec<(crate::compress::CompressionPolicy, Vec<Job>)> = Vec::new();
+        for j in jobs {
+            match by_policy.iter_mut().find(|(p, _)| *p == j.policy) {
+                Some((_, v)) => v.push(j),
+                None => by_policy.push((j.policy, vec![j])),
+            }
+        }
+        for (policy, group) in by_policy {
+            let inputs: Vec<&[u8]> = group.iter().map(|j| trimmed(&j.content)).collect();
+            let compressed = crate::compress::compress_batch(policy, &inputs);
+            for (job, c) in group.into_iter().zip(compressed) {
+                let (compression, stored) = match c {
+                    Some((algo, bytes)) => (algo, bytes),
+                    None => (Compression::None, trimmed(&job.content).to_vec()),
+                };
+                let checksum = checksum_algo.compute(&stored);
+                prepared.push(Prepared { job, stored, compression, checksum });
+            }
+        }
+        // Step 3: allocate and register, under the lock.
+        let needed: u64 = prepared.iter().map(|p| round_up_unit(p.stored.len() as u64) / UNIT_SIZE).sum();
+        let (batch, stats) = {
+            let mut p = self.lock();
+            if p.next_txg != txg || p.latched.is_some() || p.alloc.available_units() < needed * 2 {
+                return Ok(PrewriteStats::default());
+            }
+            let mut blocks: Vec<(u64, Vec<u8>)> = Vec::with_capacity(prepared.len());
+            let mut stats = PrewriteStats::default();
+            let crate::pool::PoolInner { volumes, alloc, io, .. } = &mut *p;
+            for pr in prepared {
+                let Some(v) = volumes.get_mut(&pr.job.vol) else { continue };
+                if !v.still_holds(pr.job.key, &pr.job.content) {
+                    continue; // changed since step 1: the commit writes the new content
+                }
+                let units = round_up_unit(pr.stored.len() as u64) / UNIT_SIZE;
+                let Ok(addr) = alloc.allocate(units) else { break };
+                let bp = BlockPtr {
+                    addr,
+                    birth_txg: txg,
+                    psize: pr.stored.len() as u32,
+                    lsize: pr.job.content.len() as u32,
+                    device: 0,
+                    kind: BlockKind::Data,
+                    compression: pr.compression,
+                    checksum_algo,
+                    checksum: pr.checksum,
+                };
+                if pr.compression != Compression::None {
+                    io.stats.compressed_blocks_written.fetch_add(1, Ordering::Relaxed);
+                } else if pr.job.policy != crate::compress::CompressionPolicy::Off {
+                    io.stats.compression_skipped.fetch_add(1, Ordering::Relaxed);
+                }
+                io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
+                io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
+                io.cache_data(&bp, pr.job.content.clone());
+                stats.records += 1;
+                stats.bytes += units * UNIT_SIZE;
+                if let Some(old) = v.prewritten.insert(pr.job.key, Prewritten { content: pr.job.content, bp }) {
+                    // An earlier prewrite of this record, since changed: nobody references it.
+                    alloc.free(old.bp.addr, old.bp.units(), txg);
+                }
+                blocks.push((addr, pr.stored));
+            }
+            let batch = Arc::new(PrewriteBatch {
+                state: Mutex::new(BatchState { done: false, failed: None, runs: runs(blocks) }),
+            });
+            p.prewrites.push(batch.clone());
+            (batch, stats)
+        };
+        // Step 4: the writes and a flush, without the lock (the commit's flush is then short).
+        let done = batch.complete(dev.as_ref()).and_then(|()| dev.flush().map_err(|e| Error::io("flush prewritten blocks", e)));
+        if let Err(e) = done {
+            let mut p = self.lock();
+            p.io.discard_writes();
+            if p.latched.is_none() {
+                p.latched = Some(format!("prewrite of txg {txg} failed: {e}"));
+            }
+            return Err(e);
+        }
+        Ok(stats)
+    }
+}
+
+/// Blocks sorted by address, contiguous ones joined into writes of up to RUN_MAX bytes.
+fn runs(mut blocks: Vec<(u64, Vec<u8>)>) -> Vec<(u64, AlignedBuf, usize)> {
+    blocks.sort_by_key(|(a, _)| *a);
+    let mut out: Vec<(u64, AlignedBuf, usize)> = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let start = blocks[i].0;
+        let mut end = i;
+        let mut len = round_up_unit(blocks[i].1.len() as u64);
+        while end + 1 < blocks.len() {
+            let next = round_up_unit(blocks[end + 1].1.len() as u64);
+            if blocks[end + 1].0 != start + len || (len + next) as usize > RUN_MAX {
+                break;
+            }
+            len += next;
+            end += 1;
+        }
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        let mut at = 0usize;
+        for (_, stored) in &blocks[i..=end] {
+            buf[at..at + stored.len()].copy_from_slice(stored);
+            at += round_up_unit(stored.len() as u64) as usize;
+        }
+        out.push((start, buf, len as usize));
+        i = end + 1;
+    }
+    out
+}
