@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use strata_engine::{
     BlockDevice, ChecksumAlgo, Clock, CreateOptions, Error, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions,
 };
@@ -338,13 +338,23 @@ impl Daemon {
         Ok(())
     }
 
-    /// Background commits until the daemon stops.
+    /// Background commits until the daemon stops: every `txg_interval`, and sooner for a
+    /// pool whose dirty data passed a quarter of its limit — so that the commit (whose data
+    /// part runs outside the pool's lock) happens here, not in a writer that hit the limit.
     fn commit_loop(self: Arc<Self>) {
+        let tick = Duration::from_millis(100).min(self.opts.txg_interval);
+        let mut last: BTreeMap<String, Instant> = BTreeMap::new();
         while !self.stopping.load(Ordering::Relaxed) {
-            std::thread::sleep(self.opts.txg_interval);
+            std::thread::sleep(tick);
             let pools: Vec<(String, Arc<Pool>)> =
                 self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
             for (name, pool) in pools {
+                let since = last.entry(name.clone()).or_insert_with(Instant::now);
+                let due = since.elapsed() >= self.opts.txg_interval;
+                if !due && pool.dirty_bytes() <= pool.dirty_limit_bytes() / 4 {
+                    continue;
+                }
+                *since = Instant::now();
                 if let Err(e) = pool.commit() {
                     if e.kind() != ErrorKind::ReadOnly {
                         tracing::error!(pool = %name, "background commit failed: {e}");

@@ -594,7 +594,11 @@ impl Pool {
                 continue;
             }
             if p.catalog_dirty || !p.ilog.fits() {
-                p.commit()?; // also marks everything recorded durable
+                // A commit also marks everything recorded durable. Through `Pool::commit`,
+                // so that its data is written without the lock held (prewrite.rs).
+                drop(p);
+                self.commit()?;
+                p = self.lock();
                 continue;
             }
             assert!(p.ilog.has_pending(), "records not yet durable are pending, in flight or committed");
@@ -617,9 +621,9 @@ impl Pool {
         }
     }
 
-    /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O.
-    /// Commit the open txg: its data is prewritten first without the lock (prewrite.rs),
-    /// so readers and writers wait only for the metadata part.
+    /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O. Its data
+    /// is prewritten first without the lock (prewrite.rs), so readers and writers wait only
+    /// for the metadata part.
     pub fn commit(&self) -> Result<u64> {
         let _gate = self.commit_gate.lock().unwrap_or_else(|p| p.into_inner());
         self.prewrite()?;
