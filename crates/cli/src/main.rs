@@ -59,6 +59,10 @@ enum Command {
         /// Data cache of each pool (e.g. 4G, 512M, 0 for none); default a quarter of memory.
         #[arg(long)]
         cache_size: Option<String>,
+        /// Dirty data of each pool before writers wait for a commit (at least 16M); default
+        /// a tenth of memory, 256M to 4G. Commits start at a quarter of it.
+        #[arg(long)]
+        dirty_limit: Option<String>,
     },
     /// NFS exports of volumes.
     #[command(subcommand)]
@@ -293,6 +297,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             nfs_bind,
             nfs_portmap_port,
             cache_size,
+            dirty_limit,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -313,6 +318,13 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             opts.writeback_cache = !no_writeback_cache;
             if let Some(c) = cache_size {
                 opts.cache_bytes = parse_size(&c).map_err(|e| format!("--cache-size: {e}"))?;
+            }
+            if let Some(d) = dirty_limit {
+                let bytes = parse_size(&d).map_err(|e| format!("--dirty-limit: {e}"))?;
+                if bytes < 16 << 20 {
+                    return Err(format!("--dirty-limit {d}: at least 16M (e.g. 256M, 2G)").into());
+                }
+                opts.dirty_limit_bytes = bytes;
             }
             opts.nfs =
                 nfs_port.map(|port| strata_daemon::NfsOptions { bind: nfs_bind, port, portmap_port: nfs_portmap_port });

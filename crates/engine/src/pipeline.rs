@@ -15,7 +15,10 @@
 //! Decoded metadata blocks (B+tree nodes, indirect blocks) and data records are kept in
 //! bounded caches keyed by (address, birth txg) (cache.rs): a reused address always carries
 //! a newer birth txg, so an entry can never be confused with the block that replaced it, and
-//! nothing needs invalidating. Data records enter when read and when written.
+//! nothing needs invalidating. Data records enter when read, not when written: caching
+//! what is written would make every written record's memory outlive its txg, so a write
+//! stream would keep page-faulting fresh memory in until the cache is full (perf showed
+//! the kernel zeroing pages taking half the time of a sequential NFS write).
 
 use crate::alloc::{Allocator, Geometry};
 use crate::compress::CompressionPolicy;
@@ -109,15 +112,6 @@ impl BlockIo {
         self.checksum_algo
     }
 
-    /// Keep `data` (the logical record) as the contents of the block `bp`.
-    pub(crate) fn cache_data(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
-        let mut cache = self.data_cache.lock().expect("data cache lock");
-        if cache.capacity() > 0 {
-            let weight = data.len() as u64;
-            cache.put((bp.addr, bp.birth_txg), data, weight);
-        }
-    }
-
     /// Bytes held by the data cache and its capacity.
     pub fn data_cache_usage(&self) -> (u64, u64) {
         let c = self.data_cache.lock().expect("data cache lock");
@@ -177,12 +171,6 @@ impl BlockIo {
                 self.write_stored(alloc, BlockKind::Data, &payload[..psize], Compression::None, payload.len(), txg)?
             }
         };
-        // What was just written is what is most likely read next (a database rereads the
-        // pages it wrote); keeping it also spares the read-modify-write of a partial rewrite.
-        let mut cache = self.data_cache.lock().expect("data cache lock");
-        if cache.capacity() > 0 {
-            cache.put((bp.addr, bp.birth_txg), Arc::new(payload.to_vec()), payload.len() as u64);
-        }
         Ok(bp)
     }
 

@@ -35,6 +35,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
 pub const DEFAULT_RECORD_SIZE: u32 = 16 * 1024;
+/// A prewrite pass that wrote at least this much is followed by another (`Pool::commit`).
+const PREWRITE_AGAIN_BYTES: u64 = 8 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VolumeId(pub u64);
@@ -626,7 +628,14 @@ impl Pool {
     /// for the metadata part.
     pub fn commit(&self) -> Result<u64> {
         let _gate = self.commit_gate.lock().unwrap_or_else(|p| p.into_inner());
-        self.prewrite()?;
+        // Writers go on during a prewrite, so a pass leaves what they wrote meanwhile: run
+        // passes while they still find a good deal (up to 4), so the part under the lock
+        // is small.
+        for _ in 0..4 {
+            if self.prewrite()?.bytes < PREWRITE_AGAIN_BYTES {
+                break;
+            }
+        }
         self.lock().commit()
     }
 

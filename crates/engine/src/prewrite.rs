@@ -7,7 +7,7 @@
 //! 1. under the lock: list the dirty records (their contents are `Arc`s: no copy);
 //! 2. without it: compress (all cores) and checksum them;
 //! 3. under the lock: allocate each a block of the open txg, note it in the volume's
-//!    `prewritten` map together with the content it holds (data cache too);
+//!    `prewritten` map together with the content it holds;
 //! 4. without it: write the blocks (contiguous runs as one write) and flush.
 //!
 //! The commit then points each record whose content is still the very `Arc` that was
@@ -54,7 +54,23 @@ pub(crate) struct PrewriteBatch {
 struct BatchState {
     done: bool,
     failed: Option<std::io::ErrorKind>,
-    runs: Vec<(u64, AlignedBuf, usize)>,
+    /// (address, stored bytes), sorted by address.
+    blocks: Vec<(u64, Stored)>,
+}
+
+/// A block's bytes as stored: a record's own content (no copy) or its compressed form.
+enum Stored {
+    Raw(Arc<Vec<u8>>, usize),
+    Compressed(Vec<u8>),
+}
+
+impl Stored {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Stored::Raw(content, psize) => &content[..*psize],
+            Stored::Compressed(c) => c,
+        }
+    }
 }
 
 impl PrewriteBatch {
@@ -64,12 +80,10 @@ impl PrewriteBatch {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if !st.done {
             st.done = true;
-            let runs = std::mem::take(&mut st.runs);
-            for (addr, buf, len) in runs {
-                if let Err(e) = dev.write_at(&buf[..len], addr) {
-                    st.failed = Some(e.kind());
-                    return Err(Error::io("write prewritten blocks", e));
-                }
+            let blocks = std::mem::take(&mut st.blocks);
+            if let Err(e) = write_runs(dev, &blocks) {
+                st.failed = Some(e.kind());
+                return Err(Error::io("write prewritten blocks", e));
             }
         }
         match st.failed {
@@ -95,7 +109,7 @@ struct Job {
 
 struct Prepared {
     job: Job,
-    stored: Vec<u8>,
+    stored: Stored,
     compression: Compression,
     checksum: [u8; 32],
 }
@@ -137,21 +151,21 @@ impl Pool {
             let compressed = crate::compress::compress_batch(policy, &inputs);
             for (job, c) in group.into_iter().zip(compressed) {
                 let (compression, stored) = match c {
-                    Some((algo, bytes)) => (algo, bytes),
-                    None => (Compression::None, trimmed(&job.content).to_vec()),
+                    Some((algo, bytes)) => (algo, Stored::Compressed(bytes)),
+                    None => (Compression::None, Stored::Raw(job.content.clone(), trimmed(&job.content).len())),
                 };
-                let checksum = checksum_algo.compute(&stored);
+                let checksum = checksum_algo.compute(stored.bytes());
                 prepared.push(Prepared { job, stored, compression, checksum });
             }
         }
         // Step 3: allocate and register, under the lock.
-        let needed: u64 = prepared.iter().map(|p| round_up_unit(p.stored.len() as u64) / UNIT_SIZE).sum();
+        let needed: u64 = prepared.iter().map(|p| round_up_unit(p.stored.bytes().len() as u64) / UNIT_SIZE).sum();
         let (batch, stats) = {
             let mut p = self.lock();
             if p.next_txg != txg || p.latched.is_some() || p.alloc.available_units() < needed * 2 {
                 return Ok(PrewriteStats::default());
             }
-            let mut blocks: Vec<(u64, Vec<u8>)> = Vec::with_capacity(prepared.len());
+            let mut blocks: Vec<(u64, Stored)> = Vec::with_capacity(prepared.len());
             let mut stats = PrewriteStats::default();
             let crate::pool::PoolInner { volumes, alloc, io, .. } = &mut *p;
             for pr in prepared {
@@ -159,12 +173,13 @@ impl Pool {
                 if !v.still_holds(pr.job.key, &pr.job.content) {
                     continue; // changed since step 1: the commit writes the new content
                 }
-                let units = round_up_unit(pr.stored.len() as u64) / UNIT_SIZE;
+                let psize = pr.stored.bytes().len();
+                let units = round_up_unit(psize as u64) / UNIT_SIZE;
                 let Ok(addr) = alloc.allocate(units) else { break };
                 let bp = BlockPtr {
                     addr,
                     birth_txg: txg,
-                    psize: pr.stored.len() as u32,
+                    psize: psize as u32,
                     lsize: pr.job.content.len() as u32,
                     device: 0,
                     kind: BlockKind::Data,
@@ -179,7 +194,6 @@ impl Pool {
                 }
                 io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
                 io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
-                io.cache_data(&bp, pr.job.content.clone());
                 stats.records += 1;
                 stats.bytes += units * UNIT_SIZE;
                 if let Some(old) = v.prewritten.insert(pr.job.key, Prewritten { content: pr.job.content, bp }) {
@@ -189,7 +203,10 @@ impl Pool {
                 blocks.push((addr, pr.stored));
             }
             let batch = Arc::new(PrewriteBatch {
-                state: Mutex::new(BatchState { done: false, failed: None, runs: runs(blocks) }),
+                state: Mutex::new(BatchState { done: false, failed: None, blocks: {
+                    blocks.sort_by_key(|(a, _)| *a);
+                    blocks
+                } }),
             });
             p.prewrites.push(batch.clone());
             (batch, stats)
@@ -208,31 +225,29 @@ impl Pool {
     }
 }
 
-/// Blocks sorted by address, contiguous ones joined into writes of up to RUN_MAX bytes.
-fn runs(mut blocks: Vec<(u64, Vec<u8>)>) -> Vec<(u64, AlignedBuf, usize)> {
-    blocks.sort_by_key(|(a, _)| *a);
-    let mut out: Vec<(u64, AlignedBuf, usize)> = Vec::new();
-    let mut i = 0;
-    while i < blocks.len() {
-        let start = blocks[i].0;
-        let mut end = i;
-        let mut len = round_up_unit(blocks[i].1.len() as u64);
-        while end + 1 < blocks.len() {
-            let next = round_up_unit(blocks[end + 1].1.len() as u64);
-            if blocks[end + 1].0 != start + len || (len + next) as usize > RUN_MAX {
-                break;
-            }
-            len += next;
-            end += 1;
+/// Write `blocks` (sorted by address), contiguous ones joined into writes of up to RUN_MAX
+/// bytes through one reused aligned buffer (O_DIRECT needs alignment; a fresh buffer per run
+/// would cost a page fault per page).
+fn write_runs(dev: &dyn BlockDevice, blocks: &[(u64, Stored)]) -> std::io::Result<()> {
+    let mut buf = AlignedBuf::zeroed(RUN_MAX);
+    let mut start = 0u64;
+    let mut len = 0usize;
+    for (addr, stored) in blocks {
+        let bytes = stored.bytes();
+        let padded = round_up_unit(bytes.len() as u64) as usize;
+        if len > 0 && (*addr != start + len as u64 || len + padded > RUN_MAX) {
+            dev.write_at(&buf[..len], start)?;
+            len = 0;
         }
-        let mut buf = AlignedBuf::zeroed(len as usize);
-        let mut at = 0usize;
-        for (_, stored) in &blocks[i..=end] {
-            buf[at..at + stored.len()].copy_from_slice(stored);
-            at += round_up_unit(stored.len() as u64) as usize;
+        if len == 0 {
+            start = *addr;
         }
-        out.push((start, buf, len as usize));
-        i = end + 1;
+        buf[len..len + bytes.len()].copy_from_slice(bytes);
+        buf[len + bytes.len()..len + padded].fill(0);
+        len += padded;
     }
-    out
+    if len > 0 {
+        dev.write_at(&buf[..len], start)?;
+    }
+    Ok(())
 }

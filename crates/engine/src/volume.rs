@@ -70,6 +70,8 @@ pub struct VolumeState {
     /// Dirty records already written to a block of the open txg by a prewrite, with the
     /// content they were written from (prewrite.rs).
     pub(crate) prewritten: HashMap<(ObjectId, u64), Prewritten>,
+    /// Dirty records with content (not holes) per object: `st_blocks` in O(1).
+    dirty_counts: HashMap<ObjectId, u64>,
     dirty_bytes: u64,
     reserved_units: u64,
     /// Blocks this volume stopped referencing in the open txg (deleted objects).
@@ -114,6 +116,7 @@ impl VolumeState {
             objects: HashMap::new(),
             dirty_records: BTreeMap::new(),
             prewritten: HashMap::new(),
+            dirty_counts: HashMap::new(),
             dirty_bytes: 0,
             reserved_units: 0,
             released: Vec::new(),
@@ -210,7 +213,12 @@ impl VolumeState {
     /// at full record size): `st_blocks`.
     pub fn allocated_bytes(&mut self, io: &BlockIo, obj: ObjectId) -> Result<u64> {
         let dn = self.dnode(io, obj)?.dnode.clone();
-        let dirty = self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).filter(|(_, c)| c.is_some()).count() as u64;
+        let dirty = self.dirty_counts.get(&obj).copied().unwrap_or(0);
+        debug_assert_eq!(
+            dirty,
+            self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).filter(|(_, c)| c.is_some()).count() as u64,
+            "per-object dirty count"
+        );
         Ok(dn.data_units * UNIT_SIZE + dirty * dn.record_size as u64)
     }
 
@@ -269,6 +277,7 @@ impl VolumeState {
                 if overwrite_all { vec![0; dn.record_size as usize] } else { self.load_record(io, dn, obj, recno)? };
             self.dirty_bytes += content.len() as u64;
             self.dirty_records.insert((obj, recno), Some(Arc::new(content)));
+            *self.dirty_counts.entry(obj).or_insert(0) += 1;
         }
         Ok(self.dirty_records.get_mut(&(obj, recno)).and_then(|c| c.as_mut()).map(Arc::make_mut).expect("made present above"))
     }
@@ -292,6 +301,27 @@ impl VolumeState {
     pub(crate) fn drop_prewritten(&mut self, alloc: &mut Allocator, txg: u64) {
         for (_, pw) in self.prewritten.drain() {
             alloc.free(pw.bp.addr, pw.bp.units(), txg);
+        }
+    }
+
+    /// Make record `recno` dirty with `content` (a full record), its space already reserved.
+    fn replace_record(&mut self, obj: ObjectId, recno: u64, content: Vec<u8>) {
+        let len = content.len() as u64;
+        match self.dirty_records.insert((obj, recno), Some(Arc::new(content))) {
+            Some(Some(_)) => {}
+            _ => {
+                self.dirty_bytes += len;
+                *self.dirty_counts.entry(obj).or_insert(0) += 1;
+            }
+        }
+    }
+
+    fn uncount_dirty(&mut self, obj: ObjectId) {
+        if let Some(n) = self.dirty_counts.get_mut(&obj) {
+            *n -= 1;
+            if *n == 0 {
+                self.dirty_counts.remove(&obj);
+            }
         }
     }
 
@@ -361,9 +391,14 @@ impl VolumeState {
             let in_rec = (pos % rs) as usize;
             let n = ((rs - pos % rs).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-            let whole = in_rec == 0 && n as u64 == rs;
-            let rec = self.dirty_record(io, alloc, &dn, obj, recno, whole, true)?;
-            rec[in_rec..in_rec + n].copy_from_slice(src);
+            if in_rec == 0 && n as u64 == rs {
+                // A whole record: its new content is a copy of the caller's bytes (no
+                // zeroing first, no copy of the old content a prewrite still holds).
+                self.replace_record(obj, recno, src.to_vec());
+            } else {
+                let rec = self.dirty_record(io, alloc, &dn, obj, recno, false, true)?;
+                rec[in_rec..in_rec + n].copy_from_slice(src);
+            }
             pos += n as u64;
         }
         let st = self.dnode(io, obj)?;
@@ -476,6 +511,7 @@ impl VolumeState {
         for r in gone {
             if let Some(Some(buf)) = self.dirty_records.remove(&(obj, r)) {
                 self.dirty_bytes -= buf.len() as u64;
+                self.uncount_dirty(obj);
             }
         }
         for r in blocktree::allocated_records(io, &dn.root, dn.levels, first, last)? {
@@ -551,6 +587,7 @@ impl VolumeState {
         for r in gone {
             if let Some(Some(buf)) = self.dirty_records.remove(&(obj, r)) {
                 self.dirty_bytes -= buf.len() as u64;
+                self.uncount_dirty(obj);
             }
         }
         self.objects.remove(&obj);
@@ -643,6 +680,7 @@ impl VolumeState {
         let shared_units: u64 = shared.values().map(|bp| bp.units()).sum();
         dirty.extend(shared.into_iter().map(|(k, bp)| (k, Placement::Block(bp))));
         self.dirty_bytes = 0;
+        self.dirty_counts.clear();
         self.reserved_units = 0;
         let mut saved_added = 0u64;
         // Compress every non-zero record first, on all cores (compress.rs); the write-out
