@@ -127,7 +127,14 @@ pub(crate) fn pool_options() -> PoolOptions {
 
 fn mem_total_bytes() -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
+    let kib = m
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
     Some(kib * 1024)
 }
 

@@ -15,18 +15,16 @@
 //! Decoded metadata blocks (B+tree nodes, indirect blocks) and data records are kept in
 //! bounded caches keyed by (address, birth txg) (cache.rs): a reused address always carries
 //! a newer birth txg, so an entry can never be confused with the block that replaced it, and
-//! nothing needs invalidating. Data records enter when read, not when written: caching
-//! what is written would make every written record's memory outlive its txg, so a write
-//! stream would keep page-faulting fresh memory in until the cache is full (perf showed
-//! the kernel zeroing pages taking half the time of a sequential NFS write).
+//! nothing needs invalidating. Data records enter when read, and when a prewrite writes them
+//! (the record's own buffer, shared: no copy). See docs/commits-and-caching.md.
 
 use crate::alloc::{Allocator, Geometry};
+use crate::cache::BlockCache;
 use crate::compress::CompressionPolicy;
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Corruption, Error, Result};
 use crate::format::node::{BtreeNodePhys, IndirectPhys};
 use crate::format::{round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE};
-use crate::cache::BlockCache;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -110,6 +108,15 @@ impl BlockIo {
 
     pub(crate) fn checksum_algo(&self) -> ChecksumAlgo {
         self.checksum_algo
+    }
+
+    /// Keep `data` (the logical record) as the contents of the block `bp`.
+    pub(crate) fn cache_data(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
+        let mut cache = self.data_cache.lock().expect("data cache lock");
+        if cache.capacity() > 0 {
+            let weight = data.len() as u64;
+            cache.put((bp.addr, bp.birth_txg), data, weight);
+        }
     }
 
     /// Bytes held by the data cache and its capacity.

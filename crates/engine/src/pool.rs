@@ -59,7 +59,13 @@ pub struct PoolOptions {
 
 impl PoolOptions {
     pub fn new(clock: Arc<dyn Clock>) -> PoolOptions {
-        PoolOptions { clock, cache_blocks: 8192, data_cache_bytes: 64 << 20, dirty_limit_bytes: 256 << 20, read_only: false }
+        PoolOptions {
+            clock,
+            cache_blocks: 8192,
+            data_cache_bytes: 64 << 20,
+            dirty_limit_bytes: 256 << 20,
+            read_only: false,
+        }
     }
 }
 
@@ -412,7 +418,8 @@ impl Pool {
         let newest_txg = roots.first().map(|u| u.txg);
         let mut last_err = None;
         for (i, ub) in roots.iter().enumerate() {
-            let io = Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
+            let io =
+                Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
                 Ok((mut alloc, catalog, volumes, snapshots)) => {
                     if i > 0 {

@@ -7,7 +7,7 @@
 //! 1. under the lock: list the dirty records (their contents are `Arc`s: no copy);
 //! 2. without it: compress (all cores) and checksum them;
 //! 3. under the lock: allocate each a block of the open txg, note it in the volume's
-//!    `prewritten` map together with the content it holds;
+//!    `prewritten` map together with the content it holds (and in the data cache);
 //! 4. without it: write the blocks (contiguous runs as one write) and flush.
 //!
 //! The commit then points each record whose content is still the very `Arc` that was
@@ -194,6 +194,9 @@ impl Pool {
                 }
                 io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
                 io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
+                // What was just written is what is most likely read next (a database rereads
+                // the pages it wrote); the cache shares the record's buffer.
+                io.cache_data(&bp, pr.job.content.clone());
                 stats.records += 1;
                 stats.bytes += units * UNIT_SIZE;
                 if let Some(old) = v.prewritten.insert(pr.job.key, Prewritten { content: pr.job.content, bp }) {
@@ -203,16 +206,22 @@ impl Pool {
                 blocks.push((addr, pr.stored));
             }
             let batch = Arc::new(PrewriteBatch {
-                state: Mutex::new(BatchState { done: false, failed: None, blocks: {
-                    blocks.sort_by_key(|(a, _)| *a);
-                    blocks
-                } }),
+                state: Mutex::new(BatchState {
+                    done: false,
+                    failed: None,
+                    blocks: {
+                        blocks.sort_by_key(|(a, _)| *a);
+                        blocks
+                    },
+                }),
             });
             p.prewrites.push(batch.clone());
             (batch, stats)
         };
         // Step 4: the writes and a flush, without the lock (the commit's flush is then short).
-        let done = batch.complete(dev.as_ref()).and_then(|()| dev.flush().map_err(|e| Error::io("flush prewritten blocks", e)));
+        let done = batch
+            .complete(dev.as_ref())
+            .and_then(|()| dev.flush().map_err(|e| Error::io("flush prewritten blocks", e)));
         if let Err(e) = done {
             let mut p = self.lock();
             p.io.discard_writes();

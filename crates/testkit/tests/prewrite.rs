@@ -97,4 +97,3 @@ fn a_commit_between_prewrite_and_its_own_commit_uses_or_frees_the_blocks() {
     want[4096..4096 + 18].copy_from_slice(b"after the snapshot");
     assert_eq!(pool.read(vol, obj, 0, 512 << 10).unwrap(), want);
 }
-
