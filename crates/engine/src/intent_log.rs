@@ -32,11 +32,11 @@
 
 use crate::alloc::Geometry;
 use crate::device::BlockDevice;
-use std::sync::Arc;
 use crate::error::{Corruption, Error, Result};
 use crate::format::codec::Writer;
 use crate::format::intent::{LogBlockPhys, LogRecord, LOG_HEADER};
 use crate::format::UNIT_SIZE;
+use std::sync::Arc;
 
 /// The device and byte range the intent log's blocks go to.
 #[derive(Clone)]
@@ -182,9 +182,7 @@ impl IntentLog {
             }
             if !current.is_empty() {
                 // Blocks hold whole groups; a verified block that ends mid-group is damage.
-                return Err(
-                    Corruption::new("intent log", Some(log_offset + at), "block ends inside a group").into()
-                );
+                return Err(Corruption::new("intent log", Some(log_offset + at), "block ends inside a group").into());
             }
             at += size;
             seq += 1;

@@ -69,9 +69,8 @@ fn place_of(dev: Arc<dyn BlockDevice>, ld: &LogDeviceLabelPhys) -> LogPlace {
 pub fn read_log_device_label(dev: &dyn BlockDevice) -> Result<LogDeviceLabelPhys> {
     let mut buf = vec![0u8; LOG_DEVICE_LABEL_SIZE];
     dev.read_at(&mut buf, 0).map_err(|e| Error::io("read log device label", e))?;
-    let ld = LogDeviceLabelPhys::decode(&buf).map_err(|c| {
-        Corruption::new("log device label", Some(0), format!("on {}: {}", dev.describe(), c.detail))
-    })?;
+    let ld = LogDeviceLabelPhys::decode(&buf)
+        .map_err(|c| Corruption::new("log device label", Some(0), format!("on {}: {}", dev.describe(), c.detail)))?;
     if dev.size_bytes() < ld.device_size {
         return Err(Corruption::new(
             "log device label",
@@ -206,9 +205,8 @@ impl Pool {
     pub(crate) fn discard_log_device(&self, why: &str) -> Result<()> {
         let mut p = self.lock();
         let txg = p.root.txg;
-        p.open_notes.push(format!(
-            "intent log device discarded ({why}): sync writes acknowledged after txg {txg} may be lost"
-        ));
+        p.open_notes
+            .push(format!("intent log device discarded ({why}): sync writes acknowledged after txg {txg} may be lost"));
         if p.read_only {
             p.open_notes.push("opened read-only: the labels still name the log device".to_string());
             return Ok(());

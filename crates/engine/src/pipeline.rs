@@ -18,12 +18,12 @@
 //! nothing needs invalidating. Data records enter when read and when written.
 
 use crate::alloc::{Allocator, Geometry};
+use crate::cache::BlockCache;
 use crate::compress::CompressionPolicy;
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Corruption, Error, Result};
 use crate::format::node::{BtreeNodePhys, IndirectPhys};
 use crate::format::{round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE};
-use crate::cache::BlockCache;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 

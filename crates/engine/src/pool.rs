@@ -65,7 +65,9 @@ impl PoolOptions {
     pub fn new(clock: Arc<dyn Clock>) -> PoolOptions {
         PoolOptions {
             clock,
-            cache_blocks: 8192, data_cache_bytes: 64 << 20, dirty_limit_bytes: 256 << 20,
+            cache_blocks: 8192,
+            data_cache_bytes: 64 << 20,
+            dirty_limit_bytes: 256 << 20,
             read_only: false,
             discard_missing_log: false,
         }
@@ -410,7 +412,11 @@ impl Pool {
     /// Open the pool on `dev` with its separate log device `log_dev` (required when the pool
     /// has one, refused when it has none; see `log_device.rs` and
     /// `PoolOptions::discard_missing_log`).
-    pub fn open_with_log(dev: Arc<dyn BlockDevice>, log_dev: Option<Arc<dyn BlockDevice>>, opts: PoolOptions) -> Result<Pool> {
+    pub fn open_with_log(
+        dev: Arc<dyn BlockDevice>,
+        log_dev: Option<Arc<dyn BlockDevice>>,
+        opts: PoolOptions,
+    ) -> Result<Pool> {
         let (label, mut notes) = read_label(dev.as_ref())?;
         let mut read_only = opts.read_only;
         match label.features.access() {
@@ -455,14 +461,19 @@ impl Pool {
                 "geometry does not match the device size",
             )));
         }
-        let log_at_open =
-            crate::log_device::resolve(&label, LogPlace::in_pool(dev.clone(), &geo), log_dev, opts.discard_missing_log)?;
+        let log_at_open = crate::log_device::resolve(
+            &label,
+            LogPlace::in_pool(dev.clone(), &geo),
+            log_dev,
+            opts.discard_missing_log,
+        )?;
         let (roots, problems) = txg::scan_ring(dev.as_ref(), label.pool_guid)?;
         notes.extend(problems);
         let newest_txg = roots.first().map(|u| u.txg);
         let mut last_err = None;
         for (i, ub) in roots.iter().enumerate() {
-            let io = Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
+            let io =
+                Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
                 Ok((mut alloc, catalog, volumes, snapshots)) => {
                     if i > 0 {

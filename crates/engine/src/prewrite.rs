@@ -195,7 +195,9 @@ impl Pool {
             (batch, stats)
         };
         // Step 4: the writes and a flush, without the lock (the commit's flush is then short).
-        let done = batch.complete(dev.as_ref()).and_then(|()| dev.flush().map_err(|e| Error::io("flush prewritten blocks", e)));
+        let done = batch
+            .complete(dev.as_ref())
+            .and_then(|()| dev.flush().map_err(|e| Error::io("flush prewritten blocks", e)));
         if let Err(e) = done {
             let mut p = self.lock();
             p.io.discard_writes();

@@ -18,9 +18,9 @@ use crate::format::node::KEY_MAX;
 use crate::format::records::{valid_record_size, DnodePhys, VolumeRecordPhys, ATTR_MAX};
 use crate::format::{BlockKind, BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
+use crate::prewrite::Prewritten;
 use crate::tree::blocktree;
 use crate::tree::btree::BTree;
-use crate::prewrite::Prewritten;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -270,7 +270,12 @@ impl VolumeState {
             self.dirty_bytes += content.len() as u64;
             self.dirty_records.insert((obj, recno), Some(Arc::new(content)));
         }
-        Ok(self.dirty_records.get_mut(&(obj, recno)).and_then(|c| c.as_mut()).map(Arc::make_mut).expect("made present above"))
+        Ok(self
+            .dirty_records
+            .get_mut(&(obj, recno))
+            .and_then(|c| c.as_mut())
+            .map(Arc::make_mut)
+            .expect("made present above"))
     }
 
     /// Dirty records with contents not yet prewritten as they stand (prewrite.rs).

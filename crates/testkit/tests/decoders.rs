@@ -9,8 +9,8 @@ use strata_engine::format::blkptr::{BlockKind, BlockPtr, ChecksumAlgo, Compressi
 use strata_engine::format::codec::Reader;
 use strata_engine::format::decode_all;
 use strata_engine::format::features::{Features, INCOMPAT_LOG_DEVICE};
-use strata_engine::format::logdev::LogDeviceLabelPhys;
 use strata_engine::format::label::LabelPhys;
+use strata_engine::format::logdev::LogDeviceLabelPhys;
 use strata_engine::format::node::{BtreeNodePhys, IndirectPhys};
 use strata_engine::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use strata_engine::format::space::{PoolSpacePhys, VolumeSpacePhys};
@@ -131,8 +131,12 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         pool_space,
         // A separate log device's label, and a pool label that names one.
         LogDeviceLabelPhys::for_device(1, 9, 32 << 20, 5, "p").expect("big enough").encode(),
-        LabelPhys { log_device_guid: 9, features: Features { incompat: INCOMPAT_LOG_DEVICE, ..Features::default() }, ..label.clone() }
-            .encode(),
+        LabelPhys {
+            log_device_guid: 9,
+            features: Features { incompat: INCOMPAT_LOG_DEVICE, ..Features::default() },
+            ..label.clone()
+        }
+        .encode(),
     ]
 }
 

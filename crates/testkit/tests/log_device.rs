@@ -107,7 +107,11 @@ fn crash_once(seed: u64) {
     assert!(report.is_clean(), "seed {seed}: {:#?}", report.errors);
     let seen = capture(&pool).unwrap();
     let ok = seen == synced[acked] || synced.get(acked + 1).is_some_and(|m| *m == seen);
-    assert!(ok, "seed {seed}: not the last acknowledged sync ({acked}): {}", synced[acked].diff(&seen).unwrap_or_default());
+    assert!(
+        ok,
+        "seed {seed}: not the last acknowledged sync ({acked}): {}",
+        synced[acked].diff(&seen).unwrap_or_default()
+    );
 }
 
 /// A pool with a committed object and, on top, a write made durable only by `sync_log`.
@@ -133,7 +137,8 @@ fn sync_log_writes_and_flushes_only_the_log_device() {
     assert_eq!(log.flush_count(), log_flushes + 1);
     // Only what was flushed survives, on both devices: the syncs come back from the log.
     let mut rng = SimRng::new(1);
-    let (d, l) = (disk.crash_image(CrashMode::DropUnflushed, &mut rng), log.crash_image(CrashMode::DropUnflushed, &mut rng));
+    let (d, l) =
+        (disk.crash_image(CrashMode::DropUnflushed, &mut rng), log.crash_image(CrashMode::DropUnflushed, &mut rng));
     drop(pool);
     let pool = open(d, Some(l), test_pool_options()).unwrap();
     assert!(pool.status().open_notes.iter().any(|n| n.contains("replayed")), "{:?}", pool.status().open_notes);
@@ -156,7 +161,8 @@ fn a_missing_wrong_or_damaged_log_device_is_refused() {
     assert!(open(d.clone(), None, ro).is_err());
 
     // Another pool's log device.
-    let (other_disk, other_log) = (Arc::new(SimDisk::new(32 << 20, SECTOR)), Arc::new(SimDisk::new(MIN_LOG_DEVICE_SIZE, SECTOR)));
+    let (other_disk, other_log) =
+        (Arc::new(SimDisk::new(32 << 20, SECTOR)), Arc::new(SimDisk::new(MIN_LOG_DEVICE_SIZE, SECTOR)));
     drop(create(&other_disk, &other_log, 99));
     let e = open(d.clone(), Some(other_log.current_image()), test_pool_options()).err().expect("wrong log accepted");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
@@ -231,7 +237,7 @@ fn a_failed_log_device_write_or_flush_latches_the_pool() {
         } else {
             log.fail_writes(1);
         }
-        let e = pool.sync_log().err().expect("a failed log write was acknowledged");
+        let e = pool.sync_log().expect_err("a failed log write was acknowledged");
         assert_eq!(e.kind(), ErrorKind::Io, "{e}");
         assert!(pool.status().latched.is_some());
         assert_eq!(pool.write(vol, obj, 0, b"x").err().map(|e| e.kind()), Some(ErrorKind::ReadOnly));

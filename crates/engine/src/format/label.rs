@@ -135,9 +135,9 @@ impl LabelPhys {
         let log_bytes = r.u64()?;
         let log_device_guid = r.u64()?;
         if (log_device_guid != 0) != (features.incompat & INCOMPAT_LOG_DEVICE != 0) {
-            return Err(r.corrupt(format!(
-                "log device guid {log_device_guid:#x} disagrees with the log device feature flag"
-            )));
+            return Err(
+                r.corrupt(format!("log device guid {log_device_guid:#x} disagrees with the log device feature flag"))
+            );
         }
         if unit_shift != UNIT_SHIFT {
             return Err(r.corrupt(format!("unit shift {unit_shift} is not supported (expected {UNIT_SHIFT})")));
