@@ -275,3 +275,25 @@ fn create_refuses_a_small_or_shared_log_device() {
         .expect("the pool's own device was accepted as its log");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
 }
+
+#[test]
+fn pools_without_a_log_device_keep_the_old_label_bytes() {
+    // Before log devices, bytes 208..224 of the label were reserved zeros and no incompat
+    // feature was set: a pool made without a log device must still write exactly that, so
+    // older builds open it and images they wrote open here.
+    let disk = Arc::new(SimDisk::new(32 << 20, SECTOR));
+    drop(Pool::create(dyn_dev(&disk), test_create_options(4), test_pool_options()).unwrap());
+    let img = disk.current_image();
+    for base in [0usize, 256 << 10] {
+        assert_eq!(img[base + 208..base + 224], [0u8; 16], "label at {base}");
+        assert_eq!(img[base + 104..base + 112], [0u8; 8], "incompat features at {base}");
+    }
+    let pool = open(img, None, test_pool_options()).unwrap();
+    assert_eq!(pool.status().log_device, None);
+    // And a pool with one sets the feature bit (bit 16) and names the device.
+    let (disk, log) = (Arc::new(SimDisk::new(32 << 20, SECTOR)), Arc::new(SimDisk::new(MIN_LOG_DEVICE_SIZE, SECTOR)));
+    drop(create(&disk, &log, 4));
+    let img = disk.current_image();
+    assert_eq!(u64::from_le_bytes(img[104..112].try_into().unwrap()), 1 << 16);
+    assert_eq!(u64::from_le_bytes(img[208..216].try_into().unwrap()), LOG_GUID);
+}
