@@ -31,6 +31,12 @@ fn pool_with_a_log_device_survives_kill_9_and_a_lost_log_device() {
     std::fs::File::create(&log_img).unwrap().set_len(32 << 20).unwrap();
     let out = d.ok(&["pool", "create", "fast", "--device", pool_s, "--size", "64M", "--log-device", log_s]);
     assert!(out.contains("intent log on") && out.contains("log.img"), "{out}");
+    let other = dir.join("other.img");
+    d.fails(
+        &["pool", "create", "other", "--device", other.to_str().unwrap(), "--size", "64M", "--log-device", log_s],
+        "already the log device of pool fast",
+    );
+    d.fails(&["pool", "create", "other", "--device", log_s], "already holds a Strata pool");
     d.ok(&["volume", "create", "fast/db"]);
     let mnt = dir.join("mnt");
     d.ok(&["mount", "fast/db", mnt.to_str().unwrap()]);

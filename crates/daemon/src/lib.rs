@@ -210,7 +210,7 @@ impl Daemon {
                         PoolEntry { pool: Arc::new(pool), device: p.device.clone(), log_device },
                     );
                 }
-                Err(e) if e.kind() == ErrorKind::InvalidArgument && p.log_device.is_some() => {
+                Err(e) if p.log_device.is_some() && log_device_refused(&e) => {
                     return Err(format!(
                         "open pool {} on {} with log device {}: {e} (the daemon option is \
                          `--discard-missing-log {}`)",
@@ -298,9 +298,11 @@ impl Daemon {
         let dev = open_device(device, size)?;
         // A pool with a log device opens read-only without it when told to discard it.
         let probe = PoolOptions { read_only: true, discard_missing_log: true, ..pool_options() };
-        if Pool::open(dev.clone(), probe).is_ok() {
+        if Pool::open(dev.clone(), probe).is_ok()
+            || strata_engine::log_device::read_log_device_label(dev.as_ref()).is_ok()
+        {
             return Err(ApiError::conflict(
-                format!("{} already holds a Strata pool", device.display()),
+                format!("{} already holds a Strata pool (or the log device of one)", device.display()),
                 "import it instead, or wipe the device first",
             ));
         }
@@ -559,6 +561,16 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     drop(workers);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The engine refused a pool's log device (missing, another pool's, or a damaged label):
+/// what `--discard-missing-log` is for.
+fn log_device_refused(e: &Error) -> bool {
+    match e {
+        Error::InvalidArgument(_) => true,
+        Error::Corruption(c) => c.what == "log device label",
+        _ => false,
+    }
 }
 
 impl From<Error> for ApiError {
