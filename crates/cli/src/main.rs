@@ -63,6 +63,11 @@ enum Command {
         /// a tenth of memory, 256M to 4G. Commits start at a quarter of it.
         #[arg(long)]
         dirty_limit: Option<String>,
+        /// Open POOL even though its log device is missing or damaged, at its last commit:
+        /// the sync writes acknowledged since are LOST. The pool then logs in its own
+        /// region. Repeat for several pools.
+        #[arg(long, value_name = "POOL")]
+        discard_missing_log: Vec<String>,
     },
     /// NFS exports of volumes.
     #[command(subcommand)]
@@ -102,6 +107,9 @@ enum Command {
         /// A pool image or device no daemon is using.
         #[arg(long, conflicts_with = "pool")]
         device: Option<PathBuf>,
+        /// The separate log device of the pool given with --device, if it has one.
+        #[arg(long, requires = "device")]
+        log_device: Option<PathBuf>,
         /// Verify metadata only (skip reading data blocks).
         #[arg(long)]
         no_data: bool,
@@ -122,6 +130,10 @@ enum PoolCmd {
         /// Checksum of new blocks: blake3 or crc32c.
         #[arg(long, default_value = "blake3")]
         checksum: String,
+        /// Keep the intent log (what fsync writes) on this separate, fast device or image
+        /// file (existing, at least 16 MiB) instead of in the pool (docs/intent-log.md).
+        #[arg(long)]
+        log_device: Option<PathBuf>,
     },
     /// List pools.
     List,
@@ -243,6 +255,7 @@ fn print_pool(p: &Value) {
     let alloc = p["allocated_bytes"].as_u64().unwrap_or(0);
     println!("pool      {}", p["name"].as_str().unwrap_or("?"));
     println!("device    {}", p["device"].as_str().unwrap_or("?"));
+    println!("log       {}", p["log_device"].as_str().unwrap_or("in the pool"));
     println!("txg       {}", p["txg"]);
     println!("size      {}", human(size));
     println!("allocated {} ({:.1}%)", human(alloc), if size > 0 { 100.0 * alloc as f64 / size as f64 } else { 0.0 });
@@ -298,6 +311,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             nfs_portmap_port,
             cache_size,
             dirty_limit,
+            discard_missing_log,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -326,25 +340,32 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 }
                 opts.dirty_limit_bytes = bytes;
             }
+            opts.discard_missing_log = discard_missing_log;
             opts.nfs =
                 nfs_port.map(|port| strata_daemon::NfsOptions { bind: nfs_bind, port, portmap_port: nfs_portmap_port });
             strata_daemon::serve(opts)?;
         }
-        Command::Pool(PoolCmd::Create { name, device, size, checksum }) => {
+        Command::Pool(PoolCmd::Create { name, device, size, checksum, log_device }) => {
             let size_bytes = size.as_deref().map(parse_size).transpose()?;
             let device = std::path::absolute(&device).map_err(|e| format!("{}: {e}", device.display()))?;
-            let v = c.call(
-                "POST",
-                "/v1/pools",
-                Some(&json!({"name": name, "device": device, "size_bytes": size_bytes, "checksum": checksum})),
-            )?;
+            let log_device = log_device
+                .map(|l| std::path::absolute(&l).map_err(|e| format!("--log-device {}: {e}", l.display())))
+                .transpose()?;
+            let mut body = json!({"name": name, "device": device, "size_bytes": size_bytes, "checksum": checksum});
+            if let Some(l) = &log_device {
+                body["log_device"] = json!(l);
+            }
+            let v = c.call("POST", "/v1/pools", Some(&body))?;
             out(&v, &|v| {
                 println!(
                     "created pool {} on {} ({} usable)",
                     v["name"].as_str().unwrap_or("?"),
                     v["device"].as_str().unwrap_or("?"),
                     human(v["size_bytes"].as_u64().unwrap_or(0))
-                )
+                );
+                if let Some(l) = v["log_device"].as_str() {
+                    println!("intent log on {l}");
+                }
             });
         }
         Command::Pool(PoolCmd::List) => {
@@ -464,10 +485,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("DELETE", "/v1/mounts", Some(&json!({"path": dir})))?;
             out(&v, &|_| println!("unmounted {}", dir.display()));
         }
-        Command::Check { pool: None, device: Some(device), no_data } => {
-            return offline::check(&device, !no_data, cli.json)
+        Command::Check { pool: None, device: Some(device), log_device, no_data } => {
+            return offline::check(&device, log_device.as_deref(), !no_data, cli.json)
         }
-        Command::Check { pool: Some(pool), device: None, no_data } => {
+        Command::Check { pool: Some(pool), device: None, no_data, .. } => {
             let v = c.call("POST", &format!("/v1/pools/{pool}/check"), Some(&json!({"verify_data": !no_data})))?;
             out(&v, &|v| offline::print_check(&pool, v));
             return Ok(if v["clean"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::from(1) });

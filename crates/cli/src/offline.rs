@@ -5,19 +5,26 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use strata_engine::{CheckOptions, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions};
+use strata_engine::{BlockDevice, CheckOptions, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions};
 
-pub fn check(path: &Path, verify_data: bool, json_out: bool) -> Result<ExitCode, String> {
+fn open_file(path: &Path) -> Result<Arc<dyn BlockDevice>, String> {
     let dev =
         FileDevice::open(path, &FileDeviceOptions { direct: true, create_size: None }).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => format!("{}: no such file or device", path.display()),
             std::io::ErrorKind::PermissionDenied => format!("{}: permission denied (run as root)", path.display()),
             _ => format!("{}: {e}", path.display()),
         })?;
+    Ok(Arc::new(dev))
+}
+
+pub fn check(path: &Path, log_device: Option<&Path>, verify_data: bool, json_out: bool) -> Result<ExitCode, String> {
+    let dev = open_file(path)?;
+    let log = log_device.map(open_file).transpose()?;
     let mut opts = PoolOptions::new(Arc::new(strata_daemon::SystemClock));
     opts.read_only = true;
-    let pool = Pool::open(Arc::new(dev), opts).map_err(|e| {
+    let pool = Pool::open_with_log(dev, log, opts).map_err(|e| {
         let hint = match e.kind() {
+            ErrorKind::InvalidArgument => "give the pool's log device with --log-device",
             ErrorKind::Corruption => {
                 "the pool cannot be opened at any root; restore the device from a replica or backup"
             }

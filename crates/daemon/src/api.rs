@@ -56,7 +56,8 @@ pub(crate) fn body<T: for<'de> Deserialize<'de>>(req: &mut tiny_http::Request) -
 
 pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
     json!({
-        "name": name, "guid": format!("{:016x}", s.pool_guid), "device": s.device, "txg": s.txg,
+        "name": name, "guid": format!("{:016x}", s.pool_guid), "device": s.device, "log_device": s.log_device,
+        "txg": s.txg,
         "size_bytes": s.size_bytes, "allocated_bytes": s.allocated_bytes, "free_bytes": s.free_bytes,
         "held_bytes": s.held_bytes, "volumes": s.volumes, "read_only": s.read_only, "latched": s.latched,
         "corruptions_detected": s.corruptions_detected, "open_notes": s.open_notes,
@@ -110,6 +111,8 @@ struct CreatePool {
     device: PathBuf,
     size_bytes: Option<u64>,
     checksum: Option<String>,
+    /// A separate intent-log device (an existing file or block device of at least 16 MiB).
+    log_device: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -191,7 +194,7 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
                 ));
             }
             let _g = d.admin.lock().expect("admin");
-            d.create_pool(&b.name, &b.device, b.size_bytes, checksum, true)?;
+            d.create_pool(&b.name, &b.device, b.size_bytes, b.log_device.as_deref(), checksum, true)?;
             Ok((201, pool_json(&b.name, &d.pool(&b.name)?.status())))
         }
         ("GET", ["v1", "pools", p]) => Ok((200, pool_json(p, &d.pool(p)?.status()))),

@@ -15,6 +15,7 @@
 //! each pool, and fsync commits at once.
 
 mod api;
+mod logdev;
 mod nfs;
 mod policy;
 mod quiesce;
@@ -29,7 +30,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use strata_engine::{
-    BlockDevice, ChecksumAlgo, Clock, CreateOptions, Error, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions,
+    BlockDevice, ChecksumAlgo, Clock, CreateOptions, Error, ErrorKind, FileDevice, FileDeviceOptions, LogDeviceSpec,
+    Pool, PoolOptions,
 };
 
 pub use api::{check_json, ApiError};
@@ -71,6 +73,9 @@ pub struct ServeOptions {
     pub cache_bytes: u64,
     /// Dirty data of each pool before writers wait for a commit, in bytes.
     pub dirty_limit_bytes: u64,
+    /// Pools to open even though their separate log device is missing or damaged, at their
+    /// last commit, losing the sync writes acknowledged since (`serve --discard-missing-log`).
+    pub discard_missing_log: Vec<String>,
 }
 
 impl ServeOptions {
@@ -85,6 +90,7 @@ impl ServeOptions {
             nfs: None,
             cache_bytes: default_cache_bytes(),
             dirty_limit_bytes: default_dirty_limit_bytes(),
+            discard_missing_log: Vec::new(),
         }
     }
 }
@@ -92,6 +98,8 @@ impl ServeOptions {
 pub(crate) struct PoolEntry {
     pub pool: Arc<Pool>,
     pub device: PathBuf,
+    /// The separate intent-log device, if the pool has one.
+    pub log_device: Option<PathBuf>,
 }
 
 pub(crate) struct MountEntry {
@@ -177,23 +185,59 @@ impl Daemon {
             None => {
                 let image = d.opts.data_dir.join("default.img");
                 tracing::info!(image = %image.display(), "no configuration: creating the embedded default pool");
-                d.create_pool("default", &image, Some(d.opts.default_pool_bytes), ChecksumAlgo::Blake3, false)
+                d.create_pool("default", &image, Some(d.opts.default_pool_bytes), None, ChecksumAlgo::Blake3, false)
                     .map_err(|e| format!("create the default pool: {}", e.message))?;
                 nfs::NfsService::start(&d, Vec::new(), 1)?;
                 return Ok(d);
             }
         };
+        let mut forgot_log = false;
         for p in &state.pools {
-            match Pool::open(open_device(&p.device, None).map_err(|e| e.message)?, pool_options()) {
+            let dev = open_device(&p.device, None).map_err(|e| e.message)?;
+            let discard = d.opts.discard_missing_log.contains(&p.name);
+            // A log device that cannot even be opened is missing: discardable, like one
+            // whose label is gone.
+            let log = match &p.log_device {
+                None => None,
+                Some(path) => match open_device(path, None) {
+                    Ok(l) => Some(l),
+                    Err(_) if discard => None,
+                    Err(e) => {
+                        return Err(format!(
+                            "open pool {}: log device {}: {}; bring it back, or start with \
+                             `--discard-missing-log {}` to open at the last commit, losing the sync \
+                             writes acknowledged since",
+                            p.name,
+                            path.display(),
+                            e.message,
+                            p.name
+                        ))
+                    }
+                },
+            };
+            let opts = PoolOptions { discard_missing_log: discard, ..pool_options() };
+            match Pool::open_with_log(dev, log, opts) {
                 Ok(pool) => {
                     for n in pool.status().open_notes {
                         tracing::warn!(pool = %p.name, "{n}");
                     }
                     tracing::info!(pool = %p.name, txg = pool.status().txg, "pool opened");
-                    d.pools
-                        .lock()
-                        .expect("pools")
-                        .insert(p.name.clone(), PoolEntry { pool: Arc::new(pool), device: p.device.clone() });
+                    let log_device = p.log_device.clone().filter(|_| pool.status().log_device.is_some());
+                    forgot_log |= log_device.is_none() && p.log_device.is_some();
+                    d.pools.lock().expect("pools").insert(
+                        p.name.clone(),
+                        PoolEntry { pool: Arc::new(pool), device: p.device.clone(), log_device },
+                    );
+                }
+                Err(e) if p.log_device.is_some() && log_device_refused(&e) => {
+                    return Err(format!(
+                        "open pool {} on {} with log device {}: {e} (the daemon option is \
+                         `--discard-missing-log {}`)",
+                        p.name,
+                        p.device.display(),
+                        p.log_device.as_deref().map_or("-".into(), |l| l.display().to_string()),
+                        p.name
+                    ))
                 }
                 Err(e) => return Err(format!("open pool {} on {}: {e}", p.name, p.device.display())),
             }
@@ -206,6 +250,10 @@ impl Daemon {
             }
         }
         nfs::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
+        if forgot_log {
+            // A discarded log device is no longer the pool's: do not ask for it again.
+            d.save_state().map_err(|e| e.message)?;
+        }
         Ok(d)
     }
 
@@ -217,7 +265,14 @@ impl Daemon {
         let pools = self.pools.lock().expect("pools");
         let mounts = self.mounts.lock().expect("mounts");
         let s = State {
-            pools: pools.iter().map(|(n, e)| PoolRecord { name: n.clone(), device: e.device.clone() }).collect(),
+            pools: pools
+                .iter()
+                .map(|(n, e)| PoolRecord {
+                    name: n.clone(),
+                    device: e.device.clone(),
+                    log_device: e.log_device.clone(),
+                })
+                .collect(),
             mounts: mounts
                 .iter()
                 .map(|(p, m)| MountRecord { volume: format!("{}/{}", m.pool, m.volume), path: p.clone() })
@@ -249,25 +304,38 @@ impl Daemon {
         name: &str,
         device: &Path,
         size: Option<u64>,
+        log_device: Option<&Path>,
         checksum: ChecksumAlgo,
         save: bool,
     ) -> Result<(), ApiError> {
         if self.pools.lock().expect("pools").contains_key(name) {
             return Err(ApiError::conflict(format!("pool {name} exists"), "choose another name"));
         }
+        // The log device first: its checks need nothing written (the pool's image file is
+        // created by opening it).
+        let log = log_device.map(|l| logdev::open_new_log_device(device, l)).transpose()?;
         let dev = open_device(device, size)?;
-        if Pool::open(dev.clone(), PoolOptions { read_only: true, ..pool_options() }).is_ok() {
+        // A pool with a log device opens read-only without it when told to discard it.
+        let probe = PoolOptions { read_only: true, discard_missing_log: true, ..pool_options() };
+        if Pool::open(dev.clone(), probe).is_ok()
+            || strata_engine::log_device::read_log_device_label(dev.as_ref()).is_ok()
+        {
             return Err(ApiError::conflict(
-                format!("{} already holds a Strata pool", device.display()),
+                format!("{} already holds a Strata pool (or the log device of one)", device.display()),
                 "import it instead, or wipe the device first",
             ));
         }
         let create = CreateOptions { name: name.into(), pool_guid: random_u64(), device_guid: random_u64(), checksum };
-        let pool = Pool::create(dev, create, pool_options()).map_err(ApiError::from)?;
-        self.pools
-            .lock()
-            .expect("pools")
-            .insert(name.to_string(), PoolEntry { pool: Arc::new(pool), device: device.to_path_buf() });
+        let log = log.map(|dev| LogDeviceSpec { dev, log_device_guid: random_u64() });
+        let pool = Pool::create_with_log(dev, create, log, pool_options()).map_err(ApiError::from)?;
+        self.pools.lock().expect("pools").insert(
+            name.to_string(),
+            PoolEntry {
+                pool: Arc::new(pool),
+                device: device.to_path_buf(),
+                log_device: log_device.map(Path::to_path_buf),
+            },
+        );
         let _ = save;
         self.save_state()
     }
@@ -514,6 +582,16 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     drop(workers);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The engine refused a pool's log device (missing, another pool's, or a damaged label):
+/// what `--discard-missing-log` is for.
+fn log_device_refused(e: &Error) -> bool {
+    match e {
+        Error::InvalidArgument(_) => true,
+        Error::Corruption(c) => c.what == "log device label",
+        _ => false,
+    }
 }
 
 impl From<Error> for ApiError {

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 pub struct PoolRecord {
     pub name: String,
     pub device: PathBuf,
+    /// The pool's separate intent-log device; absent for pools without one (and in state
+    /// files of older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_device: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -21,6 +21,11 @@
 //! flushed before returning, so every group it covered is replayed; a torn block was never
 //! acknowledged. After a commit, stale blocks of older bases stop the scan at once.
 //!
+//! Where: the in-pool region of the pool's device, or the region of a separate log device
+//! (`format::logdev`, the SLOG / NVRAM role) — a [`LogPlace`] either way. `sync_log` writes
+//! and flushes only the device the log is on, so a small fast log device takes the fsync
+//! latency off the pool's devices.
+//!
 //! Trade-off: records carry the written bytes (a logical log), so data is written twice
 //! (log, then txg). Writing large records in place and logging only their block pointers
 //! is the known refinement (ZFS's WR_INDIRECT).
@@ -31,10 +36,31 @@ use crate::error::{Corruption, Error, Result};
 use crate::format::codec::Writer;
 use crate::format::intent::{LogBlockPhys, LogRecord, LOG_HEADER};
 use crate::format::UNIT_SIZE;
+use std::sync::Arc;
+
+/// The device and byte range the intent log's blocks go to.
+#[derive(Clone)]
+pub struct LogPlace {
+    pub dev: Arc<dyn BlockDevice>,
+    pub offset: u64,
+    pub bytes: u64,
+    /// 0: the in-pool region of the pool's device; else the separate log device's guid.
+    pub log_device_guid: u64,
+}
+
+impl LogPlace {
+    /// The in-pool region of `dev` (the pool's device).
+    pub fn in_pool(dev: Arc<dyn BlockDevice>, geo: &Geometry) -> LogPlace {
+        LogPlace { dev, offset: geo.log_offset, bytes: geo.log_bytes, log_device_guid: 0 }
+    }
+
+    pub fn is_separate(&self) -> bool {
+        self.log_device_guid != 0
+    }
+}
 
 pub struct IntentLog {
-    offset: u64,
-    bytes: u64,
+    place: LogPlace,
     base_txg: u64,
     head: u64,
     seq: u64,
@@ -50,10 +76,9 @@ pub struct IntentLog {
 }
 
 impl IntentLog {
-    pub fn new(geo: &Geometry, base_txg: u64) -> IntentLog {
+    pub fn new(place: LogPlace, base_txg: u64) -> IntentLog {
         IntentLog {
-            offset: geo.log_offset,
-            bytes: geo.log_bytes,
+            place,
             base_txg,
             head: 0,
             seq: 0,
@@ -87,7 +112,7 @@ impl IntentLog {
 
     /// Whether the pending records fit in what is left of the region.
     pub fn fits(&self) -> bool {
-        self.head + LogBlockPhys::units_for(self.pending.len()) * UNIT_SIZE <= self.bytes
+        self.head + LogBlockPhys::units_for(self.pending.len()) * UNIT_SIZE <= self.place.bytes
     }
 
     /// Take the pending records as the next block: returns its bytes, its device address and
@@ -105,12 +130,17 @@ impl IntentLog {
             payload: std::mem::take(&mut self.pending),
         };
         let raw = block.encode();
-        let at = self.offset + self.head;
+        let at = self.place.offset + self.head;
         self.head += raw.len() as u64;
         self.seq += 1;
         self.blocks_written += 1;
         self.in_flight = true;
         (raw, at, self.appended)
+    }
+
+    /// Where the log's blocks go (the device to write them to and flush).
+    pub fn place(&self) -> &LogPlace {
+        &self.place
     }
 
     /// Root `txg` is durable: everything logged so far is in it.
@@ -126,21 +156,22 @@ impl IntentLog {
     }
 
     /// The complete groups logged on top of root `root_txg`, in order.
-    pub fn read(dev: &dyn BlockDevice, geo: &Geometry, pool_guid: u64, root_txg: u64) -> Result<Vec<Vec<LogRecord>>> {
+    pub fn read(place: &LogPlace, pool_guid: u64, root_txg: u64) -> Result<Vec<Vec<LogRecord>>> {
+        let (dev, log_offset, log_bytes) = (place.dev.as_ref(), place.offset, place.bytes);
         let mut groups = Vec::new();
         let mut current = Vec::new();
         let mut at = 0u64;
         let mut seq = 0u64;
         let mut first = vec![0u8; UNIT_SIZE as usize];
-        while at + UNIT_SIZE <= geo.log_bytes {
-            dev.read_at(&mut first, geo.log_offset + at).map_err(|e| Error::io("read intent log", e))?;
+        while at + UNIT_SIZE <= log_bytes {
+            dev.read_at(&mut first, log_offset + at).map_err(|e| Error::io("read intent log", e))?;
             let Some((guid, base, s, _len, units)) = LogBlockPhys::header(&first) else { break };
             let size = units as u64 * UNIT_SIZE;
-            if guid != pool_guid || base != root_txg || s != seq || units == 0 || at + size > geo.log_bytes {
+            if guid != pool_guid || base != root_txg || s != seq || units == 0 || at + size > log_bytes {
                 break;
             }
             let mut buf = vec![0u8; size as usize];
-            dev.read_at(&mut buf, geo.log_offset + at).map_err(|e| Error::io("read intent log", e))?;
+            dev.read_at(&mut buf, log_offset + at).map_err(|e| Error::io("read intent log", e))?;
             let Some(block) = LogBlockPhys::decode(&buf) else { break };
             debug_assert!(block.payload.len() + LOG_HEADER <= buf.len());
             for r in LogRecord::decode_all(&block.payload)? {
@@ -151,9 +182,7 @@ impl IntentLog {
             }
             if !current.is_empty() {
                 // Blocks hold whole groups; a verified block that ends mid-group is damage.
-                return Err(
-                    Corruption::new("intent log", Some(geo.log_offset + at), "block ends inside a group").into()
-                );
+                return Err(Corruption::new("intent log", Some(log_offset + at), "block ends inside a group").into());
             }
             at += size;
             seq += 1;
@@ -167,8 +196,7 @@ impl crate::pool::Pool {
     /// retires the log). Read-only opens leave the log alone and say so.
     pub(crate) fn replay_intent_log(&self) -> Result<()> {
         let mut p = self.lock();
-        let geo = p.alloc.geometry();
-        let groups = IntentLog::read(p.dev.as_ref(), &geo, p.label.pool_guid, p.root.txg)?;
+        let groups = IntentLog::read(p.ilog.place(), p.label.pool_guid, p.root.txg)?;
         if groups.is_empty() {
             return Ok(());
         }

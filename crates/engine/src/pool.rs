@@ -20,7 +20,8 @@ use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::uberblock::UberblockPhys;
 use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SIZE};
-use crate::intent_log::IntentLog;
+use crate::intent_log::{IntentLog, LogPlace};
+use crate::log_device::{LogAtOpen, LogDeviceSpec};
 use crate::pipeline::BlockIo;
 use crate::snapshot::{SnapshotState, KEY_SNAPSHOT};
 use crate::space::{PoolSpace, VolumeSpace};
@@ -55,6 +56,11 @@ pub struct PoolOptions {
     pub dirty_limit_bytes: u64,
     /// Open without ever writing (the checker, `pool status` of a damaged pool).
     pub read_only: bool,
+    /// Open a pool whose separate log device is missing, damaged or not the right one, at
+    /// its last commit, losing the sync writes acknowledged since (`zpool import -m`).
+    /// Read-write, the pool then forgets the log device and logs in its own region. Off by
+    /// default: losing acknowledged writes must be the operator's explicit choice.
+    pub discard_missing_log: bool,
 }
 
 impl PoolOptions {
@@ -65,6 +71,7 @@ impl PoolOptions {
             data_cache_bytes: 64 << 20,
             dirty_limit_bytes: 256 << 20,
             read_only: false,
+            discard_missing_log: false,
         }
     }
 }
@@ -176,6 +183,8 @@ pub struct PoolStatus {
     pub name: String,
     pub pool_guid: u64,
     pub device: String,
+    /// The separate intent-log device, if the pool has one.
+    pub log_device: Option<String>,
     pub txg: u64,
     pub size_bytes: u64,
     pub allocated_bytes: u64,
@@ -289,6 +298,17 @@ fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String>)> {
 impl Pool {
     /// Make a new pool on `dev`, destroying whatever the device held.
     pub fn create(dev: Arc<dyn BlockDevice>, create: CreateOptions, opts: PoolOptions) -> Result<Pool> {
+        Pool::create_with_log(dev, create, None, opts)
+    }
+
+    /// Make a new pool on `dev` whose intent log lives on a separate log device (`log`),
+    /// or in `dev`'s own region (`None`, the same as [`Pool::create`]).
+    pub fn create_with_log(
+        dev: Arc<dyn BlockDevice>,
+        create: CreateOptions,
+        log: Option<LogDeviceSpec>,
+        opts: PoolOptions,
+    ) -> Result<Pool> {
         if create.name.is_empty() || create.name.len() > POOL_NAME_MAX || create.name.contains(['/', '@', '\0']) {
             return Err(Error::invalid(format!("pool name {:?}: 1-{POOL_NAME_MAX} bytes, no '/', '@'", create.name)));
         }
@@ -302,7 +322,7 @@ impl Pool {
                 dev.describe()
             ))
         })?;
-        let label = LabelPhys {
+        let mut label = LabelPhys {
             label_index: 0,
             pool_guid: create.pool_guid,
             device_guid: create.device_guid,
@@ -315,10 +335,29 @@ impl Pool {
             data_units: geo.data_units,
             log_offset: geo.log_offset,
             log_bytes: geo.log_bytes,
+            log_device_guid: 0,
             features: Features::default(),
             created_ns: opts.clock.now_ns(),
             checksum_algo: create.checksum,
             pool_name: create.name.clone(),
+        };
+        // The log device's label before the pool's: a pool label never names a log device
+        // that does not carry its label.
+        let place = match &log {
+            None => LogPlace::in_pool(dev.clone(), &geo),
+            Some(spec) => {
+                // The same device object; the daemon also compares the paths' inodes.
+                if std::ptr::addr_eq(Arc::as_ptr(&spec.dev), Arc::as_ptr(&dev)) {
+                    return Err(Error::invalid(format!(
+                        "log device {} is the pool's own device; use a different device for the log",
+                        dev.describe()
+                    )));
+                }
+                let place = crate::log_device::format_log_device(spec, &label)?;
+                label.log_device_guid = spec.log_device_guid;
+                label.features.incompat |= crate::format::features::INCOMPAT_LOG_DEVICE;
+                place
+            }
         };
         // Labels first, with empty rings (an old pool's roots must never be found), then
         // txg 1 writes the whole space map and the first root.
@@ -350,7 +389,7 @@ impl Pool {
             clock: opts.clock,
             dirty_limit_bytes: opts.dirty_limit_bytes,
             open_notes: Vec::new(),
-            ilog: IntentLog::new(&geo, 0),
+            ilog: IntentLog::new(place, 0),
             snapshots: BTreeMap::new(),
             root: UberblockPhys {
                 txg: 0,
@@ -369,6 +408,17 @@ impl Pool {
 
     /// Open the pool on `dev` at its newest valid root.
     pub fn open(dev: Arc<dyn BlockDevice>, opts: PoolOptions) -> Result<Pool> {
+        Pool::open_with_log(dev, None, opts)
+    }
+
+    /// Open the pool on `dev` with its separate log device `log_dev` (required when the pool
+    /// has one, refused when it has none; see `log_device.rs` and
+    /// `PoolOptions::discard_missing_log`).
+    pub fn open_with_log(
+        dev: Arc<dyn BlockDevice>,
+        log_dev: Option<Arc<dyn BlockDevice>>,
+        opts: PoolOptions,
+    ) -> Result<Pool> {
         let (label, mut notes) = read_label(dev.as_ref())?;
         let mut read_only = opts.read_only;
         match label.features.access() {
@@ -413,6 +463,12 @@ impl Pool {
                 "geometry does not match the device size",
             )));
         }
+        let log_at_open = crate::log_device::resolve(
+            &label,
+            LogPlace::in_pool(dev.clone(), &geo),
+            log_dev,
+            opts.discard_missing_log,
+        )?;
         let (roots, problems) = txg::scan_ring(dev.as_ref(), label.pool_guid)?;
         notes.extend(problems);
         let newest_txg = roots.first().map(|u| u.txg);
@@ -432,6 +488,10 @@ impl Pool {
                         alloc.mark_all_dirty();
                     }
                     let by_name = volumes.iter().map(|(id, v)| (v.name.clone(), *id)).collect();
+                    let (place, discarded) = match &log_at_open {
+                        LogAtOpen::Use(place) => (place.clone(), None),
+                        LogAtOpen::Discard(why) => (LogPlace::in_pool(dev.clone(), &geo), Some(why.clone())),
+                    };
                     let inner = PoolInner {
                         dev,
                         io,
@@ -452,11 +512,14 @@ impl Pool {
                         dirty_limit_bytes: opts.dirty_limit_bytes,
                         open_notes: notes,
                         root: *ub,
-                        ilog: IntentLog::new(&geo, ub.txg),
+                        ilog: IntentLog::new(place, ub.txg),
                         snapshots,
                     };
                     let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new(), commit_gate: Mutex::new(()) };
-                    pool.replay_intent_log()?;
+                    match discarded {
+                        None => pool.replay_intent_log()?,
+                        Some(why) => pool.discard_log_device(&why)?,
+                    }
                     return Ok(pool);
                 }
                 Err(e) => last_err = Some(e),
@@ -582,7 +645,8 @@ impl Pool {
         self.lock().root
     }
 
-    /// Make every operation so far durable (fsync): one intent-log write and a flush.
+    /// Make every operation so far durable (fsync): one intent-log write and a flush, of the
+    /// log device if the pool has one.
     ///
     /// Waits for a block in flight, then writes everything recorded so far (its own records
     /// and every other thread's) as one block and flushes, outside the lock.
@@ -612,7 +676,9 @@ impl Pool {
             }
             assert!(p.ilog.has_pending(), "records not yet durable are pending, in flight or committed");
             let guid = p.label.pool_guid;
-            let dev = p.dev.clone();
+            // The device the log is on: the pool's own, or the separate log device — only
+            // that one is written and flushed.
+            let dev = p.ilog.place().dev.clone();
             let (block, at, upto) = p.ilog.take_block(guid);
             drop(p);
             let r = dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e));
@@ -665,6 +731,7 @@ impl Pool {
             name: p.label.pool_name.clone(),
             pool_guid: p.label.pool_guid,
             device: p.dev.describe(),
+            log_device: Some(p.ilog.place()).filter(|l| l.is_separate()).map(|l| l.dev.describe()),
             txg: p.txg_synced,
             size_bytes: size,
             allocated_bytes: allocated,

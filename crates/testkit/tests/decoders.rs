@@ -8,8 +8,9 @@ use strata_engine::compress::{compress, decompress, CompressionPolicy};
 use strata_engine::format::blkptr::{BlockKind, BlockPtr, ChecksumAlgo, Compression};
 use strata_engine::format::codec::Reader;
 use strata_engine::format::decode_all;
-use strata_engine::format::features::Features;
+use strata_engine::format::features::{Features, INCOMPAT_LOG_DEVICE};
 use strata_engine::format::label::LabelPhys;
+use strata_engine::format::logdev::LogDeviceLabelPhys;
 use strata_engine::format::node::{BtreeNodePhys, IndirectPhys};
 use strata_engine::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use strata_engine::format::space::{PoolSpacePhys, VolumeSpacePhys};
@@ -45,6 +46,7 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         data_units: 15000,
         log_offset: 1 << 20,
         log_bytes: 4 << 20,
+        log_device_guid: 0,
         features: Features::default(),
         created_ns: 5,
         checksum_algo: ChecksumAlgo::Blake3,
@@ -127,6 +129,14 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         zst,
         space,
         pool_space,
+        // A separate log device's label, and a pool label that names one.
+        LogDeviceLabelPhys::for_device(1, 9, 32 << 20, 5, "p").expect("big enough").encode(),
+        LabelPhys {
+            log_device_guid: 9,
+            features: Features { incompat: INCOMPAT_LOG_DEVICE, ..Features::default() },
+            ..label.clone()
+        }
+        .encode(),
     ]
 }
 
@@ -148,6 +158,12 @@ fn valid_encodings_decode_back() {
     assert_eq!(decompress(Compression::Zstd, &v[11], 16384).unwrap()[..34], *b"insert into t values (42, 'abc'); ");
     assert!(VolumeSpacePhys::decode(&v[12]).is_ok());
     assert!(PoolSpacePhys::decode(&v[13]).is_ok());
+    assert!(LogDeviceLabelPhys::decode(&v[14]).is_ok());
+    assert_eq!(LabelPhys::decode(&v[15], 0).unwrap().log_device_guid, 9);
+    // A guid without the feature flag (or the reverse) is damage, not a format.
+    let mut no_flag = LabelPhys::decode(&v[15], 0).unwrap();
+    no_flag.features.incompat = 0;
+    assert!(LabelPhys::decode(&no_flag.encode(), 0).is_err());
     // Every valid encoding is accepted by at least one decoder of decode_all.
     for e in &v {
         assert!(decode_all(e) > 0);

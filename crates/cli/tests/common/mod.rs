@@ -34,9 +34,15 @@ impl Daemon {
     }
 
     pub fn spawn(&mut self) {
+        self.spawn_with(&[]);
+    }
+
+    /// Start the daemon with extra `strata serve` arguments.
+    pub fn spawn_with(&mut self, extra: &[&str]) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("daemon.log")).unwrap();
         let child = Command::new(BIN)
             .args(["serve", "--data-dir", self.dir.join("data").to_str().unwrap(), "--default-pool-size", "256M"])
+            .args(extra)
             .env("STRATA_API", &self.api)
             .stdout(Stdio::null())
             .stderr(log)

@@ -335,6 +335,9 @@ impl Pool {
             geo,
             compression_feature: p.label.features.incompat & crate::format::features::INCOMPAT_COMPRESSION != 0,
         };
+        for e in p.check_log_device() {
+            c.err(e);
+        }
         let mut vols: Vec<(String, VolumeRecordPhys)> = Vec::new();
         let mut snaps: Vec<(String, SnapshotRecordPhys)> = Vec::new();
         let mut deadlist_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();

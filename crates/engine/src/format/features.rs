@@ -13,13 +13,21 @@
 /// Feature bits this build understands, per mask.
 pub const KNOWN_COMPAT: u64 = 0;
 pub const KNOWN_RO_COMPAT: u64 = 0;
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_LOG_DEVICE;
 
 /// Data records may be stored compressed (lz4, zstd) and volume records carry a compression
 /// policy in their flags. Set in the labels when a volume's compression is first turned on
 /// (compress.rs, space.rs); a pool that never compressed stays readable by older builds.
 /// Bit 8: the storage-efficiency features take bits from 8 up.
 pub const INCOMPAT_COMPRESSION: u64 = 1 << 8;
+
+/// The intent log lives on a separate log device (`format::logdev`), named by the label's
+/// `log_device_guid`. An older build would ignore that field, write its log into the unused
+/// in-pool region and never replay the blocks on the log device — losing acknowledged syncs
+/// — so it must refuse the pool. Set at creation with a log device; cleared when a missing
+/// log device is discarded (`PoolOptions::discard_missing_log`). Bit 16: the txg and
+/// intent-log features take bits from 16 up.
+pub const INCOMPAT_LOG_DEVICE: u64 = 1 << 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Features {

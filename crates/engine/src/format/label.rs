@@ -22,13 +22,16 @@
 //! 128  pool_name        [u8; 64] UTF-8, zero padded
 //! 192  log_offset       u64      the intent log region (see `format::intent`)
 //! 200  log_bytes        u64
-//! 208  reserved         [u8; 16]
+//! 208  log_device_guid  u64      0: the log is the region above; else the guid of a
+//!                                separate log device (`format::logdev`), with the
+//!                                INCOMPAT_LOG_DEVICE feature set
+//! 216  reserved         [u8; 8]
 //! 224  checksum         [u8; 32] BLAKE3 of the 4 KiB label with this field zeroed
 //! 256  zero padding to 4096
 //! ```
 
 use super::codec::{self_checksum, Reader, Writer};
-use super::features::Features;
+use super::features::{Features, INCOMPAT_LOG_DEVICE};
 use super::{ChecksumAlgo, RING_SLOTS, UNIT_SHIFT, UNIT_SIZE};
 use crate::error::Corruption;
 
@@ -51,6 +54,8 @@ pub struct LabelPhys {
     pub data_units: u64,
     pub log_offset: u64,
     pub log_bytes: u64,
+    /// 0: the intent log is the in-pool region; else the separate log device's guid.
+    pub log_device_guid: u64,
     pub features: Features,
     pub created_ns: u64,
     pub checksum_algo: ChecksumAlgo,
@@ -85,7 +90,8 @@ impl LabelPhys {
             .bytes(&name)
             .u64(self.log_offset)
             .u64(self.log_bytes)
-            .zeros(16);
+            .u64(self.log_device_guid)
+            .zeros(8);
         assert_eq!(w.len(), CHECKSUM_FIELD);
         w.zeros(LABEL_PHYS_SIZE - CHECKSUM_FIELD);
         let mut buf = w.into_inner();
@@ -127,6 +133,12 @@ impl LabelPhys {
         let name_raw = r.take(POOL_NAME_MAX)?;
         let log_offset = r.u64()?;
         let log_bytes = r.u64()?;
+        let log_device_guid = r.u64()?;
+        if (log_device_guid != 0) != (features.incompat & INCOMPAT_LOG_DEVICE != 0) {
+            return Err(
+                r.corrupt(format!("log device guid {log_device_guid:#x} disagrees with the log device feature flag"))
+            );
+        }
         if unit_shift != UNIT_SHIFT {
             return Err(r.corrupt(format!("unit shift {unit_shift} is not supported (expected {UNIT_SHIFT})")));
         }
@@ -171,6 +183,7 @@ impl LabelPhys {
             data_units,
             log_offset,
             log_bytes,
+            log_device_guid,
             features,
             created_ns,
             checksum_algo,

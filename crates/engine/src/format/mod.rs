@@ -15,6 +15,9 @@
 //!   data_offset                   allocatable units of UNIT_SIZE bytes
 //! ```
 //!
+//! A pool may keep its intent log on a separate log device instead (`logdev`); the in-pool
+//! region is then reserved but unused, so the geometry is the same either way.
+//!
 //! Format evolution uses feature flags (`features`), not a single version number: a pool
 //! that sets an incompatible feature this build does not know is refused with
 //! `Unsupported`; an unknown read-only-compatible feature opens the pool read-only.
@@ -25,6 +28,7 @@ pub mod codec;
 pub mod features;
 pub mod intent;
 pub mod label;
+pub mod logdev;
 pub mod node;
 pub mod records;
 pub mod space;
@@ -63,6 +67,7 @@ pub fn round_up_unit(n: u64) -> u64 {
 pub fn decode_all(bytes: &[u8]) -> usize {
     let mut ok = 0;
     ok += label::LabelPhys::decode(bytes, 0).is_ok() as usize;
+    ok += logdev::LogDeviceLabelPhys::decode(bytes).is_ok() as usize;
     ok += uberblock::UberblockPhys::decode(bytes, 0).is_ok() as usize;
     ok += spacemap::SpacemapChunkPhys::decode(bytes, 0).is_ok() as usize;
     ok += node::BtreeNodePhys::decode(bytes, None).is_ok() as usize;

@@ -1,0 +1,104 @@
+//! A pool with a separate intent-log device, end to end: `pool create --log-device` on two
+//! image files (and the bad inputs it refuses), fsync through a FUSE mount landing on the
+//! log device, a kill -9 and restart, `pool status` showing the log device, a daemon that
+//! refuses to start without it, and `serve --discard-missing-log`. Needs root and /dev/fuse.
+
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
+
+/// The log region starts at 64 KiB of the log device (format/logdev.rs); a log block
+/// starts with this magic.
+const LOG_REGION: usize = 64 * 1024;
+
+#[test]
+fn pool_with_a_log_device_survives_kill_9_and_a_lost_log_device() {
+    let dir = temp_dir("logdev");
+    let mut d = Daemon::start(&dir);
+    let (pool_img, log_img) = (dir.join("pool.img"), dir.join("log.img"));
+    let (pool_s, log_s) = (pool_img.to_str().unwrap(), log_img.to_str().unwrap());
+
+    // Bad input: a missing log device, the pool's own file, one too small.
+    d.fails(&["pool", "create", "fast", "--device", pool_s, "--size", "64M", "--log-device", log_s], "log device");
+    std::fs::File::create(&log_img).unwrap().set_len(8 << 20).unwrap();
+    d.fails(&["pool", "create", "fast", "--device", pool_s, "--size", "64M", "--log-device", log_s], "at least 16 MiB");
+    d.fails(&["pool", "create", "fast", "--device", log_s, "--log-device", log_s], "is the pool's device");
+    assert_eq!(d.json(&["pool", "list"]).as_array().unwrap().len(), 1, "a refused create left a pool behind");
+
+    std::fs::File::create(&log_img).unwrap().set_len(32 << 20).unwrap();
+    let out = d.ok(&["pool", "create", "fast", "--device", pool_s, "--size", "64M", "--log-device", log_s]);
+    assert!(out.contains("intent log on") && out.contains("log.img"), "{out}");
+    let other = dir.join("other.img");
+    d.fails(
+        &["pool", "create", "other", "--device", other.to_str().unwrap(), "--size", "64M", "--log-device", log_s],
+        "already the log device of pool fast",
+    );
+    d.fails(&["pool", "create", "other", "--device", log_s], "already holds a Strata pool");
+    d.ok(&["volume", "create", "fast/db"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "fast/db", mnt.to_str().unwrap()]);
+    let mut f = std::fs::File::create(mnt.join("first")).unwrap();
+    f.write_all(b"first").unwrap();
+    f.sync_all().unwrap(); // may commit (the new volume is pending)
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let mut f = std::fs::File::create(mnt.join("synced")).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap(); // an intent-log write, on the log device
+    drop(f);
+    let log = std::fs::read(&log_img).unwrap();
+    assert_eq!(&log[LOG_REGION..LOG_REGION + 8], b"STRATAIL", "fsync did not write the log device");
+    assert_eq!(&log[..8], b"STRATALD");
+
+    d.kill9();
+    d.spawn();
+    assert_eq!(std::fs::read(mnt.join("synced")).unwrap(), data);
+    assert_eq!(std::fs::read(mnt.join("first")).unwrap(), b"first");
+    let status = d.json(&["pool", "status", "fast"]);
+    assert!(status["log_device"].as_str().unwrap_or("").contains("log.img"), "{status}");
+    let human = d.ok(&["pool", "status", "fast"]);
+    assert!(human.lines().any(|l| l.starts_with("log") && l.contains("log.img")), "{human}");
+    assert_eq!(d.json(&["check", "fast"])["clean"], true);
+
+    // The log device vanishes: the daemon refuses to start and says what to do.
+    assert!(d.stop().success(), "{}", d.log());
+    std::fs::rename(&log_img, dir.join("log.gone")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--data-dir", dir.join("data").to_str().unwrap()])
+        .env("STRATA_API", format!("127.0.0.1:{}", free_port()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            child.kill().unwrap();
+            panic!("the daemon started without the pool's log device");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("log device") && err.contains("--discard-missing-log fast"), "{err}");
+
+    // Discarded on request: the pool opens at its last commit (a clean stop committed
+    // everything) and keeps its log in the pool from then on.
+    d.spawn_with(&["--discard-missing-log", "fast"]);
+    let status = d.json(&["pool", "status", "fast"]);
+    assert!(status["log_device"].is_null(), "{status}");
+    let notes = status["open_notes"].to_string();
+    assert!(notes.contains("may be lost"), "{notes}");
+    assert_eq!(std::fs::read(mnt.join("synced")).unwrap(), data);
+    assert!(d.stop().success());
+    d.spawn(); // no flag needed any more
+    assert_eq!(std::fs::read(mnt.join("synced")).unwrap(), data);
+    assert!(d.ok(&["pool", "status", "fast"]).contains("in the pool"));
+    assert!(!d.log().contains("ERROR"), "unexpected errors in the daemon log: {}", d.log());
+}

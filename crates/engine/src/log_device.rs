@@ -1,0 +1,218 @@
+//! A separate intent-log device: the ZFS SLOG / ONTAP NVRAM role.
+//!
+//! A pool created with a log device keeps its intent log there instead of in the region of
+//! its own device: `sync_log` then writes and flushes only the log device, so a small fast
+//! device (NVMe, a battery-backed card) absorbs the fsync latency and the pool's devices see
+//! only commits. The pool label names the device (`log_device_guid`, feature
+//! `INCOMPAT_LOG_DEVICE`); the device's own label (`format::logdev`) names the pool back.
+//! The in-pool region stays reserved, so the geometry is the same either way and a pool
+//! whose log device is discarded goes back to it.
+//!
+//! Invariant: a pool whose label names a log device never opens read-write on any other
+//! log — its acknowledged syncs since the last commit may be only there. Opening without
+//! it (or with the wrong device) fails, unless the caller asks to discard it
+//! (`PoolOptions::discard_missing_log`, like `zpool import -m`): then the pool opens at its
+//! last commit, says which syncs may be lost, and (read-write) rewrites its labels to use
+//! the in-pool region from then on.
+
+use crate::device::BlockDevice;
+use crate::error::{Corruption, Error, Result};
+use crate::format::features::INCOMPAT_LOG_DEVICE;
+use crate::format::label::LabelPhys;
+use crate::format::logdev::{LogDeviceLabelPhys, LOG_DEVICE_LABEL_SIZE, MIN_LOG_DEVICE_SIZE};
+use crate::format::LABEL_SIZE;
+use crate::intent_log::LogPlace;
+use crate::pool::{Pool, PoolInner};
+use std::sync::Arc;
+
+/// A log device for a new pool.
+#[derive(Clone)]
+pub struct LogDeviceSpec {
+    pub dev: Arc<dyn BlockDevice>,
+    /// Identity of the log device; the caller supplies it (no OS randomness in the engine).
+    /// Must not be 0 (which means "in the pool").
+    pub log_device_guid: u64,
+}
+
+/// Write the label of a new log device for pool `label` and flush it.
+pub(crate) fn format_log_device(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogPlace> {
+    if spec.log_device_guid == 0 || spec.log_device_guid == label.device_guid {
+        return Err(Error::invalid("log device guid must be non-zero and differ from the pool device's guid"));
+    }
+    let size = spec.dev.size_bytes();
+    let ld = LogDeviceLabelPhys::for_device(
+        label.pool_guid,
+        spec.log_device_guid,
+        size,
+        label.created_ns,
+        &label.pool_name,
+    )
+    .ok_or_else(|| {
+        Error::invalid(format!(
+            "log device {} has {size} bytes; a log device needs at least {MIN_LOG_DEVICE_SIZE} ({} MiB): use a larger one",
+            spec.dev.describe(),
+            MIN_LOG_DEVICE_SIZE >> 20
+        ))
+    })?;
+    // Old contents of the region need no clearing: replay accepts only blocks of this pool's
+    // guid, and it is new.
+    spec.dev.write_at(&ld.encode(), 0).map_err(|e| Error::io("write log device label", e))?;
+    spec.dev.flush().map_err(|e| Error::io("flush log device label", e))?;
+    Ok(place_of(spec.dev.clone(), &ld))
+}
+
+fn place_of(dev: Arc<dyn BlockDevice>, ld: &LogDeviceLabelPhys) -> LogPlace {
+    LogPlace { dev, offset: ld.region_offset, bytes: ld.region_bytes, log_device_guid: ld.log_device_guid }
+}
+
+/// Read and verify the label of a log device. Damage is a corruption naming the device.
+pub fn read_log_device_label(dev: &dyn BlockDevice) -> Result<LogDeviceLabelPhys> {
+    let mut buf = vec![0u8; LOG_DEVICE_LABEL_SIZE];
+    dev.read_at(&mut buf, 0).map_err(|e| Error::io("read log device label", e))?;
+    let ld = LogDeviceLabelPhys::decode(&buf)
+        .map_err(|c| Corruption::new("log device label", Some(0), format!("on {}: {}", dev.describe(), c.detail)))?;
+    if dev.size_bytes() < ld.device_size {
+        return Err(Corruption::new(
+            "log device label",
+            Some(0),
+            format!("{} has {} bytes but the log was made for {}", dev.describe(), dev.size_bytes(), ld.device_size),
+        )
+        .into());
+    }
+    Ok(ld)
+}
+
+/// What opening does with the pool's intent log.
+pub(crate) enum LogAtOpen {
+    /// Replay from, and log to, this place.
+    Use(LogPlace),
+    /// The log device is missing or wrong and the caller asked to discard it: why.
+    Discard(String),
+}
+
+/// Find the intent log of the pool `label` describes: the in-pool region, or the supplied
+/// log device once its label is verified to be this pool's.
+pub(crate) fn resolve(
+    label: &LabelPhys,
+    in_pool: LogPlace,
+    log_dev: Option<Arc<dyn BlockDevice>>,
+    discard_missing_log: bool,
+) -> Result<LogAtOpen> {
+    let pool = &label.pool_name;
+    if label.log_device_guid == 0 {
+        return match log_dev {
+            None => Ok(LogAtOpen::Use(in_pool)),
+            Some(d) => Err(Error::invalid(format!(
+                "pool {pool} keeps its intent log on its own device and has no log device; do not pass {}",
+                d.describe()
+            ))),
+        };
+    }
+    let remedy = "supply that device, or, if it is lost for good, open with discard-missing-log \
+                  (losing the sync writes acknowledged since the last commit)";
+    let need = format!("pool {pool} keeps its intent log on log device {:#x}", label.log_device_guid);
+    let missing = |why: String| {
+        if discard_missing_log {
+            Ok(LogAtOpen::Discard(why))
+        } else {
+            Err(Error::InvalidArgument(format!("{why}; {need}: {remedy}")))
+        }
+    };
+    let Some(dev) = log_dev else {
+        return missing("no log device was supplied".to_string());
+    };
+    let ld = match read_log_device_label(dev.as_ref()) {
+        Ok(ld) => ld,
+        Err(Error::Corruption(c)) if !discard_missing_log => {
+            return Err(Corruption::new(c.what, c.addr, format!("{}; {need}: {remedy}", c.detail)).into());
+        }
+        Err(e @ Error::Io { .. }) if !discard_missing_log => return Err(e),
+        Err(e) => return missing(format!("log device {}: {e}", dev.describe())),
+    };
+    if ld.pool_guid != label.pool_guid || ld.log_device_guid != label.log_device_guid {
+        return missing(format!(
+            "{} is log device {:#x} of pool {} ({:#x}), not of pool {pool} ({:#x})",
+            dev.describe(),
+            ld.log_device_guid,
+            ld.pool_name,
+            ld.pool_guid,
+            label.pool_guid,
+        ));
+    }
+    Ok(LogAtOpen::Use(place_of(dev, &ld)))
+}
+
+impl PoolInner {
+    /// Forget the pool's log device (after a discard): both labels are rewritten without it,
+    /// one at a time, each flushed, so a crash leaves at least one valid label; the log then
+    /// uses the in-pool region. A failure latches the pool (DESIGN.md §3.8).
+    pub(crate) fn forget_log_device(&mut self) -> Result<()> {
+        let mut label = self.label.clone();
+        label.log_device_guid = 0;
+        label.features.incompat &= !INCOMPAT_LOG_DEVICE;
+        for idx in 0..2u32 {
+            let l = LabelPhys { label_index: idx, ..label.clone() };
+            let r = self
+                .dev
+                .write_at(&l.encode(), idx as u64 * LABEL_SIZE)
+                .map_err(|e| Error::io("write pool label (discard log device)", e))
+                .and_then(|_| self.dev.flush().map_err(|e| Error::io("flush pool label", e)));
+            if let Err(e) = r {
+                self.latched = Some(format!("label update failed: {e}"));
+                return Err(e);
+            }
+        }
+        self.label = label;
+        Ok(())
+    }
+
+    /// Problems with the log device's label as the checker sees them (empty: fine, or no
+    /// log device).
+    pub(crate) fn check_log_device(&self) -> Vec<String> {
+        let place = self.ilog.place();
+        if self.label.log_device_guid == 0 {
+            return Vec::new();
+        }
+        if !place.is_separate() {
+            return Vec::new(); // discarded at a read-only open; the open notes say so
+        }
+        match read_log_device_label(place.dev.as_ref()) {
+            Err(e) => vec![format!("log device {}: {e}", place.dev.describe())],
+            Ok(ld) => {
+                let mut errs = Vec::new();
+                if ld.pool_guid != self.label.pool_guid || ld.log_device_guid != self.label.log_device_guid {
+                    errs.push(format!(
+                        "log device {} belongs to pool {:#x} as {:#x}; the pool expects {:#x}",
+                        place.dev.describe(),
+                        ld.pool_guid,
+                        ld.log_device_guid,
+                        self.label.log_device_guid
+                    ));
+                }
+                if ld.region_offset != place.offset || ld.region_bytes != place.bytes {
+                    errs.push(format!("log device {}: label region changed while open", place.dev.describe()));
+                }
+                errs
+            }
+        }
+    }
+}
+
+impl Pool {
+    /// The log device is missing and the caller asked to go on without it: stay at the
+    /// opened root (its log cannot be read), say what may be lost, and — read-write — stop
+    /// naming the device in the labels, so later syncs go to the in-pool region.
+    pub(crate) fn discard_log_device(&self, why: &str) -> Result<()> {
+        let mut p = self.lock();
+        let txg = p.root.txg;
+        p.open_notes
+            .push(format!("intent log device discarded ({why}): sync writes acknowledged after txg {txg} may be lost"));
+        if p.read_only {
+            p.open_notes.push("opened read-only: the labels still name the log device".to_string());
+            return Ok(());
+        }
+        p.forget_log_device()?;
+        p.open_notes.push("the pool now keeps its intent log in its own region".to_string());
+        Ok(())
+    }
+}
