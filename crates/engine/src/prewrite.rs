@@ -194,8 +194,8 @@ impl Pool {
                 }
                 io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
                 io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
-                // What was just written is what is most likely read next (a database rereads
-                // the pages it wrote); the cache shares the record's buffer.
+                // What was just written is likely read again; the cache shares the record's
+                // buffer (kept only once the cache is warm: `BlockIo::cache_data`).
                 io.cache_data(&bp, pr.job.content.clone());
                 stats.records += 1;
                 stats.bytes += units * UNIT_SIZE;
