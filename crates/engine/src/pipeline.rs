@@ -110,15 +110,15 @@ impl BlockIo {
         self.checksum_algo
     }
 
-    /// Keep `data` (the logical record, just written) as the contents of the block `bp` —
-    /// once the cache is warm (nine tenths full). While it fills, written records are not
-    /// kept: each would pin its buffer past its txg, so every later write would take fresh
-    /// memory the kernel must fault in and zero (perf: `clear_page_erms` took most of a
-    /// sequential NFS write's time, halving its speed). A full cache evicts instead, and the
-    /// memory it frees is reused.
+    /// Keep `data` (the logical record, just written) as the contents of the block `bp`.
+    /// What a database wrote it reads again (pages evicted from its buffer pool): without
+    /// this, MariaDB on a data set larger than its buffer pool read every page back from the
+    /// device. The price, while the cache fills: each kept record pins its buffer past its
+    /// txg, so later writes take fresh memory the kernel must fault in and zero
+    /// (docs/commits-and-caching.md).
     pub(crate) fn cache_data(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
         let mut cache = self.data_cache.lock().expect("data cache lock");
-        if cache.capacity() > 0 && cache.weight() >= cache.capacity() / 10 * 9 {
+        if cache.capacity() > 0 {
             let weight = data.len() as u64;
             cache.put((bp.addr, bp.birth_txg), data, weight);
         }

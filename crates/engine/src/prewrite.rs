@@ -195,7 +195,7 @@ impl Pool {
                 io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
                 io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
                 // What was just written is likely read again; the cache shares the record's
-                // buffer (kept only once the cache is warm: `BlockIo::cache_data`).
+                // buffer (`BlockIo::cache_data`).
                 io.cache_data(&bp, pr.job.content.clone());
                 stats.records += 1;
                 stats.bytes += units * UNIT_SIZE;
