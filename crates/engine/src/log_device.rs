@@ -20,7 +20,6 @@ use crate::error::{Corruption, Error, Result};
 use crate::format::features::INCOMPAT_LOG_DEVICE;
 use crate::format::label::LabelPhys;
 use crate::format::logdev::{LogDeviceLabelPhys, LOG_DEVICE_LABEL_SIZE, MIN_LOG_DEVICE_SIZE};
-use crate::format::LABEL_SIZE;
 use crate::intent_log::LogPlace;
 use crate::pool::{Pool, PoolInner};
 use std::sync::Arc;
@@ -150,20 +149,7 @@ impl PoolInner {
         let mut label = self.label.clone();
         label.log_device_guid = 0;
         label.features.incompat &= !INCOMPAT_LOG_DEVICE;
-        for idx in 0..2u32 {
-            let l = LabelPhys { label_index: idx, ..label.clone() };
-            let r = self
-                .dev
-                .write_at(&l.encode(), idx as u64 * LABEL_SIZE)
-                .map_err(|e| Error::io("write pool label (discard log device)", e))
-                .and_then(|_| self.dev.flush().map_err(|e| Error::io("flush pool label", e)));
-            if let Err(e) = r {
-                self.latched = Some(format!("label update failed: {e}"));
-                return Err(e);
-            }
-        }
-        self.label = label;
-        Ok(())
+        self.rewrite_labels(label, "write pool label (discard log device)")
     }
 
     /// Problems with the log device's label as the checker sees them (empty: fine, or no

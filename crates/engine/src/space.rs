@@ -22,9 +22,8 @@
 use crate::compress::CompressionPolicy;
 use crate::error::{Error, Result};
 use crate::format::features::INCOMPAT_COMPRESSION;
-use crate::format::label::LabelPhys;
 use crate::format::space::{PoolSpacePhys, VolumeSpacePhys, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
-use crate::format::{LABEL_SIZE, UNIT_SIZE};
+use crate::format::UNIT_SIZE;
 use crate::pipeline::BlockIo;
 use crate::pool::{Pool, PoolInner, VolumeId};
 use crate::tree::btree::BTree;
@@ -129,20 +128,7 @@ impl PoolInner {
         }
         let mut label = self.label.clone();
         label.features.incompat |= INCOMPAT_COMPRESSION;
-        for idx in 0..2u32 {
-            let l = LabelPhys { label_index: idx, ..label.clone() };
-            let r = self
-                .dev
-                .write_at(&l.encode(), idx as u64 * LABEL_SIZE)
-                .map_err(|e| Error::io("write pool label (enable compression)", e))
-                .and_then(|_| self.dev.flush().map_err(|e| Error::io("flush pool label", e)));
-            if let Err(e) = r {
-                self.latched = Some(format!("label update failed: {e}"));
-                return Err(e);
-            }
-        }
-        self.label = label;
-        Ok(())
+        self.rewrite_labels(label, "write pool label (enable compression)")
     }
 
     /// Can a reservation of `bytes` be honoured for `vol` (`None`: a new, empty volume)?

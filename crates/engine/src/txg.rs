@@ -23,6 +23,7 @@
 use crate::alloc::Allocator;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
+use crate::format::label::LabelPhys;
 use crate::format::uberblock::{UberblockPhys, UBER_SLOT_SIZE};
 use crate::format::{LABEL_SIZE, RING_SLOTS, UNIT_SIZE};
 use crate::pool::{volume_key, PoolInner, VolumeId};
@@ -74,6 +75,25 @@ pub fn write_root(dev: &dyn BlockDevice, alloc: &mut Allocator, ub: &UberblockPh
 
 /// The commit of the open txg (steps 1–5 above), and the state checks around it.
 impl PoolInner {
+    /// Replace both pool labels with `label`, one at a time, each flushed, so a crash leaves
+    /// at least one valid label. A failure latches the pool (DESIGN.md §3.8).
+    pub(crate) fn rewrite_labels(&mut self, label: LabelPhys, context: &'static str) -> Result<()> {
+        for idx in 0..2u32 {
+            let l = LabelPhys { label_index: idx, ..label.clone() };
+            let r = self
+                .dev
+                .write_at(&l.encode(), idx as u64 * LABEL_SIZE)
+                .map_err(|e| Error::io(context, e))
+                .and_then(|_| self.dev.flush().map_err(|e| Error::io("flush pool label", e)));
+            if let Err(e) = r {
+                self.latched = Some(format!("label update failed: {e}"));
+                return Err(e);
+            }
+        }
+        self.label = label;
+        Ok(())
+    }
+
     pub(crate) fn writable(&self) -> Result<()> {
         if let Some(why) = &self.latched {
             return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
