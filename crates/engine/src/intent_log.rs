@@ -73,6 +73,8 @@ pub struct IntentLog {
     /// A block is being written and flushed outside the pool's lock; one at a time.
     pub in_flight: bool,
     pub blocks_written: u64,
+    /// Syncs that found the log region full and had to wait for a whole commit instead.
+    pub full_commits: u64,
 }
 
 impl IntentLog {
@@ -88,6 +90,7 @@ impl IntentLog {
             durable: 0,
             in_flight: false,
             blocks_written: 0,
+            full_commits: 0,
         }
     }
 

@@ -185,6 +185,14 @@ pub struct PoolStatus {
     pub device: String,
     /// The separate intent-log device, if the pool has one.
     pub log_device: Option<String>,
+    /// Intent-log blocks written, and syncs that found the log full and waited for a
+    /// commit instead (a sign the log region is too small for the sync write load).
+    pub log_blocks_written: u64,
+    pub log_full_commits: u64,
+    /// Bytes in the data cache, its capacity, and reads it served, since open.
+    pub data_cache_bytes: u64,
+    pub data_cache_capacity: u64,
+    pub data_cache_hits: u64,
     pub txg: u64,
     pub size_bytes: u64,
     pub allocated_bytes: u64,
@@ -667,6 +675,9 @@ impl Pool {
                 continue;
             }
             if p.catalog_dirty || !p.ilog.fits() {
+                if !p.catalog_dirty {
+                    p.ilog.full_commits += 1;
+                }
                 // A commit also marks everything recorded durable. Through `Pool::commit`,
                 // so that its data is written without the lock held (prewrite.rs).
                 drop(p);
@@ -732,6 +743,11 @@ impl Pool {
             pool_guid: p.label.pool_guid,
             device: p.dev.describe(),
             log_device: Some(p.ilog.place()).filter(|l| l.is_separate()).map(|l| l.dev.describe()),
+            log_blocks_written: p.ilog.blocks_written,
+            log_full_commits: p.ilog.full_commits,
+            data_cache_bytes: p.io.data_cache_usage().0,
+            data_cache_capacity: p.io.data_cache_usage().1,
+            data_cache_hits: p.io.stats.data_cache_hits.load(Ordering::Relaxed),
             txg: p.txg_synced,
             size_bytes: size,
             allocated_bytes: allocated,
