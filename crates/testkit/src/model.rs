@@ -130,3 +130,20 @@ pub fn capture_volume(pool: &Pool, vol: VolumeId, record_size: u32) -> Result<Vo
 pub fn oid(id: u64) -> ObjectId {
     ObjectId(id)
 }
+
+/// After a crash during a sync workload: the reopened pool passes the checker and shows
+/// exactly the state of the last acknowledged sync (`synced[acked]`) or of the one in flight
+/// (`synced[acked + 1]`). Returns whether opening replayed the intent log.
+pub fn assert_last_acknowledged_sync(pool: &Pool, synced: &[PoolModel], acked: usize, seed: u64) -> bool {
+    let replayed = pool.status().open_notes.iter().any(|n| n.contains("replayed"));
+    let report = pool.check(strata_engine::CheckOptions::default()).unwrap();
+    assert!(report.is_clean(), "seed {seed}: {:#?}", report.errors);
+    let seen = capture(pool).unwrap();
+    let ok = seen == synced[acked] || synced.get(acked + 1).is_some_and(|m| *m == seen);
+    assert!(
+        ok,
+        "seed {seed}: state is not the last acknowledged sync ({acked}): {}",
+        synced[acked].diff(&seen).unwrap_or_default()
+    );
+    replayed
+}

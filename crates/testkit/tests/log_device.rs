@@ -11,7 +11,7 @@ use strata_engine::format::logdev::MIN_LOG_DEVICE_SIZE;
 use strata_engine::{
     BlockDevice, CheckOptions, ErrorKind, LogDeviceSpec, ObjectId, Pool, PoolOptions, VolumeId, VolumeOptions,
 };
-use strata_testkit::model::{capture, PoolModel, VolumeModel};
+use strata_testkit::model::{assert_last_acknowledged_sync, PoolModel, VolumeModel};
 use strata_testkit::workload::object_op;
 use strata_testkit::{
     iters_from_env, seed_from_env, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
@@ -100,18 +100,9 @@ fn crash_once(seed: u64) {
         .unwrap_or_else(|e| panic!("seed {seed}: does not open after the crash: {e}"));
     let status = pool.status();
     assert_eq!(status.log_device.as_deref(), Some("simulated disk"), "seed {seed}");
-    if status.open_notes.iter().any(|n| n.contains("replayed")) {
+    if assert_last_acknowledged_sync(&pool, &synced, acked, seed) {
         REPLAYS.fetch_add(1, Ordering::Relaxed);
     }
-    let report = pool.check(CheckOptions::default()).unwrap();
-    assert!(report.is_clean(), "seed {seed}: {:#?}", report.errors);
-    let seen = capture(&pool).unwrap();
-    let ok = seen == synced[acked] || synced.get(acked + 1).is_some_and(|m| *m == seen);
-    assert!(
-        ok,
-        "seed {seed}: not the last acknowledged sync ({acked}): {}",
-        synced[acked].diff(&seen).unwrap_or_default()
-    );
 }
 
 /// A pool with a committed object and, on top, a write made durable only by `sync_log`.
