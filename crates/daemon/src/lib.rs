@@ -442,9 +442,17 @@ impl Daemon {
                     continue;
                 }
                 *since = Instant::now();
-                if let Err(e) = pool.commit() {
-                    if e.kind() != ErrorKind::ReadOnly {
-                        tracing::error!(pool = %name, "background commit failed: {e}");
+                match pool.commit() {
+                    Err(e) if e.kind() != ErrorKind::ReadOnly => {
+                        tracing::error!(pool = %name, "background commit failed: {e}")
+                    }
+                    Err(_) => {}
+                    Ok(txg) => {
+                        let c = pool.status_commits();
+                        if c.locked_us_last > 1_000_000 && c.count > 0 {
+                            tracing::warn!(pool = %name, txg, locked_ms = c.locked_us_last / 1000,
+                                blocks_read = c.locked_blocks_read, "slow commit: requests waited for it");
+                        }
                     }
                 }
             }

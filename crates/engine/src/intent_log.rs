@@ -59,20 +59,64 @@ impl LogPlace {
     }
 }
 
+/// What a sync must make durable: everything (`Pool::sync_log`), or one object
+/// (`Pool::sync_object`: fsync of a file, an NFS COMMIT) — its own operations and every
+/// operation that is not private to one object (creates, deletes, key-value changes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncTarget {
+    All,
+    Object { vol: u64, obj: u64 },
+}
+
+/// Whom a group of records concerns. A group of data records (write, truncate, punch, set
+/// attribute) of one object is *private* to it: a sync of another object leaves it in
+/// memory (ZFS's asynchronous itx), so that an fsync of a database's redo log does not
+/// carry the page writes its tablespaces received meanwhile. Any other group is *shared*:
+/// every sync writes it, with the private groups that came before it of the objects it
+/// touches (replay then meets each object's operations in their order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Scope {
+    Private((u64, u64)),
+    Shared(Vec<(u64, u64)>),
+}
+
+struct Group {
+    lsn: u64,
+    bytes: Vec<u8>,
+    scope: Scope,
+}
+
+impl Scope {
+    /// Whether a sync of `target` needs this group for itself (not counting the groups
+    /// shared groups drag along).
+    fn wanted_by(&self, target: SyncTarget) -> bool {
+        match (target, self) {
+            (SyncTarget::All, _) | (_, Scope::Shared(_)) => true,
+            (SyncTarget::Object { vol, obj }, Scope::Private(o)) => *o == (vol, obj),
+        }
+    }
+}
+
 pub struct IntentLog {
     place: LogPlace,
     base_txg: u64,
     head: u64,
     seq: u64,
-    pending: Vec<u8>,
+    /// The group being recorded (by a `Txn`), and whom it concerns so far.
+    open: Vec<u8>,
+    open_objects: Vec<(u64, u64)>,
+    open_shared: bool,
     group_open: bool,
-    /// Bytes of whole groups recorded since the pool opened (a log sequence number).
+    /// Whole groups not yet written, oldest first.
+    groups: std::collections::VecDeque<Group>,
+    /// The groups of the block being written (lsn and whether a sync of what wants it).
+    in_flight_groups: Vec<(u64, Scope)>,
+    /// Groups recorded since the pool opened: the last group's log sequence number.
     pub appended: u64,
-    /// Recorded bytes known durable (through a log write or a commit).
-    pub durable: u64,
     /// A block is being written and flushed outside the pool's lock; one at a time.
     pub in_flight: bool,
     pub blocks_written: u64,
+    pub bytes_written: u64,
     /// Syncs that found the log region full and had to wait for a whole commit instead.
     pub full_commits: u64,
 }
@@ -84,12 +128,16 @@ impl IntentLog {
             base_txg,
             head: 0,
             seq: 0,
-            pending: Vec::new(),
+            open: Vec::new(),
+            open_objects: Vec::new(),
+            open_shared: false,
             group_open: false,
+            groups: std::collections::VecDeque::new(),
+            in_flight_groups: Vec::new(),
             appended: 0,
-            durable: 0,
             in_flight: false,
             blocks_written: 0,
+            bytes_written: 0,
             full_commits: 0,
         }
     }
@@ -97,8 +145,25 @@ impl IntentLog {
     pub fn record(&mut self, r: &LogRecord) {
         let mut w = Writer::with_capacity(0);
         r.encode_into(&mut w);
-        self.pending.extend_from_slice(&w.into_inner());
+        self.open.extend_from_slice(&w.into_inner());
         self.group_open = true;
+        let (object, shared) = match r {
+            LogRecord::Write { vol, obj, .. }
+            | LogRecord::Truncate { vol, obj, .. }
+            | LogRecord::Punch { vol, obj, .. }
+            | LogRecord::SetAttr { vol, obj, .. } => (Some((*vol, *obj)), false),
+            LogRecord::CreateObject { vol, obj, .. } | LogRecord::DeleteObject { vol, obj } => {
+                (Some((*vol, *obj)), true)
+            }
+            LogRecord::KvPut { .. } | LogRecord::KvDelete { .. } => (None, true),
+            LogRecord::GroupEnd => (None, false),
+        };
+        self.open_shared |= shared;
+        if let Some(o) = object {
+            if !self.open_objects.contains(&o) {
+                self.open_objects.push(o);
+            }
+        }
     }
 
     pub fn end_group(&mut self) {
@@ -106,39 +171,98 @@ impl IntentLog {
             self.record(&LogRecord::GroupEnd);
             self.group_open = false;
             self.appended += 1;
+            let objects = std::mem::take(&mut self.open_objects);
+            let scope = if !self.open_shared && objects.len() == 1 {
+                Scope::Private(objects[0])
+            } else {
+                Scope::Shared(objects)
+            };
+            self.open_shared = false;
+            self.groups.push_back(Group { lsn: self.appended, bytes: std::mem::take(&mut self.open), scope });
         }
     }
 
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+        !self.groups.is_empty()
     }
 
-    /// Whether the pending records fit in what is left of the region.
-    pub fn fits(&self) -> bool {
-        self.head + LogBlockPhys::units_for(self.pending.len()) * UNIT_SIZE <= self.place.bytes
+    /// Indexes (in `groups`, ascending) of the groups a sync of `target` must write, among
+    /// those recorded up to `upto`: the ones it wants, and before each shared group, the
+    /// private groups of the objects that group touches.
+    fn select(&self, target: SyncTarget, upto: u64) -> Vec<usize> {
+        let n = self.groups.iter().take_while(|g| g.lsn <= upto).count();
+        if target == SyncTarget::All {
+            return (0..n).collect();
+        }
+        // The last shared group touching each object.
+        let mut last_shared: std::collections::HashMap<(u64, u64), usize> = std::collections::HashMap::new();
+        for (i, g) in self.groups.iter().take(n).enumerate() {
+            if let Scope::Shared(objs) = &g.scope {
+                for o in objs {
+                    last_shared.insert(*o, i);
+                }
+            }
+        }
+        (0..n)
+            .filter(|&i| {
+                let g = &self.groups[i];
+                g.scope.wanted_by(target)
+                    || matches!(&g.scope, Scope::Private(o) if last_shared.get(o).is_some_and(|&j| j > i))
+            })
+            .collect()
     }
 
-    /// Take the pending records as the next block: returns its bytes, its device address and
-    /// the sequence number it makes durable once written and flushed. The head advances now,
-    /// so the next block goes after it; `in_flight` keeps a second writer (and the reuse of
-    /// the region after a commit) waiting until this one is flushed.
-    pub fn take_block(&mut self, pool_guid: u64) -> (Vec<u8>, u64, u64) {
+    /// Whether a sync of `target` that began when `upto` groups were recorded is not yet
+    /// durable: a group it needs is still to be written, or in the block in flight.
+    pub fn needs(&self, target: SyncTarget, upto: u64) -> bool {
+        let in_flight = self.in_flight_groups.iter().any(|(lsn, scope)| *lsn <= upto && scope.wanted_by(target));
+        in_flight || !self.select(target, upto).is_empty()
+    }
+
+    /// Whether the groups a sync of `target` writes fit in what is left of the region.
+    pub fn fits(&self, target: SyncTarget) -> bool {
+        let len: usize = self.select(target, u64::MAX).iter().map(|&i| self.groups[i].bytes.len()).sum();
+        self.head + LogBlockPhys::units_for(len) * UNIT_SIZE <= self.place.bytes
+    }
+
+    /// Take the groups a sync of `target` needs (and anything recorded since that it would
+    /// need too, so that syncers waiting meanwhile are served) as the next block: returns
+    /// its bytes and device address. The head advances now, so the next block goes after
+    /// it; `in_flight` keeps a second writer (and the reuse of the region after a commit)
+    /// waiting until this one is flushed, and `written` ends it.
+    pub fn take_block(&mut self, pool_guid: u64, target: SyncTarget) -> (Vec<u8>, u64) {
         assert!(!self.group_open, "only whole groups are written");
         assert!(!self.in_flight, "one log write at a time");
-        assert!(self.fits());
-        let block = LogBlockPhys {
-            pool_guid,
-            base_txg: self.base_txg,
-            seq: self.seq,
-            payload: std::mem::take(&mut self.pending),
-        };
+        assert!(self.fits(target));
+        let picked = self.select(target, u64::MAX);
+        let mut payload = Vec::with_capacity(picked.iter().map(|&i| self.groups[i].bytes.len()).sum());
+        let mut kept = std::collections::VecDeque::with_capacity(self.groups.len() - picked.len());
+        let mut next = picked.iter().peekable();
+        for (i, g) in std::mem::take(&mut self.groups).into_iter().enumerate() {
+            if next.peek() == Some(&&i) {
+                next.next();
+                payload.extend_from_slice(&g.bytes);
+                self.in_flight_groups.push((g.lsn, g.scope));
+            } else {
+                kept.push_back(g);
+            }
+        }
+        self.groups = kept;
+        let block = LogBlockPhys { pool_guid, base_txg: self.base_txg, seq: self.seq, payload };
         let raw = block.encode();
         let at = self.place.offset + self.head;
         self.head += raw.len() as u64;
         self.seq += 1;
         self.blocks_written += 1;
+        self.bytes_written += raw.len() as u64;
         self.in_flight = true;
-        (raw, at, self.appended)
+        (raw, at)
+    }
+
+    /// The block in flight landed (or failed: the pool then latches).
+    pub fn written(&mut self) {
+        self.in_flight = false;
+        self.in_flight_groups.clear();
     }
 
     /// Where the log's blocks go (the device to write them to and flush).
@@ -153,9 +277,11 @@ impl IntentLog {
         self.base_txg = txg;
         self.head = 0;
         self.seq = 0;
-        self.pending.clear();
+        self.open.clear();
+        self.open_objects.clear();
+        self.open_shared = false;
         self.group_open = false;
-        self.durable = self.appended;
+        self.groups.clear();
     }
 
     /// The complete groups logged on top of root `root_txg`, in order.

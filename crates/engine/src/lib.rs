@@ -40,7 +40,9 @@ pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
 pub use error::{Corruption, Error, ErrorKind, Result};
 pub use format::ChecksumAlgo;
 pub use log_device::LogDeviceSpec;
-pub use pool::{CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions};
+pub use pool::{
+    CommitStats, CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions,
+};
 pub use prewrite::PrewriteStats;
 pub use restore::FileRestoreStats;
 pub use snapshot::{SnapshotInfo, SNAPSHOTS_PER_VOLUME_MAX};

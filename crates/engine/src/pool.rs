@@ -20,7 +20,7 @@ use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::uberblock::UberblockPhys;
 use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SIZE};
-use crate::intent_log::{IntentLog, LogPlace};
+use crate::intent_log::{IntentLog, LogPlace, SyncTarget};
 use crate::log_device::{LogAtOpen, LogDeviceSpec};
 use crate::pipeline::BlockIo;
 use crate::snapshot::{SnapshotState, KEY_SNAPSHOT};
@@ -32,6 +32,7 @@ use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
@@ -188,11 +189,14 @@ pub struct PoolStatus {
     /// Intent-log blocks written, and syncs that found the log full and waited for a
     /// commit instead (a sign the log region is too small for the sync write load).
     pub log_blocks_written: u64,
+    pub log_bytes_written: u64,
     pub log_full_commits: u64,
     /// Bytes in the data cache, its capacity, and reads it served, since open.
     pub data_cache_bytes: u64,
     pub data_cache_capacity: u64,
     pub data_cache_hits: u64,
+    /// How long commits took, since open (the txg history of `zpool iostat`/kstats).
+    pub commits: CommitStats,
     pub txg: u64,
     pub size_bytes: u64,
     pub allocated_bytes: u64,
@@ -210,6 +214,32 @@ pub struct PoolStatus {
     pub open_notes: Vec<String>,
     /// Logical vs physical, reservations, available space, capacity warnings (space.rs).
     pub space: PoolSpace,
+}
+
+/// Commit timings since the pool was opened. `locked` is the part that holds the pool's
+/// lock (tree rewrites, space maps, the root): every reader and writer waits for it, so its
+/// maximum is the worst stall a commit caused. `prewrite` runs beside them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    pub count: u64,
+    pub prewrite_us_total: u64,
+    pub locked_us_total: u64,
+    pub locked_us_max: u64,
+    pub locked_us_last: u64,
+    /// Blocks read from the device while the lock was held (metadata cache misses).
+    pub locked_blocks_read: u64,
+}
+
+impl CommitStats {
+    fn record(&mut self, prewrite: Duration, locked: Duration, blocks_read: u64) {
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.count += 1;
+        self.prewrite_us_total = self.prewrite_us_total.saturating_add(us(prewrite));
+        self.locked_us_total = self.locked_us_total.saturating_add(us(locked));
+        self.locked_us_max = self.locked_us_max.max(us(locked));
+        self.locked_us_last = us(locked);
+        self.locked_blocks_read += blocks_read;
+    }
 }
 
 pub struct PoolInner {
@@ -237,6 +267,7 @@ pub struct PoolInner {
     pub snapshots: BTreeMap<u64, SnapshotState>,
     /// Prewrites of the open txg (prewrite.rs); the commit completes and drains them.
     pub(crate) prewrites: Vec<Arc<crate::prewrite::PrewriteBatch>>,
+    pub commit_stats: CommitStats,
 }
 
 pub struct Pool {
@@ -392,6 +423,7 @@ impl Pool {
             catalog_dirty: true,
             catalog_released: Vec::new(),
             prewrites: Vec::new(),
+            commit_stats: CommitStats::default(),
             latched: None,
             read_only: false,
             clock: opts.clock,
@@ -514,6 +546,7 @@ impl Pool {
                         catalog_dirty: false,
                         catalog_released: Vec::new(),
                         prewrites: Vec::new(),
+                        commit_stats: CommitStats::default(),
                         latched: None,
                         read_only,
                         clock: opts.clock,
@@ -653,55 +686,63 @@ impl Pool {
         self.lock().root
     }
 
-    /// Make every operation so far durable (fsync): one intent-log write and a flush, of the
-    /// log device if the pool has one.
-    ///
-    /// Waits for a block in flight, then writes everything recorded so far (its own records
-    /// and every other thread's) as one block and flushes, outside the lock.
+    /// Make every operation so far durable (`sync` of the whole pool): one intent-log write
+    /// and a flush, of the log device if the pool has one.
     pub fn sync_log(&self) -> Result<()> {
+        self.sync_target(SyncTarget::All)
+    }
+
+    /// Make one object durable (fsync of a file, NFS COMMIT): its operations so far, and
+    /// every operation not private to one object (creates, deletes, key-value changes —
+    /// a file's name and existence). Other objects' writes stay in memory until their own
+    /// sync or the next commit (intent_log.rs, `Scope`).
+    pub fn sync_object(&self, vol: VolumeId, obj: ObjectId) -> Result<()> {
+        self.sync_target(SyncTarget::Object { vol: vol.0, obj: obj.0 })
+    }
+
+    /// Waits for a block in flight, then writes what the sync needs (and what syncers of
+    /// the same target recorded meanwhile: group commit) as one block and flushes, outside
+    /// the lock.
+    fn sync_target(&self, target: SyncTarget) -> Result<()> {
         let mut p = self.lock();
         p.writable()?;
         p.ilog.end_group();
         let want = p.ilog.appended;
         loop {
-            if p.ilog.durable >= want {
-                return Ok(());
-            }
             if let Some(why) = &p.latched {
                 return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
+            }
+            if !p.ilog.needs(target, want) {
+                return Ok(());
             }
             if p.ilog.in_flight {
                 p = self.log_done.wait(p).unwrap_or_else(|e| e.into_inner());
                 continue;
             }
-            if p.catalog_dirty || !p.ilog.fits() {
+            if p.catalog_dirty || !p.ilog.fits(target) {
                 if !p.catalog_dirty {
                     p.ilog.full_commits += 1;
                 }
-                // A commit also marks everything recorded durable. Through `Pool::commit`,
+                // A commit also makes everything recorded durable. Through `Pool::commit`,
                 // so that its data is written without the lock held (prewrite.rs).
                 drop(p);
                 self.commit()?;
                 p = self.lock();
                 continue;
             }
-            assert!(p.ilog.has_pending(), "records not yet durable are pending, in flight or committed");
             let guid = p.label.pool_guid;
             // The device the log is on: the pool's own, or the separate log device — only
             // that one is written and flushed.
             let dev = p.ilog.place().dev.clone();
-            let (block, at, upto) = p.ilog.take_block(guid);
+            let (block, at) = p.ilog.take_block(guid, target);
             drop(p);
             let r = dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e));
             p = self.lock();
-            p.ilog.in_flight = false;
-            match r {
-                Ok(()) => p.ilog.durable = p.ilog.durable.max(upto),
-                Err(e) => {
-                    p.latched = Some(format!("intent log write failed: {e}"));
-                    self.log_done.notify_all();
-                    return Err(e);
-                }
+            p.ilog.written();
+            if let Err(e) = r {
+                p.latched = Some(format!("intent log write failed: {e}"));
+                self.log_done.notify_all();
+                return Err(e);
             }
             self.log_done.notify_all();
         }
@@ -715,12 +756,27 @@ impl Pool {
         // Writers go on during a prewrite, so a pass leaves what they wrote meanwhile: run
         // passes while they still find a good deal (up to 4), so the part under the lock
         // is small.
+        let t0 = Instant::now();
         for _ in 0..4 {
             if self.prewrite()?.bytes < PREWRITE_AGAIN_BYTES {
                 break;
             }
         }
-        self.lock().commit()
+        let prewrite = t0.elapsed();
+        let mut p = self.lock();
+        let (t1, read0) = (Instant::now(), p.io.stats.blocks_read.load(Ordering::Relaxed));
+        let synced = p.txg_synced;
+        let r = p.commit();
+        if matches!(r, Ok(txg) if txg != synced) {
+            let read = p.io.stats.blocks_read.load(Ordering::Relaxed) - read0;
+            p.commit_stats.record(prewrite, t1.elapsed(), read);
+        }
+        r
+    }
+
+    /// Commit timings since open (also in `status`, without building all of it).
+    pub fn status_commits(&self) -> CommitStats {
+        self.lock().commit_stats
     }
 
     /// Dirty data of the open txg, in bytes.
@@ -744,10 +800,12 @@ impl Pool {
             device: p.dev.describe(),
             log_device: Some(p.ilog.place()).filter(|l| l.is_separate()).map(|l| l.dev.describe()),
             log_blocks_written: p.ilog.blocks_written,
+            log_bytes_written: p.ilog.bytes_written,
             log_full_commits: p.ilog.full_commits,
             data_cache_bytes: p.io.data_cache_usage().0,
             data_cache_capacity: p.io.data_cache_usage().1,
             data_cache_hits: p.io.stats.data_cache_hits.load(Ordering::Relaxed),
+            commits: p.commit_stats,
             txg: p.txg_synced,
             size_bytes: size,
             allocated_bytes: allocated,

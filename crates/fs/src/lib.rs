@@ -225,6 +225,25 @@ impl VolumeFs {
             .ok_or_else(|| FsError { errno: libc::EIO, detail: Some(format!("inode {ino}: bad record")) })
     }
 
+    /// What a write, a truncate or a chown takes away (Linux's file_remove_privs): the
+    /// set-user-id bit, set-group-id when group-executable, and file capabilities. The
+    /// kernel leaves this to us (FUSE_HANDLE_KILLPRIV_V2), which spares it a getxattr
+    /// round trip before every write(2).
+    pub(crate) fn kill_privs(&self, t: &mut Txn<'_>, ino: u64, i: &mut InodePhys) -> FsResult<()> {
+        if i.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            i.mode &= !libc::S_ISUID;
+            if i.mode & libc::S_IXGRP != 0 {
+                i.mode &= !libc::S_ISGID;
+            }
+        }
+        let mut key = ino_key(b'X', ino);
+        key.extend_from_slice(b"security.capability");
+        if t.kv_get(self.vol, &key)?.is_some() {
+            t.kv_delete(self.vol, &key)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn store(&self, t: &mut Txn<'_>, ino: u64, i: &InodePhys) -> FsResult<()> {
         Ok(t.set_attr(self.vol, ObjectId(ino), &i.encode())?)
     }
@@ -375,17 +394,11 @@ impl VolumeFs {
             t.write(self.vol, ObjectId(ino), offset, data)?;
             i.mtime_ns = now;
             i.ctime_ns = now;
-            // A write clears set-user-id (and set-group-id when group-executable).
-            if i.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-                i.mode &= !libc::S_ISUID;
-                if i.mode & libc::S_IXGRP != 0 {
-                    i.mode &= !libc::S_ISGID;
-                }
-            }
+            self.kill_privs(t, ino, &mut i)?;
             self.store(t, ino, &i)
         })?;
         if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Always {
-            self.pool.sync_log()?;
+            self.pool.sync_object(self.vol, ObjectId(ino))?;
         }
         Ok(data.len() as u32)
     }
@@ -420,11 +433,22 @@ impl VolumeFs {
         }
     }
 
-    /// fsync / fdatasync / fsyncdir: make everything so far durable, through the intent
-    /// log (one log write and a flush; the txg commits in the background).
-    pub fn fsync(&self) -> FsResult<()> {
+    /// fsync / fdatasync / fsyncdir of `ino`: make its data and attributes durable, and
+    /// every namespace change so far (names, creates, unlinks, renames — of any directory),
+    /// through the intent log (one log write and a flush; the txg commits in the
+    /// background). Other files' unsynced writes are not written (`Pool::sync_object`).
+    pub fn fsync(&self, ino: u64) -> FsResult<()> {
         if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Disabled {
             return Ok(()); // documented as unsafe: the next commit makes it durable
+        }
+        self.pool.sync_object(self.vol, ObjectId(ino))?;
+        Ok(())
+    }
+
+    /// syncfs: make everything so far durable (all files of the pool).
+    pub fn sync_all(&self) -> FsResult<()> {
+        if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Disabled {
+            return Ok(());
         }
         self.pool.sync_log()?;
         Ok(())

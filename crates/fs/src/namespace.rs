@@ -26,6 +26,9 @@ pub struct SetAttr {
     /// `Some(None)` = now.
     pub atime_ns: Option<Option<i64>>,
     pub mtime_ns: Option<Option<i64>>,
+    /// A size change clears set-user-id and set-group-id (the caller lacks CAP_FSETID:
+    /// not root). chown always clears them on non-directories.
+    pub kill_suid: bool,
 }
 
 /// Flags of rename(2) (renameat2).
@@ -449,12 +452,10 @@ impl VolumeFs {
                 i.mode = (i.mode & S_IFMT) | (mode & 0o7777);
             }
             if set.uid.is_some() || set.gid.is_some() {
-                // chown clears set-user-id and set-group-id of non-directories (Linux).
+                // chown clears set-user-id and set-group-id of non-directories, and file
+                // capabilities (Linux).
                 if !i.is_dir() {
-                    i.mode &= !libc::S_ISUID;
-                    if i.mode & libc::S_IXGRP != 0 {
-                        i.mode &= !libc::S_ISGID;
-                    }
+                    self.kill_privs(t, ino, &mut i)?;
                 }
                 i.uid = set.uid.unwrap_or(i.uid);
                 i.gid = set.gid.unwrap_or(i.gid);
@@ -471,6 +472,9 @@ impl VolumeFs {
                 }
                 t.truncate(self.vol, ObjectId(ino), size)?;
                 i.mtime_ns = now;
+                if set.kill_suid {
+                    self.kill_privs(t, ino, &mut i)?;
+                }
             }
             if let Some(a) = set.atime_ns {
                 i.atime_ns = a.unwrap_or(now);

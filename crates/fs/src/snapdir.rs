@@ -260,6 +260,7 @@ impl VolumeFs {
                 size: None,
                 atime_ns: Some(Some(local_src.atime_ns)),
                 mtime_ns: Some(Some(local_src.mtime_ns)),
+                kill_suid: false,
             },
         )?;
         Ok(FileRestore { ino, parent, created, stats })

@@ -175,7 +175,18 @@ impl StrataFuse {
 
 impl fuser::Filesystem for StrataFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_MAX_PAGES;
+        // FUSE_ASYNC_DIO: an asynchronous O_DIRECT request (InnoDB's io_uring/libaio page
+        // writes and reads) goes to us as it is submitted; without it the kernel performs it
+        // synchronously while holding the file's inode lock, so every page write to one
+        // tablespace waited for the one before (libfuse turns it on by default).
+        // FUSE_HANDLE_KILLPRIV_V2: we clear set-id bits and file capabilities on write,
+        // truncate and chown (VolumeFs::kill_privs); the kernel then marks inodes "no
+        // security" and stops asking getxattr("security.capability") before every write(2)
+        // — 20,000 round trips a second under MariaDB's buffered redo-log writes.
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -204,7 +215,7 @@ impl fuser::Filesystem for StrataFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -226,7 +237,10 @@ impl fuser::Filesystem for StrataFuse {
                 TimeOrNow::SpecificTime(s) => Some(from_request_time(s)),
             })
         };
-        let set = SetAttr { mode, uid, gid, size, atime_ns: t(atime), mtime_ns: t(mtime) };
+        // FUSE_HANDLE_KILLPRIV_V2: a truncate by a caller without CAP_FSETID clears the
+        // set-id bits here (fuser does not pass FATTR_KILL_SUIDGID; not root stands in).
+        let kill_suid = size.is_some() && req.uid() != 0;
+        let set = SetAttr { mode, uid, gid, size, atime_ns: t(atime), mtime_ns: t(mtime), kill_suid };
         match self.fs.setattr(ino.0, set) {
             Ok(a) => reply.attr(&self.opts.ttl, &fattr(&a)),
             Err(e) => reply.error(errno(&e, "setattr")),
@@ -328,8 +342,8 @@ impl fuser::Filesystem for StrataFuse {
         reply.ok()
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.fsync(), reply, "fsync")
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::empty(self.fs.fsync(ino.0), reply, "fsync")
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -368,8 +382,8 @@ impl fuser::Filesystem for StrataFuse {
         reply.ok()
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.fsync(), reply, "fsyncdir")
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::empty(self.fs.fsync(ino.0), reply, "fsyncdir")
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -122,6 +122,7 @@ fn apply_sattr(d: &Node, a: Attr, s: &Sattr) -> NfsResult<Attr> {
         size: s.size.filter(|&n| n != a.size),
         atime_ns: s.atime.as_fs(),
         mtime_ns: s.mtime.as_fs(),
+        kill_suid: d.who.uid != 0,
     };
     if set.uid.is_none()
         && set.gid.is_none()

@@ -78,6 +78,7 @@ pub(crate) fn setattr(req: &mut Request<'_>) -> Handled {
                 size: s.size,
                 atime_ns: s.atime.as_fs(),
                 mtime_ns: s.mtime.as_fs(),
+                kill_suid: n.who.uid != 0,
             };
             n.fs().setattr(n.ino, set)?;
             Ok(())
@@ -191,7 +192,7 @@ fn write_data(n: &Node, offset: u64, count: u32, stable: u32, data: &[u8]) -> Nf
     check_write_data(&n.who, &n.attr)?;
     n.fs().write(n.ino, offset, data)?;
     if stable != UNSTABLE {
-        n.fs().fsync()?;
+        n.fs().fsync(n.ino)?;
     }
     Ok(data.len() as u32)
 }
@@ -227,8 +228,8 @@ pub(crate) fn commit(req: &mut Request<'_>) -> Handled {
     let node = resolve(req)?;
     let (_offset, _count) = (req.args.u64()?, req.args.u32()?);
     let verifier = req.shared.verifier;
-    // The whole volume is made durable (the intent log is per pool): the range is moot.
-    Ok(wcc_reply(req, node, |n| Ok(n.fs().fsync()?), |e| e.fixed(&verifier)))
+    // The whole file is made durable (with every namespace change): the range is moot.
+    Ok(wcc_reply(req, node, |n| Ok(n.fs().fsync(n.ino)?), |e| e.fixed(&verifier)))
 }
 
 /// Replies of FSSTAT, FSINFO and PATHCONF: `status, post_op_attr`, then `body` when OK.
