@@ -1,13 +1,21 @@
 //! The intent log: synchronous writes acknowledged before their txg commits (DESIGN.md
 //! §3.5, the ZIL / NVRAM role).
 //!
-//! Every mutation an engine `Txn` makes is also appended, as a logical redo record, to an
-//! in-memory buffer; the end of the `Txn` closes a *group*. `Pool::sync_log` (fsync,
-//! fdatasync, O_SYNC, NFS COMMIT) writes the buffered records as one checksummed block into
-//! the log region and flushes: one sequential write and one flush instead of a commit.
-//! The write and flush happen outside the pool's lock, so other requests go on meanwhile;
-//! syncers that arrive during it wait, and the next writer takes everything they recorded
-//! (group commit). Only one block is in flight at a time.
+//! Every mutation an engine `Txn` makes is also recorded, as a logical redo record, in
+//! memory; the end of the `Txn` closes a *group*. A sync writes the groups it needs as one
+//! checksummed block into the log region and flushes: one sequential write and one flush
+//! instead of a commit. The write and flush happen outside the pool's lock, so other
+//! requests go on meanwhile; syncers that arrive during it wait, and the next writer takes
+//! what they need too (group commit). Only one block is in flight at a time.
+//!
+//! What a sync needs: `Pool::sync_log` everything; `Pool::sync_object` (fsync of a file, NFS
+//! COMMIT) the groups private to that object (its writes, truncates, attributes) and every
+//! *shared* group (creates, deletes, key-value changes: names), each shared group preceded
+//! by the private groups before it of the objects it touches. Other objects' private groups
+//! stay in memory until their own sync or the commit (ZFS's asynchronous itxs): an fsync of
+//! a redo log does not carry the page writes its tablespaces received meanwhile. Replay
+//! then meets every object's operations in their order, and the shared ones in theirs;
+//! only the interleaving of independent objects differs from the order they were made in.
 //!
 //! The log is tied to the committed root it builds on: blocks carry `base_txg` and a
 //! sequence number, and a commit that makes root N durable restarts the log at the region's
@@ -15,9 +23,10 @@
 //! verify and carry (base = root txg, seq = 0, 1, ...), and applies the complete groups, in
 //! order, to the state of the root — then commits, which retires the log.
 //!
-//! Why this is exactly-once and in order: records apply to the very state they were made
-//! on (root N plus the groups before them), engine operations are deterministic, and a block
-//! either verifies whole or ends the replay. An acknowledged sync wrote its block and
+//! Why this is exactly-once and in order: records apply to the state they were made on as
+//! far as the objects they touch are concerned (root N plus those objects' groups before
+//! them, and all shared groups before them), engine operations are deterministic and touch
+//! only the objects they name, and a block either verifies whole or ends the replay. An acknowledged sync wrote its block and
 //! flushed before returning, so every group it covered is replayed; a torn block was never
 //! acknowledged. After a commit, stale blocks of older bases stop the scan at once.
 //!
