@@ -302,6 +302,21 @@ impl Allocator {
         self.held.push_back((txg, unit, count));
     }
 
+    /// Keep the free units of `count` at `addr` from being allocated until txg `txg` + 1 is
+    /// durable, as if freed in `txg` (replay claims the blocks its log references, so that
+    /// the commit after it cannot overwrite them: were that commit lost, replay runs again).
+    pub fn hold(&mut self, addr: u64, count: u64, txg: u64) {
+        let Some(unit) = self.geo.unit_of(addr) else { return };
+        for u in unit..(unit + count).min(self.geo.data_units) {
+            if !bit(&self.unavailable, u) {
+                set(&mut self.unavailable, u, true);
+                self.chunk_unavailable[(u / BITS_PER_CHUNK) as usize] += 1;
+                self.unavailable_units += 1;
+                self.held.push_back((txg, u, 1));
+            }
+        }
+    }
+
     /// Txg `txg` is durable: release holds that have served their time.
     pub fn txg_synced(&mut self, txg: u64) {
         for (c, slot, t) in self.chunk_pending.drain(..) {

@@ -35,9 +35,9 @@
 //! and flushes only the device the log is on, so a small fast log device takes the fsync
 //! latency off the pool's devices.
 //!
-//! Trade-off: records carry the written bytes (a logical log), so data is written twice
-//! (log, then txg). Writing large records in place and logging only their block pointers
-//! is the known refinement (ZFS's WR_INDIRECT).
+//! Small writes carry their bytes (a logical log), so their data is written twice (log,
+//! then txg). Large whole-record writes are written in place and logged by block pointer
+//! (intent_log_ref.rs, ZFS's WR_INDIRECT): written once, the commit reusing the blocks.
 
 use crate::alloc::Geometry;
 use crate::device::BlockDevice;
@@ -93,7 +93,36 @@ struct Group {
     lsn: u64,
     bytes: Vec<u8>,
     scope: Scope,
+    /// Large writes in `bytes` that a sync may log by reference instead.
+    big: Vec<BigWrite>,
 }
+
+/// A Write record of at least `BY_REF_MIN` bytes inside a group's encoded bytes.
+#[derive(Clone, Debug)]
+struct BigWrite {
+    /// The whole encoded record, and where its data begins.
+    start: usize,
+    end: usize,
+    data_at: usize,
+    vol: u64,
+    obj: u64,
+    offset: u64,
+}
+
+/// A large write a sync may log by reference: which group and which of its large writes,
+/// and the written bytes.
+pub struct RefCandidate {
+    pub lsn: u64,
+    pub index: usize,
+    pub vol: u64,
+    pub obj: u64,
+    pub offset: u64,
+    pub data: Vec<u8>,
+}
+
+/// Writes at least this large are candidates for by-reference logging (ZFS's
+/// zfs_immediate_write_sz is 32 KiB as well).
+pub const BY_REF_MIN: usize = 32 << 10;
 
 impl Scope {
     /// Whether a sync of `target` needs this group for itself (not counting the groups
@@ -115,6 +144,7 @@ pub struct IntentLog {
     open: Vec<u8>,
     open_objects: Vec<(u64, u64)>,
     open_shared: bool,
+    open_big: Vec<BigWrite>,
     group_open: bool,
     /// Whole groups not yet written, oldest first.
     groups: std::collections::VecDeque<Group>,
@@ -126,6 +156,8 @@ pub struct IntentLog {
     pub in_flight: bool,
     pub blocks_written: u64,
     pub bytes_written: u64,
+    /// Bytes of large writes logged by reference (written in place, not into the log).
+    pub ref_bytes: u64,
     /// Syncs that found the log region full and had to wait for a whole commit instead.
     pub full_commits: u64,
 }
@@ -140,6 +172,7 @@ impl IntentLog {
             open: Vec::new(),
             open_objects: Vec::new(),
             open_shared: false,
+            open_big: Vec::new(),
             group_open: false,
             groups: std::collections::VecDeque::new(),
             in_flight_groups: Vec::new(),
@@ -147,6 +180,7 @@ impl IntentLog {
             in_flight: false,
             blocks_written: 0,
             bytes_written: 0,
+            ref_bytes: 0,
             full_commits: 0,
         }
     }
@@ -154,13 +188,22 @@ impl IntentLog {
     pub fn record(&mut self, r: &LogRecord) {
         let mut w = Writer::with_capacity(0);
         r.encode_into(&mut w);
+        let start = self.open.len();
         self.open.extend_from_slice(&w.into_inner());
         self.group_open = true;
+        if let LogRecord::Write { vol, obj, offset, data } = r {
+            if data.len() >= BY_REF_MIN {
+                let end = self.open.len();
+                let (vol, obj, offset) = (*vol, *obj, *offset);
+                self.open_big.push(BigWrite { start, end, data_at: end - data.len(), vol, obj, offset });
+            }
+        }
         let (object, shared) = match r {
             LogRecord::Write { vol, obj, .. }
             | LogRecord::Truncate { vol, obj, .. }
             | LogRecord::Punch { vol, obj, .. }
-            | LogRecord::SetAttr { vol, obj, .. } => (Some((*vol, *obj)), false),
+            | LogRecord::SetAttr { vol, obj, .. }
+            | LogRecord::WriteRef { vol, obj, .. } => (Some((*vol, *obj)), false),
             LogRecord::CreateObject { vol, obj, .. } | LogRecord::DeleteObject { vol, obj } => {
                 (Some((*vol, *obj)), true)
             }
@@ -187,7 +230,8 @@ impl IntentLog {
                 Scope::Shared(objects)
             };
             self.open_shared = false;
-            self.groups.push_back(Group { lsn: self.appended, bytes: std::mem::take(&mut self.open), scope });
+            let big = std::mem::take(&mut self.open_big);
+            self.groups.push_back(Group { lsn: self.appended, bytes: std::mem::take(&mut self.open), scope, big });
         }
     }
 
@@ -234,12 +278,45 @@ impl IntentLog {
         self.head + LogBlockPhys::units_for(len) * UNIT_SIZE <= self.place.bytes
     }
 
+    /// The large writes among the groups a sync of `target` would write now, with their
+    /// bytes (copied: the lock is released while they are written in place).
+    pub fn ref_candidates(&self, target: SyncTarget) -> Vec<RefCandidate> {
+        let mut out = Vec::new();
+        for i in self.select(target, u64::MAX) {
+            let g = &self.groups[i];
+            for (index, b) in g.big.iter().enumerate() {
+                out.push(RefCandidate {
+                    lsn: g.lsn,
+                    index,
+                    vol: b.vol,
+                    obj: b.obj,
+                    offset: b.offset,
+                    data: g.bytes[b.data_at..b.end].to_vec(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Whether group `lsn` is still waiting to be written.
+    pub fn is_pending(&self, lsn: u64) -> bool {
+        self.groups.iter().any(|g| g.lsn == lsn)
+    }
+
     /// Take the groups a sync of `target` needs (and anything recorded since that it would
     /// need too, so that syncers waiting meanwhile are served) as the next block: returns
     /// its bytes and device address. The head advances now, so the next block goes after
     /// it; `in_flight` keeps a second writer (and the reuse of the region after a commit)
     /// waiting until this one is flushed, and `written` ends it.
-    pub fn take_block(&mut self, pool_guid: u64, target: SyncTarget) -> (Vec<u8>, u64) {
+    ///
+    /// `refs` replaces large writes, by (group lsn, index among its large writes), with
+    /// references to the blocks their bytes were written to.
+    pub fn take_block(
+        &mut self,
+        pool_guid: u64,
+        target: SyncTarget,
+        refs: &std::collections::HashMap<(u64, usize), Vec<crate::format::BlockPtr>>,
+    ) -> (Vec<u8>, u64) {
         assert!(!self.group_open, "only whole groups are written");
         assert!(!self.in_flight, "one log write at a time");
         assert!(self.fits(target));
@@ -250,7 +327,17 @@ impl IntentLog {
         for (i, g) in std::mem::take(&mut self.groups).into_iter().enumerate() {
             if next.peek() == Some(&&i) {
                 next.next();
-                payload.extend_from_slice(&g.bytes);
+                let mut at = 0;
+                for (index, b) in g.big.iter().enumerate() {
+                    let Some(bps) = refs.get(&(g.lsn, index)) else { continue };
+                    payload.extend_from_slice(&g.bytes[at..b.start]);
+                    let r = LogRecord::WriteRef { vol: b.vol, obj: b.obj, offset: b.offset, bps: bps.clone() };
+                    let mut w = Writer::with_capacity(0);
+                    r.encode_into(&mut w);
+                    payload.extend_from_slice(&w.into_inner());
+                    at = b.end;
+                }
+                payload.extend_from_slice(&g.bytes[at..]);
                 self.in_flight_groups.push((g.lsn, g.scope));
             } else {
                 kept.push_back(g);
@@ -289,12 +376,21 @@ impl IntentLog {
         self.open.clear();
         self.open_objects.clear();
         self.open_shared = false;
+        self.open_big.clear();
         self.group_open = false;
         self.groups.clear();
     }
 
     /// The complete groups logged on top of root `root_txg`, in order.
-    pub fn read(place: &LogPlace, pool_guid: u64, root_txg: u64) -> Result<Vec<Vec<LogRecord>>> {
+    /// `verify` sees every record of a block before any of its groups is taken: a false
+    /// ends the log before that block (its referenced data did not land: never
+    /// acknowledged).
+    pub fn read(
+        place: &LogPlace,
+        pool_guid: u64,
+        root_txg: u64,
+        verify: &mut dyn FnMut(&LogRecord) -> bool,
+    ) -> Result<Vec<Vec<LogRecord>>> {
         let (dev, log_offset, log_bytes) = (place.dev.as_ref(), place.offset, place.bytes);
         let mut groups = Vec::new();
         let mut current = Vec::new();
@@ -312,7 +408,11 @@ impl IntentLog {
             dev.read_at(&mut buf, log_offset + at).map_err(|e| Error::io("read intent log", e))?;
             let Some(block) = LogBlockPhys::decode(&buf) else { break };
             debug_assert!(block.payload.len() + LOG_HEADER <= buf.len());
-            for r in LogRecord::decode_all(&block.payload)? {
+            let records = LogRecord::decode_all(&block.payload)?;
+            if !records.iter().all(|r| verify(r)) {
+                break;
+            }
+            for r in records {
                 match r {
                     LogRecord::GroupEnd => groups.push(std::mem::take(&mut current)),
                     other => current.push(other),
@@ -334,7 +434,12 @@ impl crate::pool::Pool {
     /// retires the log). Read-only opens leave the log alone and say so.
     pub(crate) fn replay_intent_log(&self) -> Result<()> {
         let mut p = self.lock();
-        let groups = IntentLog::read(p.ilog.place(), p.label.pool_guid, p.root.txg)?;
+        let io = p.io.clone();
+        let mut refs = crate::intent_log_ref::RefReader { io: &io, fetched: Default::default(), error: None };
+        let groups = IntentLog::read(p.ilog.place(), p.label.pool_guid, p.root.txg, &mut |r| refs.verify(r))?;
+        if let Some(e) = refs.error.take() {
+            return Err(e);
+        }
         if groups.is_empty() {
             return Ok(());
         }
@@ -345,9 +450,18 @@ impl crate::pool::Pool {
             ));
             return Ok(());
         }
+        // The blocks the log references stay untouched until the commit below lands.
+        let txg = p.next_txg;
+        for r in groups.iter().flatten() {
+            if let LogRecord::WriteRef { bps, .. } = r {
+                for bp in bps {
+                    p.alloc.hold(bp.addr, bp.units(), txg);
+                }
+            }
+        }
         for g in &groups {
             for r in g {
-                apply(&mut p, r)?;
+                apply(&mut p, r, &refs)?;
             }
         }
         p.commit()?;
@@ -356,7 +470,7 @@ impl crate::pool::Pool {
     }
 }
 
-fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord) -> Result<()> {
+fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord, refs: &crate::intent_log_ref::RefReader<'_>) -> Result<()> {
     use crate::pool::{PoolInner, VolumeId};
     use crate::volume::ObjectId;
     let PoolInner { volumes, io, alloc, .. } = p;
@@ -368,7 +482,8 @@ fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord) -> Result<()> {
         | LogRecord::CreateObject { vol, .. }
         | LogRecord::DeleteObject { vol, .. }
         | LogRecord::KvPut { vol, .. }
-        | LogRecord::KvDelete { vol, .. } => *vol,
+        | LogRecord::KvDelete { vol, .. }
+        | LogRecord::WriteRef { vol, .. } => *vol,
         LogRecord::GroupEnd => 0,
     };
     let vol = vol_of(r);
@@ -395,6 +510,7 @@ fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord) -> Result<()> {
         LogRecord::DeleteObject { obj, .. } => v.delete_object(io, ObjectId(*obj)),
         LogRecord::KvPut { key, value, .. } => v.kv_put(io, key, value).map(|_| ()),
         LogRecord::KvDelete { key, .. } => v.kv_delete(io, key).map(|_| ()),
+        LogRecord::WriteRef { obj, offset, bps, .. } => v.write(io, alloc, ObjectId(*obj), *offset, &refs.data(bps)?),
         LogRecord::GroupEnd => Ok(()),
     }
 }

@@ -20,6 +20,7 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod intent_log;
+mod intent_log_ref;
 pub mod log_device;
 pub mod pipeline;
 pub mod pool;

@@ -190,6 +190,8 @@ pub struct PoolStatus {
     /// commit instead (a sign the log region is too small for the sync write load).
     pub log_blocks_written: u64,
     pub log_bytes_written: u64,
+    /// Bytes of large synced writes logged by reference: written in place, once.
+    pub log_bytes_by_reference: u64,
     pub log_full_commits: u64,
     /// Bytes in the data cache, its capacity, and reads it served, since open.
     pub data_cache_bytes: u64,
@@ -708,6 +710,8 @@ impl Pool {
         p.writable()?;
         p.ilog.end_group();
         let want = p.ilog.appended;
+        // Large writes go by reference (intent_log_ref.rs): prepared once, without the lock.
+        let mut prepared = None;
         loop {
             if let Some(why) = &p.latched {
                 return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
@@ -730,13 +734,38 @@ impl Pool {
                 p = self.lock();
                 continue;
             }
+            if prepared.is_none() {
+                let cands = crate::intent_log_ref::candidates(&mut p, target);
+                if !cands.is_empty() {
+                    let algo = p.io.checksum_algo();
+                    drop(p);
+                    prepared = Some(crate::intent_log_ref::prepare(cands, algo));
+                    p = self.lock();
+                    continue; // the log may have moved on meanwhile: check again
+                }
+                prepared = Some(Vec::new());
+            }
+            let (refs, batch) = crate::intent_log_ref::place(&mut p, prepared.take().unwrap_or_default());
             let guid = p.label.pool_guid;
             // The device the log is on: the pool's own, or the separate log device — only
-            // that one is written and flushed.
+            // that one is written and flushed (and the pool's, if referenced blocks went
+            // there).
             let dev = p.ilog.place().dev.clone();
-            let (block, at) = p.ilog.take_block(guid, target);
+            let separate = p.ilog.place().is_separate();
+            let pool_dev = p.dev.clone();
+            let (block, at) = p.ilog.take_block(guid, target, &refs);
             drop(p);
-            let r = dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e));
+            let r = match &batch {
+                Some(b) => b.complete(pool_dev.as_ref()).and_then(|()| {
+                    if separate {
+                        pool_dev.flush().map_err(|e| Error::io("flush referenced log data", e))
+                    } else {
+                        Ok(())
+                    }
+                }),
+                None => Ok(()),
+            }
+            .and_then(|()| dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e)));
             p = self.lock();
             p.ilog.written();
             if let Err(e) = r {
@@ -801,6 +830,7 @@ impl Pool {
             log_device: Some(p.ilog.place()).filter(|l| l.is_separate()).map(|l| l.dev.describe()),
             log_blocks_written: p.ilog.blocks_written,
             log_bytes_written: p.ilog.bytes_written,
+            log_bytes_by_reference: p.ilog.ref_bytes,
             log_full_commits: p.ilog.full_commits,
             data_cache_bytes: p.io.data_cache_usage().0,
             data_cache_capacity: p.io.data_cache_usage().1,

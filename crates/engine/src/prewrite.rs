@@ -59,13 +59,13 @@ struct BatchState {
 }
 
 /// A block's bytes as stored: a record's own content (no copy) or its compressed form.
-enum Stored {
+pub(crate) enum Stored {
     Raw(Arc<Vec<u8>>, usize),
     Compressed(Vec<u8>),
 }
 
 impl Stored {
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         match self {
             Stored::Raw(content, psize) => &content[..*psize],
             Stored::Compressed(c) => c,
@@ -74,6 +74,12 @@ impl Stored {
 }
 
 impl PrewriteBatch {
+    /// A batch of `blocks` (address, bytes) to write, in any order.
+    pub(crate) fn new(mut blocks: Vec<(u64, Stored)>) -> PrewriteBatch {
+        blocks.sort_by_key(|(a, _)| *a);
+        PrewriteBatch { state: Mutex::new(BatchState { done: false, failed: None, blocks }) }
+    }
+
     /// Issue the batch's writes if nobody has (or wait until whoever is has finished).
     /// An error means a write failed: like a failed commit write, the pool must latch.
     pub(crate) fn complete(&self, dev: &dyn BlockDevice) -> Result<()> {
@@ -205,16 +211,7 @@ impl Pool {
                 }
                 blocks.push((addr, pr.stored));
             }
-            let batch = Arc::new(PrewriteBatch {
-                state: Mutex::new(BatchState {
-                    done: false,
-                    failed: None,
-                    blocks: {
-                        blocks.sort_by_key(|(a, _)| *a);
-                        blocks
-                    },
-                }),
-            });
+            let batch = Arc::new(PrewriteBatch::new(blocks));
             p.prewrites.push(batch.clone());
             (batch, stats)
         };

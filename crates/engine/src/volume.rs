@@ -297,6 +297,14 @@ impl VolumeState {
             .collect()
     }
 
+    /// Record `key`'s dirty content if it is exactly `bytes`.
+    pub(crate) fn dirty_content_equal(&self, key: (ObjectId, u64), bytes: &[u8]) -> Option<Arc<Vec<u8>>> {
+        match self.dirty_records.get(&key) {
+            Some(Some(c)) if c.as_slice() == bytes => Some(c.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether record `key` is still dirty with exactly `content` (the same allocation).
     pub(crate) fn still_holds(&self, key: (ObjectId, u64), content: &Arc<Vec<u8>>) -> bool {
         matches!(self.dirty_records.get(&key), Some(Some(c)) if Arc::ptr_eq(c, content))

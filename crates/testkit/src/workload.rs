@@ -44,17 +44,24 @@ pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeMod
                 return Ok(());
             };
             let rs = m.record_size as u64;
-            let offset = match rng.below(4) {
-                0 => rng.below(max_size),
-                1 => rng.below(8) * rs,
-                2 => m.objects[&id].data.len() as u64,
-                _ => rng.below(8) * rs + rng.below(rs),
-            };
-            let len = match rng.below(4) {
-                0 => rs,
-                1 => rng.range(1, 100),
-                2 => rng.range(1, 3 * rs),
-                _ => 8192,
+            let (offset, len) = if rng.chance(15) {
+                // Whole records, several at once: the large writes a sync logs by
+                // reference (when at least 32 KiB).
+                (rng.below(8) * rs, rs * rng.range(2, 5))
+            } else {
+                let offset = match rng.below(4) {
+                    0 => rng.below(max_size),
+                    1 => rng.below(8) * rs,
+                    2 => m.objects[&id].data.len() as u64,
+                    _ => rng.below(8) * rs + rng.below(rs),
+                };
+                let len = match rng.below(4) {
+                    0 => rs,
+                    1 => rng.range(1, 100),
+                    2 => rng.range(1, 3 * rs),
+                    _ => 8192,
+                };
+                (offset, len)
             };
             let data = match rng.below(10) {
                 0 => vec![0; len as usize],

@@ -114,18 +114,20 @@ fn object_states(history: &[PoolModel], key: &ObjKey) -> Vec<Option<ObjectModel>
 fn every_object_keeps_its_last_acknowledged_sync() {
     let iters = if std::env::var("STRATA_SEED").is_ok() { 1 } else { iters_from_env(120) };
     static REPLAYS: AtomicU64 = AtomicU64::new(0);
+    static BY_REFERENCE: AtomicU64 = AtomicU64::new(0);
     for i in 0..iters {
         let seed = seed_from_env(0x0B1E_C700).wrapping_add(i);
-        if std::panic::catch_unwind(|| run(seed, &REPLAYS)).is_err() {
+        if std::panic::catch_unwind(|| run(seed, &REPLAYS, &BY_REFERENCE)).is_err() {
             panic!(
                 "every_object_keeps_its_last_acknowledged_sync failed with seed {seed}: replay with STRATA_SEED={seed}"
             );
         }
     }
     assert!(REPLAYS.load(Ordering::Relaxed) > 0, "no crash image needed the intent log");
+    assert!(BY_REFERENCE.load(Ordering::Relaxed) > 0, "no large write was logged by reference");
 }
 
-fn run(seed: u64, replays: &AtomicU64) {
+fn run(seed: u64, replays: &AtomicU64, by_reference: &AtomicU64) {
     let mut rng = SimRng::new(seed);
     let disk = Arc::new(SimDisk::new(32 << 20, SECTOR));
     let pool = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
@@ -177,6 +179,7 @@ fn run(seed: u64, replays: &AtomicU64) {
         }
         history.push(model.clone());
     }
+    by_reference.fetch_add(pool.status().log_bytes_by_reference, Ordering::Relaxed);
     if !disk.has_crashed() {
         disk.set_crash_after(0);
     }

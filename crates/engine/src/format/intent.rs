@@ -24,9 +24,13 @@
 //! - 8 KvDelete: key len u16, key
 //! - 9 GroupEnd (volume 0): the operations since the previous GroupEnd form one engine
 //!   `Txn`; replay applies whole groups only.
+//! - 10 WriteRef: object u64, offset u64, count u32, then `count` block pointers (64 bytes
+//!   each): a write of `count` whole records whose bytes were written to those blocks of
+//!   the pool's device before this log block (intent_log_ref.rs, ZFS's WR_INDIRECT); the
+//!   data is the blocks' contents in order, each `lsize` (= the record size) bytes.
 
 use super::codec::{Reader, Writer};
-use super::UNIT_SIZE;
+use super::{BlockPtr, UNIT_SIZE};
 use crate::error::Corruption;
 
 pub const LOG_MAGIC: [u8; 8] = *b"STRATAIL";
@@ -34,6 +38,8 @@ pub const LOG_HEADER: usize = 72;
 const CHECKSUM_FIELD: usize = 40;
 /// Largest payload of one record's byte string (a 1 MiB write, plus room).
 pub const RECORD_DATA_MAX: usize = 1 << 21;
+/// Most block pointers in one WriteRef (a 1 MiB write of 4 KiB records is 256).
+pub const WRITE_REF_MAX: usize = 512;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogRecord {
@@ -46,6 +52,7 @@ pub enum LogRecord {
     KvPut { vol: u64, key: Vec<u8>, value: Vec<u8> },
     KvDelete { vol: u64, key: Vec<u8> },
     GroupEnd,
+    WriteRef { vol: u64, obj: u64, offset: u64, bps: Vec<BlockPtr> },
 }
 
 impl LogRecord {
@@ -78,6 +85,12 @@ impl LogRecord {
             LogRecord::GroupEnd => {
                 w.u8(9).u64(0);
             }
+            LogRecord::WriteRef { vol, obj, offset, bps } => {
+                w.u8(10).u64(*vol).u64(*obj).u64(*offset).u32(bps.len() as u32);
+                for bp in bps {
+                    bp.encode_into(w);
+                }
+            }
         }
     }
 
@@ -109,6 +122,22 @@ impl LogRecord {
                 7 => LogRecord::KvPut { vol, key: bytes16(&mut r)?, value: bytes16(&mut r)? },
                 8 => LogRecord::KvDelete { vol, key: bytes16(&mut r)? },
                 9 => LogRecord::GroupEnd,
+                10 => {
+                    let (obj, offset) = (r.u64()?, r.u64()?);
+                    let n = r.u32()? as usize;
+                    if n == 0 || n > WRITE_REF_MAX {
+                        return Err(r.corrupt(format!("write reference to {n} blocks")));
+                    }
+                    let mut bps = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let bp = BlockPtr::decode_from(&mut r)?;
+                        if bp.is_hole() {
+                            return Err(r.corrupt("write reference to a hole"));
+                        }
+                        bps.push(bp);
+                    }
+                    LogRecord::WriteRef { vol, obj, offset, bps }
+                }
                 other => return Err(r.corrupt(format!("unknown record tag {other}"))),
             });
         }

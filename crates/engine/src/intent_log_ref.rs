@@ -1,0 +1,194 @@
+//! By-reference intent-log records for large writes (ZFS's WR_INDIRECT).
+//!
+//! A logged write carries its bytes, so a synced write is written twice: into the log, then
+//! by the commit. For a large write of whole records (at least `BY_REF_MIN` bytes, aligned
+//! to the object's record size) a sync instead writes each record's bytes to a freshly
+//! allocated block of the pool's device — compressed and checksummed as the commit would —
+//! and logs a `WriteRef` with the block pointers. If the record still holds exactly those
+//! bytes when the txg commits, the block *is* the record's new block (it is registered as a
+//! prewrite, prewrite.rs): the data is written once. Otherwise (overwritten since) the block
+//! is only the log's and is freed at once, in the open txg: frees are held until the next
+//! txg is durable, so it outlives the log, which that commit retires.
+//!
+//! Order on the device: the blocks are written before the log block, and the log block's
+//! flush covers them when the log is in the pool; with a separate log device the pool's
+//! device is flushed first. A crash before the flush may leave a log block whose references
+//! do not verify: it was never acknowledged, and replay stops before it, as at a torn block.
+//!
+//! Replay reads and verifies every referenced block before applying anything of its log
+//! block, and *holds* the blocks' units (`Allocator::hold`) so that the commit after replay
+//! cannot reuse them: if that commit is lost, the next open replays the same log again.
+
+use crate::compress::CompressionPolicy;
+use crate::error::Result;
+use crate::format::{round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, UNIT_SIZE};
+use crate::intent_log::{RefCandidate, SyncTarget};
+use crate::pipeline::trimmed;
+use crate::pool::{PoolInner, VolumeId};
+use crate::prewrite::{PrewriteBatch, Prewritten, Stored};
+use crate::volume::ObjectId;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// (group lsn, index among its large writes) → the blocks holding its records.
+pub(crate) type Refs = HashMap<(u64, usize), Vec<BlockPtr>>;
+
+/// A large write ready to be placed: its records compressed and checksummed.
+pub(crate) struct PreparedRef {
+    cand: RefCandidate,
+    record_size: u64,
+    records: Vec<(Stored, Compression, [u8; 32])>,
+}
+
+/// The large writes of what a sync of `target` would write that can go by reference: whole
+/// records of their object, none all zero (a hole is cheaper carried).
+pub(crate) fn candidates(p: &mut PoolInner, target: SyncTarget) -> Vec<(RefCandidate, u64, CompressionPolicy)> {
+    let mut out = Vec::new();
+    for c in p.ilog.ref_candidates(target) {
+        let PoolInner { volumes, io, .. } = &mut *p;
+        let Some(v) = volumes.get_mut(&VolumeId(c.vol)) else { continue };
+        let Ok(dn) = v.dnode_phys(io, ObjectId(c.obj)) else { continue };
+        let rs = dn.record_size as u64;
+        let whole = rs > 0 && c.offset.is_multiple_of(rs) && (c.data.len() as u64).is_multiple_of(rs);
+        if whole && c.data.chunks(rs as usize).all(|r| !trimmed(r).is_empty()) {
+            out.push((c, rs, v.rec.compression));
+        }
+    }
+    out
+}
+
+/// Compress and checksum the candidates' records (without the pool's lock).
+pub(crate) fn prepare(cands: Vec<(RefCandidate, u64, CompressionPolicy)>, algo: ChecksumAlgo) -> Vec<PreparedRef> {
+    cands
+        .into_iter()
+        .map(|(cand, record_size, policy)| {
+            let inputs: Vec<&[u8]> = cand.data.chunks(record_size as usize).map(trimmed).collect();
+            let compressed = crate::compress::compress_batch(policy, &inputs);
+            let records = inputs
+                .iter()
+                .zip(compressed)
+                .map(|(raw, c)| {
+                    let (compression, stored) = match c {
+                        Some((algo, bytes)) => (algo, Stored::Compressed(bytes)),
+                        None => (Compression::None, Stored::Compressed(raw.to_vec())),
+                    };
+                    let checksum = algo.compute(stored.bytes());
+                    (stored, compression, checksum)
+                })
+                .collect();
+            PreparedRef { cand, record_size, records }
+        })
+        .collect()
+}
+
+/// Allocate blocks for the prepared writes whose groups are still waiting (under the lock),
+/// register those that are their record's current content as prewrites, free the others
+/// at once (held past the log's retirement), and return the references with the batch that
+/// writes the blocks (already listed for the commit to complete). Near a full pool, none.
+pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Option<Arc<PrewriteBatch>>) {
+    let mut refs = Refs::new();
+    let needed: u64 = prepared
+        .iter()
+        .flat_map(|pr| pr.records.iter())
+        .map(|(s, _, _)| round_up_unit(s.bytes().len() as u64) / UNIT_SIZE)
+        .sum();
+    if prepared.is_empty() || p.alloc.available_units() < needed * 2 || p.latched.is_some() {
+        return (refs, None);
+    }
+    let txg = p.next_txg;
+    let algo = p.io.checksum_algo();
+    let mut blocks = Vec::new();
+    for pr in prepared {
+        if !p.ilog.is_pending(pr.cand.lsn) {
+            continue; // written meanwhile by another sync, with its bytes
+        }
+        let PoolInner { volumes, alloc, io, .. } = &mut *p;
+        let Some(v) = volumes.get_mut(&VolumeId(pr.cand.vol)) else { continue };
+        let mut bps = Vec::with_capacity(pr.records.len());
+        let first = pr.cand.offset / pr.record_size;
+        for (i, (stored, compression, checksum)) in pr.records.into_iter().enumerate() {
+            let psize = stored.bytes().len();
+            let units = round_up_unit(psize as u64) / UNIT_SIZE;
+            let Ok(addr) = alloc.allocate(units) else { break };
+            let bp = BlockPtr {
+                addr,
+                birth_txg: txg,
+                psize: psize as u32,
+                lsize: pr.record_size as u32,
+                device: 0,
+                kind: BlockKind::Data,
+                compression,
+                checksum_algo: algo,
+                checksum,
+            };
+            let key = (ObjectId(pr.cand.obj), first + i as u64);
+            let chunk = &pr.cand.data[i * pr.record_size as usize..(i + 1) * pr.record_size as usize];
+            match v.dirty_content_equal(key, chunk) {
+                Some(content) => {
+                    io.cache_data(&bp, content.clone());
+                    if let Some(old) = v.prewritten.insert(key, Prewritten { content, bp }) {
+                        alloc.free(old.bp.addr, old.bp.units(), txg);
+                    }
+                }
+                None => alloc.free(addr, units, txg),
+            }
+            io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
+            io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
+            blocks.push((addr, stored));
+            bps.push(bp);
+        }
+        if bps.len() * pr.record_size as usize == pr.cand.data.len() {
+            p.ilog.ref_bytes += pr.cand.data.len() as u64;
+            refs.insert((pr.cand.lsn, pr.cand.index), bps);
+        }
+        // else: out of space midway; the blocks placed are prewrites or freed, and the
+        // write goes with its bytes.
+    }
+    if blocks.is_empty() {
+        return (refs, None);
+    }
+    let batch = Arc::new(PrewriteBatch::new(blocks));
+    p.prewrites.push(batch.clone());
+    (refs, Some(batch))
+}
+
+/// Replay's side: read and verify every block a log record references, keeping the bytes
+/// for `apply`. A block that does not verify ends the log there (never acknowledged); a
+/// device error is returned.
+pub(crate) struct RefReader<'a> {
+    pub io: &'a crate::pipeline::BlockIo,
+    pub fetched: HashMap<(u64, u64), Arc<Vec<u8>>>,
+    pub error: Option<crate::error::Error>,
+}
+
+impl RefReader<'_> {
+    pub(crate) fn verify(&mut self, r: &crate::format::intent::LogRecord) -> bool {
+        let crate::format::intent::LogRecord::WriteRef { bps, .. } = r else { return true };
+        for bp in bps {
+            match self.io.read_data(bp) {
+                Ok(d) => {
+                    self.fetched.insert((bp.addr, bp.birth_txg), d);
+                }
+                Err(e) if e.kind() == crate::error::ErrorKind::Corruption => return false,
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The bytes of a verified WriteRef's blocks, in order.
+    pub(crate) fn data(&self, bps: &[BlockPtr]) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for bp in bps {
+            let d = self.fetched.get(&(bp.addr, bp.birth_txg)).ok_or_else(|| {
+                crate::error::Corruption::new("intent log", Some(bp.addr), "write reference was not verified")
+            })?;
+            out.extend_from_slice(d);
+        }
+        Ok(out)
+    }
+}
