@@ -12,6 +12,7 @@
 //! before use. Bad input is answered (GARBAGE_ARGS, an NFS error) or the connection is
 //! closed; it never panics the server.
 
+mod drc;
 pub mod export;
 pub mod handle;
 mod mount;

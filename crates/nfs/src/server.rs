@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     refusals: Mutex<HashSet<(IpAddr, u32)>>,
     stopping: AtomicBool,
     conns: Mutex<Vec<TcpStream>>,
+    /// Replies of non-idempotent calls, for retransmissions (drc.rs).
+    pub replies: crate::drc::ReplyCache,
 }
 
 const REFUSALS_LOGGED: usize = 4096;
@@ -150,6 +152,7 @@ impl NfsServer {
             refusals: Mutex::new(HashSet::new()),
             stopping: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
+            replies: Default::default(),
         });
         let (tx, rx) = sync_channel::<Job>(cfg.workers * 4);
         let rx = Arc::new(Mutex::new(rx));
@@ -293,6 +296,18 @@ pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<Ve
         Err(e) => return rpc::denied_reply(&e).map(rpc::finish_record),
     };
     let (xid, prog, vers) = (call.xid, call.prog, call.vers);
+    let cache_key = crate::drc::cached_procedure(prog, vers, call.proc_)
+        .then(|| crate::drc::Key::new(peer, xid, call.proc_, call.args.rest()));
+    if let Some(key) = cache_key {
+        match shared.replies.begin(key) {
+            crate::drc::Seen::New => {}
+            crate::drc::Seen::Running => return None,
+            crate::drc::Seen::Replay(r) => {
+                tracing::debug!(client = %peer, xid, "NFS retransmission answered from the reply cache");
+                return Some(r.as_ref().clone());
+            }
+        }
+    }
     let mut req = Request { xid, proc_: call.proc_, cred: call.cred, args: call.args, peer, shared };
     let handled = match (prog, vers) {
         (PROG_NFS, 3) => nfs3::dispatch(&mut req),
@@ -303,7 +318,11 @@ pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<Ve
         _ => Ok(rpc::accepted_reply(xid, AcceptStat::ProgUnavail, 0)),
     };
     let reply = handled.unwrap_or_else(|_| rpc::accepted_reply(xid, AcceptStat::GarbageArgs, 0));
-    Some(rpc::finish_record(reply))
+    let record = rpc::finish_record(reply);
+    if let Some(key) = cache_key {
+        shared.replies.finish(key, &record);
+    }
+    Some(record)
 }
 
 /// A server state for tests that drive [`process`] without sockets.
@@ -317,5 +336,6 @@ pub(crate) fn test_shared(exports: Arc<ExportTable>, key: HandleKey) -> Shared {
         refusals: Mutex::new(HashSet::new()),
         stopping: AtomicBool::new(false),
         conns: Mutex::new(Vec::new()),
+        replies: Default::default(),
     }
 }

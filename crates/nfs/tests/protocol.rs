@@ -225,3 +225,25 @@ fn every_procedure_answers() {
     let reply = w.server.process(localhost(), &rec).expect("a reply");
     assert_eq!(&reply[reply.len() - 12..], &[0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 3]);
 }
+
+/// A retransmission (same client, xid and arguments) of a non-idempotent call that was
+/// done gets the first reply, not the error a second execution would give; another xid is
+/// a new call.
+#[test]
+fn retransmissions_get_the_first_reply() {
+    let w = world();
+    let (_, root) = w.mnt(localhost(), "/test/a");
+    let (st, _) = create(&w, &root, "f", 0, [0; 8], 0);
+    assert_eq!(st, OK);
+    let mut rm = fh_args(&root);
+    rm.opaque(b"f");
+    let rec = call_record(0x5eed, NFS, 3, 12, 0, 0, &rm.buf);
+    let first = w.server.process(localhost(), &rec).expect("a reply");
+    assert_eq!(status(&results(&first)), OK, "REMOVE");
+    let again = w.server.process(localhost(), &rec).expect("a reply");
+    assert_eq!(again, first, "the retransmitted REMOVE got the first reply");
+    let other_client = w.server.process("127.0.0.2".parse().unwrap(), &rec).expect("a reply");
+    assert_eq!(status(&results(&other_client)), NOENT, "another client's call is its own");
+    let rec2 = call_record(0x5eee, NFS, 3, 12, 0, 0, &rm.buf);
+    assert_eq!(status(&results(&w.server.process(localhost(), &rec2).expect("a reply"))), NOENT, "a new xid runs");
+}

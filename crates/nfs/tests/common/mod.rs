@@ -93,7 +93,10 @@ pub fn results(reply: &[u8]) -> Vec<u8> {
 
 impl World {
     pub fn call_as(&self, peer: IpAddr, prog: u32, proc_: u32, uid: u32, args: &[u8]) -> Vec<u8> {
-        let rec = call_record(7, prog, 3, proc_, uid, uid, args);
+        // Every call its own xid, as a client does (the same xid is a retransmission).
+        static XID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        let xid = XID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let rec = call_record(xid, prog, 3, proc_, uid, uid, args);
         results(&self.server.process(peer, &rec).expect("a reply"))
     }
 
