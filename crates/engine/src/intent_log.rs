@@ -45,6 +45,7 @@ use crate::error::{Corruption, Error, Result};
 use crate::format::codec::Writer;
 use crate::format::intent::{LogBlockPhys, LogRecord, LOG_HEADER};
 use crate::format::UNIT_SIZE;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// The device and byte range the intent log's blocks go to.
@@ -146,8 +147,11 @@ pub struct IntentLog {
     open_shared: bool,
     open_big: Vec<BigWrite>,
     group_open: bool,
-    /// Whole groups not yet written, oldest first.
-    groups: std::collections::VecDeque<Group>,
+    /// Whole groups not yet written, by lsn; and indexes of them: the shared ones, and the
+    /// private ones per object (so that a sync costs what it writes, not what waits).
+    groups: BTreeMap<u64, Group>,
+    shared: BTreeSet<u64>,
+    private: HashMap<(u64, u64), BTreeSet<u64>>,
     /// The groups of the block being written (lsn and whether a sync of what wants it).
     in_flight_groups: Vec<(u64, Scope)>,
     /// Groups recorded since the pool opened: the last group's log sequence number.
@@ -174,7 +178,9 @@ impl IntentLog {
             open_shared: false,
             open_big: Vec::new(),
             group_open: false,
-            groups: std::collections::VecDeque::new(),
+            groups: BTreeMap::new(),
+            shared: BTreeSet::new(),
+            private: HashMap::new(),
             in_flight_groups: Vec::new(),
             appended: 0,
             in_flight: false,
@@ -231,7 +237,16 @@ impl IntentLog {
             };
             self.open_shared = false;
             let big = std::mem::take(&mut self.open_big);
-            self.groups.push_back(Group { lsn: self.appended, bytes: std::mem::take(&mut self.open), scope, big });
+            let lsn = self.appended;
+            match &scope {
+                Scope::Private(o) => {
+                    self.private.entry(*o).or_default().insert(lsn);
+                }
+                Scope::Shared(_) => {
+                    self.shared.insert(lsn);
+                }
+            }
+            self.groups.insert(lsn, Group { lsn, bytes: std::mem::take(&mut self.open), scope, big });
         }
     }
 
@@ -239,42 +254,43 @@ impl IntentLog {
         !self.groups.is_empty()
     }
 
-    /// Indexes (in `groups`, ascending) of the groups a sync of `target` must write, among
-    /// those recorded up to `upto`: the ones it wants, and before each shared group, the
-    /// private groups of the objects that group touches.
-    fn select(&self, target: SyncTarget, upto: u64) -> Vec<usize> {
-        let n = self.groups.iter().take_while(|g| g.lsn <= upto).count();
-        if target == SyncTarget::All {
-            return (0..n).collect();
+    /// The lsns (ascending) of the groups a sync of `target` must write, among those
+    /// recorded up to `upto`: the ones it wants, and before each shared group, the private
+    /// groups of the objects that group touches.
+    fn select(&self, target: SyncTarget, upto: u64) -> Vec<u64> {
+        let SyncTarget::Object { vol, obj } = target else {
+            return self.groups.range(..=upto).map(|(l, _)| *l).collect();
+        };
+        let mut picked: BTreeSet<u64> = self.shared.range(..=upto).copied().collect();
+        if let Some(own) = self.private.get(&(vol, obj)) {
+            picked.extend(own.range(..=upto));
         }
-        // The last shared group touching each object.
-        let mut last_shared: std::collections::HashMap<(u64, u64), usize> = std::collections::HashMap::new();
-        for (i, g) in self.groups.iter().take(n).enumerate() {
-            if let Scope::Shared(objs) = &g.scope {
-                for o in objs {
-                    last_shared.insert(*o, i);
+        for s in self.shared.range(..=upto) {
+            let Scope::Shared(objs) = &self.groups[s].scope else { unreachable!("indexed as shared") };
+            for o in objs {
+                if let Some(theirs) = self.private.get(o) {
+                    picked.extend(theirs.range(..*s));
                 }
             }
         }
-        (0..n)
-            .filter(|&i| {
-                let g = &self.groups[i];
-                g.scope.wanted_by(target)
-                    || matches!(&g.scope, Scope::Private(o) if last_shared.get(o).is_some_and(|&j| j > i))
-            })
-            .collect()
+        picked.into_iter().collect()
     }
 
     /// Whether a sync of `target` that began when `upto` groups were recorded is not yet
     /// durable: a group it needs is still to be written, or in the block in flight.
     pub fn needs(&self, target: SyncTarget, upto: u64) -> bool {
         let in_flight = self.in_flight_groups.iter().any(|(lsn, scope)| *lsn <= upto && scope.wanted_by(target));
-        in_flight || !self.select(target, upto).is_empty()
+        let first = |set: Option<&BTreeSet<u64>>| set.and_then(|s| s.first().copied()).is_some_and(|l| l <= upto);
+        let waiting = match target {
+            SyncTarget::All => self.groups.first_key_value().is_some_and(|(l, _)| *l <= upto),
+            SyncTarget::Object { vol, obj } => first(Some(&self.shared)) || first(self.private.get(&(vol, obj))),
+        };
+        in_flight || waiting
     }
 
     /// Whether the groups a sync of `target` writes fit in what is left of the region.
     pub fn fits(&self, target: SyncTarget) -> bool {
-        let len: usize = self.select(target, u64::MAX).iter().map(|&i| self.groups[i].bytes.len()).sum();
+        let len: usize = self.select(target, u64::MAX).iter().map(|l| self.groups[l].bytes.len()).sum();
         self.head + LogBlockPhys::units_for(len) * UNIT_SIZE <= self.place.bytes
     }
 
@@ -282,8 +298,8 @@ impl IntentLog {
     /// bytes (copied: the lock is released while they are written in place).
     pub fn ref_candidates(&self, target: SyncTarget) -> Vec<RefCandidate> {
         let mut out = Vec::new();
-        for i in self.select(target, u64::MAX) {
-            let g = &self.groups[i];
+        for l in self.select(target, u64::MAX) {
+            let g = &self.groups[&l];
             for (index, b) in g.big.iter().enumerate() {
                 out.push(RefCandidate {
                     lsn: g.lsn,
@@ -300,7 +316,26 @@ impl IntentLog {
 
     /// Whether group `lsn` is still waiting to be written.
     pub fn is_pending(&self, lsn: u64) -> bool {
-        self.groups.iter().any(|g| g.lsn == lsn)
+        self.groups.contains_key(&lsn)
+    }
+
+    /// Remove group `lsn` from the waiting ones and their indexes.
+    fn remove(&mut self, lsn: u64) -> Group {
+        let g = self.groups.remove(&lsn).expect("selected groups are waiting");
+        match &g.scope {
+            Scope::Private(o) => {
+                if let Some(set) = self.private.get_mut(o) {
+                    set.remove(&lsn);
+                    if set.is_empty() {
+                        self.private.remove(o);
+                    }
+                }
+            }
+            Scope::Shared(_) => {
+                self.shared.remove(&lsn);
+            }
+        }
+        g
     }
 
     /// Take the groups a sync of `target` needs (and anything recorded since that it would
@@ -321,29 +356,22 @@ impl IntentLog {
         assert!(!self.in_flight, "one log write at a time");
         assert!(self.fits(target));
         let picked = self.select(target, u64::MAX);
-        let mut payload = Vec::with_capacity(picked.iter().map(|&i| self.groups[i].bytes.len()).sum());
-        let mut kept = std::collections::VecDeque::with_capacity(self.groups.len() - picked.len());
-        let mut next = picked.iter().peekable();
-        for (i, g) in std::mem::take(&mut self.groups).into_iter().enumerate() {
-            if next.peek() == Some(&&i) {
-                next.next();
-                let mut at = 0;
-                for (index, b) in g.big.iter().enumerate() {
-                    let Some(bps) = refs.get(&(g.lsn, index)) else { continue };
-                    payload.extend_from_slice(&g.bytes[at..b.start]);
-                    let r = LogRecord::WriteRef { vol: b.vol, obj: b.obj, offset: b.offset, bps: bps.clone() };
-                    let mut w = Writer::with_capacity(0);
-                    r.encode_into(&mut w);
-                    payload.extend_from_slice(&w.into_inner());
-                    at = b.end;
-                }
-                payload.extend_from_slice(&g.bytes[at..]);
-                self.in_flight_groups.push((g.lsn, g.scope));
-            } else {
-                kept.push_back(g);
+        let mut payload = Vec::with_capacity(picked.iter().map(|l| self.groups[l].bytes.len()).sum());
+        for l in picked {
+            let g = self.remove(l);
+            let mut at = 0;
+            for (index, b) in g.big.iter().enumerate() {
+                let Some(bps) = refs.get(&(g.lsn, index)) else { continue };
+                payload.extend_from_slice(&g.bytes[at..b.start]);
+                let r = LogRecord::WriteRef { vol: b.vol, obj: b.obj, offset: b.offset, bps: bps.clone() };
+                let mut w = Writer::with_capacity(0);
+                r.encode_into(&mut w);
+                payload.extend_from_slice(&w.into_inner());
+                at = b.end;
             }
+            payload.extend_from_slice(&g.bytes[at..]);
+            self.in_flight_groups.push((g.lsn, g.scope));
         }
-        self.groups = kept;
         let block = LogBlockPhys { pool_guid, base_txg: self.base_txg, seq: self.seq, payload };
         let raw = block.encode();
         let at = self.place.offset + self.head;
@@ -379,6 +407,8 @@ impl IntentLog {
         self.open_big.clear();
         self.group_open = false;
         self.groups.clear();
+        self.shared.clear();
+        self.private.clear();
     }
 
     /// The complete groups logged on top of root `root_txg`, in order.
