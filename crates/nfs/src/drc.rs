@@ -100,6 +100,7 @@ impl ReplyCache {
     }
 
     /// Retransmissions answered from the cache so far.
+    #[cfg(test)]
     pub(crate) fn replays(&self) -> u64 {
         self.inner.lock().expect("reply cache").replays
     }
