@@ -21,14 +21,13 @@
 
 use crate::compress::CompressionPolicy;
 use crate::error::Result;
-use crate::format::{round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, UNIT_SIZE};
+use crate::format::{round_up_unit, BlockPtr, ChecksumAlgo, Compression, UNIT_SIZE};
 use crate::intent_log::{RefCandidate, SyncTarget};
 use crate::pipeline::trimmed;
 use crate::pool::{PoolInner, VolumeId};
-use crate::prewrite::{PrewriteBatch, Prewritten, Stored};
+use crate::prewrite::{register, NewBlock, PrewriteBatch, Stored};
 use crate::volume::ObjectId;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// (group lsn, index among its large writes) → the blocks holding its records.
@@ -107,35 +106,18 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
         let Some(v) = volumes.get_mut(&VolumeId(pr.cand.vol)) else { continue };
         let mut bps = Vec::with_capacity(pr.records.len());
         let first = pr.cand.offset / pr.record_size;
+        let policy = v.rec.compression;
         for (i, (stored, compression, checksum)) in pr.records.into_iter().enumerate() {
-            let psize = stored.bytes().len();
-            let units = round_up_unit(psize as u64) / UNIT_SIZE;
-            let Ok(addr) = alloc.allocate(units) else { break };
-            let bp = BlockPtr {
-                addr,
-                birth_txg: txg,
-                psize: psize as u32,
-                lsize: pr.record_size as u32,
-                device: 0,
-                kind: BlockKind::Data,
-                compression,
-                checksum_algo: algo,
-                checksum,
-            };
+            let new = NewBlock { stored: &stored, lsize: pr.record_size as usize, compression, checksum };
+            let Some(bp) = new.allocate(alloc, io, txg, algo, policy) else { break };
             let key = (ObjectId(pr.cand.obj), first + i as u64);
             let chunk = &pr.cand.data[i * pr.record_size as usize..(i + 1) * pr.record_size as usize];
             match v.dirty_content_equal(key, chunk) {
-                Some(content) => {
-                    io.cache_data(&bp, content.clone());
-                    if let Some(old) = v.prewritten.insert(key, Prewritten { content, bp }) {
-                        alloc.free(old.bp.addr, old.bp.units(), txg);
-                    }
-                }
-                None => alloc.free(addr, units, txg),
+                // The record holds exactly these bytes: the commit reuses the block.
+                Some(content) => register(v, alloc, io, key, content, bp, txg),
+                None => alloc.free(bp.addr, bp.units(), txg),
             }
-            io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
-            io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
-            blocks.push((addr, stored));
+            blocks.push((bp.addr, stored));
             bps.push(bp);
         }
         if bps.len() * pr.record_size as usize == pr.cand.data.len() {

@@ -179,37 +179,13 @@ impl Pool {
                 if !v.still_holds(pr.job.key, &pr.job.content) {
                     continue; // changed since step 1: the commit writes the new content
                 }
-                let psize = pr.stored.bytes().len();
-                let units = round_up_unit(psize as u64) / UNIT_SIZE;
-                let Ok(addr) = alloc.allocate(units) else { break };
-                let bp = BlockPtr {
-                    addr,
-                    birth_txg: txg,
-                    psize: psize as u32,
-                    lsize: pr.job.content.len() as u32,
-                    device: 0,
-                    kind: BlockKind::Data,
-                    compression: pr.compression,
-                    checksum_algo,
-                    checksum: pr.checksum,
-                };
-                if pr.compression != Compression::None {
-                    io.stats.compressed_blocks_written.fetch_add(1, Ordering::Relaxed);
-                } else if pr.job.policy != crate::compress::CompressionPolicy::Off {
-                    io.stats.compression_skipped.fetch_add(1, Ordering::Relaxed);
-                }
-                io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
-                io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
-                // What was just written is likely read again; the cache shares the record's
-                // buffer (`BlockIo::cache_data`).
-                io.cache_data(&bp, pr.job.content.clone());
+                let lsize = pr.job.content.len();
+                let new = NewBlock { stored: &pr.stored, lsize, compression: pr.compression, checksum: pr.checksum };
+                let Some(bp) = new.allocate(alloc, io, txg, checksum_algo, pr.job.policy) else { break };
                 stats.records += 1;
-                stats.bytes += units * UNIT_SIZE;
-                if let Some(old) = v.prewritten.insert(pr.job.key, Prewritten { content: pr.job.content, bp }) {
-                    // An earlier prewrite of this record, since changed: nobody references it.
-                    alloc.free(old.bp.addr, old.bp.units(), txg);
-                }
-                blocks.push((addr, pr.stored));
+                stats.bytes += bp.units() * UNIT_SIZE;
+                register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
+                blocks.push((bp.addr, pr.stored));
             }
             let batch = Arc::new(PrewriteBatch::new(blocks));
             p.prewrites.push(batch.clone());
@@ -228,6 +204,68 @@ impl Pool {
             return Err(e);
         }
         Ok(stats)
+    }
+}
+
+/// A data block about to be written ahead of its commit: its bytes as stored, logical
+/// size, compression and checksum.
+pub(crate) struct NewBlock<'a> {
+    pub stored: &'a Stored,
+    pub lsize: usize,
+    pub compression: Compression,
+    pub checksum: [u8; 32],
+}
+
+impl NewBlock<'_> {
+    /// Allocate it a block born in `txg` and count the write (None: no space).
+    pub(crate) fn allocate(
+        &self,
+        alloc: &mut crate::alloc::Allocator,
+        io: &crate::pipeline::BlockIo,
+        txg: u64,
+        checksum_algo: crate::format::ChecksumAlgo,
+        policy: crate::compress::CompressionPolicy,
+    ) -> Option<BlockPtr> {
+        let psize = self.stored.bytes().len();
+        let units = round_up_unit(psize as u64) / UNIT_SIZE;
+        let addr = alloc.allocate(units).ok()?;
+        if self.compression != Compression::None {
+            io.stats.compressed_blocks_written.fetch_add(1, Ordering::Relaxed);
+        } else if policy != crate::compress::CompressionPolicy::Off {
+            io.stats.compression_skipped.fetch_add(1, Ordering::Relaxed);
+        }
+        io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
+        io.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
+        Some(BlockPtr {
+            addr,
+            birth_txg: txg,
+            psize: psize as u32,
+            lsize: self.lsize as u32,
+            device: 0,
+            kind: BlockKind::Data,
+            compression: self.compression,
+            checksum_algo,
+            checksum: self.checksum,
+        })
+    }
+}
+
+/// Record `key`'s `content` as written at `bp` (the commit uses the block if the record
+/// still holds that very content), and keep it in the data cache: what was just written is
+/// likely read again (the cache shares the record's buffer). An earlier prewrite of the
+/// record, since changed, is freed: nobody references it.
+pub(crate) fn register(
+    v: &mut crate::volume::VolumeState,
+    alloc: &mut crate::alloc::Allocator,
+    io: &crate::pipeline::BlockIo,
+    key: (ObjectId, u64),
+    content: Arc<Vec<u8>>,
+    bp: BlockPtr,
+    txg: u64,
+) {
+    io.cache_data(&bp, content.clone());
+    if let Some(old) = v.prewritten.insert(key, Prewritten { content, bp }) {
+        alloc.free(old.bp.addr, old.bp.units(), txg);
     }
 }
 
