@@ -22,6 +22,7 @@ pub mod format;
 pub mod intent_log;
 mod intent_log_ref;
 pub mod log_device;
+mod log_sync;
 pub mod pipeline;
 pub mod pool;
 pub mod prewrite;

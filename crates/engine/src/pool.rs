@@ -20,7 +20,7 @@ use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::uberblock::UberblockPhys;
 use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SIZE};
-use crate::intent_log::{IntentLog, LogPlace, SyncTarget};
+use crate::intent_log::{IntentLog, LogPlace};
 use crate::log_device::{LogAtOpen, LogDeviceSpec};
 use crate::pipeline::BlockIo;
 use crate::snapshot::{SnapshotState, KEY_SNAPSHOT};
@@ -275,7 +275,7 @@ pub struct PoolInner {
 pub struct Pool {
     inner: Mutex<PoolInner>,
     /// Signalled when an intent log write finishes.
-    log_done: Condvar,
+    pub(crate) log_done: Condvar,
     /// One prewrite-and-commit (`Pool::commit`) at a time; taken before `inner`.
     commit_gate: Mutex<()>,
 }
@@ -686,95 +686,6 @@ impl Pool {
     /// The root the pool stands on: the newest committed uberblock.
     pub fn committed_root(&self) -> UberblockPhys {
         self.lock().root
-    }
-
-    /// Make every operation so far durable (`sync` of the whole pool): one intent-log write
-    /// and a flush, of the log device if the pool has one.
-    pub fn sync_log(&self) -> Result<()> {
-        self.sync_target(SyncTarget::All)
-    }
-
-    /// Make one object durable (fsync of a file, NFS COMMIT): its operations so far, and
-    /// every operation not private to one object (creates, deletes, key-value changes —
-    /// a file's name and existence). Other objects' writes stay in memory until their own
-    /// sync or the next commit (intent_log.rs, `Scope`).
-    pub fn sync_object(&self, vol: VolumeId, obj: ObjectId) -> Result<()> {
-        self.sync_target(SyncTarget::Object { vol: vol.0, obj: obj.0 })
-    }
-
-    /// Waits for a block in flight, then writes what the sync needs (and what syncers of
-    /// the same target recorded meanwhile: group commit) as one block and flushes, outside
-    /// the lock.
-    fn sync_target(&self, target: SyncTarget) -> Result<()> {
-        let mut p = self.lock();
-        p.writable()?;
-        p.ilog.end_group();
-        let want = p.ilog.appended;
-        // Large writes go by reference (intent_log_ref.rs): prepared once, without the lock.
-        let mut prepared = None;
-        loop {
-            if let Some(why) = &p.latched {
-                return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
-            }
-            if !p.ilog.needs(target, want) {
-                return Ok(());
-            }
-            if p.ilog.in_flight {
-                p = self.log_done.wait(p).unwrap_or_else(|e| e.into_inner());
-                continue;
-            }
-            if p.catalog_dirty || !p.ilog.fits(target) {
-                if !p.catalog_dirty {
-                    p.ilog.full_commits += 1;
-                }
-                // A commit also makes everything recorded durable. Through `Pool::commit`,
-                // so that its data is written without the lock held (prewrite.rs).
-                drop(p);
-                self.commit()?;
-                p = self.lock();
-                continue;
-            }
-            if prepared.is_none() {
-                let cands = crate::intent_log_ref::candidates(&mut p, target);
-                if !cands.is_empty() {
-                    let algo = p.io.checksum_algo();
-                    drop(p);
-                    prepared = Some(crate::intent_log_ref::prepare(cands, algo));
-                    p = self.lock();
-                    continue; // the log may have moved on meanwhile: check again
-                }
-                prepared = Some(Vec::new());
-            }
-            let (refs, batch) = crate::intent_log_ref::place(&mut p, prepared.take().unwrap_or_default());
-            let guid = p.label.pool_guid;
-            // The device the log is on: the pool's own, or the separate log device — only
-            // that one is written and flushed (and the pool's, if referenced blocks went
-            // there).
-            let dev = p.ilog.place().dev.clone();
-            let separate = p.ilog.place().is_separate();
-            let pool_dev = p.dev.clone();
-            let (block, at) = p.ilog.take_block(guid, target, &refs);
-            drop(p);
-            let r = match &batch {
-                Some(b) => b.complete(pool_dev.as_ref()).and_then(|()| {
-                    if separate {
-                        pool_dev.flush().map_err(|e| Error::io("flush referenced log data", e))
-                    } else {
-                        Ok(())
-                    }
-                }),
-                None => Ok(()),
-            }
-            .and_then(|()| dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e)));
-            p = self.lock();
-            p.ilog.written();
-            if let Err(e) = r {
-                p.latched = Some(format!("intent log write failed: {e}"));
-                self.log_done.notify_all();
-                return Err(e);
-            }
-            self.log_done.notify_all();
-        }
     }
 
     /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O. Its data
