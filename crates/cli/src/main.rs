@@ -146,6 +146,13 @@ enum PoolCmd {
         /// default 10).
         #[arg(long)]
         capacity_alert: Option<u8>,
+        /// Move the intent log to this separate device (image file or block device of at
+        /// least 16 MiB) from now on; the pool commits first.
+        #[arg(long, conflicts_with = "remove_log_device")]
+        log_device: Option<PathBuf>,
+        /// Stop using the separate log device: the intent log goes back into the pool.
+        #[arg(long)]
+        remove_log_device: bool,
     },
 }
 
@@ -389,11 +396,24 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("GET", &format!("/v1/pools/{name}"), None)?;
             out(&v, &print_pool);
         }
-        Command::Pool(PoolCmd::Set { name, capacity_alert }) => {
-            let Some(percent) = capacity_alert else {
-                return Err("nothing to set: give --capacity-alert PERCENT".into());
-            };
-            let v = c.call("PATCH", &format!("/v1/pools/{name}"), Some(&json!({"capacity_alert_percent": percent})))?;
+        Command::Pool(PoolCmd::Set { name, capacity_alert, log_device, remove_log_device }) => {
+            let mut body = json!({});
+            if let Some(percent) = capacity_alert {
+                body["capacity_alert_percent"] = json!(percent);
+            }
+            if let Some(l) = log_device {
+                let l = std::path::absolute(&l).map_err(|e| format!("log device {}: {e}", l.display()))?;
+                body["log_device"] = json!(l);
+            }
+            if remove_log_device {
+                body["remove_log_device"] = json!(true);
+            }
+            if body.as_object().is_some_and(|o| o.is_empty()) {
+                return Err(
+                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH or --remove-log-device".into()
+                );
+            }
+            let v = c.call("PATCH", &format!("/v1/pools/{name}"), Some(&body))?;
             out(&v, &print_pool);
         }
         Command::Volume(VolumeCmd::Create { volume, size, record_size, sync, compression, reserve }) => {

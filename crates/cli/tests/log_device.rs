@@ -100,5 +100,34 @@ fn pool_with_a_log_device_survives_kill_9_and_a_lost_log_device() {
     d.spawn(); // no flag needed any more
     assert_eq!(std::fs::read(mnt.join("synced")).unwrap(), data);
     assert!(d.ok(&["pool", "status", "fast"]).contains("in the pool"));
+
+    // Added again while the daemon runs (`pool set --log-device`), used by fsync, kept
+    // across a kill -9, then removed again.
+    let log2 = dir.join("log2.img");
+    std::fs::File::create(&log2).unwrap().set_len(32 << 20).unwrap();
+    d.ok(&["pool", "set", "fast", "--log-device", log2.to_str().unwrap()]);
+    d.fails(&["pool", "set", "fast", "--log-device", log2.to_str().unwrap()], "already the log device of pool fast");
+    let log3 = dir.join("log3.img");
+    std::fs::File::create(&log3).unwrap().set_len(32 << 20).unwrap();
+    d.fails(&["pool", "set", "fast", "--log-device", log3.to_str().unwrap()], "already has a log device");
+    let mut f = std::fs::File::create(mnt.join("second")).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(
+        &std::fs::read(&log2).unwrap()[LOG_REGION..LOG_REGION + 8],
+        b"STRATAIL",
+        "fsync missed the new log device"
+    );
+    d.kill9();
+    d.spawn();
+    assert_eq!(std::fs::read(mnt.join("second")).unwrap(), data);
+    assert!(d.json(&["pool", "status", "fast"])["log_device"].as_str().unwrap_or("").contains("log2.img"));
+    d.ok(&["pool", "set", "fast", "--remove-log-device"]);
+    d.fails(&["pool", "set", "fast", "--remove-log-device"], "has no log device");
+    assert!(d.stop().success());
+    d.spawn();
+    assert!(d.ok(&["pool", "status", "fast"]).contains("in the pool"));
+    assert_eq!(std::fs::read(mnt.join("second")).unwrap(), data);
     assert!(!d.log().contains("ERROR"), "unexpected errors in the daemon log: {}", d.log());
 }

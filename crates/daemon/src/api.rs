@@ -147,6 +147,10 @@ struct SetVolume {
 #[serde(deny_unknown_fields)]
 struct SetPool {
     capacity_alert_percent: Option<u8>,
+    /// Add this separate intent-log device to the pool.
+    log_device: Option<PathBuf>,
+    /// Stop using the pool's separate log device (the log goes back into the pool).
+    remove_log_device: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -211,6 +215,17 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             let pool = d.pool(p)?;
             if let Some(percent) = b.capacity_alert_percent {
                 pool.set_capacity_alert(percent)?;
+            }
+            match (&b.log_device, b.remove_log_device) {
+                (Some(_), Some(true)) => {
+                    return Err(ApiError::bad_request(
+                        "log_device and remove_log_device together".to_string(),
+                        "add a log device or remove one, not both",
+                    ))
+                }
+                (Some(log), _) => d.add_log_device(p, log)?,
+                (None, Some(true)) => d.remove_log_device(p)?,
+                _ => {}
             }
             pool.commit()?;
             Ok((200, pool_json(p, &pool.status())))

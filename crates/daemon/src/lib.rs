@@ -340,6 +340,34 @@ impl Daemon {
         self.save_state()
     }
 
+    /// Give pool `name` the separate log device `log` (checked as at creation), and
+    /// remember it for the next start.
+    pub(crate) fn add_log_device(&self, name: &str, log: &Path) -> Result<(), ApiError> {
+        let (pool, device) = {
+            let pools = self.pools.lock().expect("pools");
+            let e = pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "strata pool list"))?;
+            (e.pool.clone(), e.device.clone())
+        };
+        let dev = logdev::open_new_log_device(&device, log)?;
+        pool.add_log_device(LogDeviceSpec { dev, log_device_guid: random_u64() }).map_err(ApiError::from)?;
+        if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+            e.log_device = Some(log.to_path_buf());
+        }
+        tracing::info!(pool = name, log = %log.display(), "log device added");
+        self.save_state()
+    }
+
+    /// Stop using pool `name`'s separate log device.
+    pub(crate) fn remove_log_device(&self, name: &str) -> Result<(), ApiError> {
+        let pool = self.pool(name)?;
+        pool.remove_log_device().map_err(ApiError::from)?;
+        if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+            e.log_device = None;
+        }
+        tracing::info!(pool = name, "log device removed; the intent log is back in the pool");
+        self.save_state()
+    }
+
     /// Mount `pool/volume` at `path`.
     pub(crate) fn mount(&self, spec: &str, path: &Path, save: bool) -> Result<(), ApiError> {
         let (pool_name, vol_name) = split_volume(spec)?;

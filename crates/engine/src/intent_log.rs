@@ -389,6 +389,14 @@ impl IntentLog {
         self.in_flight_groups.clear();
     }
 
+    /// Move the (empty: just committed, nothing in flight) log to `place`.
+    pub fn move_to(&mut self, place: LogPlace) {
+        assert!(!self.in_flight && self.groups.is_empty() && !self.group_open, "only an empty log moves");
+        self.place = place;
+        self.head = 0;
+        self.seq = 0;
+    }
+
     /// Where the log's blocks go (the device to write them to and flush).
     pub fn place(&self) -> &LogPlace {
         &self.place

@@ -185,6 +185,54 @@ impl PoolInner {
 }
 
 impl Pool {
+    /// Give the pool a separate log device from now on (`zpool add POOL log DEV`). The pool
+    /// commits first, under its lock, so the log it leaves is empty; then the device gets
+    /// its label and the pool labels name it. A crash anywhere in between leaves a pool that
+    /// opens with either log — both empty.
+    pub fn add_log_device(&self, spec: LogDeviceSpec) -> Result<()> {
+        let mut p = self.drained_log()?;
+        if p.label.log_device_guid != 0 {
+            return Err(Error::AlreadyExists(format!(
+                "pool {} already has a log device ({}): remove it first",
+                p.label.pool_name,
+                p.ilog.place().dev.describe()
+            )));
+        }
+        let mut label = p.label.clone();
+        let place = format_log_device(&spec, &label)?;
+        label.log_device_guid = spec.log_device_guid;
+        label.features.incompat |= INCOMPAT_LOG_DEVICE;
+        p.rewrite_labels(label, "write pool label (add log device)")?;
+        p.ilog.move_to(place);
+        Ok(())
+    }
+
+    /// Stop using the separate log device: commit (the log empties), rewrite the labels
+    /// without it, and log in the pool's own region from now on. The device is not
+    /// written: its old label names this pool until it is reused.
+    pub fn remove_log_device(&self) -> Result<()> {
+        let mut p = self.drained_log()?;
+        if p.label.log_device_guid == 0 {
+            return Err(Error::NotFound(format!("pool {} has no log device", p.label.pool_name)));
+        }
+        p.forget_log_device()?;
+        let place = LogPlace::in_pool(p.dev.clone(), &p.alloc.geometry());
+        p.ilog.move_to(place);
+        Ok(())
+    }
+
+    /// The pool's lock, with nothing in flight in the log and everything committed.
+    fn drained_log(&self) -> Result<std::sync::MutexGuard<'_, PoolInner>> {
+        let mut p = self.lock();
+        p.writable()?;
+        while p.ilog.in_flight {
+            p = self.log_done.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        p.writable()?;
+        p.commit_always()?;
+        Ok(p)
+    }
+
     /// The log device is missing and the caller asked to go on without it: stay at the
     /// opened root (its log cannot be read), say what may be lost, and — read-write — stop
     /// naming the device in the labels, so later syncs go to the in-pool region.

@@ -288,3 +288,55 @@ fn pools_without_a_log_device_keep_the_old_label_bytes() {
     assert_eq!(u64::from_le_bytes(img[104..112].try_into().unwrap()), 1 << 16);
     assert_eq!(u64::from_le_bytes(img[208..216].try_into().unwrap()), LOG_GUID);
 }
+
+/// Adding a log device to a running pool, and removing it again: each time the pool
+/// commits first, syncs then go to the new place, and after power loss the reopened pool
+/// replays them from there (and insists on the device while its labels name it).
+#[test]
+fn a_log_device_is_added_and_removed_while_the_pool_runs() {
+    let disk = Arc::new(SimDisk::new(32 << 20, SECTOR));
+    let log = Arc::new(SimDisk::new(MIN_LOG_DEVICE_SIZE, SECTOR));
+    let pool = Pool::create(dyn_dev(&disk), test_create_options(21), test_pool_options()).unwrap();
+    let vol = pool.create_volume("v", &VolumeOptions { record_size: 4096, ..Default::default() }).unwrap();
+    let obj = pool.create_object(vol, b"f").unwrap();
+    pool.write(vol, obj, 0, b"before").unwrap();
+    pool.sync_log().unwrap();
+    let e = pool.remove_log_device().expect_err("no log device yet");
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+
+    pool.add_log_device(LogDeviceSpec { dev: dyn_dev(&log), log_device_guid: LOG_GUID }).unwrap();
+    assert!(pool.status().log_device.is_some());
+    let e = pool.add_log_device(LogDeviceSpec { dev: dyn_dev(&log), log_device_guid: LOG_GUID + 1 }).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    let (pool_writes, log_writes) = (disk.write_count(), log.write_count());
+    pool.write(vol, obj, 0, b"on the log device").unwrap();
+    pool.sync_log().unwrap();
+    assert_eq!(disk.write_count(), pool_writes, "the sync wrote the pool's device");
+    assert!(log.write_count() > log_writes);
+    disk.set_crash_after(0);
+    log.set_crash_after(0);
+    drop(pool);
+    let mut rng = SimRng::new(21);
+    let (img, log_img) =
+        (disk.crash_image(CrashMode::DropUnflushed, &mut rng), log.crash_image(CrashMode::DropUnflushed, &mut rng));
+    let e = open(img.clone(), None, test_pool_options()).err().expect("the labels name the log device");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    let (disk, log) = (Arc::new(SimDisk::from_image(img, SECTOR)), Arc::new(SimDisk::from_image(log_img, SECTOR)));
+    let pool = Pool::open_with_log(dyn_dev(&disk), Some(dyn_dev(&log)), test_pool_options()).expect("opens with it");
+    assert_eq!(pool.read(vol, obj, 0, 17).unwrap(), b"on the log device");
+    assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+
+    pool.remove_log_device().unwrap();
+    assert!(pool.status().log_device.is_none());
+    let log_writes = log.write_count();
+    pool.write(vol, obj, 0, b"back in the pool's region").unwrap();
+    pool.sync_log().unwrap();
+    assert_eq!(log.write_count(), log_writes, "the sync wrote the removed log device");
+    disk.set_crash_after(0);
+    drop(pool);
+    let img = disk.crash_image(CrashMode::DropUnflushed, &mut rng);
+    let pool = open(img, None, test_pool_options()).expect("opens without a log device");
+    assert!(pool.status().open_notes.iter().any(|n| n.contains("replayed")));
+    assert_eq!(pool.read(vol, obj, 0, 25).unwrap(), b"back in the pool's region");
+    assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+}
