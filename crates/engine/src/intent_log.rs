@@ -192,18 +192,9 @@ impl IntentLog {
     }
 
     pub fn record(&mut self, r: &LogRecord) {
-        let mut w = Writer::with_capacity(0);
+        let mut w = Writer::from_vec(std::mem::take(&mut self.open));
         r.encode_into(&mut w);
-        let start = self.open.len();
-        self.open.extend_from_slice(&w.into_inner());
-        self.group_open = true;
-        if let LogRecord::Write { vol, obj, offset, data } = r {
-            if data.len() >= BY_REF_MIN {
-                let end = self.open.len();
-                let (vol, obj, offset) = (*vol, *obj, *offset);
-                self.open_big.push(BigWrite { start, end, data_at: end - data.len(), vol, obj, offset });
-            }
-        }
+        self.open = w.into_inner();
         let (object, shared) = match r {
             LogRecord::Write { vol, obj, .. }
             | LogRecord::Truncate { vol, obj, .. }
@@ -216,6 +207,25 @@ impl IntentLog {
             LogRecord::KvPut { .. } | LogRecord::KvDelete { .. } => (None, true),
             LogRecord::GroupEnd => (None, false),
         };
+        self.recorded(object, shared);
+    }
+
+    /// Record a write without first copying its bytes into a `LogRecord` (the hot path).
+    pub fn record_write(&mut self, vol: u64, obj: u64, offset: u64, data: &[u8]) {
+        let start = self.open.len();
+        let mut w = Writer::from_vec(std::mem::take(&mut self.open));
+        LogRecord::encode_write(&mut w, vol, obj, offset, data);
+        self.open = w.into_inner();
+        let end = self.open.len();
+        if data.len() >= BY_REF_MIN {
+            self.open_big.push(BigWrite { start, end, data_at: end - data.len(), vol, obj, offset });
+        }
+        self.recorded(Some((vol, obj)), false);
+    }
+
+    /// A record was appended to the open group: note whom it concerns.
+    fn recorded(&mut self, object: Option<(u64, u64)>, shared: bool) {
+        self.group_open = true;
         self.open_shared |= shared;
         if let Some(o) = object {
             if !self.open_objects.contains(&o) {

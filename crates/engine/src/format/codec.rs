@@ -13,6 +13,10 @@ impl Writer {
     pub fn with_capacity(n: usize) -> Writer {
         Writer { buf: Vec::with_capacity(n) }
     }
+    /// Append to `buf` (whatever it holds stays in front).
+    pub fn from_vec(buf: Vec<u8>) -> Writer {
+        Writer { buf }
+    }
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.push(v);
         self

@@ -56,11 +56,14 @@ pub enum LogRecord {
 }
 
 impl LogRecord {
+    /// A Write record's bytes, from borrowed data.
+    pub fn encode_write(w: &mut Writer, vol: u64, obj: u64, offset: u64, data: &[u8]) {
+        w.u8(1).u64(vol).u64(obj).u64(offset).u32(data.len() as u32).bytes(data);
+    }
+
     pub fn encode_into(&self, w: &mut Writer) {
         match self {
-            LogRecord::Write { vol, obj, offset, data } => {
-                w.u8(1).u64(*vol).u64(*obj).u64(*offset).u32(data.len() as u32).bytes(data);
-            }
+            LogRecord::Write { vol, obj, offset, data } => Self::encode_write(w, *vol, *obj, *offset, data),
             LogRecord::Truncate { vol, obj, size } => {
                 w.u8(2).u64(*vol).u64(*obj).u64(*size);
             }
