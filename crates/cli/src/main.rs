@@ -284,6 +284,27 @@ fn print_pool(p: &Value) {
         println!("note      {} volume(s) written by an older build: savings not counted", p["untracked_volumes"]);
     }
     println!("volumes   {}", p["volumes"]);
+    let c = &p["commits"];
+    let ms = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1000.0;
+    println!(
+        "commits   {} since open; pool lock held {:.1} ms at most, {:.1} ms the last one",
+        c["count"].as_u64().unwrap_or(0),
+        ms(&c["locked_us_max"]),
+        ms(&c["locked_us_last"])
+    );
+    println!(
+        "intent    {} blocks, {} logged ({} more written in place by reference); {} syncs found the log full",
+        p["log_blocks_written"].as_u64().unwrap_or(0),
+        human(p["log_bytes_written"].as_u64().unwrap_or(0)),
+        human(p["log_bytes_by_reference"].as_u64().unwrap_or(0)),
+        p["log_full_commits"].as_u64().unwrap_or(0)
+    );
+    println!(
+        "cache     {} of {} data, {} hits",
+        human(p["data_cache_bytes"].as_u64().unwrap_or(0)),
+        human(p["data_cache_capacity_bytes"].as_u64().unwrap_or(0)),
+        p["data_cache_hits"].as_u64().unwrap_or(0)
+    );
     for w in p["warnings"].as_array().into_iter().flatten() {
         println!("WARNING   {}", w.as_str().unwrap_or(""));
     }

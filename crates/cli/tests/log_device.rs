@@ -60,6 +60,8 @@ fn pool_with_a_log_device_survives_kill_9_and_a_lost_log_device() {
     assert!(status["log_device"].as_str().unwrap_or("").contains("log.img"), "{status}");
     let human = d.ok(&["pool", "status", "fast"]);
     assert!(human.lines().any(|l| l.starts_with("log") && l.contains("log.img")), "{human}");
+    assert!(human.lines().any(|l| l.starts_with("commits") && l.contains("pool lock held")), "{human}");
+    assert!(human.lines().any(|l| l.starts_with("intent") && l.contains("blocks")), "{human}");
     assert_eq!(d.json(&["check", "fast"])["clean"], true);
 
     // The log device vanishes: the daemon refuses to start and says what to do.
