@@ -91,7 +91,6 @@ enum Scope {
 }
 
 struct Group {
-    lsn: u64,
     bytes: Vec<u8>,
     scope: Scope,
     /// Large writes in `bytes` that a sync may log by reference instead.
@@ -152,7 +151,7 @@ pub struct IntentLog {
     groups: BTreeMap<u64, Group>,
     shared: BTreeSet<u64>,
     private: HashMap<(u64, u64), BTreeSet<u64>>,
-    /// The groups of the block being written (lsn and whether a sync of what wants it).
+    /// The groups of the block being written: their lsns and scopes.
     in_flight_groups: Vec<(u64, Scope)>,
     /// Groups recorded since the pool opened: the last group's log sequence number.
     pub appended: u64,
@@ -256,12 +255,8 @@ impl IntentLog {
                     self.shared.insert(lsn);
                 }
             }
-            self.groups.insert(lsn, Group { lsn, bytes: std::mem::take(&mut self.open), scope, big });
+            self.groups.insert(lsn, Group { bytes: std::mem::take(&mut self.open), scope, big });
         }
-    }
-
-    pub fn has_pending(&self) -> bool {
-        !self.groups.is_empty()
     }
 
     /// The lsns (ascending) of the groups a sync of `target` must write, among those
@@ -300,7 +295,11 @@ impl IntentLog {
 
     /// Whether the groups a sync of `target` writes fit in what is left of the region.
     pub fn fits(&self, target: SyncTarget) -> bool {
-        let len: usize = self.select(target, u64::MAX).iter().map(|l| self.groups[l].bytes.len()).sum();
+        self.fits_groups(&self.select(target, u64::MAX))
+    }
+
+    fn fits_groups(&self, lsns: &[u64]) -> bool {
+        let len: usize = lsns.iter().map(|l| self.groups[l].bytes.len()).sum();
         self.head + LogBlockPhys::units_for(len) * UNIT_SIZE <= self.place.bytes
     }
 
@@ -312,7 +311,7 @@ impl IntentLog {
             let g = &self.groups[&l];
             for (index, b) in g.big.iter().enumerate() {
                 out.push(RefCandidate {
-                    lsn: g.lsn,
+                    lsn: l,
                     index,
                     vol: b.vol,
                     obj: b.obj,
@@ -364,14 +363,14 @@ impl IntentLog {
     ) -> (Vec<u8>, u64) {
         assert!(!self.group_open, "only whole groups are written");
         assert!(!self.in_flight, "one log write at a time");
-        assert!(self.fits(target));
         let picked = self.select(target, u64::MAX);
+        assert!(self.fits_groups(&picked));
         let mut payload = Vec::with_capacity(picked.iter().map(|l| self.groups[l].bytes.len()).sum());
         for l in picked {
             let g = self.remove(l);
             let mut at = 0;
             for (index, b) in g.big.iter().enumerate() {
-                let Some(bps) = refs.get(&(g.lsn, index)) else { continue };
+                let Some(bps) = refs.get(&(l, index)) else { continue };
                 payload.extend_from_slice(&g.bytes[at..b.start]);
                 let r = LogRecord::WriteRef { vol: b.vol, obj: b.obj, offset: b.offset, bps: bps.clone() };
                 let mut w = Writer::with_capacity(0);
@@ -380,7 +379,7 @@ impl IntentLog {
                 at = b.end;
             }
             payload.extend_from_slice(&g.bytes[at..]);
-            self.in_flight_groups.push((g.lsn, g.scope));
+            self.in_flight_groups.push((l, g.scope));
         }
         let block = LogBlockPhys { pool_guid, base_txg: self.base_txg, seq: self.seq, payload };
         let raw = block.encode();
