@@ -64,13 +64,14 @@ for _ in $(seq 100); do "$work/nfsload" "$ganesha_url" /probe 1 4096 100 1 0.1 s
 rows=("4k-rand-qd1 4096 70 1 rand" "4k-rand-qd16 4096 70 16 rand" "16k-rand-qd1 16384 70 1 rand"
       "16k-rand-qd16 16384 70 16 rand" "1m-seq-write-qd4 1048576 0 4 seq" "1m-seq-read-qd4 1048576 100 4 seq")
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
-echo "| row | Strata IOPS | ganesha IOPS | ratio | Strata p50/p99 µs | ganesha p50/p99 µs |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| row | Strata IOPS | ganesha IOPS | ratio | Strata p50/p99 µs | ganesha p50/p99 µs | Strata read/write p50 µs | ganesha read/write p50 µs |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
   read -r name bs rd qd mode <<<"$r"
   s="$("$work/nfsload" "$strata_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
   g="$("$work/nfsload" "$ganesha_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
   si="$(field iops "$s")"; gi="$(field iops "$g")"
   ratio="$(python3 -c "print(f'{$si/$gi:.2f}' if $gi else '-')")"
-  echo "| $name | $si | $gi | $ratio | $(field p50_us "$s")/$(field p99_us "$s") | $(field p50_us "$g")/$(field p99_us "$g") |"
+  echo "| $name | $si | $gi | $ratio | $(field p50_us "$s")/$(field p99_us "$s") | $(field p50_us "$g")/$(field p99_us "$g") |" \
+    "$(field rd50 "$s")/$(field wr50 "$s") | $(field rd50 "$g")/$(field wr50 "$g") |"
 done

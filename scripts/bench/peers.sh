@@ -28,6 +28,8 @@
 #   cargo build --release -p strata-cli
 #   scripts/bench/peers.sh                 # full run, ~40 min on 2 cores (PG_SECONDS=60 MY_SECONDS=30: ~65 min)
 #   QUICK=1 scripts/bench/peers.sh         # smoke test: everything, a few seconds each
+#   ROUNDS=3 TARGETS="ext4 btrfs fuse-passthrough strata" scripts/bench/peers.sh
+#                                          # each target 3 times, in alternating order; medians
 #
 # Output (OUT_DIR, default docs/benchmarks/peers): results.json (raw numbers, machine, versions,
 # command line), results.md (tables, ratios, target summary), *.png charts. Progress goes to
@@ -36,6 +38,10 @@
 #
 # Environment (all optional; QUICK=1 changes the defaults marked *):
 #   TARGETS          subset/order of the targets above (default: all six)
+#   ROUNDS           times every target is set up and measured (default 1). Rounds alternate the
+#                    order (forward, backward, ...) so that a drift of the machine (other tenants'
+#                    load, steal time) spreads over all targets; the report gives the median of
+#                    the rounds and results.json every value.
 #   WORKLOADS        subset of "fio pgbench sysbench" (default: all)
 #   PEERS_DIR        where images, mount points and the Strata daemon dir go (/var/tmp/strata-peers)
 #   FS_SIZE          size of every file system / the Strata pool and volume (8G)
@@ -58,7 +64,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/scripts/bench/peers"
 E2E_NAME=peers
 CMDLINE="$0 $*"
-ENV_CMDLINE="$(env | grep -E '^(QUICK|TARGETS|WORKLOADS|PEERS_DIR|FS_SIZE|LOOP_DIRECT_IO|FIO_[A-Z_]+|SCALE|PG_[A-Z_]+|MY_[A-Z_]+|OUT_DIR|STRATA_[A-Z_]+|STEP_TIMEOUT|LABEL)=' | sort | tr '\n' ' ' || true)"
+ENV_CMDLINE="$(env | grep -E '^(QUICK|ROUNDS|TARGETS|WORKLOADS|PEERS_DIR|FS_SIZE|LOOP_DIRECT_IO|FIO_[A-Z_]+|SCALE|PG_[A-Z_]+|MY_[A-Z_]+|OUT_DIR|STRATA_[A-Z_]+|STEP_TIMEOUT|LABEL)=' | sort | tr '\n' ' ' || true)"
 
 QUICK="${QUICK:-0}"
 if [ "$QUICK" = 1 ]; then
@@ -67,6 +73,7 @@ else
   q() { printf '%s' "$2"; }
 fi
 TARGETS="${TARGETS:-ext4 xfs btrfs btrfs-zstd fuse-passthrough strata}"
+ROUNDS="${ROUNDS:-1}"
 WORKLOADS="${WORKLOADS:-fio pgbench sysbench}"
 PEERS_DIR="${PEERS_DIR:-/var/tmp/strata-peers}"
 FS_SIZE="${FS_SIZE:-8G}"
@@ -562,7 +569,7 @@ est=0
 case " $WORKLOADS " in *" fio "*) est=$((est + 5 * (FIO_SECONDS + FIO_RAMP) + 20)) ;; esac
 case " $WORKLOADS " in *" pgbench "*) est=$((est + $(echo "$PG_CLIENTS" | wc -w) * PG_SECONDS + SCALE + 20)) ;; esac
 case " $WORKLOADS " in *" sysbench "*) est=$((est + $(echo "$MY_THREADS" | wc -w) * MY_SECONDS + MY_LARGE_SECONDS + MY_LARGE_TABLES * MY_LARGE_TABLE_SIZE / 20000 + 40)) ;; esac
-log "targets: $TARGETS; workloads: $WORKLOADS; FS_SIZE=$FS_SIZE; rough estimate $((n_t * est / 60)) min; work dir $WORK"
+log "targets: $TARGETS; workloads: $WORKLOADS; rounds: $ROUNDS; FS_SIZE=$FS_SIZE; rough estimate $((ROUNDS * n_t * est / 60)) min; work dir $WORK"
 
 PT_BIN="$WORK/passthrough_ll"
 case " $TARGETS " in *" fuse-passthrough "*)
@@ -571,7 +578,13 @@ case " $TARGETS " in *" fuse-passthrough "*)
     { cat "$WORK/passthrough-build.log" >&2; die "building passthrough_ll failed"; } ;;
 esac
 
-for t in $TARGETS; do run_target "$t"; done
+case "$ROUNDS" in '' | *[!0-9]* | 0) die "ROUNDS must be a positive number, not '$ROUNDS'" ;; esac
+for round in $(seq 1 "$ROUNDS"); do
+  order="$TARGETS"
+  [ $((round % 2)) = 0 ] && order="$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')"
+  [ "$ROUNDS" = 1 ] || log "round $round of $ROUNDS: $order"
+  for t in $order; do run_target "$t"; done
+done
 
 # ------------------------------------------------------------------------------ report
 log "writing the report into $OUT_DIR"
@@ -582,7 +595,7 @@ RESULTS="$RESULTS" META="$META" OUT_DIR="$OUT_DIR" ROOT="$ROOT" TARGETS="$TARGET
   PG_CLIENTS="$PG_CLIENTS" MY_SECONDS="$MY_SECONDS" MY_THREADS="$MY_THREADS" \
   MY_LARGE_TABLES="$MY_LARGE_TABLES" MY_LARGE_TABLE_SIZE="$MY_LARGE_TABLE_SIZE" \
   MY_LARGE_THREADS="$MY_LARGE_THREADS" MY_LARGE_SECONDS="$MY_LARGE_SECONDS" PEERS_DIR="$PEERS_DIR" \
-  TOTAL_SECONDS="$(elapsed_since "$T_START")" STRATA_BIN="$STRATA_BIN" \
+  TOTAL_SECONDS="$(elapsed_since "$T_START")" ROUNDS="$ROUNDS" STRATA_BIN="$STRATA_BIN" \
   OTHER_LOAD="$(pgrep -fa 'scripts/test.sh|fuse-caching.sh|cargo |rustc ' | grep -v pgrep | cut -c1-120 | head -5 | tr '\n' ';' || true)" \
   bounded python3 "$HERE/report.py" || die "report failed"
 log "done in $(elapsed_since "$T_START")s: $OUT_DIR/results.md"

@@ -67,7 +67,30 @@ impl LogPlace {
     pub fn is_separate(&self) -> bool {
         self.log_device_guid != 0
     }
+
+    /// Write zeros over the region (its first `PREFILL_MAX` bytes), once, when the pool or
+    /// the log device is made. On an image file the host file system then allocates the
+    /// region now, not during the log's first lap — where every newly touched extent turns
+    /// an fsync's flush into a host journal commit (fdatasync p99 of 840–946 µs on a fresh
+    /// sparse image against 561–676 µs on a written one, docs/intent-log.md). Zeros never
+    /// verify as a log block, so this changes nothing replay sees.
+    pub fn prefill(&self) -> Result<()> {
+        const CHUNK: usize = 1 << 20;
+        let zeros = crate::device::AlignedBuf::zeroed(CHUNK);
+        let end = self.bytes.min(PREFILL_MAX);
+        let mut at = 0;
+        while at < end {
+            let n = (end - at).min(CHUNK as u64) as usize;
+            self.dev.write_at(&zeros[..n], self.offset + at).map_err(|e| Error::io("prefill intent log region", e))?;
+            at += n as u64;
+        }
+        Ok(())
+    }
 }
+
+/// How much of a log region `LogPlace::prefill` writes: all of an in-pool region (at most
+/// 256 MiB), the first 256 MiB of a log device.
+pub const PREFILL_MAX: u64 = 256 << 20;
 
 /// What a sync must make durable: everything (`Pool::sync_log`), or one object
 /// (`Pool::sync_object`: fsync of a file, an NFS COMMIT) — its own operations and every

@@ -35,29 +35,40 @@ pub struct LogDeviceSpec {
 
 /// Write the label of a new log device for pool `label` and flush it.
 pub(crate) fn format_log_device(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogPlace> {
+    let place = log_device_place(spec, label)?;
+    // Old contents of the region need no clearing for correctness (replay accepts only
+    // blocks of this pool's guid, and it is new); the region is zeroed so that an image
+    // file is allocated before the log's first lap (`LogPlace::prefill`).
+    place.prefill()?;
+    write_log_device_label(spec, label)?;
+    Ok(place)
+}
+
+/// Where the log goes on `spec`'s device once formatted for the pool of `label`; checks
+/// the device (guid, size) and writes nothing.
+fn log_device_place(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogPlace> {
+    Ok(place_of(spec.dev.clone(), &log_device_label(spec, label)?))
+}
+
+fn log_device_label(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogDeviceLabelPhys> {
     if spec.log_device_guid == 0 || spec.log_device_guid == label.device_guid {
         return Err(Error::invalid("log device guid must be non-zero and differ from the pool device's guid"));
     }
     let size = spec.dev.size_bytes();
-    let ld = LogDeviceLabelPhys::for_device(
-        label.pool_guid,
-        spec.log_device_guid,
-        size,
-        label.created_ns,
-        &label.pool_name,
-    )
-    .ok_or_else(|| {
-        Error::invalid(format!(
-            "log device {} has {size} bytes; a log device needs at least {MIN_LOG_DEVICE_SIZE} ({} MiB): use a larger one",
-            spec.dev.describe(),
-            MIN_LOG_DEVICE_SIZE >> 20
-        ))
-    })?;
-    // Old contents of the region need no clearing: replay accepts only blocks of this pool's
-    // guid, and it is new.
+    LogDeviceLabelPhys::for_device(label.pool_guid, spec.log_device_guid, size, label.created_ns, &label.pool_name)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "log device {} has {size} bytes; a log device needs at least {MIN_LOG_DEVICE_SIZE} ({} MiB): use a larger one",
+                spec.dev.describe(),
+                MIN_LOG_DEVICE_SIZE >> 20
+            ))
+        })
+}
+
+fn write_log_device_label(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<()> {
+    let ld = log_device_label(spec, label)?;
     spec.dev.write_at(&ld.encode(), 0).map_err(|e| Error::io("write log device label", e))?;
-    spec.dev.flush().map_err(|e| Error::io("flush log device label", e))?;
-    Ok(place_of(spec.dev.clone(), &ld))
+    spec.dev.flush().map_err(|e| Error::io("flush log device label", e))
 }
 
 fn place_of(dev: Arc<dyn BlockDevice>, ld: &LogDeviceLabelPhys) -> LogPlace {
@@ -190,6 +201,10 @@ impl Pool {
     /// its label and the pool labels name it. A crash anywhere in between leaves a pool that
     /// opens with either log — both empty.
     pub fn add_log_device(&self, spec: LogDeviceSpec) -> Result<()> {
+        // The region is zeroed first, without the pool's lock (up to 256 MiB of writes):
+        // the pool goes on meanwhile. Nothing names the device until its label is written.
+        let label = self.lock().label.clone();
+        log_device_place(&spec, &label)?.prefill()?;
         let mut p = self.drained_log()?;
         if p.label.log_device_guid != 0 {
             return Err(Error::AlreadyExists(format!(
@@ -199,7 +214,8 @@ impl Pool {
             )));
         }
         let mut label = p.label.clone();
-        let place = format_log_device(&spec, &label)?;
+        let place = log_device_place(&spec, &label)?;
+        write_log_device_label(&spec, &label)?;
         label.log_device_guid = spec.log_device_guid;
         label.features.incompat |= INCOMPAT_LOG_DEVICE;
         p.rewrite_labels(label, "write pool label (add log device)")?;

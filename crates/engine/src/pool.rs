@@ -385,7 +385,11 @@ impl Pool {
         // The log device's label before the pool's: a pool label never names a log device
         // that does not carry its label.
         let place = match &log {
-            None => LogPlace::in_pool(dev.clone(), &geo),
+            None => {
+                let place = LogPlace::in_pool(dev.clone(), &geo);
+                place.prefill()?;
+                place
+            }
             Some(spec) => {
                 // The same device object; the daemon also compares the paths' inodes.
                 if std::ptr::addr_eq(Arc::as_ptr(&spec.dev), Arc::as_ptr(&dev)) {

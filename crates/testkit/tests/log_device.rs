@@ -340,3 +340,37 @@ fn a_log_device_is_added_and_removed_while_the_pool_runs() {
     assert_eq!(pool.read(vol, obj, 0, 25).unwrap(), b"back in the pool's region");
     assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
 }
+
+/// Every byte of `dev` in [offset, offset + len) is zero.
+fn zeroed(dev: &SimDisk, offset: u64, len: u64) -> bool {
+    let mut buf = vec![0u8; len as usize];
+    dev.read_at(&mut buf, offset).unwrap();
+    buf.iter().all(|&b| b == 0)
+}
+
+#[test]
+fn log_regions_are_zeroed_when_made() {
+    // Devices full of old bytes: the log regions (in the pool, on the log device, and on a
+    // log device added later) are written with zeros, so an image file is allocated before
+    // the log's first lap (LogPlace::prefill).
+    let junk = |size: u64| Arc::new(SimDisk::from_image(vec![0xA5; size as usize], SECTOR));
+    let disk = junk(32 << 20);
+    let pool = Pool::create(dyn_dev(&disk), test_create_options(7), test_pool_options()).unwrap();
+    let geo = strata_engine::alloc::Geometry::for_device(32 << 20).unwrap();
+    assert!(zeroed(&disk, geo.log_offset, geo.log_bytes), "in-pool log region not zeroed");
+    let mut after = vec![0u8; 4096];
+    disk.read_at(&mut after, geo.data_offset).unwrap();
+    assert!(after.iter().all(|&b| b == 0xA5), "zeroing went past the log region");
+
+    let log = junk(MIN_LOG_DEVICE_SIZE);
+    pool.add_log_device(LogDeviceSpec { dev: dyn_dev(&log), log_device_guid: LOG_GUID }).unwrap();
+    let ld = strata_engine::log_device::read_log_device_label(log.as_ref()).unwrap();
+    assert!(zeroed(&log, ld.region_offset, ld.region_bytes), "added log device region not zeroed");
+    drop(pool);
+
+    let (disk, log) = (junk(32 << 20), junk(MIN_LOG_DEVICE_SIZE));
+    let spec = LogDeviceSpec { dev: dyn_dev(&log), log_device_guid: LOG_GUID };
+    Pool::create_with_log(dyn_dev(&disk), test_create_options(8), Some(spec), test_pool_options()).unwrap();
+    let ld = strata_engine::log_device::read_log_device_label(log.as_ref()).unwrap();
+    assert!(zeroed(&log, ld.region_offset, ld.region_bytes), "log device region not zeroed at create");
+}

@@ -1,7 +1,8 @@
 /* nfsload: an NFSv3 load generator on libnfs's asynchronous API, so Strata and
  * nfs-ganesha are measured through the same user-space client (Debian's fio has no nfs
  * engine). One connection, QD requests in flight, for SECONDS; prints one line of
- * key=value results: iops, MiB/s, latency p50/p99 in microseconds.
+ * key=value results: iops, MiB/s, latency p50/p99 in microseconds (all requests), then
+ * the same for reads (rd50, rd99) and writes (wr50, wr99) alone.
  *
  *   nfsload URL FILE SIZE_MIB BLOCK_BYTES READ_PERCENT QD SECONDS rand|seq
  *   URL: nfs://127.0.0.1/export?nfsport=N&mountport=M
@@ -24,7 +25,8 @@ static struct nfsfh *fh;
 static uint64_t file_bytes, block, deadline_ns, ops, errors, seq_off;
 static int read_pct, sequential, in_flight;
 static char *wbuf;
-static uint64_t *lat; static size_t nlat, caplat;
+struct lats { uint64_t *v; size_t n, cap; };
+static struct lats lat, rlat, wlat;
 static uint64_t rng = 88172645463325252ULL;
 
 static uint64_t now_ns(void) {
@@ -35,6 +37,15 @@ static uint64_t next_rand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng 
 
 static void issue(struct slot *s);
 
+static void push(struct lats *l, uint64_t v) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 1 << 20;
+        l->v = realloc(l->v, l->cap * sizeof *l->v);
+        if (!l->v) { perror("realloc"); exit(1); }
+    }
+    l->v[l->n++] = v;
+}
+
 static void done(int err, struct nfs_context *n, void *data, void *priv) {
     (void)n; (void)data;
     struct slot *s = priv;
@@ -43,8 +54,8 @@ static void done(int err, struct nfs_context *n, void *data, void *priv) {
     if (err < 0) errors++;
     else {
         ops++;
-        if (nlat == caplat) { caplat = caplat ? caplat * 2 : 1 << 20; lat = realloc(lat, caplat * sizeof *lat); }
-        lat[nlat++] = t - s->start_ns;
+        push(&lat, t - s->start_ns);
+        push(s->is_read ? &rlat : &wlat, t - s->start_ns);
     }
     if (t < deadline_ns) issue(s);
 }
@@ -64,6 +75,13 @@ static void issue(struct slot *s) {
 static int cmp(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Percentile q (0..1) of l in microseconds, sorting it first; 0 when empty. */
+static double pct(struct lats *l, double q) {
+    if (!l->n) return 0;
+    qsort(l->v, l->n, sizeof *l->v, cmp);
+    return l->v[(size_t)(l->n * q)] / 1e3;
 }
 
 int main(int argc, char **argv) {
@@ -95,9 +113,8 @@ int main(int argc, char **argv) {
     }
     double elapsed = (now_ns() - t0) / 1e9;
     nfs_fsync(nfs, fh); nfs_close(nfs, fh);
-    qsort(lat, nlat, sizeof *lat, cmp);
-    uint64_t p50 = nlat ? lat[nlat / 2] : 0, p99 = nlat ? lat[(size_t)(nlat * 0.99)] : 0;
-    printf("iops=%.0f mibs=%.1f p50_us=%.0f p99_us=%.0f errors=%llu\n", ops / elapsed,
-           ops * (double)block / elapsed / (1 << 20), p50 / 1e3, p99 / 1e3, (unsigned long long)errors);
+    printf("iops=%.0f mibs=%.1f p50_us=%.0f p99_us=%.0f rd50=%.0f rd99=%.0f wr50=%.0f wr99=%.0f errors=%llu\n",
+           ops / elapsed, ops * (double)block / elapsed / (1 << 20), pct(&lat, 0.5), pct(&lat, 0.99),
+           pct(&rlat, 0.5), pct(&rlat, 0.99), pct(&wlat, 0.5), pct(&wlat, 0.99), (unsigned long long)errors);
     return errors ? 1 : 0;
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Report for scripts/bench/peers.sh: results.json, results.md and PNG charts in OUT_DIR.
 
-Input (environment): RESULTS (tsv: target, workload, key, metric, value), META (tsv: target,
-key, value), the run's parameters, WORK (per-target fio command lines)."""
+Input (environment): RESULTS (tsv: target, workload, key, metric, value; one line per round
+when ROUNDS > 1), META (tsv: target, key, value), the run's parameters, WORK (per-target fio
+command lines). Every figure reported is the median of its rounds."""
 import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 
 env = os.environ
@@ -24,10 +26,17 @@ def sh(cmd):
         return ""
 
 
-res, meta = {}, {}
+res, meta, rounds = {}, {}, {}
 for line in open(env["RESULTS"]):
     t, w, k, m, v = line.rstrip("\n").split("\t")
-    res.setdefault(t, {}).setdefault(w, {}).setdefault(k, {})[m] = float(v)
+    rounds.setdefault(t, {}).setdefault(w, {}).setdefault(k, {}).setdefault(m, []).append(float(v))
+# The median of the rounds (the value itself with one round); every value stays in
+# results.json under "rounds".
+for t, ws in rounds.items():
+    for w, ks in ws.items():
+        for k, ms in ks.items():
+            for m, vs in ms.items():
+                res.setdefault(t, {}).setdefault(w, {}).setdefault(k, {})[m] = statistics.median(vs)
 for line in open(env["META"]):
     t, k, v = (line.rstrip("\n").split("\t", 2) + [""])[:3]
     meta.setdefault(t, {})[k] = v
@@ -80,7 +89,8 @@ versions = {
 P = lambda k: env.get(k, "")
 params = {k: P(k) for k in ("QUICK", "FS_SIZE", "LOOP_DIRECT_IO", "FIO_SECONDS", "FIO_RAMP", "FIO_SIZE",
                             "FIO_SYNC_SIZE", "SCALE", "PG_SECONDS", "PG_CLIENTS", "MY_SECONDS", "MY_THREADS",
-                            "MY_LARGE_TABLES", "MY_LARGE_TABLE_SIZE", "MY_LARGE_THREADS", "MY_LARGE_SECONDS")}
+                            "MY_LARGE_TABLES", "MY_LARGE_TABLE_SIZE", "MY_LARGE_THREADS", "MY_LARGE_SECONDS",
+                            "ROUNDS")}
 params.update({"sysbench_tables": 2, "sysbench_table_size": 10000, "sysbench_range_size": 100,
                "sysbench_rand_type": "uniform"})
 date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -98,6 +108,7 @@ doc = {
     "fio_commands": fio_cmds,
     "meta": meta,
     "results": res,
+    "rounds": rounds,
 }
 with open(os.path.join(OUT, "results.json"), "w") as f:
     json.dump(doc, f, indent=2)
@@ -145,6 +156,12 @@ md.append(f"Parameters: FS_SIZE={P('FS_SIZE')} (each file system and the Strata 
           f"threads {P('MY_THREADS')}; large data set {P('MY_LARGE_TABLES')} x {P('MY_LARGE_TABLE_SIZE')} rows, "
           f"{P('MY_LARGE_THREADS')} threads, {P('MY_LARGE_SECONDS')} s.")
 md.append("")
+n_rounds = int(P("ROUNDS") or 1)
+if n_rounds > 1:
+    md.append(f"Rounds: every target was set up and measured {n_rounds} times, the order of the targets "
+              "alternating (forward, backward, ...); every figure below is the median of its rounds "
+              "(all values in results.json, `rounds`).")
+    md.append("")
 md.append("Ratios are Strata ÷ peer: above 1 is better for Strata on throughput (IOPS, TPS, QPS), "
           "below 1 is better on latency.")
 md.append("")
