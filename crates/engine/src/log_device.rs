@@ -33,23 +33,21 @@ pub struct LogDeviceSpec {
     pub log_device_guid: u64,
 }
 
-/// Write the label of a new log device for pool `label` and flush it.
+/// Zero the log region of a new log device for pool `label`, then write its label and
+/// flush it.
 pub(crate) fn format_log_device(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogPlace> {
-    let place = log_device_place(spec, label)?;
+    let ld = log_device_label(spec, label)?;
+    let place = place_of(spec.dev.clone(), &ld);
     // Old contents of the region need no clearing for correctness (replay accepts only
     // blocks of this pool's guid, and it is new); the region is zeroed so that an image
     // file is allocated before the log's first lap (`LogPlace::prefill`).
     place.prefill()?;
-    write_log_device_label(spec, label)?;
+    write_log_device_label(spec, &ld)?;
     Ok(place)
 }
 
-/// Where the log goes on `spec`'s device once formatted for the pool of `label`; checks
-/// the device (guid, size) and writes nothing.
-fn log_device_place(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogPlace> {
-    Ok(place_of(spec.dev.clone(), &log_device_label(spec, label)?))
-}
-
+/// The label `spec`'s device gets for the pool of `label`; checks the device (guid, size)
+/// and writes nothing.
 fn log_device_label(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogDeviceLabelPhys> {
     if spec.log_device_guid == 0 || spec.log_device_guid == label.device_guid {
         return Err(Error::invalid("log device guid must be non-zero and differ from the pool device's guid"));
@@ -65,8 +63,7 @@ fn log_device_label(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<LogDevice
         })
 }
 
-fn write_log_device_label(spec: &LogDeviceSpec, label: &LabelPhys) -> Result<()> {
-    let ld = log_device_label(spec, label)?;
+fn write_log_device_label(spec: &LogDeviceSpec, ld: &LogDeviceLabelPhys) -> Result<()> {
     spec.dev.write_at(&ld.encode(), 0).map_err(|e| Error::io("write log device label", e))?;
     spec.dev.flush().map_err(|e| Error::io("flush log device label", e))
 }
@@ -204,7 +201,7 @@ impl Pool {
         // The region is zeroed first, without the pool's lock (up to 256 MiB of writes):
         // the pool goes on meanwhile. Nothing names the device until its label is written.
         let label = self.lock().label.clone();
-        log_device_place(&spec, &label)?.prefill()?;
+        place_of(spec.dev.clone(), &log_device_label(&spec, &label)?).prefill()?;
         let mut p = self.drained_log()?;
         if p.label.log_device_guid != 0 {
             return Err(Error::AlreadyExists(format!(
@@ -214,8 +211,9 @@ impl Pool {
             )));
         }
         let mut label = p.label.clone();
-        let place = log_device_place(&spec, &label)?;
-        write_log_device_label(&spec, &label)?;
+        let ld = log_device_label(&spec, &label)?;
+        let place = place_of(spec.dev.clone(), &ld);
+        write_log_device_label(&spec, &ld)?;
         label.log_device_guid = spec.log_device_guid;
         label.features.incompat |= INCOMPAT_LOG_DEVICE;
         p.rewrite_labels(label, "write pool label (add log device)")?;
