@@ -74,6 +74,7 @@ else
 fi
 TARGETS="${TARGETS:-ext4 xfs btrfs btrfs-zstd fuse-passthrough strata}"
 ROUNDS="${ROUNDS:-1}"
+case "$ROUNDS" in '' | *[!0-9]* | 0*) echo "peers.sh: ROUNDS must be a positive number, not '$ROUNDS'" >&2; exit 2 ;; esac
 WORKLOADS="${WORKLOADS:-fio pgbench sysbench}"
 PEERS_DIR="${PEERS_DIR:-/var/tmp/strata-peers}"
 FS_SIZE="${FS_SIZE:-8G}"
@@ -578,7 +579,6 @@ case " $TARGETS " in *" fuse-passthrough "*)
     { cat "$WORK/passthrough-build.log" >&2; die "building passthrough_ll failed"; } ;;
 esac
 
-case "$ROUNDS" in '' | *[!0-9]* | 0) die "ROUNDS must be a positive number, not '$ROUNDS'" ;; esac
 for round in $(seq 1 "$ROUNDS"); do
   order="$TARGETS"
   [ $((round % 2)) = 0 ] && order="$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')"
