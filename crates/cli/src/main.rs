@@ -280,6 +280,13 @@ fn print_pool(p: &Value) {
         human(saved),
         ratio_text(p)
     );
+    if p["packs"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "packs     {} (small compressed records sharing units; {} records packed since open)",
+            p["packs"],
+            p["packed_records_written"].as_u64().unwrap_or(0)
+        );
+    }
     if p["untracked_volumes"].as_u64().unwrap_or(0) > 0 {
         println!("note      {} volume(s) written by an older build: savings not counted", p["untracked_volumes"]);
     }

@@ -69,6 +69,7 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
         "compressed_blocks_written": s.space.compressed_blocks_written,
         "compression_skipped": s.space.compression_skipped,
         "zero_records_elided": s.space.zero_records_elided,
+        "packs": s.space.packs, "packed_records_written": s.space.packed_records_written,
         "log_blocks_written": s.log_blocks_written, "log_bytes_written": s.log_bytes_written, "log_bytes_by_reference": s.log_bytes_by_reference, "log_full_commits": s.log_full_commits,
         "data_cache_bytes": s.data_cache_bytes, "data_cache_capacity_bytes": s.data_cache_capacity,
         "data_cache_hits": s.data_cache_hits,

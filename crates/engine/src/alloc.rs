@@ -16,15 +16,27 @@
 //! checksummed), so the worst case is a refused fallback, never wrong data. A persistent
 //! defer list would close that gap; it is noted in docs/engine-format.md.
 //!
+//! Packs (compaction): small compressed data records of a txg are written side by side,
+//! at sector offsets, into a *pack* of 1–8 units allocated as one run. The pack table maps
+//! each pack's address to its units and the number of packed block pointers that still
+//! reference it (`live`). Every release of a block goes through `free_block`: an ordinary
+//! block frees its units; a packed record decrements its pack, and the pack's units are
+//! freed (with the usual deferral) with its last record. The count is exact because the
+//! engine releases every block pointer exactly once in its life (overwritten in the live
+//! tree, or dropped with the snapshot whose deadlist held it). The table is persisted in
+//! the catalog with every commit (`take_dirty_packs`, key space `format::space::KEY_PACK`),
+//! so it is exactly as crash-safe as the trees it counts; the checker recounts it.
+//!
 //! Allocation is next-fit from a cursor: sequential writes of a txg land next to each
 //! other on the device. A linear scan: fine for pools of a few TiB (bitmap 32 MiB/TiB);
 //! a per-chunk free count skips full chunks.
 
 use crate::device::BlockDevice;
 use crate::error::{Corruption, Error, Result};
+use crate::format::space::{PackPhys, PACK_UNITS_MAX};
 use crate::format::spacemap::{SpacemapChunkPhys, BITS_PER_CHUNK, CHUNK_BITS_BYTES, CHUNK_SLOT_SIZE};
-use crate::format::UNIT_SIZE;
-use std::collections::{BTreeSet, VecDeque};
+use crate::format::{BlockPtr, UNIT_SIZE};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Txgs a freed unit stays unavailable: freed in F, reusable from F + DEFER_TXGS.
 pub const DEFER_TXGS: u64 = 2;
@@ -96,6 +108,13 @@ pub struct Allocator {
     held: VecDeque<(u64, u64, u64)>,
     cursor: u64,
     reserved_units: u64,
+    /// The pack table: pack address → units and live records.
+    packs: BTreeMap<u64, PackPhys>,
+    /// Packs created, changed or emptied since the last commit wrote the table.
+    dirty_packs: BTreeSet<u64>,
+    /// Units allocated for blocks that are not packs, ever (the commit's accounting takes
+    /// differences of it: packed records are charged their sectors instead).
+    plain_units_allocated: u64,
 }
 
 fn bit(words: &[u64], i: u64) -> bool {
@@ -128,6 +147,9 @@ impl Allocator {
             held: VecDeque::new(),
             cursor: 0,
             reserved_units: 0,
+            packs: BTreeMap::new(),
+            dirty_packs: BTreeSet::new(),
+            plain_units_allocated: 0,
         }
     }
 
@@ -249,8 +271,98 @@ impl Allocator {
         }
     }
 
-    /// Allocate `count` contiguous units; returns the byte address.
+    /// Allocate `count` contiguous units for one block; returns the byte address.
     pub fn allocate(&mut self, count: u64) -> Result<u64> {
+        let addr = self.allocate_run(count)?;
+        self.plain_units_allocated += count;
+        Ok(addr)
+    }
+
+    /// Units ever allocated to blocks that are not packs (see the field).
+    pub fn plain_units_allocated(&self) -> u64 {
+        self.plain_units_allocated
+    }
+
+    /// Allocate a pack of `units` that `records` packed records will reference.
+    pub fn allocate_pack(&mut self, units: u64, records: u32) -> Result<u64> {
+        assert!(units >= 1 && units <= PACK_UNITS_MAX as u64 && records > 0);
+        let addr = self.allocate_run(units)?;
+        self.packs.insert(addr, PackPhys { units: units as u32, live: records });
+        self.dirty_packs.insert(addr);
+        Ok(addr)
+    }
+
+    /// The pack holding the packed record at `addr`: (pack address, entry).
+    pub fn pack_of(&self, addr: u64) -> Option<(u64, PackPhys)> {
+        let (&start, pack) = self.packs.range(..=addr).next_back()?;
+        (addr < start + pack.units as u64 * UNIT_SIZE).then_some((start, *pack))
+    }
+
+    pub fn pack_count(&self) -> usize {
+        self.packs.len()
+    }
+
+    /// Release `bp` in txg `txg`: the one way every block is freed. A packed record
+    /// decrements its pack, whose units are freed with its last record. Returns an error
+    /// (and changes nothing) for a packed pointer that no pack holds: damage the commit
+    /// must not paper over.
+    pub fn free_block(&mut self, bp: &BlockPtr, txg: u64) -> std::result::Result<(), Corruption> {
+        if !bp.packed {
+            self.free(bp.addr, bp.units(), txg);
+            return Ok(());
+        }
+        let Some((start, mut pack)) = self.pack_of(bp.addr) else {
+            return Err(Corruption::new(
+                "packed block pointer",
+                Some(bp.addr),
+                format!("no pack holds it (birth txg {}); run `strata check`", bp.birth_txg),
+            ));
+        };
+        self.dirty_packs.insert(start);
+        pack.live -= 1;
+        if pack.live == 0 {
+            self.packs.remove(&start);
+            self.free(start, pack.units as u64, txg);
+        } else {
+            self.packs.insert(start, pack);
+        }
+        Ok(())
+    }
+
+    /// The pack table's changes since the last call: (address, entry; None = gone).
+    pub fn take_dirty_packs(&mut self) -> Vec<(u64, Option<PackPhys>)> {
+        std::mem::take(&mut self.dirty_packs).into_iter().map(|a| (a, self.packs.get(&a).copied())).collect()
+    }
+
+    /// Load the pack table as committed (opening a pool). Each pack must lie in the data
+    /// area on allocated units and not overlap the one before it.
+    pub fn load_packs(&mut self, packs: impl IntoIterator<Item = (u64, PackPhys)>) -> Result<()> {
+        let mut end = 0u64;
+        for (addr, pack) in packs {
+            let first = self.geo.unit_of(addr);
+            let ok = first.is_some_and(|u| {
+                u + pack.units as u64 <= self.geo.data_units
+                    && (u..u + pack.units as u64).all(|i| bit(&self.persisted, i))
+            });
+            if !ok || addr < end {
+                return Err(Corruption::new(
+                    "pack table",
+                    Some(addr),
+                    format!(
+                        "pack of {} units is outside the data area, on free units, or overlaps another",
+                        pack.units
+                    ),
+                )
+                .into());
+            }
+            end = addr + pack.units as u64 * UNIT_SIZE;
+            self.packs.insert(addr, pack);
+        }
+        Ok(())
+    }
+
+    /// Allocate `count` contiguous units; returns the byte address.
+    fn allocate_run(&mut self, count: u64) -> Result<u64> {
         assert!(count > 0 && count <= BITS_PER_CHUNK);
         let total = self.geo.data_units;
         if self.geo.data_units - self.unavailable_units < count {
@@ -296,7 +408,8 @@ impl Allocator {
     }
 
     /// Free `count` units at `addr`, released in txg `txg`; reusable from txg + DEFER_TXGS.
-    pub fn free(&mut self, addr: u64, count: u64, txg: u64) {
+    /// Blocks are freed with `free_block` (which knows packs).
+    fn free(&mut self, addr: u64, count: u64, txg: u64) {
         let unit = self.geo.unit_of(addr).expect("freeing an address inside the data area");
         self.mark(unit, count, false);
         self.held.push_back((txg, unit, count));
@@ -383,6 +496,7 @@ mod tests {
         let x = a.allocate(10).unwrap();
         a.txg_synced(1);
         a.free(x, 10, 2);
+
         assert_eq!(a.allocated_units(), 0);
         assert_eq!(a.held_units(), 10);
         // Allocate everything else: the held units must not be handed out.
@@ -400,6 +514,24 @@ mod tests {
     }
 
     #[test]
+    fn a_pack_is_freed_with_its_last_record() {
+        let mut a = Allocator::new_empty(geo(1000));
+        let pack = a.allocate_pack(2, 3).unwrap();
+        let rec = |off: u64| BlockPtr { addr: pack + off, psize: 700, packed: true, birth_txg: 1, ..BlockPtr::HOLE };
+        assert_eq!(a.allocated_units(), 2);
+        assert_eq!(a.plain_units_allocated(), 0);
+        a.free_block(&rec(0), 3).unwrap();
+        a.free_block(&rec(1024), 3).unwrap();
+        assert_eq!((a.allocated_units(), a.pack_count()), (2, 1));
+        a.free_block(&rec(4096 + 512), 4).unwrap();
+        assert_eq!((a.allocated_units(), a.pack_count()), (0, 0));
+        assert_eq!(a.take_dirty_packs(), vec![(pack, None)]);
+        // A packed pointer no pack holds is reported, not a panic.
+        assert!(a.free_block(&rec(0), 5).is_err());
+        assert!(a.pack_of(pack + 8192).is_none());
+    }
+
+    #[test]
     fn contiguous_runs_and_wraparound() {
         let mut a = Allocator::new_empty(geo(300));
         let first = a.allocate(100).unwrap();
@@ -408,6 +540,7 @@ mod tests {
         a.free(first, 100, 1);
         a.txg_synced(5);
         let third = a.allocate(150);
+
         assert!(third.is_err(), "only two runs of 100 free");
         assert_eq!(a.allocate(100).unwrap(), a.geometry().addr_of(200));
         assert_eq!(a.allocate(100).unwrap(), first);

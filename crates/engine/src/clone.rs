@@ -67,15 +67,15 @@ impl Pool {
                 sync_policy: src.sync_policy,
                 tree_root: s.tree_root,
                 next_object_id: s.next_object_id,
-                used_units: s.referenced_units,
+                used_sectors: s.referenced_sectors,
                 created_txg: p.next_txg,
                 created_ns: p.clock.now_ns(),
                 quota_bytes: src.quota_bytes,
                 parent: sid,
                 deadlist: dl,
-                written_units: 0,
+                written_sectors: 0,
                 origin: sid,
-                total_units: 0,
+                total_sectors: 0,
                 compression: src.compression,
                 saved_bytes: s.saved_bytes,
             };
@@ -137,8 +137,8 @@ impl Pool {
         v.rec.origin = 0;
         v.rec.deadlist = 0;
         v.parent_txg = 0;
-        v.rec.written_units = v.rec.used_units;
-        v.rec.total_units = v.rec.used_units;
+        v.rec.written_sectors = v.rec.used_sectors;
+        v.rec.total_sectors = v.rec.used_sectors;
         v.dirty = true;
         p.catalog_dirty = true;
         p.commit()?;

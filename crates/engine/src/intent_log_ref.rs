@@ -115,7 +115,7 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
             match v.dirty_content_equal(key, chunk) {
                 // The record holds exactly these bytes: the commit reuses the block.
                 Some(content) => register(v, alloc, io, key, content, bp, txg),
-                None => alloc.free(bp.addr, bp.units(), txg),
+                None => alloc.free_block(&bp, txg).expect("a block just allocated is ours to free"),
             }
             blocks.push((bp.addr, stored));
             bps.push(bp);

@@ -24,8 +24,11 @@ use crate::compress::CompressionPolicy;
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Corruption, Error, Result};
 use crate::format::node::{BtreeNodePhys, IndirectPhys};
-use crate::format::{round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE};
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::format::space::PACK_UNITS_MAX;
+use crate::format::{
+    round_up_sector, round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE, UNIT_SIZE,
+};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Default)]
@@ -42,6 +45,9 @@ pub struct IoStats {
     pub compression_skipped: AtomicU64,
     /// All-zero data records written by applications and stored as holes (zero detection).
     pub zero_records_elided: AtomicU64,
+    /// Data records stored packed (compaction), and the packs written for them.
+    pub packed_records_written: AtomicU64,
+    pub packs_written: AtomicU64,
     /// Data records served from the data cache.
     pub data_cache_hits: AtomicU64,
 }
@@ -69,7 +75,46 @@ pub struct BlockIo {
     checksum_algo: ChecksumAlgo,
     cache: Mutex<BlockCache<Cached>>,
     data_cache: Mutex<BlockCache<Arc<Vec<u8>>>>,
+    /// Small compressed records are packed (the pool carries INCOMPAT_PACKS).
+    packing: AtomicBool,
     pub stats: IoStats,
+}
+
+/// Should a data record stored in `psize` bytes be packed? When rounding it up to whole
+/// units wastes at least 1 KiB: a record that fills its units gains nothing, and each
+/// packed record may cost its reader one more unit (its span can straddle a boundary).
+pub fn packable(psize: usize) -> bool {
+    let p = psize as u64;
+    p < UNIT_SIZE * PACK_UNITS_MAX as u64 && round_up_unit(p) - round_up_sector(p) >= 1024
+}
+
+/// Lay out records of the given stored sizes into packs: `(first, count, units)` per pack,
+/// over consecutive records, each record at a sector offset, a pack at most
+/// PACK_UNITS_MAX units. Every size must be `packable`.
+pub fn plan_packs(sizes: &[usize]) -> Vec<(usize, usize, u64)> {
+    let cap = UNIT_SIZE * PACK_UNITS_MAX as u64;
+    let mut out = Vec::new();
+    let (mut first, mut used) = (0usize, 0u64);
+    for (i, &s) in sizes.iter().enumerate() {
+        let need = round_up_sector(s as u64);
+        if used + need > cap {
+            out.push((first, i - first, round_up_unit(used) / UNIT_SIZE));
+            (first, used) = (i, 0);
+        }
+        used += need;
+    }
+    if used > 0 {
+        out.push((first, sizes.len() - first, round_up_unit(used) / UNIT_SIZE));
+    }
+    out
+}
+
+/// A data record on its way into a pack: its bytes as stored and how they expand.
+pub struct PackItem<'a> {
+    pub stored: &'a [u8],
+    pub compression: Compression,
+    pub lsize: usize,
+    pub checksum: [u8; 32],
 }
 
 impl BlockIo {
@@ -89,6 +134,7 @@ impl BlockIo {
             checksum_algo,
             cache: Mutex::new(BlockCache::new(cache_blocks as u64)),
             data_cache: Mutex::new(BlockCache::new(data_cache_bytes)),
+            packing: AtomicBool::new(false),
             stats: IoStats::default(),
         }
     }
@@ -108,6 +154,70 @@ impl BlockIo {
 
     pub(crate) fn checksum_algo(&self) -> ChecksumAlgo {
         self.checksum_algo
+    }
+
+    /// Pack small compressed records from now on (the pool carries INCOMPAT_PACKS).
+    pub(crate) fn set_packing(&self, on: bool) {
+        self.packing.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn packing(&self) -> bool {
+        self.packing.load(Ordering::Relaxed)
+    }
+
+    /// Allocate one pack for `items` (which `plan_packs` put together) and lay them out in
+    /// `buf` (cleared and filled with the pack's bytes, zero-padded to its units). Returns
+    /// the pack's address and the records' pointers, born in `txg`.
+    pub(crate) fn place_pack(
+        &self,
+        alloc: &mut Allocator,
+        items: &[PackItem<'_>],
+        units: u64,
+        txg: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<(u64, Vec<BlockPtr>)> {
+        let addr = alloc.allocate_pack(units, items.len() as u32)?;
+        buf.clear();
+        buf.resize((units * UNIT_SIZE) as usize, 0);
+        let mut off = 0usize;
+        let mut bps = Vec::with_capacity(items.len());
+        for it in items {
+            buf[off..off + it.stored.len()].copy_from_slice(it.stored);
+            bps.push(BlockPtr {
+                addr: addr + off as u64,
+                birth_txg: txg,
+                psize: it.stored.len() as u32,
+                lsize: it.lsize as u32,
+                device: 0,
+                kind: BlockKind::Data,
+                compression: it.compression,
+                checksum_algo: self.checksum_algo,
+                packed: true,
+                checksum: it.checksum,
+            });
+            off += round_up_sector(it.stored.len() as u64) as usize;
+        }
+        assert!(off as u64 <= units * UNIT_SIZE, "plan_packs sized the pack");
+        self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
+        self.stats.compressed_blocks_written.fetch_add(items.len() as u64, Ordering::Relaxed);
+        self.stats.packed_records_written.fetch_add(items.len() as u64, Ordering::Relaxed);
+        self.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_written.fetch_add(units * UNIT_SIZE, Ordering::Relaxed);
+        Ok((addr, bps))
+    }
+
+    /// `place_pack` and queue the pack's write with the commit's other blocks.
+    pub(crate) fn write_pack(
+        &self,
+        alloc: &mut Allocator,
+        items: &[PackItem<'_>],
+        units: u64,
+        txg: u64,
+    ) -> Result<Vec<BlockPtr>> {
+        let mut buf = Vec::new();
+        let (addr, bps) = self.place_pack(alloc, items, units, txg, &mut buf)?;
+        self.queue_write(addr, &buf)?;
+        Ok(bps)
     }
 
     /// Keep `data` (the logical record, just written) as the contents of the block `bp`.
@@ -215,6 +325,7 @@ impl BlockIo {
             kind,
             compression,
             checksum_algo: self.checksum_algo,
+            packed: false,
             checksum,
         })
     }
@@ -273,8 +384,9 @@ impl BlockIo {
             BlockKind::Indirect => "indirect block",
             BlockKind::Data => "data block",
         };
-        let units = bp.units();
-        let in_area = self.geo.unit_of(bp.addr).is_some_and(|u| u + units <= self.geo.data_units);
+        let (start, len) = bp.read_span();
+        let units = len / UNIT_SIZE;
+        let in_area = self.geo.unit_of(start).is_some_and(|u| u + units <= self.geo.data_units);
         if bp.device != 0 || !in_area {
             return Err(self.corrupt(Corruption::new(
                 what,
@@ -282,12 +394,12 @@ impl BlockIo {
                 "block pointer points outside the data area",
             )));
         }
-        let len = units * crate::format::UNIT_SIZE;
         let mut buf = AlignedBuf::zeroed(len as usize);
-        self.dev.read_at(&mut buf, bp.addr).map_err(|e| Error::io("read block", e))?;
+        self.dev.read_at(&mut buf, start).map_err(|e| Error::io("read block", e))?;
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes_read.fetch_add(len, Ordering::Relaxed);
-        let stored = &buf[..bp.psize as usize];
+        let off = (bp.addr - start) as usize;
+        let stored = &buf[off..off + bp.psize as usize];
         let found = bp.checksum_algo.compute(stored);
         if found != bp.checksum {
             return Err(self.corrupt(Corruption::new(

@@ -19,7 +19,7 @@ use crate::format::features::{Access, Features};
 use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::uberblock::UberblockPhys;
-use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, UNIT_SIZE};
+use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, SECTOR_SIZE, UNIT_SIZE};
 use crate::intent_log::{IntentLog, LogPlace};
 use crate::log_device::{LogAtOpen, LogDeviceSpec};
 use crate::pipeline::BlockIo;
@@ -563,6 +563,7 @@ impl Pool {
                         snapshots,
                     };
                     let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new(), commit_gate: Mutex::new(()) };
+                    pool.start_packing()?;
                     match discarded {
                         None => pool.replay_intent_log()?,
                         Some(why) => pool.discard_log_device(&why)?,
@@ -585,6 +586,20 @@ impl Pool {
                 ),
             ))),
         }
+    }
+
+    /// Pack small compressed records if the pool carries the packs feature; a writable
+    /// pool that compresses but predates packs gets the feature now (its labels rewritten).
+    fn start_packing(&self) -> Result<()> {
+        use crate::format::features::{INCOMPAT_COMPRESSION, INCOMPAT_PACKS};
+        let mut p = self.lock();
+        let f = p.label.features.incompat;
+        if f & INCOMPAT_PACKS != 0 {
+            p.io.set_packing(true);
+        } else if f & INCOMPAT_COMPRESSION != 0 && !p.read_only {
+            p.enable_compression_feature()?;
+        }
+        Ok(())
     }
 
     fn load_root(
@@ -665,6 +680,8 @@ impl Pool {
             }
         }
         crate::space::load(io, &catalog, &mut volumes)?;
+        let mut alloc = alloc;
+        crate::space::load_packs(io, &catalog, &mut alloc)?;
         Ok((alloc, catalog, volumes, snapshots))
     }
 
@@ -784,15 +801,15 @@ impl Pool {
             sync_policy: opts.sync.as_u8(),
             tree_root: BlockPtr::HOLE,
             next_object_id: 1,
-            used_units: 0,
+            used_sectors: 0,
             created_txg: p.next_txg,
             created_ns: p.clock.now_ns(),
             quota_bytes: opts.quota_bytes,
             parent: 0,
             deadlist: 0,
-            written_units: 0,
+            written_sectors: 0,
             origin: 0,
-            total_units: 0,
+            total_sectors: 0,
             compression: opts.compression,
             saved_bytes: Some(0),
         };
@@ -1025,15 +1042,15 @@ fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {
     };
     VolumeInfo {
         snapshots: p.snapshots.values().filter(|s| s.rec.volume == id.0).count(),
-        written_bytes: v.rec.written_units * UNIT_SIZE,
-        total_bytes: v.rec.total_units * UNIT_SIZE,
+        written_bytes: v.rec.written_sectors * SECTOR_SIZE,
+        total_bytes: v.rec.total_sectors * SECTOR_SIZE,
         parent_snapshot: snapshot_name(v.rec.parent),
         origin: snapshot_name(v.rec.origin),
         read_only: v.read_only_view,
         name: v.name.clone(),
         id,
         record_size: v.rec.record_size,
-        used_bytes: v.rec.used_units * UNIT_SIZE,
+        used_bytes: v.rec.used_sectors * SECTOR_SIZE,
         quota_bytes: v.rec.quota_bytes,
         sync: SyncPolicy::from_u8(v.rec.sync_policy),
         created_txg: v.rec.created_txg,

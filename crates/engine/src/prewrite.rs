@@ -31,7 +31,7 @@
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Error, Result};
 use crate::format::{round_up_unit, BlockKind, BlockPtr, Compression, UNIT_SIZE};
-use crate::pipeline::trimmed;
+use crate::pipeline::{packable, plan_packs, trimmed, PackItem};
 use crate::pool::{Pool, VolumeId};
 use crate::volume::ObjectId;
 use std::sync::atomic::Ordering;
@@ -174,11 +174,15 @@ impl Pool {
             let mut blocks: Vec<(u64, Stored)> = Vec::with_capacity(prepared.len());
             let mut stats = PrewriteStats::default();
             let crate::pool::PoolInner { volumes, alloc, io, .. } = &mut *p;
-            for pr in prepared {
-                let Some(v) = volumes.get_mut(&pr.job.vol) else { continue };
-                if !v.still_holds(pr.job.key, &pr.job.content) {
-                    continue; // changed since step 1: the commit writes the new content
-                }
+            // Records changed since step 1 are left to the commit (it writes the new content).
+            let (mut small, large): (Vec<Prepared>, Vec<Prepared>) = prepared
+                .into_iter()
+                .filter(|pr| volumes.get(&pr.job.vol).is_some_and(|v| v.still_holds(pr.job.key, &pr.job.content)))
+                .partition(|pr| {
+                    io.packing() && pr.compression != Compression::None && packable(pr.stored.bytes().len())
+                });
+            for pr in large {
+                let v = volumes.get_mut(&pr.job.vol).expect("filtered above");
                 let lsize = pr.job.content.len();
                 let new = NewBlock { stored: &pr.stored, lsize, compression: pr.compression, checksum: pr.checksum };
                 let Some(bp) = new.allocate(alloc, io, txg, checksum_algo, pr.job.policy) else { break };
@@ -186,6 +190,30 @@ impl Pool {
                 stats.bytes += bp.units() * UNIT_SIZE;
                 register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
                 blocks.push((bp.addr, pr.stored));
+            }
+            // Small compressed records go into packs (compaction), each pack one block.
+            let sizes: Vec<usize> = small.iter().map(|pr| pr.stored.bytes().len()).collect();
+            for (_, count, units) in plan_packs(&sizes) {
+                let members: Vec<Prepared> = small.drain(..count).collect();
+                let items: Vec<PackItem<'_>> = members
+                    .iter()
+                    .map(|pr| PackItem {
+                        stored: pr.stored.bytes(),
+                        compression: pr.compression,
+                        lsize: pr.job.content.len(),
+                        checksum: pr.checksum,
+                    })
+                    .collect();
+                let mut buf = Vec::new();
+                let Ok((addr, bps)) = io.place_pack(alloc, &items, units, txg, &mut buf) else { break };
+                drop(items);
+                for (pr, bp) in members.into_iter().zip(bps) {
+                    let v = volumes.get_mut(&pr.job.vol).expect("filtered above");
+                    stats.records += 1;
+                    register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
+                }
+                stats.bytes += units * UNIT_SIZE;
+                blocks.push((addr, Stored::Compressed(buf)));
             }
             let batch = Arc::new(PrewriteBatch::new(blocks));
             p.prewrites.push(batch.clone());
@@ -245,6 +273,7 @@ impl NewBlock<'_> {
             kind: BlockKind::Data,
             compression: self.compression,
             checksum_algo,
+            packed: false,
             checksum: self.checksum,
         })
     }
@@ -265,7 +294,7 @@ pub(crate) fn register(
 ) {
     io.cache_data(&bp, content.clone());
     if let Some(old) = v.prewritten.insert(key, Prewritten { content, bp }) {
-        alloc.free(old.bp.addr, old.bp.units(), txg);
+        alloc.free_block(&old.bp, txg).expect("a prewritten block is ours to free");
     }
 }
 

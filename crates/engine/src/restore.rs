@@ -66,14 +66,14 @@ impl Pool {
             let head = &p.volumes[&vid];
             let mut freed = Vec::new();
             collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
-            let units: u64 = freed.iter().map(|b| b.units()).sum();
-            if units != head.rec.written_units {
+            let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
+            if sectors != head.rec.written_sectors {
                 return Err(Corruption::new(
                     "volume record",
                     None,
                     format!(
-                        "volume {volume}: blocks born since its parent snapshot occupy {units} units, the record says {}; run `strata check`",
-                        head.rec.written_units
+                        "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {}; run `strata check`",
+                        head.rec.written_sectors
                     ),
                 )
                 .into());
@@ -88,15 +88,15 @@ impl Pool {
             }
             let s = p.snapshots[&sid].rec.clone();
             let dl = p.new_id();
-            let units: u64 = freed.iter().map(|b| b.units()).sum();
+            let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
             let rec = VolumeRecordPhys {
                 tree_root: s.tree_root,
                 next_object_id: old.next_object_id.max(s.next_object_id),
-                used_units: s.referenced_units,
+                used_sectors: s.referenced_sectors,
                 parent: sid,
                 deadlist: dl,
-                written_units: 0,
-                total_units: old.total_units - units,
+                written_sectors: 0,
+                total_sectors: old.total_sectors - sectors,
                 saved_bytes: s.saved_bytes,
                 ..old
             };

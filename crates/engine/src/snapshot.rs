@@ -20,7 +20,7 @@
 use crate::error::{Error, Result};
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
-use crate::format::{BlockKind, BlockPtr, UNIT_SIZE};
+use crate::format::{BlockKind, BlockPtr, SECTOR_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{validate_volume_name, Pool, PoolInner, VolumeId};
 use crate::volume::{VolumeState, KEY_DNODE};
@@ -86,8 +86,8 @@ pub fn validate_snapshot_name(name: &str) -> Result<()> {
     })
 }
 
-fn units(bps: &[BlockPtr]) -> u64 {
-    bps.iter().map(|bp| bp.units()).sum()
+fn sectors(bps: &[BlockPtr]) -> u64 {
+    bps.iter().map(|bp| bp.sectors()).sum()
 }
 
 /// Every block of a volume tree (nodes, indirect blocks, records) born after txg `after`
@@ -253,19 +253,19 @@ impl PoolInner {
         Ok(entries)
     }
 
-    /// Units only snapshot `id` holds: what deleting it would free.
-    pub(crate) fn unique_units(&self, id: u64) -> Result<u64> {
+    /// Sectors only snapshot `id` holds: what deleting it would free.
+    pub(crate) fn unique_sectors(&self, id: u64) -> Result<u64> {
         let s = &self.snapshots[&id];
         let after = self.snapshot_txg(s.rec.parent);
         let children = self.children(id);
         match children.as_slice() {
-            [] => Ok(s.rec.written_units),
-            [c] => Ok(units(&self.deadlist_entries(self.child_deadlist(*c), after)?)),
+            [] => Ok(s.rec.written_sectors),
+            [c] => Ok(sectors(&self.deadlist_entries(self.child_deadlist(*c), after)?)),
             many => {
                 let mut count: HashMap<u64, (u32, u64)> = HashMap::new();
                 for c in many {
                     for bp in self.deadlist_entries(self.child_deadlist(*c), after)? {
-                        count.entry(bp.addr).or_insert((0, bp.units())).0 += 1;
+                        count.entry(bp.addr).or_insert((0, bp.sectors())).0 += 1;
                     }
                 }
                 Ok(count.values().filter(|(n, _)| *n as usize == many.len()).map(|(_, u)| u).sum())
@@ -291,9 +291,9 @@ impl PoolInner {
             id,
             txg: s.rec.txg,
             created_ns: s.rec.created_ns,
-            referenced_bytes: s.rec.referenced_units * UNIT_SIZE,
-            written_bytes: s.rec.written_units * UNIT_SIZE,
-            unique_bytes: self.unique_units(id)? * UNIT_SIZE,
+            referenced_bytes: s.rec.referenced_sectors * SECTOR_SIZE,
+            written_bytes: s.rec.written_sectors * SECTOR_SIZE,
+            unique_bytes: self.unique_sectors(id)? * SECTOR_SIZE,
             clones,
             group: s.rec.group,
         })
@@ -314,8 +314,8 @@ impl PoolInner {
                 tree_root: v.rec.tree_root,
                 parent: v.rec.parent,
                 deadlist: v.rec.deadlist,
-                referenced_units: v.rec.used_units,
-                written_units: v.rec.written_units,
+                referenced_sectors: v.rec.used_sectors,
+                written_sectors: v.rec.written_sectors,
                 next_object_id: v.rec.next_object_id,
                 record_size: v.rec.record_size,
                 group,
@@ -323,7 +323,7 @@ impl PoolInner {
             };
             v.rec.parent = sid;
             v.rec.deadlist = dl;
-            v.rec.written_units = 0;
+            v.rec.written_sectors = 0;
             v.parent_txg = txg;
             self.catalog.insert(&self.io, &snapshot_key(vol.0, &name), &rec.encode())?;
             self.snapshots.insert(sid, SnapshotState { name, rec });
@@ -380,7 +380,7 @@ impl PoolInner {
                 for bp in self.deadlist_take(s.deadlist, 0)? {
                     self.deadlist_insert(child_dl, &bp)?;
                 }
-                let gained = s.written_units.checked_sub(units(&freed)).ok_or_else(|| {
+                let gained = s.written_sectors.checked_sub(sectors(&freed)).ok_or_else(|| {
                     Error::Corruption(crate::error::Corruption::new(
                         "deadlist",
                         None,
@@ -391,14 +391,14 @@ impl PoolInner {
                     Child::Head(v) => {
                         let h = self.volumes.get_mut(&v).expect("child head");
                         h.rec.parent = s.parent;
-                        h.rec.written_units += gained;
+                        h.rec.written_sectors += gained;
                         h.parent_txg = after;
                         h.dirty = true;
                     }
                     Child::Snap(sid) => {
                         let cs = self.snapshots.get_mut(&sid).expect("child snapshot");
                         cs.rec.parent = s.parent;
-                        cs.rec.written_units += gained;
+                        cs.rec.written_sectors += gained;
                         let key = snapshot_key(cs.rec.volume, &cs.name);
                         let raw = cs.rec.encode();
                         self.catalog.insert(&self.io, &key, &raw)?;
@@ -411,7 +411,7 @@ impl PoolInner {
         self.snapshots.remove(&id);
         self.volumes.remove(&VolumeId(id)); // an open read-only view of it
         let v = self.volumes.get_mut(&vol).expect("snapshot's volume");
-        v.rec.total_units = v.rec.total_units.checked_sub(units(&freed)).ok_or_else(|| {
+        v.rec.total_sectors = v.rec.total_sectors.checked_sub(sectors(&freed)).ok_or_else(|| {
             Error::Corruption(crate::error::Corruption::new(
                 "volume record",
                 None,
@@ -554,15 +554,15 @@ impl Pool {
                 sync_policy: src.sync_policy,
                 tree_root: s.tree_root,
                 next_object_id: s.next_object_id,
-                used_units: s.referenced_units,
+                used_sectors: s.referenced_sectors,
                 created_txg: s.txg,
                 created_ns: s.created_ns,
                 quota_bytes: 0,
                 parent: s.parent,
                 deadlist: 0,
-                written_units: s.written_units,
+                written_sectors: s.written_sectors,
                 origin: 0,
-                total_units: 0,
+                total_sectors: 0,
                 compression: src.compression,
                 saved_bytes: s.saved_bytes,
             };

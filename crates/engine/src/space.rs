@@ -19,11 +19,13 @@
 //! operation, but only when some volume has a reservation; fine for the dozens of volumes
 //! a pool holds; cache the sum if pools reach thousands of thick volumes.
 
+use crate::alloc::Allocator;
 use crate::compress::CompressionPolicy;
+use crate::error::Corruption;
 use crate::error::{Error, Result};
-use crate::format::features::INCOMPAT_COMPRESSION;
-use crate::format::space::{PoolSpacePhys, VolumeSpacePhys, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
-use crate::format::UNIT_SIZE;
+use crate::format::features::{INCOMPAT_COMPRESSION, INCOMPAT_PACKS};
+use crate::format::space::{PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
+use crate::format::{SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{Pool, PoolInner, VolumeId};
 use crate::tree::btree::BTree;
@@ -66,6 +68,10 @@ pub struct PoolSpace {
     pub compressed_blocks_written: u64,
     pub compression_skipped: u64,
     pub zero_records_elided: u64,
+    /// Packs in the pool now (compaction: units shared by small compressed records).
+    pub packs: u64,
+    /// Data records written into packs since the pool was opened.
+    pub packed_records_written: u64,
 }
 
 fn reservation_units(bytes: u64) -> u64 {
@@ -74,7 +80,12 @@ fn reservation_units(bytes: u64) -> u64 {
 
 /// Units of `v`'s reservation it does not use yet (committed or dirty).
 pub(crate) fn unused_reservation_units(v: &VolumeState) -> u64 {
-    reservation_units(v.reservation_bytes).saturating_sub(v.rec.used_units + v.reserved_units())
+    reservation_units(v.reservation_bytes).saturating_sub(used_units(v) + v.reserved_units())
+}
+
+/// The units `v`'s committed blocks are charged (sectors, rounded up to units).
+fn used_units(v: &VolumeState) -> u64 {
+    v.rec.used_sectors.div_ceil(SECTORS_PER_UNIT)
 }
 
 /// Units the other volumes' reservations keep from `except`.
@@ -92,7 +103,7 @@ pub(crate) fn volume_space(v: &VolumeState) -> VolumeSpace {
     VolumeSpace {
         compression: v.rec.compression,
         reservation_bytes: v.reservation_bytes,
-        logical_bytes: v.rec.saved_bytes.map(|s| v.rec.used_units * UNIT_SIZE + s),
+        logical_bytes: v.rec.saved_bytes.map(|s| v.rec.used_sectors * SECTOR_SIZE + s),
         saved_bytes: v.rec.saved_bytes,
     }
 }
@@ -118,17 +129,38 @@ pub(crate) fn load(io: &BlockIo, catalog: &BTree, volumes: &mut BTreeMap<VolumeI
     Ok(())
 }
 
-impl PoolInner {
-    /// Mark the pool as using compressed blocks (an incompatible feature) before the first
-    /// one can be written: both labels are rewritten, one at a time, each flushed, so a crash
-    /// leaves at least one valid label. A failure latches the pool (DESIGN.md §3.8).
-    pub(crate) fn enable_compression_feature(&mut self) -> Result<()> {
-        if self.label.features.incompat & INCOMPAT_COMPRESSION != 0 {
-            return Ok(());
+/// Read the pack table in `catalog` into the allocator (opening a pool).
+pub(crate) fn load_packs(io: &BlockIo, catalog: &BTree, alloc: &mut Allocator) -> Result<()> {
+    let mut packs = Vec::new();
+    let mut start = vec![KEY_PACK];
+    loop {
+        let batch = catalog.range(io, &start, Some(&[KEY_PACK + 1]), 1024)?;
+        let Some((last, _)) = batch.last() else { break };
+        start = last.clone();
+        start.push(0);
+        for (k, v) in batch {
+            let addr = PackPhys::addr_of_key(&k)
+                .ok_or_else(|| Corruption::new("pack table", None, format!("malformed key {k:02x?}")))?;
+            packs.push((addr, PackPhys::decode(&v)?));
         }
-        let mut label = self.label.clone();
-        label.features.incompat |= INCOMPAT_COMPRESSION;
-        self.rewrite_labels(label, "write pool label (enable compression)")
+    }
+    alloc.load_packs(packs)
+}
+
+impl PoolInner {
+    /// Mark the pool as using compressed blocks and packs (incompatible features) before
+    /// the first one can be written: both labels are rewritten, one at a time, each flushed,
+    /// so a crash leaves at least one valid label. A failure latches the pool (DESIGN.md
+    /// §3.8). Packing starts once the labels carry the packs feature.
+    pub(crate) fn enable_compression_feature(&mut self) -> Result<()> {
+        let want = INCOMPAT_COMPRESSION | INCOMPAT_PACKS;
+        if self.label.features.incompat & want != want {
+            let mut label = self.label.clone();
+            label.features.incompat |= want;
+            self.rewrite_labels(label, "write pool label (enable compression and packs)")?;
+        }
+        self.io.set_packing(true);
+        Ok(())
     }
 
     /// Can a reservation of `bytes` be honoured for `vol` (`None`: a new, empty volume)?
@@ -139,7 +171,7 @@ impl PoolInner {
                  lower the reservation or raise the size"
             )));
         }
-        let in_use = vol.and_then(|id| self.volumes.get(&id)).map_or(0, |v| v.rec.used_units + v.reserved_units());
+        let in_use = vol.and_then(|id| self.volumes.get(&id)).map_or(0, |v| used_units(v) + v.reserved_units());
         let need = reservation_units(bytes).saturating_sub(in_use);
         let others = match vol {
             Some(id) => held_for_others(&self.volumes, id),
@@ -232,6 +264,8 @@ impl PoolInner {
             compressed_blocks_written: stats.compressed_blocks_written.load(Ordering::Relaxed),
             compression_skipped: stats.compression_skipped.load(Ordering::Relaxed),
             zero_records_elided: stats.zero_records_elided.load(Ordering::Relaxed),
+            packs: self.alloc.pack_count() as u64,
+            packed_records_written: stats.packed_records_written.load(Ordering::Relaxed),
         }
     }
 }

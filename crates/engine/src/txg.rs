@@ -24,6 +24,7 @@ use crate::alloc::Allocator;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::label::LabelPhys;
+use crate::format::space::PackPhys;
 use crate::format::uberblock::{UberblockPhys, UBER_SLOT_SIZE};
 use crate::format::{LABEL_SIZE, RING_SLOTS, UNIT_SIZE};
 use crate::pool::{volume_key, PoolInner, VolumeId};
@@ -179,10 +180,25 @@ impl PoolInner {
             catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
         }
         let PoolInner { io, alloc, catalog, .. } = self;
-        let catalog_root = catalog.write(io, alloc, txg)?;
-        released.extend(catalog.take_released());
+        // Frees come before the catalog is written: freeing a packed record changes the
+        // pack table, which the catalog holds. (Freed units are held back from reuse, so the
+        // catalog's new nodes cannot land on them.)
         for bp in &released {
-            alloc.free(bp.addr, bp.units(), txg);
+            alloc.free_block(bp, txg)?;
+        }
+        for (addr, pack) in alloc.take_dirty_packs() {
+            match pack {
+                Some(pk) => {
+                    catalog.insert(io, &PackPhys::key(addr), &pk.encode())?;
+                }
+                None => {
+                    catalog.remove(io, &PackPhys::key(addr))?;
+                }
+            }
+        }
+        let catalog_root = catalog.write(io, alloc, txg)?;
+        for bp in catalog.take_released() {
+            alloc.free_block(&bp, txg)?;
         }
         io.finish_writes()?;
         alloc.write_dirty_chunks(self.dev.as_ref(), txg, self.label.pool_guid)?;

@@ -91,7 +91,7 @@ impl<'a> Txn<'a> {
         Ok(SpaceInfo {
             pool_size_bytes: size,
             pool_free_bytes: free,
-            volume_used_bytes: (v.rec.used_units + v.reserved_units()) * UNIT_SIZE,
+            volume_used_bytes: v.rec.used_sectors * crate::format::SECTOR_SIZE + v.reserved_units() * UNIT_SIZE,
             volume_quota_bytes: v.rec.quota_bytes,
         })
     }

@@ -16,7 +16,7 @@ use crate::alloc::Allocator;
 use crate::error::{Error, Result};
 use crate::format::node::KEY_MAX;
 use crate::format::records::{valid_record_size, DnodePhys, VolumeRecordPhys, ATTR_MAX};
-use crate::format::{BlockKind, BlockPtr, UNIT_SIZE};
+use crate::format::{BlockKind, BlockPtr, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::prewrite::Prewritten;
 use crate::tree::blocktree;
@@ -141,7 +141,7 @@ impl VolumeState {
     pub(crate) fn set_shape(&mut self, io: &BlockIo, obj: ObjectId, size: u64, record_size: u32) -> Result<()> {
         let st = self.dnode(io, obj)?;
         if st.dnode.record_size != record_size {
-            if st.dnode.data_units != 0 || st.dnode.size != 0 {
+            if st.dnode.data_sectors != 0 || st.dnode.size != 0 {
                 return Err(Error::invalid(format!("object {} holds data: its record size cannot change", obj.0)));
             }
             st.dnode.record_size = record_size;
@@ -184,7 +184,7 @@ impl VolumeState {
             record_size: self.rec.record_size,
             levels: 0,
             root: BlockPtr::HOLE,
-            data_units: 0,
+            data_sectors: 0,
             attr: attr.to_vec(),
         };
         self.objects.insert(obj, ObjState { dnode, dirty: true });
@@ -219,7 +219,7 @@ impl VolumeState {
             self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).filter(|(_, c)| c.is_some()).count() as u64,
             "per-object dirty count"
         );
-        Ok(dn.data_units * UNIT_SIZE + dirty * dn.record_size as u64)
+        Ok(dn.data_sectors * SECTOR_SIZE + dirty * dn.record_size as u64)
     }
 
     pub fn get_attr(&mut self, io: &BlockIo, obj: ObjectId) -> Result<Vec<u8>> {
@@ -313,7 +313,7 @@ impl VolumeState {
     /// Forget every prewritten block (their writes failed), freeing them.
     pub(crate) fn drop_prewritten(&mut self, alloc: &mut Allocator, txg: u64) {
         for (_, pw) in self.prewritten.drain() {
-            alloc.free(pw.bp.addr, pw.bp.units(), txg);
+            alloc.free_block(&pw.bp, txg).expect("a prewritten block is ours to free");
         }
     }
 
@@ -346,7 +346,7 @@ impl VolumeState {
 
     fn reserve(&mut self, alloc: &mut Allocator, units: u64) -> Result<()> {
         if self.rec.quota_bytes > 0 {
-            let want = (self.rec.used_units + self.reserved_units + units) * UNIT_SIZE;
+            let want = self.rec.used_sectors * SECTOR_SIZE + (self.reserved_units + units) * UNIT_SIZE;
             if want > self.rec.quota_bytes {
                 return Err(Error::NoSpace(format!(
                     "volume {} is at its size limit of {} bytes",
@@ -676,21 +676,24 @@ impl VolumeState {
                 }
                 (pw, c) => {
                     if let Some(pw) = pw {
-                        alloc.free(pw.bp.addr, pw.bp.units(), txg);
+                        alloc.free_block(&pw.bp, txg).expect("a prewritten block is ours to free");
                     }
                     (k, Placement::Content(c))
                 }
             })
             .collect();
         for (_, pw) in prewritten.drain() {
-            alloc.free(pw.bp.addr, pw.bp.units(), txg);
+            alloc.free_block(&pw.bp, txg).expect("a prewritten block is ours to free");
         }
-        let prewritten_units: u64 =
-            dirty.values().map(|c| if let Placement::Prewritten(bp) = c { bp.units() } else { 0 }).sum();
-        let allocated_before = alloc.allocated_units();
+        // Space is charged in sectors (`BlockPtr::sectors`): units of the plain blocks this
+        // sync allocates (data and metadata), the sectors of the records it packs, and the
+        // blocks written ahead (prewritten) or shared from a clone's origin.
+        let prewritten_sectors: u64 =
+            dirty.values().map(|c| if let Placement::Prewritten(bp) = c { bp.sectors() } else { 0 }).sum();
+        let plain_before = alloc.plain_units_allocated();
         let mut mine = std::mem::take(&mut self.released);
         let shared = std::mem::take(&mut self.shared_records);
-        let shared_units: u64 = shared.values().map(|bp| bp.units()).sum();
+        let shared_sectors: u64 = shared.values().map(|bp| bp.sectors()).sum();
         dirty.extend(shared.into_iter().map(|(k, bp)| (k, Placement::Block(bp))));
         self.dirty_bytes = 0;
         self.dirty_counts.clear();
@@ -698,16 +701,17 @@ impl VolumeState {
         let mut saved_added = 0u64;
         // Compress every non-zero record first, on all cores (compress.rs); the write-out
         // below then takes the results in the same (key) order.
-        let inputs: Vec<&[u8]> = dirty
+        let (inputs, lsizes): (Vec<&[u8]>, Vec<usize>) = dirty
             .values()
             .filter_map(|c| match c {
-                Placement::Content(Some(buf)) => Some(buf.as_slice().as_ref()),
+                Placement::Content(Some(buf)) => Some((crate::pipeline::trimmed(buf), buf.len())),
                 _ => None,
             })
-            .map(crate::pipeline::trimmed)
-            .filter(|t| !t.is_empty())
-            .collect();
-        let mut compressed = crate::compress::compress_batch(self.rec.compression, &inputs).into_iter();
+            .filter(|(t, _)| !t.is_empty())
+            .unzip();
+        let compressed = crate::compress::compress_batch(self.rec.compression, &inputs);
+        let (placed, packed_sectors) = pack_records(io, alloc, &compressed, &lsizes, txg)?;
+        let mut compressed = compressed.into_iter().zip(placed);
         let mut it = dirty.into_iter().peekable();
         while let Some(((obj, recno), content)) = it.next() {
             let mut group = vec![(recno, content)];
@@ -722,8 +726,10 @@ impl VolumeState {
             for (r, content) in group {
                 let bp = match content {
                     Placement::Content(Some(buf)) if buf.iter().any(|&b| b != 0) => {
-                        let c = compressed.next().expect("one compression result per non-zero record");
-                        io.write_data_compressed(alloc, &buf, txg, self.rec.compression, c)?
+                        match compressed.next().expect("one compression result per non-zero record") {
+                            (_, Some(packed)) => packed,
+                            (c, None) => io.write_data_compressed(alloc, &buf, txg, self.rec.compression, c)?,
+                        }
                     }
                     Placement::Content(Some(_)) => {
                         // Zero detection: an all-zero record the application wrote is a hole.
@@ -743,12 +749,12 @@ impl VolumeState {
             st.dnode.root =
                 blocktree::update(io, alloc, st.dnode.root, st.dnode.levels, new_levels, &updates, txg, &mut mine)?;
             st.dnode.levels = new_levels;
-            let added: u64 = updates.iter().map(|(_, bp)| bp.units()).sum();
+            let added: u64 = updates.iter().map(|(_, bp)| bp.sectors()).sum();
             let dropped: u64 =
-                mine[released_before..].iter().filter(|bp| bp.kind == BlockKind::Data).map(|bp| bp.units()).sum();
-            st.dnode.data_units = (st.dnode.data_units + added)
+                mine[released_before..].iter().filter(|bp| bp.kind == BlockKind::Data).map(|bp| bp.sectors()).sum();
+            st.dnode.data_sectors = (st.dnode.data_sectors + added)
                 .checked_sub(dropped)
-                .expect("an object never frees more data units than it holds");
+                .expect("an object never frees more data sectors than it holds");
             st.dirty = true;
         }
         let mut dirty_objs: Vec<(ObjectId, Vec<u8>)> = Vec::new();
@@ -762,9 +768,10 @@ impl VolumeState {
         }
         self.rec.tree_root = self.tree.write(io, alloc, txg)?;
         mine.extend(self.tree.take_released());
-        let added = alloc.allocated_units() - allocated_before + prewritten_units;
-        let dropped: u64 = mine.iter().map(|bp| bp.units()).sum();
-        self.rec.used_units = (self.rec.used_units + added + shared_units)
+        let added =
+            (alloc.plain_units_allocated() - plain_before) * SECTORS_PER_UNIT + packed_sectors + prewritten_sectors;
+        let dropped: u64 = mine.iter().map(|bp| bp.sectors()).sum();
+        self.rec.used_sectors = (self.rec.used_sectors + added + shared_sectors)
             .checked_sub(dropped)
             .expect("a volume never frees more than it holds");
         if let Some(saved) = self.rec.saved_bytes {
@@ -775,13 +782,13 @@ impl VolumeState {
         }
         let (dead, freed): (Vec<BlockPtr>, Vec<BlockPtr>) =
             mine.into_iter().partition(|bp| bp.birth_txg <= self.parent_txg);
-        let freed_units: u64 = freed.iter().map(|bp| bp.units()).sum();
+        let freed_sectors: u64 = freed.iter().map(|bp| bp.sectors()).sum();
         // Blocks born after the parent snapshot are this head's alone ("written").
-        self.rec.written_units = (self.rec.written_units + added)
-            .checked_sub(freed_units)
+        self.rec.written_sectors = (self.rec.written_sectors + added)
+            .checked_sub(freed_sectors)
             .expect("a head never frees more than it wrote since its parent");
-        self.rec.total_units = (self.rec.total_units + added)
-            .checked_sub(freed_units)
+        self.rec.total_sectors = (self.rec.total_sectors + added)
+            .checked_sub(freed_sectors)
             .expect("a volume never frees more than was born in it");
         if self.objects.len() > DNODE_CACHE_MAX {
             self.objects.clear();
@@ -791,13 +798,54 @@ impl VolumeState {
     }
 }
 
+/// Pack the records whose compressed form is small (`pipeline::packable`) when the pool
+/// packs: returns, per compression result, its pointer if it went into a pack, and the
+/// sectors those records are charged.
+fn pack_records(
+    io: &BlockIo,
+    alloc: &mut Allocator,
+    compressed: &[Option<(crate::format::Compression, Vec<u8>)>],
+    lsizes: &[usize],
+    txg: u64,
+) -> Result<(Vec<Option<BlockPtr>>, u64)> {
+    let mut placed = vec![None; compressed.len()];
+    if !io.packing() {
+        return Ok((placed, 0));
+    }
+    let small: Vec<(usize, crate::format::Compression, &[u8])> = compressed
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.as_ref().map(|(algo, b)| (i, *algo, b.as_slice())))
+        .filter(|(_, _, b)| crate::pipeline::packable(b.len()))
+        .collect();
+    let sizes: Vec<usize> = small.iter().map(|(_, _, b)| b.len()).collect();
+    let mut sectors = 0;
+    for (first, count, units) in crate::pipeline::plan_packs(&sizes) {
+        let members = &small[first..first + count];
+        let items: Vec<crate::pipeline::PackItem<'_>> = members
+            .iter()
+            .map(|&(i, compression, stored)| crate::pipeline::PackItem {
+                stored,
+                compression,
+                lsize: lsizes[i],
+                checksum: io.checksum_algo().compute(stored),
+            })
+            .collect();
+        for (&(i, _, _), bp) in members.iter().zip(io.write_pack(alloc, &items, units, txg)?) {
+            sectors += bp.sectors();
+            placed[i] = Some(bp);
+        }
+    }
+    Ok((placed, sectors))
+}
+
 /// What a data block saves against storing its whole record raw: lsize − occupied bytes
 /// (compression and zero-tail trimming). Zero for holes and metadata.
 pub(crate) fn data_saved_bytes(bp: &BlockPtr) -> u64 {
     if bp.is_hole() || bp.kind != BlockKind::Data {
         return 0;
     }
-    (bp.lsize as u64).saturating_sub(bp.units() * UNIT_SIZE)
+    (bp.lsize as u64).saturating_sub(bp.sectors() * SECTOR_SIZE)
 }
 
 /// What a record becomes when the txg syncs.

@@ -13,7 +13,7 @@ use strata_engine::format::label::LabelPhys;
 use strata_engine::format::logdev::LogDeviceLabelPhys;
 use strata_engine::format::node::{BtreeNodePhys, IndirectPhys};
 use strata_engine::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
-use strata_engine::format::space::{PoolSpacePhys, VolumeSpacePhys};
+use strata_engine::format::space::{PackPhys, PoolSpacePhys, VolumeSpacePhys};
 use strata_engine::format::spacemap::{SpacemapChunkPhys, CHUNK_BITS_BYTES};
 use strata_engine::format::uberblock::UberblockPhys;
 use strata_testkit::{iters_from_env, seed_from_env, SimRng};
@@ -28,8 +28,14 @@ fn bp(rng: &mut SimRng) -> BlockPtr {
         kind: BlockKind::Data,
         compression: Compression::None,
         checksum_algo: ChecksumAlgo::Blake3,
+        packed: false,
         checksum: [7; 32],
     }
+}
+
+/// A record inside a pack: sector aligned, flagged.
+fn packed_bp(rng: &mut SimRng) -> BlockPtr {
+    BlockPtr { addr: rng.range(1, 1000) * 4096 + rng.range(0, 8) * 512, packed: true, ..bp(rng) }
 }
 
 fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
@@ -71,7 +77,7 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         record_size: 16384,
         levels: 1,
         root: bp(rng),
-        data_units: 4,
+        data_sectors: 35,
         attr: b"attr".to_vec(),
     };
     let vr = VolumeRecordPhys {
@@ -80,7 +86,7 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         sync_policy: 0,
         tree_root: bp(rng),
         next_object_id: 5,
-        used_units: 9,
+        used_sectors: 75,
         created_txg: 1,
         created_ns: 2,
         quota_bytes: 0,
@@ -88,9 +94,9 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         saved_bytes: Some(12288),
         parent: 3,
         deadlist: 4,
-        written_units: 5,
+        written_sectors: 43,
         origin: 3,
-        total_units: 12,
+        total_sectors: 99,
     };
     let sr = SnapshotRecordPhys {
         id: 3,
@@ -100,8 +106,8 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         tree_root: bp(rng),
         parent: 0,
         deadlist: 0,
-        referenced_units: 10,
-        written_units: 10,
+        referenced_sectors: 81,
+        written_sectors: 80,
         next_object_id: 4,
         record_size: 16384,
         group: 0,
@@ -114,6 +120,7 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
     let zst = compress(CompressionPolicy::Zstd { level: 3 }, &text).expect("text compresses").1;
     let space = VolumeSpacePhys { reservation_bytes: 1 << 30 }.encode();
     let pool_space = PoolSpacePhys { capacity_alert_percent: 10 }.encode();
+    let pack = PackPhys { units: 5, live: 12 }.encode();
     vec![
         label.encode(),
         ub.encode(),
@@ -137,6 +144,8 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
             ..label.clone()
         }
         .encode(),
+        packed_bp(rng).encode().to_vec(),
+        pack,
     ]
 }
 
@@ -160,6 +169,10 @@ fn valid_encodings_decode_back() {
     assert!(PoolSpacePhys::decode(&v[13]).is_ok());
     assert!(LogDeviceLabelPhys::decode(&v[14]).is_ok());
     assert_eq!(LabelPhys::decode(&v[15], 0).unwrap().log_device_guid, 9);
+    assert!(BlockPtr::decode_from(&mut Reader::new(&v[16], "t", None)).unwrap().packed);
+    assert_eq!(PackPhys::decode(&v[17]).unwrap(), PackPhys { units: 5, live: 12 });
+    // Space figures in sectors survive the units + remainder split.
+    assert_eq!(DnodePhys::decode(&v[6]).unwrap().data_sectors, 35);
     // A guid without the feature flag (or the reverse) is damage, not a format.
     let mut no_flag = LabelPhys::decode(&v[15], 0).unwrap();
     no_flag.features.incompat = 0;

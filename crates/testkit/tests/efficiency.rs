@@ -246,6 +246,7 @@ fn undecodable_payload_with_a_valid_checksum_is_corruption() {
             kind: BlockKind::Data,
             compression: algo,
             checksum_algo: ChecksumAlgo::Blake3,
+            packed: false,
             checksum: ChecksumAlgo::Blake3.compute(&garbage),
         };
         let e = io.read_block(&bp).unwrap_err();

@@ -9,7 +9,9 @@
 //! (compressed records are decoded when data is verified); that reservations name volumes;
 //! and that the space map on disk marks exactly the
 //! referenced units (no block both free and used, no leaked block) and agrees with the
-//! root's own total. Snapshots and clones share blocks: a block reached again through the
+//! root's own total. Packed records (compaction) must lie inside a pack of the pack
+//! table, not overlap each other, and each pack's live count must equal the packed
+//! pointers found in it; a pack's units count once. Snapshots and clones share blocks: a block reached again through the
 //! same pointer (same address, birth and checksum) is shared, not a double reference, and
 //! its subtree is not walked twice. `space.rs` then checks the snapshot accounting: each
 //! tree's recorded size, the deadlists (exactly the parent's blocks the child lacks) and each
@@ -22,13 +24,13 @@ use crate::alloc::Allocator;
 use crate::error::Result;
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
-use crate::format::space::{PoolSpacePhys, VolumeSpacePhys, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
-use crate::format::{BlockKind, BlockPtr, Compression};
+use crate::format::space::{PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
+use crate::format::{BlockKind, BlockPtr, Compression, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::Pool;
 use crate::tree::blocktree;
 use crate::volume::KEY_DNODE;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 mod space;
 
@@ -102,6 +104,13 @@ struct Checker<'a> {
     geo: crate::alloc::Geometry,
     /// The labels carry INCOMPAT_COMPRESSION (required before any compressed block).
     compression_feature: bool,
+    /// The labels carry INCOMPAT_PACKS (required before any packed record).
+    packs_feature: bool,
+    /// The pack table as committed (catalog key space KEY_PACK).
+    packs: BTreeMap<u64, PackPhys>,
+    /// Per pack address: packed records found in it, the sectors they cover (one bit per
+    /// sector: a pack has at most 64) and the sectors they are charged.
+    pack_found: HashMap<u64, (u32, u64, u64)>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -130,6 +139,9 @@ impl Checker<'_> {
             self.err(format!("{ctx}: block at {} is referenced by two different pointers", bp.addr));
             return Claim::Bad;
         }
+        if bp.packed {
+            return self.claim_packed(bp, ctx);
+        }
         let units = bp.units();
         let Some(first) = self.geo.unit_of(bp.addr).filter(|u| u + units <= self.geo.data_units) else {
             self.err(format!("{ctx}: block at {} lies outside the data area", bp.addr));
@@ -142,26 +154,95 @@ impl Checker<'_> {
                 bp.addr, bp.birth_txg, self.root_txg
             ));
         }
+        self.reference_units(first, units, bp.addr, ctx);
+        Claim::New
+    }
+
+    fn reference_units(&mut self, first: u64, units: u64, addr: u64, ctx: &str) {
         for u in first..first + units {
             let (w, b) = ((u / 64) as usize, u % 64);
             if self.referenced[w] >> b & 1 == 1 {
-                self.err(format!("{ctx}: unit {u} (block at {}) is referenced twice", bp.addr));
+                self.err(format!("{ctx}: unit {u} (block at {addr}) is referenced twice"));
             } else {
                 self.referenced[w] |= 1 << b;
                 self.report.referenced_units += 1;
             }
         }
+    }
+
+    /// Account for a packed record (first visit): it must lie in a pack and overlap no
+    /// other record of it; the pack's units are referenced with its first record.
+    fn claim_packed(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
+        let end = bp.addr + bp.psize as u64;
+        let Some((start, pack)) = self.packs.range(..=bp.addr).next_back().map(|(a, p)| (*a, *p)) else {
+            self.err(format!("{ctx}: packed record at {} lies in no pack of the pack table", bp.addr));
+            return Claim::Bad;
+        };
+        if end > start + pack.units as u64 * UNIT_SIZE {
+            self.err(format!("{ctx}: packed record at {} lies in no pack of the pack table", bp.addr));
+            return Claim::Bad;
+        }
+        if !self.packs_feature {
+            self.err(format!("{ctx}: record at {} is packed but the pool labels lack the packs feature", bp.addr));
+        }
+        self.visited.insert(bp.addr, *bp);
+        if bp.birth_txg > self.root_txg {
+            self.err(format!(
+                "{ctx}: block at {} born in txg {} after the root's txg {}",
+                bp.addr, bp.birth_txg, self.root_txg
+            ));
+        }
+        let first = (bp.addr - start) / SECTOR_SIZE;
+        let n = bp.sectors();
+        let mask = if n >= 64 { u64::MAX } else { ((1u64 << n) - 1) << first };
+        let units = pack.units as u64;
+        let found = self.pack_found.entry(start).or_insert((0, 0, 0));
+        let (seen_before, overlap) = (found.0 > 0, found.1 & mask != 0);
+        found.0 += 1;
+        found.1 |= mask;
+        found.2 += n;
+        if overlap {
+            self.err(format!("{ctx}: packed record at {} overlaps another record of its pack", bp.addr));
+        }
+        if !seen_before {
+            match self.geo.unit_of(start).filter(|u| u + units <= self.geo.data_units) {
+                Some(u) => self.reference_units(u, units, start, ctx),
+                None => self.err(format!("pack at {start} lies outside the data area")),
+            }
+        }
         Claim::New
     }
 
-    /// Walk a B+tree, checking bounds and levels; `leaf(key, value)` sees every entry.
-    /// Returns the units its nodes occupy.
-    fn btree(&mut self, root: &BlockPtr, ctx: &str, leaf: &mut dyn FnMut(&mut Self, &[u8], &[u8])) -> u64 {
-        let mut units = 0;
-        if !root.is_hole() {
-            self.btree_node(root, None, None, None, ctx, leaf, &mut units);
+    /// After every tree was walked: each pack's live count against the records found in
+    /// it. Returns the sectors of packs no record is charged (free space inside packs).
+    fn check_packs(&mut self) -> u64 {
+        let mut slack = 0;
+        let packs = std::mem::take(&mut self.packs);
+        for (start, pack) in &packs {
+            let Some(&(found, _, sectors)) = self.pack_found.get(start) else {
+                self.err(format!("pack at {start} ({} live records in the table) holds no record (leak)", pack.live));
+                continue;
+            };
+            if found != pack.live {
+                self.err(format!(
+                    "pack at {start}: the table counts {} live records, {found} point into it",
+                    pack.live
+                ));
+            }
+            slack += (pack.units as u64 * SECTORS_PER_UNIT).saturating_sub(sectors);
         }
-        units
+        self.packs = packs;
+        slack
+    }
+
+    /// Walk a B+tree, checking bounds and levels; `leaf(key, value)` sees every entry.
+    /// Returns the sectors its nodes are charged.
+    fn btree(&mut self, root: &BlockPtr, ctx: &str, leaf: &mut dyn FnMut(&mut Self, &[u8], &[u8])) -> u64 {
+        let mut sectors = 0;
+        if !root.is_hole() {
+            self.btree_node(root, None, None, None, ctx, leaf, &mut sectors);
+        }
+        sectors
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -173,13 +254,13 @@ impl Checker<'_> {
         upper: Option<&[u8]>,
         ctx: &str,
         leaf: &mut dyn FnMut(&mut Self, &[u8], &[u8]),
-        units: &mut u64,
+        sectors: &mut u64,
     ) {
         if bp.kind != BlockKind::BtreeNode {
             self.err(format!("{ctx}: pointer at {} to a {:?} where a tree node belongs", bp.addr, bp.kind));
             return;
         }
-        *units += bp.units();
+        *sectors += bp.sectors();
         if self.claim(bp, ctx) != Claim::New {
             return; // a shared subtree was checked where it was first met
         }
@@ -210,16 +291,16 @@ impl Checker<'_> {
                     }
                     let lo = if i == 0 { lower } else { Some(k.as_slice()) };
                     let hi = entries.get(i + 1).map(|(k, _)| k.as_slice()).or(upper);
-                    self.btree_node(child, Some(level - 1), lo, hi, ctx, leaf, units);
+                    self.btree_node(child, Some(level - 1), lo, hi, ctx, leaf, sectors);
                 }
             }
         }
     }
 
-    /// Returns the units the object's blocks occupy.
+    /// Returns the sectors the object's blocks are charged.
     fn object(&mut self, ctx: &str, dn: &DnodePhys) -> u64 {
-        let mut units = 0;
-        let mut data_units = 0;
+        let mut sectors = 0;
+        let mut data_sectors = 0;
         let mut blocks: Vec<(BlockPtr, u8, u64)> = Vec::new();
         let walked = blocktree::walk(self.io, &dn.root, dn.levels, &mut |bp, level, first| {
             blocks.push((*bp, level, first));
@@ -230,9 +311,9 @@ impl Checker<'_> {
         }
         let records = dn.size.div_ceil(dn.record_size as u64);
         for (bp, level, first) in blocks {
-            units += bp.units();
+            sectors += bp.sectors();
             if level == 0 {
-                data_units += bp.units();
+                data_sectors += bp.sectors();
             }
             if self.claim(&bp, ctx) != Claim::New {
                 continue;
@@ -267,10 +348,13 @@ impl Checker<'_> {
                 }
             }
         }
-        if data_units != dn.data_units {
-            self.err(format!("{ctx}: data records occupy {data_units} units, the dnode records {}", dn.data_units));
+        if data_sectors != dn.data_sectors {
+            self.err(format!(
+                "{ctx}: data records are charged {data_sectors} sectors, the dnode records {}",
+                dn.data_sectors
+            ));
         }
-        units
+        sectors
     }
 
     /// A reservation (it must name a volume) or the pool's space settings.
@@ -334,6 +418,9 @@ impl Pool {
             report: CheckReport { txg: root.txg, notes: p.open_notes.clone(), ..Default::default() },
             geo,
             compression_feature: p.label.features.incompat & crate::format::features::INCOMPAT_COMPRESSION != 0,
+            packs_feature: p.label.features.incompat & crate::format::features::INCOMPAT_PACKS != 0,
+            packs: BTreeMap::new(),
+            pack_found: HashMap::new(),
         };
         for e in p.check_log_device() {
             c.err(e);
@@ -343,7 +430,7 @@ impl Pool {
         let mut deadlist_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut max_vol_id = 0;
         let mut space_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let catalog_units =
+        let catalog_sectors =
             c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| match k.first() {
                 Some(0x01) => match (std::str::from_utf8(&k[1..]), VolumeRecordPhys::decode(v)) {
                     (Ok(name), Ok(rec)) => {
@@ -363,6 +450,13 @@ impl Pool {
                 },
                 Some(0x03) if k.len() == 25 => deadlist_entries.push((k.to_vec(), v.to_vec())),
                 Some(&KEY_VOLUME_SPACE) | Some(&KEY_POOL_SPACE) => space_entries.push((k.to_vec(), v.to_vec())),
+                Some(&KEY_PACK) => match (PackPhys::addr_of_key(k), PackPhys::decode(v)) {
+                    (Some(addr), Ok(pack)) => {
+                        c.packs.insert(addr, pack);
+                    }
+                    (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
+                    (None, _) => c.err(format!("catalog entry {k:02x?}: malformed pack key")),
+                },
                 _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
             });
         for (k, v) in &space_entries {
@@ -384,7 +478,8 @@ impl Pool {
         }
         c.report.volumes = vols.len() as u64;
         c.report.snapshots = snaps.len() as u64;
-        space::check(&mut c, &vols, &snaps, &deadlist_entries, catalog_units);
+        let pack_slack = c.check_packs();
+        space::check(&mut c, &vols, &snaps, &deadlist_entries, catalog_sectors + pack_slack);
         // The space map as committed with this root, read back from the device.
         match Allocator::load(p.dev.as_ref(), geo, p.label.pool_guid, root.txg) {
             Ok(on_disk) => {

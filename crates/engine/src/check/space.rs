@@ -6,7 +6,10 @@
 //!   hold, and nothing born after the parent is on it;
 //! - every deadlist belongs to a head or snapshot;
 //! - a volume's `total` is the units born in it (after its origin) that any of its trees hold;
-//! - the volumes' totals and the catalog tree add up to every referenced unit of the pool.
+//! - the volumes' totals, the catalog tree and the free sectors inside packs add up to
+//!   every referenced unit of the pool.
+//!
+//! Figures are sectors (`BlockPtr::sectors`).
 //!
 //! Each tree is walked in full here (shared subtrees included), so memory grows with the
 //! blocks of the two largest trees and of one volume's union.
@@ -22,18 +25,18 @@ use crate::tree::blocktree;
 use crate::volume::KEY_DNODE;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// A tree's blocks: address → (birth txg, units, bytes saved by compression/trimming).
+/// A tree's blocks: address → (birth txg, sectors, bytes saved by compression/trimming).
 type Blocks = HashMap<u64, (u64, u64, u64)>;
 
 fn blocks_of(io: &BlockIo, root: &BlockPtr) -> crate::error::Result<Blocks> {
     let mut out = Blocks::new();
     walk_btree(io, root, &mut |bp, node| {
-        out.insert(bp.addr, (bp.birth_txg, bp.units(), 0));
+        out.insert(bp.addr, (bp.birth_txg, bp.sectors(), 0));
         if let BtreeNodePhys::Leaf { entries } = node {
             for (_, v) in entries.iter().filter(|(k, _)| k.first() == Some(&KEY_DNODE)) {
                 let dn = DnodePhys::decode(v)?;
                 blocktree::walk(io, &dn.root, dn.levels, &mut |b, _, _| {
-                    out.insert(b.addr, (b.birth_txg, b.units(), crate::volume::data_saved_bytes(b)));
+                    out.insert(b.addr, (b.birth_txg, b.sectors(), crate::volume::data_saved_bytes(b)));
                     Ok(())
                 })?;
             }
@@ -60,7 +63,8 @@ pub(super) fn check(
     vols: &[(String, VolumeRecordPhys)],
     snaps: &[(String, SnapshotRecordPhys)],
     deadlist_entries: &[(Vec<u8>, Vec<u8>)],
-    catalog_units: u64,
+    // The catalog's nodes and the free sectors inside packs.
+    unowned_sectors: u64,
 ) {
     let snap_by_id: HashMap<u64, &SnapshotRecordPhys> = snaps.iter().map(|(_, r)| (r.id, r)).collect();
     let vol_by_id: HashMap<u64, &(String, VolumeRecordPhys)> = vols.iter().map(|v| (v.1.id, v)).collect();
@@ -72,8 +76,8 @@ pub(super) fn check(
             root: r.tree_root,
             parent: r.parent,
             deadlist: r.deadlist,
-            used: r.used_units,
-            written: r.written_units,
+            used: r.used_sectors,
+            written: r.written_sectors,
             saved: r.saved_bytes,
         })
         .collect();
@@ -91,8 +95,8 @@ pub(super) fn check(
             root: r.tree_root,
             parent: r.parent,
             deadlist: r.deadlist,
-            used: r.referenced_units,
-            written: r.written_units,
+            used: r.referenced_sectors,
+            written: r.written_sectors,
             saved: None,
         });
     }
@@ -115,7 +119,7 @@ pub(super) fn check(
     }
 
     let io = c.io;
-    let mut union: HashMap<u64, HashMap<u64, u64>> = HashMap::new(); // volume → addr → units
+    let mut union: HashMap<u64, HashMap<u64, u64>> = HashMap::new(); // volume → addr → sectors
     for t in &trees {
         let mine = match blocks_of(io, &t.root) {
             Ok(b) => b,
@@ -133,7 +137,7 @@ pub(super) fn check(
             }
         }
         if used != t.used {
-            c.err(format!("{}: blocks occupy {used} units but the record says {}", t.ctx, t.used));
+            c.err(format!("{}: blocks are charged {used} sectors but the record says {}", t.ctx, t.used));
         }
         let parent = if t.parent == 0 { None } else { snap_by_id.get(&t.parent).copied() };
         if t.parent != 0 && parent.is_none() {
@@ -144,15 +148,15 @@ pub(super) fn check(
         let written: u64 = mine.values().filter(|(b, _, _)| *b > parent_txg).map(|(_, u, _)| u).sum();
         if written != t.written {
             c.err(format!(
-                "{}: blocks born after its parent occupy {written} units but the record says {}",
+                "{}: blocks born after its parent are charged {written} sectors but the record says {}",
                 t.ctx, t.written
             ));
         }
         let origin_txg = vol_by_id.get(&t.volume).map_or(0, |(_, r)| snap_by_id.get(&r.origin).map_or(0, |s| s.txg));
         let u = union.entry(t.volume).or_default();
-        for (addr, (birth, units, _)) in &mine {
+        for (addr, (birth, sectors, _)) in &mine {
             if *birth > origin_txg {
-                u.insert(*addr, *units);
+                u.insert(*addr, *sectors);
             }
         }
         let stored = deadlists.get(&t.deadlist).filter(|_| t.deadlist != 0);
@@ -189,19 +193,19 @@ pub(super) fn check(
     }
     let mut totals = 0;
     for (name, r) in vols {
-        let units: u64 = union.get(&r.id).map_or(0, |u| u.values().sum());
-        totals += r.total_units;
-        if units != r.total_units {
+        let sectors: u64 = union.get(&r.id).map_or(0, |u| u.values().sum());
+        totals += r.total_sectors;
+        if sectors != r.total_sectors {
             c.err(format!(
-                "volume {name}: blocks born in it occupy {units} units (live and in snapshots) but the record says {}",
-                r.total_units
+                "volume {name}: blocks born in it are charged {sectors} sectors (live and in snapshots) but the record says {}",
+                r.total_sectors
             ));
         }
     }
-    if totals + catalog_units != c.report.referenced_units && c.report.errors.is_empty() {
+    let referenced = c.report.referenced_units * crate::format::SECTORS_PER_UNIT;
+    if totals + unowned_sectors != referenced && c.report.errors.is_empty() {
         c.err(format!(
-            "volumes hold {totals} units and the catalog {catalog_units}, but {} units are referenced",
-            c.report.referenced_units
+            "volumes hold {totals} sectors and the catalog and free space in packs {unowned_sectors}, but {referenced} sectors are referenced"
         ));
     }
 }

@@ -3,7 +3,8 @@
 //! `BlockPtrPhys` (64 bytes, little-endian):
 //!
 //! ```text
-//!   0  addr        u64  byte offset on the device (unit aligned); 0 with birth 0 = hole
+//!   0  addr        u64  byte offset on the device: unit aligned, or sector aligned for a
+//!                       packed record; 0 with birth 0 = hole
 //!   8  birth_txg   u64  txg in which the block was written (space accounting, snapshots)
 //!  16  psize       u32  stored bytes (after compression / zero-tail trimming)
 //!  20  lsize       u32  logical bytes the block expands to
@@ -11,17 +12,23 @@
 //!  26  kind        u8   BlockKind
 //!  27  compression u8   Compression
 //!  28  checksum    u8   ChecksumAlgo
-//!  29  reserved    [u8; 3] (zero)
+//!  29  flags       u8   bit 0 PACKED (data records only); other bits zero
+//!  30  reserved    [u8; 2] (zero)
 //!  32  checksum    [u8; 32] of the stored psize bytes
 //! ```
 //!
-//! The space a block occupies is `psize` rounded up to whole units.
+//! The space a block occupies is `psize` rounded up to whole units — unless it is
+//! *packed* (compaction): then it starts at a sector inside a pack, a run of units shared
+//! with other small records and freed when its last record is (the pack table, `alloc.rs`,
+//! `format::space::PackPhys`), and it is charged `psize` rounded up to whole sectors.
 
 use super::codec::{Reader, Writer};
-use super::{round_up_unit, MAX_BLOCK_SIZE, UNIT_SIZE};
+use super::{round_up_sector, round_up_unit, MAX_BLOCK_SIZE, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
 use crate::error::Corruption;
 
 pub const BLKPTR_SIZE: usize = 64;
+/// `flags` bit: the block is a record inside a pack.
+const FLAG_PACKED: u8 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -110,6 +117,8 @@ pub struct BlockPtr {
     pub kind: BlockKind,
     pub compression: Compression,
     pub checksum_algo: ChecksumAlgo,
+    /// A record inside a pack (sector aligned; shares units with other records).
+    pub packed: bool,
     pub checksum: [u8; 32],
 }
 
@@ -120,8 +129,14 @@ impl std::fmt::Debug for BlockPtr {
         }
         write!(
             f,
-            "BlockPtr({:?} @{}:{} p{} l{} birth {})",
-            self.kind, self.device, self.addr, self.psize, self.lsize, self.birth_txg
+            "BlockPtr({:?}{} @{}:{} p{} l{} birth {})",
+            self.kind,
+            if self.packed { " packed" } else { "" },
+            self.device,
+            self.addr,
+            self.psize,
+            self.lsize,
+            self.birth_txg
         )
     }
 }
@@ -137,6 +152,7 @@ impl BlockPtr {
         kind: BlockKind::Data,
         compression: Compression::None,
         checksum_algo: ChecksumAlgo::Crc32c,
+        packed: false,
         checksum: [0; 32],
     };
 
@@ -144,13 +160,32 @@ impl BlockPtr {
         self.addr == 0 && self.birth_txg == 0
     }
 
-    /// Whole units this block occupies on its device.
+    /// Whole units this block occupies on its device; 0 for a packed record (its pack's
+    /// units belong to the pack, `Allocator::free_block`).
     pub fn units(&self) -> u64 {
-        if self.is_hole() {
+        if self.is_hole() || self.packed {
             0
         } else {
             round_up_unit(self.psize as u64) / UNIT_SIZE
         }
+    }
+
+    /// The space charged for this block, in sectors: its units, or for a packed record its
+    /// own bytes rounded up to a sector. Every space figure (volume used and written,
+    /// snapshot referenced, an object's st_blocks) adds these.
+    pub fn sectors(&self) -> u64 {
+        if self.packed {
+            round_up_sector(self.psize as u64) / SECTOR_SIZE
+        } else {
+            self.units() * SECTORS_PER_UNIT
+        }
+    }
+
+    /// The unit-aligned byte range `(start, len)` a read of this block covers (O_DIRECT
+    /// reads whole units; a packed record is read with the units around it).
+    pub fn read_span(&self) -> (u64, u64) {
+        let start = self.addr / UNIT_SIZE * UNIT_SIZE;
+        (start, round_up_unit(self.addr + self.psize as u64) - start)
     }
 
     pub fn encode_into(&self, w: &mut Writer) {
@@ -166,7 +201,8 @@ impl BlockPtr {
             .u8(self.kind as u8)
             .u8(self.compression as u8)
             .u8(self.checksum_algo as u8)
-            .zeros(3)
+            .u8(if self.packed { FLAG_PACKED } else { 0 })
+            .zeros(2)
             .bytes(&self.checksum);
     }
 
@@ -184,7 +220,8 @@ impl BlockPtr {
         let kind_raw = f.u8()?;
         let comp_raw = f.u8()?;
         let algo_raw = f.u8()?;
-        let reserved = f.array::<3>()?;
+        let flags = f.u8()?;
+        let reserved = f.array::<2>()?;
         let checksum = f.array::<32>()?;
         let kind = BlockKind::from_u8(kind_raw)
             .ok_or_else(|| r.corrupt(format!("block pointer has unknown kind {kind_raw}")))?;
@@ -192,11 +229,16 @@ impl BlockPtr {
             .ok_or_else(|| r.corrupt(format!("block pointer has unknown compression {comp_raw}")))?;
         let checksum_algo = ChecksumAlgo::from_u8(algo_raw)
             .ok_or_else(|| r.corrupt(format!("block pointer has unknown checksum {algo_raw}")))?;
-        if reserved != [0; 3] {
-            return Err(r.corrupt("block pointer reserved bytes are not zero"));
+        if reserved != [0; 2] || flags & !FLAG_PACKED != 0 {
+            return Err(r.corrupt("block pointer reserved bytes or flags are not zero"));
         }
-        if addr == 0 || addr % UNIT_SIZE != 0 {
-            return Err(r.corrupt(format!("block pointer address {addr} is not a unit address")));
+        let packed = flags & FLAG_PACKED != 0;
+        if packed && kind != BlockKind::Data {
+            return Err(r.corrupt(format!("a {kind:?} block pointer is marked packed (only data records are)")));
+        }
+        let align = if packed { SECTOR_SIZE } else { UNIT_SIZE };
+        if addr == 0 || addr % align != 0 {
+            return Err(r.corrupt(format!("block pointer address {addr} is not a {align}-byte aligned address")));
         }
         if birth_txg == 0 {
             return Err(r.corrupt("block pointer has birth txg 0"));
@@ -204,7 +246,7 @@ impl BlockPtr {
         if psize == 0 || psize > lsize || lsize as u64 > MAX_BLOCK_SIZE {
             return Err(r.corrupt(format!("block pointer sizes p{psize} l{lsize} are impossible")));
         }
-        Ok(BlockPtr { addr, birth_txg, psize, lsize, device, kind, compression, checksum_algo, checksum })
+        Ok(BlockPtr { addr, birth_txg, psize, lsize, device, kind, compression, checksum_algo, packed, checksum })
     }
 
     pub fn encode(&self) -> [u8; BLKPTR_SIZE] {
@@ -231,6 +273,7 @@ mod tests {
             kind: BlockKind::Data,
             compression: Compression::None,
             checksum_algo: ChecksumAlgo::Blake3,
+            packed: false,
             checksum: [9; 32],
         };
         let enc = bp.encode();
@@ -242,5 +285,17 @@ mod tests {
         let mut bad = enc;
         bad[26] = 77;
         assert!(BlockPtr::decode_from(&mut Reader::new(&bad, "t", None)).is_err());
+        // A packed record: sector aligned, charged its own sectors, read with its units.
+        let p = BlockPtr { addr: (1 << 20) + 3 * 512, psize: 1000, packed: true, ..bp };
+        let back = BlockPtr::decode_from(&mut Reader::new(&p.encode(), "t", None)).unwrap();
+        assert_eq!(back, p);
+        assert_eq!((p.units(), p.sectors()), (0, 2));
+        assert_eq!(p.read_span(), (1 << 20, 4096));
+        let straddling = BlockPtr { addr: (1 << 20) + 7 * 512, ..p };
+        assert_eq!(straddling.read_span(), (1 << 20, 8192));
+        let unpacked_misaligned = BlockPtr { packed: false, ..p };
+        assert!(BlockPtr::decode_from(&mut Reader::new(&unpacked_misaligned.encode(), "t", None)).is_err());
+        let packed_node = BlockPtr { kind: BlockKind::BtreeNode, addr: 1 << 20, ..p };
+        assert!(BlockPtr::decode_from(&mut Reader::new(&packed_node.encode(), "t", None)).is_err());
     }
 }

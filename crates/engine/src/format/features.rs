@@ -13,13 +13,21 @@
 /// Feature bits this build understands, per mask.
 pub const KNOWN_COMPAT: u64 = 0;
 pub const KNOWN_RO_COMPAT: u64 = 0;
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_LOG_DEVICE;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_LOG_DEVICE;
 
 /// Data records may be stored compressed (lz4, zstd) and volume records carry a compression
 /// policy in their flags. Set in the labels when a volume's compression is first turned on
 /// (compress.rs, space.rs); a pool that never compressed stays readable by older builds.
 /// Bit 8: the storage-efficiency features take bits from 8 up.
 pub const INCOMPAT_COMPRESSION: u64 = 1 << 8;
+
+/// Small compressed data records may be packed (compaction): block pointers with the
+/// PACKED flag at sector offsets, the pack table in the catalog (`format::space::PackPhys`),
+/// and space figures with sector remainders (`format::records`). An older build would
+/// free a packed record's pointer as if it owned whole units — freeing its neighbours.
+/// Set together with `INCOMPAT_COMPRESSION` (and on opening a pool that has that bit but
+/// not this one); packing happens only on pools that carry it.
+pub const INCOMPAT_PACKS: u64 = 1 << 9;
 
 /// The intent log lives on a separate log device (`format::logdev`), named by the label's
 /// `log_device_guid`. An older build would ignore that field, write its log into the unused

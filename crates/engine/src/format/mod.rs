@@ -45,6 +45,12 @@ pub use blkptr::{BlockKind, BlockPtr, ChecksumAlgo, Compression};
 pub const UNIT_SIZE: u64 = 4096;
 pub const UNIT_SHIFT: u32 = 12;
 
+/// The accounting granularity, and where a packed record may start inside its pack
+/// (compaction: small compressed records share units, `blkptr::BlockPtr::is_packed`).
+/// Space figures (volume used, written, snapshot referenced, st_blocks) count sectors.
+pub const SECTOR_SIZE: u64 = 512;
+pub const SECTORS_PER_UNIT: u64 = UNIT_SIZE / SECTOR_SIZE;
+
 /// Bytes reserved for each of the two labels.
 pub const LABEL_SIZE: u64 = 256 * 1024;
 /// Uberblock slots per label: the label minus its 4 KiB header. 63 roots of history is far
@@ -60,6 +66,11 @@ pub const MAX_BLOCK_SIZE: u64 = 1024 * 1024;
 /// Round `n` up to a multiple of the allocation unit.
 pub fn round_up_unit(n: u64) -> u64 {
     n.div_ceil(UNIT_SIZE) * UNIT_SIZE
+}
+
+/// Round `n` up to a multiple of the sector.
+pub fn round_up_sector(n: u64) -> u64 {
+    n.div_ceil(SECTOR_SIZE) * SECTOR_SIZE
 }
 
 /// Run every on-disk decoder over `bytes` (the fuzz targets' entry point). Decoders must
@@ -80,6 +91,7 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     ok += intent::LogRecord::decode_all(bytes).is_ok() as usize;
     ok += space::VolumeSpacePhys::decode(bytes).is_ok() as usize;
     ok += space::PoolSpacePhys::decode(bytes).is_ok() as usize;
+    ok += space::PackPhys::decode(bytes).is_ok() as usize;
     // The payload decoders of compressed data records: bounded output, errors not panics.
     for algo in [Compression::Lz4, Compression::Zstd] {
         for lsize in [4096u32, 65536] {

@@ -6,12 +6,19 @@
 //!   0  size          u64   object length in bytes
 //!   8  record_size   u32   bytes per record (power of two, 4 KiB..1 MiB)
 //!  12  levels        u8    indirect levels above the data records (0 = root is record 0)
-//!  13  flags         u8    (zero)
+//!  13  flags         u8    bits 0-2: data sectors mod 8 (see below); others zero
 //!  14  attr_len      u16
 //!  16  root          BlockPtrPhys (64)
-//!  80  data_units    u64   units its data records occupy (st_blocks; checked)
+//!  80  data_units    u64   data sectors div 8: with the flags' remainder, the sectors its
+//!                            data records are charged (st_blocks; checked)
 //!  88  attr          [u8; attr_len]   the caller's attribute record (≤ ATTR_MAX)
 //! ```
+//!
+//! Space figures are kept in 512-byte sectors (`BlockPtr::sectors`: packed records are
+//! charged less than a unit). On disk each is split into the whole units it makes, in the
+//! field that always held units, and a remainder of 0-7 sectors in bytes that were zero
+//! before compaction existed — so records of pools that never packed a record keep their
+//! old bytes, and those of older builds decode unchanged.
 //!
 //! `VolumeRecordPhys` (192 bytes; records of 128 bytes written before snapshots existed
 //! decode with the snapshot fields zero):
@@ -36,7 +43,8 @@
 //! 144  written_units   u64   units of blocks born after the parent's txg (the head's own)
 //! 152  origin          u64   snapshot of another volume this one was cloned from (0 = none)
 //! 160  total_units     u64   units born in this volume still allocated (head + snapshots)
-//! 168  reserved        [u8; 24]
+//! 168  remainders      [u8; 3]  used, written and total sectors mod 8 (units fields: div 8)
+//! 171  reserved        [u8; 21]
 //! ```
 //!
 //! `SnapshotRecordPhys` (160 bytes; the name is in the catalog key):
@@ -53,14 +61,15 @@
 //! 120  written_units   u64   units born after the parent's txg
 //! 128  next_object_id  u64
 //! 136  record_size     u32
-//! 140  flags           u32   (zero)
+//! 140  flags           u32   bits 0-7: referenced sectors mod 8, bits 8-15: written
+//!                            sectors mod 8 (the units fields hold div 8); others zero
 //! 144  group           u64   group snapshot id (0 = taken alone)
 //! 152  saved_plus_one  u64   the volume's savings when taken, plus one (0 = not tracked)
 //! ```
 
 use super::codec::{Reader, Writer};
 use super::node::INDIRECT_SHIFT;
-use super::BlockPtr;
+use super::{BlockPtr, SECTORS_PER_UNIT};
 use crate::compress::CompressionPolicy;
 use crate::error::Corruption;
 
@@ -75,6 +84,19 @@ pub const MAX_RECORD_SIZE: u32 = 1024 * 1024;
 /// Enough indirect levels for 2^63 bytes at the smallest record size.
 pub const MAX_LEVELS: u8 = 7;
 
+/// A space figure in sectors as stored: (whole units, remaining sectors 0-7).
+fn split_sectors(sectors: u64) -> (u64, u8) {
+    (sectors / SECTORS_PER_UNIT, (sectors % SECTORS_PER_UNIT) as u8)
+}
+
+/// The inverse of `split_sectors`; None for a remainder ≥ 8 or an overflow.
+fn join_sectors(units: u64, rem: u8) -> Option<u64> {
+    if rem as u64 >= SECTORS_PER_UNIT {
+        return None;
+    }
+    units.checked_mul(SECTORS_PER_UNIT)?.checked_add(rem as u64)
+}
+
 pub fn valid_record_size(rs: u32) -> bool {
     rs.is_power_of_two() && (MIN_RECORD_SIZE..=MAX_RECORD_SIZE).contains(&rs)
 }
@@ -85,7 +107,8 @@ pub struct DnodePhys {
     pub record_size: u32,
     pub levels: u8,
     pub root: BlockPtr,
-    pub data_units: u64,
+    /// Sectors its data records are charged (`BlockPtr::sectors`).
+    pub data_sectors: u64,
     pub attr: Vec<u8>,
 }
 
@@ -98,9 +121,10 @@ impl DnodePhys {
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.attr.len() <= ATTR_MAX, "attribute size checked by the caller");
         let mut w = Writer::with_capacity(DNODE_FIXED + self.attr.len());
-        w.u64(self.size).u32(self.record_size).u8(self.levels).u8(0).u16(self.attr.len() as u16);
+        let (units, rem) = split_sectors(self.data_sectors);
+        w.u64(self.size).u32(self.record_size).u8(self.levels).u8(rem).u16(self.attr.len() as u16);
         self.root.encode_into(&mut w);
-        w.u64(self.data_units);
+        w.u64(units);
         w.bytes(&self.attr);
         w.into_inner()
     }
@@ -114,11 +138,12 @@ impl DnodePhys {
         let attr_len = r.u16()? as usize;
         let root = BlockPtr::decode_from(&mut r)?;
         let data_units = r.u64()?;
+        let data_sectors = join_sectors(data_units, flags).ok_or_else(|| r.corrupt("data space out of range"))?;
         if attr_len > ATTR_MAX {
             return Err(r.corrupt(format!("attribute of {attr_len} bytes")));
         }
         let attr = r.take(attr_len)?.to_vec();
-        if r.remaining() != 0 || flags != 0 {
+        if r.remaining() != 0 || flags >= SECTORS_PER_UNIT as u8 {
             return Err(r.corrupt("trailing bytes or unknown flags"));
         }
         if !valid_record_size(record_size) {
@@ -129,7 +154,7 @@ impl DnodePhys {
         }
         // The size may pass what `levels` addresses: records beyond are holes (a sparse
         // extension by truncate adds no levels).
-        Ok(DnodePhys { size, record_size, levels, root, data_units, attr })
+        Ok(DnodePhys { size, record_size, levels, root, data_sectors, attr })
     }
 }
 
@@ -141,18 +166,19 @@ pub struct VolumeRecordPhys {
     pub sync_policy: u8,
     pub tree_root: BlockPtr,
     pub next_object_id: u64,
-    pub used_units: u64,
+    /// Sectors referenced by this volume (data + metadata).
+    pub used_sectors: u64,
     pub created_txg: u64,
     pub created_ns: u64,
     pub quota_bytes: u64,
     pub parent: u64,
     pub deadlist: u64,
-    pub written_units: u64,
+    pub written_sectors: u64,
     pub origin: u64,
-    pub total_units: u64,
+    pub total_sectors: u64,
     /// How new data records are compressed.
     pub compression: CompressionPolicy,
-    /// Σ over the volume's data records of lsize − units × UNIT_SIZE (what compression and
+    /// Σ over the volume's data records of lsize − sectors × SECTOR_SIZE (what compression and
     /// zero-tail trimming save); `None` for volumes last written by a build that did not
     /// track it. Logical bytes = used + saved (docs/efficiency.md).
     pub saved_bytes: Option<u64>,
@@ -165,18 +191,24 @@ impl VolumeRecordPhys {
         let flags = self.sync_policy as u32 | (algo as u32) << 8 | (level as u32) << 16;
         w.u64(self.id).u32(self.record_size).u32(flags);
         self.tree_root.encode_into(&mut w);
+        let (used, used_rem) = split_sectors(self.used_sectors);
+        let (written, written_rem) = split_sectors(self.written_sectors);
+        let (total, total_rem) = split_sectors(self.total_sectors);
         w.u64(self.next_object_id)
-            .u64(self.used_units)
+            .u64(used)
             .u64(self.created_txg)
             .u64(self.created_ns)
             .u64(self.quota_bytes)
             .u64(self.saved_bytes.map_or(0, |s| s + 1))
             .u64(self.parent)
             .u64(self.deadlist)
-            .u64(self.written_units)
+            .u64(written)
             .u64(self.origin)
-            .u64(self.total_units)
-            .zeros(24);
+            .u64(total)
+            .u8(used_rem)
+            .u8(written_rem)
+            .u8(total_rem)
+            .zeros(21);
         assert_eq!(w.len(), VOLUME_RECORD_SIZE);
         w.into_inner()
     }
@@ -198,16 +230,25 @@ impl VolumeRecordPhys {
         let saved_plus_one = r.u64()?;
         let (mut parent, mut deadlist, mut written_units, mut origin, mut total_units) =
             (0, 0, used_units, 0, used_units);
+        let mut rems = [0u8; 3];
         if buf.len() == VOLUME_RECORD_SIZE {
             parent = r.u64()?;
             deadlist = r.u64()?;
             written_units = r.u64()?;
             origin = r.u64()?;
             total_units = r.u64()?;
-            if r.take(24)?.iter().any(|&b| b != 0) {
+            rems = r.array::<3>()?;
+            if r.take(21)?.iter().any(|&b| b != 0) {
                 return Err(r.corrupt("reserved bytes are not zero"));
             }
         }
+        let (Some(used_sectors), Some(written_sectors), Some(total_sectors)) = (
+            join_sectors(used_units, rems[0]),
+            join_sectors(written_units, rems[1]),
+            join_sectors(total_units, rems[2]),
+        ) else {
+            return Err(r.corrupt(format!("space figures out of range (remainders {rems:?})")));
+        };
         let sync_policy = (flags & 0xff) as u8;
         let compression = CompressionPolicy::from_bits((flags >> 8) as u8, (flags >> 16) as u8);
         let Some(compression) = compression.filter(|_| sync_policy <= 2 && flags >> 24 == 0) else {
@@ -216,10 +257,10 @@ impl VolumeRecordPhys {
         if !valid_record_size(record_size) {
             return Err(r.corrupt(format!("record size {record_size}")));
         }
-        if written_units > used_units || (parent == 0 && origin != 0) {
-            return Err(
-                r.corrupt(format!("written {written_units} of {used_units} units, parent {parent}, origin {origin}"))
-            );
+        if written_sectors > used_sectors || (parent == 0 && origin != 0) {
+            return Err(r.corrupt(format!(
+                "written {written_sectors} of {used_sectors} sectors, parent {parent}, origin {origin}"
+            )));
         }
         Ok(VolumeRecordPhys {
             id,
@@ -227,7 +268,7 @@ impl VolumeRecordPhys {
             sync_policy,
             tree_root,
             next_object_id,
-            used_units,
+            used_sectors,
             created_txg,
             created_ns,
             quota_bytes,
@@ -235,9 +276,9 @@ impl VolumeRecordPhys {
             saved_bytes: saved_plus_one.checked_sub(1),
             parent,
             deadlist,
-            written_units,
+            written_sectors,
             origin,
-            total_units,
+            total_sectors,
         })
     }
 }
@@ -251,8 +292,8 @@ pub struct SnapshotRecordPhys {
     pub tree_root: BlockPtr,
     pub parent: u64,
     pub deadlist: u64,
-    pub referenced_units: u64,
-    pub written_units: u64,
+    pub referenced_sectors: u64,
+    pub written_sectors: u64,
     pub next_object_id: u64,
     pub record_size: u32,
     pub group: u64,
@@ -265,13 +306,15 @@ impl SnapshotRecordPhys {
         let mut w = Writer::with_capacity(SNAPSHOT_RECORD_SIZE);
         w.u64(self.id).u64(self.volume).u64(self.txg).u64(self.created_ns);
         self.tree_root.encode_into(&mut w);
+        let (referenced, referenced_rem) = split_sectors(self.referenced_sectors);
+        let (written, written_rem) = split_sectors(self.written_sectors);
         w.u64(self.parent)
             .u64(self.deadlist)
-            .u64(self.referenced_units)
-            .u64(self.written_units)
+            .u64(referenced)
+            .u64(written)
             .u64(self.next_object_id)
             .u32(self.record_size)
-            .u32(0)
+            .u32(referenced_rem as u32 | (written_rem as u32) << 8)
             .u64(self.group)
             .u64(self.saved_bytes.map_or(0, |s| s + 1));
         assert_eq!(w.len(), SNAPSHOT_RECORD_SIZE);
@@ -297,12 +340,16 @@ impl SnapshotRecordPhys {
         let flags = r.u32()?;
         let group = r.u64()?;
         let saved_plus_one = r.u64()?;
-        if flags != 0 || !valid_record_size(record_size) || txg == 0 || id == 0 {
+        let sectors = (join_sectors(referenced_units, flags as u8), join_sectors(written_units, (flags >> 8) as u8));
+        let (Some(referenced_sectors), Some(written_sectors), 0) = (sectors.0, sectors.1, flags >> 16) else {
+            return Err(r.corrupt(format!("flags {flags:#x}: unknown bits or space figures out of range")));
+        };
+        if !valid_record_size(record_size) || txg == 0 || id == 0 {
             return Err(r.corrupt(format!("id {id}, txg {txg}, flags {flags}, record size {record_size}")));
         }
-        if written_units > referenced_units || (!tree_root.is_hole() && tree_root.birth_txg > txg) {
+        if written_sectors > referenced_sectors || (!tree_root.is_hole() && tree_root.birth_txg > txg) {
             return Err(r.corrupt(format!(
-                "written {written_units} of {referenced_units} units; root born in txg {} after the snapshot's {txg}",
+                "written {written_sectors} of {referenced_sectors} sectors; root born in txg {} after the snapshot's {txg}",
                 tree_root.birth_txg
             )));
         }
@@ -314,8 +361,8 @@ impl SnapshotRecordPhys {
             tree_root,
             parent,
             deadlist,
-            referenced_units,
-            written_units,
+            referenced_sectors,
+            written_sectors,
             next_object_id,
             record_size,
             group,

@@ -13,6 +13,15 @@
 //!   0  capacity_alert_percent  u8    warn when available space < this % of the pool (1-99)
 //!   1  reserved                [u8; 15] zero
 //! ```
+//!
+//! Catalog key `0x12 ++ pack address (u64 big-endian)` → `PackPhys` (16 bytes), one per
+//! pack (compaction: small compressed data records sharing units; `alloc.rs`):
+//! ```text
+//!   0  units     u32   units the pack occupies (1..=PACK_UNITS_MAX)
+//!   4  live      u32   packed block pointers that still reference it (> 0), over every
+//!                      tree, snapshot and deadlist of the root this catalog belongs to
+//!   8  reserved  u64   zero
+//! ```
 
 use super::codec::{Reader, Writer};
 use crate::error::Corruption;
@@ -21,6 +30,10 @@ pub const KEY_VOLUME_SPACE: u8 = 0x10;
 pub const KEY_POOL_SPACE: u8 = 0x11;
 pub const VOLUME_SPACE_SIZE: usize = 16;
 pub const POOL_SPACE_SIZE: usize = 16;
+pub const KEY_PACK: u8 = 0x12;
+pub const PACK_SIZE: usize = 16;
+/// Largest pack: 32 KiB, a few dozen small records; one device write.
+pub const PACK_UNITS_MAX: u32 = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VolumeSpacePhys {
@@ -74,6 +87,46 @@ impl PoolSpacePhys {
     }
 }
 
+/// One pack of the pack table (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackPhys {
+    pub units: u32,
+    pub live: u32,
+}
+
+impl PackPhys {
+    pub fn key(addr: u64) -> [u8; 9] {
+        let mut k = [KEY_PACK; 9];
+        k[1..].copy_from_slice(&addr.to_be_bytes());
+        k
+    }
+
+    /// The pack address in a catalog key made by `key`.
+    pub fn addr_of_key(key: &[u8]) -> Option<u64> {
+        (key.len() == 9 && key[0] == KEY_PACK).then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(PACK_SIZE);
+        w.u32(self.units).u32(self.live).zeros(8);
+        w.into_inner()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<PackPhys, Corruption> {
+        let mut r = Reader::new(buf, "pack record", None);
+        if buf.len() != PACK_SIZE {
+            return Err(r.corrupt(format!("{} bytes, expected {PACK_SIZE}", buf.len())));
+        }
+        let units = r.u32()?;
+        let live = r.u32()?;
+        let reserved = r.u64()?;
+        if !(1..=PACK_UNITS_MAX).contains(&units) || live == 0 || reserved != 0 {
+            return Err(r.corrupt(format!("pack of {units} units with {live} live records, reserved {reserved:#x}")));
+        }
+        Ok(PackPhys { units, live })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +143,10 @@ mod tests {
         let mut bad = p.encode();
         bad[5] = 1;
         assert!(PoolSpacePhys::decode(&bad).is_err());
+        let pk = PackPhys { units: 3, live: 17 };
+        assert_eq!(PackPhys::decode(&pk.encode()).unwrap(), pk);
+        assert_eq!(PackPhys::addr_of_key(&PackPhys::key(1 << 20)), Some(1 << 20));
+        assert!(PackPhys::decode(&PackPhys { units: 9, live: 1 }.encode()).is_err());
+        assert!(PackPhys::decode(&PackPhys { units: 1, live: 0 }.encode()).is_err());
     }
 }
