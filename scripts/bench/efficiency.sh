@@ -7,6 +7,7 @@
 #   strata-off   a Strata volume with compression off   (fresh daemon and pool of FS_SIZE)
 #   strata-lz4   ... --compression lz4
 #   strata-zstd  ... --compression zstd-3 (ZSTD_LEVEL)
+#   strata-POLICY-SIZE  any of the three with its own record size, e.g. strata-zstd-64K
 #
 # and the TPS each database gets on them (pgbench -c PG_CLIENTS, sysbench oltp_read_write
 # --threads MY_THREADS), so that every Strata policy is compared with Strata off measured in
@@ -61,7 +62,11 @@ MNT="$PEERS_DIR/mnt"
 
 [ "$(id -u)" -eq 0 ] || die "run as root (loop devices, mounts, database servers)"
 for t in $TARGETS; do
-  case "$t" in ext4 | btrfs-zstd | strata-off | strata-lz4 | strata-zstd) ;; *) die "unknown target $t" ;; esac
+  case "$t" in
+    ext4 | btrfs-zstd | strata-off | strata-lz4 | strata-zstd) ;;
+    strata-off-[0-9]*K | strata-lz4-[0-9]*K | strata-zstd-[0-9]*K) ;;
+    *) die "unknown target $t (ext4 btrfs-zstd strata-off strata-lz4 strata-zstd, or strata-POLICY-SIZE like strata-zstd-64K)" ;;
+  esac
 done
 ensure_pkgs /sbin/mkfs.btrfs /usr/sbin/compsize -- btrfs-progs btrfs-compsize
 ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" -- postgresql-15 postgresql-contrib
@@ -128,9 +133,11 @@ setup() { # target
       add_failure_log "$STRATA_E2E_DIR/daemon.log"
       strata_start
       STRATA_UP=1
-      local comp="${1#strata-}"
+      local spec="${1#strata-}" comp rs="$STRATA_RECORD_SIZE"
+      comp="${spec%%-*}"
+      [ "$spec" != "$comp" ] && rs="${spec#*-}"
       [ "$comp" = zstd ] && comp="zstd-$ZSTD_LEVEL"
-      strata_mount bench "$MNT" --size "$FS_SIZE" --compression "$comp" --record-size "$STRATA_RECORD_SIZE" >/dev/null
+      strata_mount bench "$MNT" --size "$FS_SIZE" --compression "$comp" --record-size "$rs" >/dev/null
       ;;
   esac
   chmod 755 "$MNT"

@@ -93,8 +93,9 @@ for db, name, tps_name in (("pg", "PostgreSQL (pgbench data + WAL)", "pgbench TP
             f"{t}: {'compsize disk/uncompressed' if t == 'btrfs-zstd' else 'volume used/logical'} {x}"
             for t, x in extra) + ".")
         w("")
-w("Not measured here: deduplication and compaction (small compressed records sharing 4 KiB "
-  "units) are not implemented yet; see docs/efficiency.md.")
+w("Strata packs small compressed records into shared units (compaction, docs/efficiency.md): a record "
+  "is charged its 512-byte sectors, not whole 4 KiB units. Not measured here: deduplication (not "
+  "implemented yet).")
 with open(env["OUT_MD"], "w") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -178,6 +178,10 @@ enum VolumeCmd {
         /// the pool cannot hold it.
         #[arg(long)]
         reserve: Option<String>,
+        /// Deduplicate data records: on or off (identical records stored once; needs a
+        /// pool with BLAKE3 checksums, the default).
+        #[arg(long, default_value = "off")]
+        dedup: String,
     },
     /// List volumes (of one pool, or all).
     List { pool: Option<String> },
@@ -198,9 +202,21 @@ enum VolumeCmd {
         /// New reservation (0 = thin).
         #[arg(long)]
         reserve: Option<String>,
+        /// Deduplicate data written from now on: on or off.
+        #[arg(long)]
+        dedup: Option<String>,
     },
     /// Delete a volume and everything in it (it must not be mounted).
     Delete { volume: String },
+}
+
+/// `on` / `off` for a switch option.
+fn parse_on_off(option: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{option} {v:?}: use on or off")),
+    }
 }
 
 fn split(spec: &str) -> Result<(&str, &str), String> {
@@ -242,6 +258,7 @@ fn print_volume(v: &Value) {
     println!("volume       {}/{}", v["pool"].as_str().unwrap_or("?"), v["name"].as_str().unwrap_or("?"));
     println!("record size  {}", human(v["record_size"].as_u64().unwrap_or(0)));
     println!("compression  {}", v["compression"].as_str().unwrap_or("?"));
+    println!("dedup        {}", if v["dedup"].as_bool().unwrap_or(false) { "on" } else { "off" });
     println!("sync         {}", v["sync"].as_str().unwrap_or("?"));
     println!(
         "used         {} (physical: units allocated, data and metadata)",
@@ -444,7 +461,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("PATCH", &format!("/v1/pools/{name}"), Some(&body))?;
             out(&v, &print_pool);
         }
-        Command::Volume(VolumeCmd::Create { volume, size, record_size, sync, compression, reserve }) => {
+        Command::Volume(VolumeCmd::Create { volume, size, record_size, sync, compression, reserve, dedup }) => {
+            let dedup = parse_on_off("--dedup", &dedup)?;
             let (p, name) = split(&volume)?;
             let rs = parse_size(&record_size)?;
             let size_bytes = size.as_deref().map(parse_size).transpose()?;
@@ -453,7 +471,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 "POST",
                 &format!("/v1/pools/{p}/volumes"),
                 Some(&json!({"name": name, "record_size": rs, "size_bytes": size_bytes, "sync": sync,
-                    "compression": compression, "reservation_bytes": reservation_bytes})),
+                    "compression": compression, "reservation_bytes": reservation_bytes, "dedup": dedup})),
             )?;
             out(&v, &|v| {
                 println!(
@@ -487,18 +505,19 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let v = c.call("GET", &format!("/v1/pools/{p}/volumes/{name}"), None)?;
             out(&v, &print_volume);
         }
-        Command::Volume(VolumeCmd::Set { volume, size, sync, compression, reserve }) => {
+        Command::Volume(VolumeCmd::Set { volume, size, sync, compression, reserve, dedup }) => {
             let (p, name) = split(&volume)?;
-            if size.is_none() && sync.is_none() && compression.is_none() && reserve.is_none() {
-                return Err("nothing to set: give --size, --sync, --compression and/or --reserve".into());
+            if size.is_none() && sync.is_none() && compression.is_none() && reserve.is_none() && dedup.is_none() {
+                return Err("nothing to set: give --size, --sync, --compression, --reserve and/or --dedup".into());
             }
+            let dedup = dedup.as_deref().map(|d| parse_on_off("--dedup", d)).transpose()?;
             let size_bytes = size.as_deref().map(parse_size).transpose()?;
             let reservation_bytes = reserve.as_deref().map(parse_size).transpose()?;
             let v = c.call(
                 "PATCH",
                 &format!("/v1/pools/{p}/volumes/{name}"),
                 Some(&json!({"size_bytes": size_bytes, "sync": sync, "compression": compression,
-                    "reservation_bytes": reservation_bytes})),
+                    "reservation_bytes": reservation_bytes, "dedup": dedup})),
             )?;
             out(&v, &print_volume);
         }

@@ -70,6 +70,8 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
         "compression_skipped": s.space.compression_skipped,
         "zero_records_elided": s.space.zero_records_elided,
         "packs": s.space.packs, "packed_records_written": s.space.packed_records_written,
+        "dedup_blocks": s.space.dedup_blocks, "dedup_saved_bytes": s.space.dedup_saved_bytes,
+        "dedup_table_max": s.space.dedup_table_max,
         "log_blocks_written": s.log_blocks_written, "log_bytes_written": s.log_bytes_written, "log_bytes_by_reference": s.log_bytes_by_reference, "log_full_commits": s.log_full_commits,
         "data_cache_bytes": s.data_cache_bytes, "data_cache_capacity_bytes": s.data_cache_capacity,
         "data_cache_hits": s.data_cache_hits,
@@ -108,7 +110,7 @@ pub(crate) fn volume_json(pool: &str, v: &VolumeInfo, mounted_at: Option<&PathBu
         "snapshots": v.snapshots, "parent_snapshot": v.parent_snapshot, "origin": v.origin,
         "mounted_at": mounted_at, "compression": v.space.compression.name(),
         "reservation_bytes": v.space.reservation_bytes, "logical_bytes": v.space.logical_bytes,
-        "saved_bytes": v.space.saved_bytes,
+        "saved_bytes": v.space.saved_bytes, "dedup": v.space.dedup,
         "compress_ratio": v.space.logical_bytes.map(|l| ratio(l, v.used_bytes)),
     })
 }
@@ -133,6 +135,7 @@ struct CreateVolume {
     sync: Option<String>,
     compression: Option<String>,
     reservation_bytes: Option<u64>,
+    dedup: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +145,7 @@ struct SetVolume {
     sync: Option<String>,
     compression: Option<String>,
     reservation_bytes: Option<u64>,
+    dedup: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -254,6 +258,7 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
                 sync: b.sync.as_deref().map(SyncPolicy::parse).transpose()?.unwrap_or_default(),
                 compression: b.compression.as_deref().map(CompressionPolicy::parse).transpose()?.unwrap_or_default(),
                 reservation_bytes: b.reservation_bytes.unwrap_or(0),
+                dedup: b.dedup.unwrap_or(false),
             };
             let _g = d.admin.lock().expect("admin");
             let id = pool.create_volume(&b.name, &opts)?;
@@ -272,6 +277,10 @@ fn route(d: &Daemon, req: &mut tiny_http::Request) -> Reply {
             // Parse everything before changing anything.
             let sync = b.sync.as_deref().map(SyncPolicy::parse).transpose()?;
             let compression = b.compression.as_deref().map(CompressionPolicy::parse).transpose()?;
+            // Dedup first: it is the change the pool can refuse for what it is (its checksums).
+            if let Some(on) = b.dedup {
+                pool.set_dedup(id, on)?;
+            }
             let old_quota = pool.volume_info(id)?.quota_bytes;
             if let Some(size) = b.size_bytes {
                 pool.set_quota(id, size)?;

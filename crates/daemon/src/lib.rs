@@ -13,6 +13,8 @@
 //!
 //! Commits: every `txg_interval` (5 s, as ZFS's txg timeout) a background thread commits
 //! each pool, and fsync commits at once.
+// The pool status JSON (api.rs) has more fields than serde_json's macro expands by default.
+#![recursion_limit = "256"]
 
 mod api;
 mod logdev;

@@ -31,6 +31,7 @@
 //! other on the device. A linear scan: fine for pools of a few TiB (bitmap 32 MiB/TiB);
 //! a per-chunk free count skips full chunks.
 
+use crate::dedup::{DedupTable, DEDUP_TABLE_MAX_DEFAULT};
 use crate::device::BlockDevice;
 use crate::error::{Corruption, Error, Result};
 use crate::format::space::{PackPhys, PACK_UNITS_MAX};
@@ -115,6 +116,8 @@ pub struct Allocator {
     /// Units allocated for blocks that are not packs, ever (the commit's accounting takes
     /// differences of it: packed records are charged their sectors instead).
     plain_units_allocated: u64,
+    /// The dedup table: blocks shared by identical records, with their reference counts.
+    pub(crate) ddt: DedupTable,
 }
 
 fn bit(words: &[u64], i: u64) -> bool {
@@ -150,6 +153,7 @@ impl Allocator {
             packs: BTreeMap::new(),
             dirty_packs: BTreeSet::new(),
             plain_units_allocated: 0,
+            ddt: DedupTable::new(DEDUP_TABLE_MAX_DEFAULT),
         }
     }
 
@@ -302,11 +306,15 @@ impl Allocator {
         self.packs.len()
     }
 
-    /// Release `bp` in txg `txg`: the one way every block is freed. A packed record
+    /// Release `bp` in txg `txg`: the one way every block is freed. A dedup reference
+    /// decrements its table entry, and only the last frees the block; a packed record
     /// decrements its pack, whose units are freed with its last record. Returns an error
-    /// (and changes nothing) for a packed pointer that no pack holds: damage the commit
-    /// must not paper over.
+    /// for a packed or dedup pointer that no pack or entry holds: damage the commit must
+    /// not paper over.
     pub fn free_block(&mut self, bp: &BlockPtr, txg: u64) -> std::result::Result<(), Corruption> {
+        if bp.dedup && !self.ddt.release(bp)? {
+            return Ok(());
+        }
         if !bp.packed {
             self.free(bp.addr, bp.units(), txg);
             return Ok(());

@@ -78,6 +78,7 @@ impl Pool {
                 total_sectors: 0,
                 compression: src.compression,
                 saved_bytes: s.saved_bytes,
+                dedup: src.dedup,
             };
             let mut v = VolumeState::new(new_name.clone(), rec);
             v.parent_txg = s.txg;

@@ -16,6 +16,7 @@ pub mod check;
 pub mod clock;
 pub mod clone;
 pub mod compress;
+pub mod dedup;
 pub mod device;
 pub mod error;
 pub mod format;

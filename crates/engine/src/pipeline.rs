@@ -193,6 +193,7 @@ impl BlockIo {
                 compression: it.compression,
                 checksum_algo: self.checksum_algo,
                 packed: true,
+                dedup: false,
                 checksum: it.checksum,
             });
             off += round_up_sector(it.stored.len() as u64) as usize;
@@ -326,6 +327,7 @@ impl BlockIo {
             compression,
             checksum_algo: self.checksum_algo,
             packed: false,
+            dedup: false,
             checksum,
         })
     }

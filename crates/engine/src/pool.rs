@@ -62,6 +62,9 @@ pub struct PoolOptions {
     /// Read-write, the pool then forgets the log device and logs in its own region. Off by
     /// default: losing acknowledged writes must be the operator's explicit choice.
     pub discard_missing_log: bool,
+    /// Entries the dedup table may hold (about 100 bytes of memory each); when full, new
+    /// unique records are stored without one (dedup.rs).
+    pub dedup_table_max: usize,
 }
 
 impl PoolOptions {
@@ -73,6 +76,7 @@ impl PoolOptions {
             dirty_limit_bytes: 256 << 20,
             read_only: false,
             discard_missing_log: false,
+            dedup_table_max: crate::dedup::DEDUP_TABLE_MAX_DEFAULT,
         }
     }
 }
@@ -140,6 +144,8 @@ pub struct VolumeOptions {
     pub compression: CompressionPolicy,
     /// Space the pool keeps for the volume (thick); 0 = thin.
     pub reservation_bytes: u64,
+    /// Deduplicate new data records (dedup.rs); needs a pool with BLAKE3 checksums.
+    pub dedup: bool,
 }
 
 impl Default for VolumeOptions {
@@ -150,6 +156,7 @@ impl Default for VolumeOptions {
             sync: SyncPolicy::Standard,
             compression: CompressionPolicy::Off,
             reservation_bytes: 0,
+            dedup: false,
         }
     }
 }
@@ -418,7 +425,11 @@ impl Pool {
         let inner = PoolInner {
             dev,
             io,
-            alloc: Allocator::new_empty(geo),
+            alloc: {
+                let mut a = Allocator::new_empty(geo);
+                a.ddt.set_max_entries(opts.dedup_table_max);
+                a
+            },
             label,
             catalog: BTree::new(),
             volumes: BTreeMap::new(),
@@ -524,6 +535,7 @@ impl Pool {
                 Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
                 Ok((mut alloc, catalog, volumes, snapshots)) => {
+                    alloc.ddt.set_max_entries(opts.dedup_table_max);
                     if i > 0 {
                         notes.push(format!(
                             "fell back from txg {} to txg {}: {}",
@@ -793,6 +805,9 @@ impl Pool {
             return Err(Error::AlreadyExists(format!("volume {name} in pool {}", p.label.pool_name)));
         }
         p.prepare_volume(name, opts.compression, opts.reservation_bytes, opts.quota_bytes)?;
+        if opts.dedup {
+            p.enable_dedup_feature()?;
+        }
         let id = VolumeId(p.next_volume_id);
         p.next_volume_id += 1;
         let rec = VolumeRecordPhys {
@@ -812,6 +827,7 @@ impl Pool {
             total_sectors: 0,
             compression: opts.compression,
             saved_bytes: Some(0),
+            dedup: opts.dedup,
         };
         let mut v = VolumeState::new(name.to_string(), rec);
         v.dirty = true;

@@ -175,19 +175,34 @@ impl Pool {
             let mut stats = PrewriteStats::default();
             let crate::pool::PoolInner { volumes, alloc, io, .. } = &mut *p;
             // Records changed since step 1 are left to the commit (it writes the new content).
-            let (mut small, large): (Vec<Prepared>, Vec<Prepared>) = prepared
-                .into_iter()
-                .filter(|pr| volumes.get(&pr.job.vol).is_some_and(|v| v.still_holds(pr.job.key, &pr.job.content)))
-                .partition(|pr| {
-                    io.packing() && pr.compression != Compression::None && packable(pr.stored.bytes().len())
-                });
+            // Records of dedup volumes whose bytes the dedup table holds become references
+            // (nothing to write; the pool's checksums are BLAKE3, so a checksum is the key).
+            let mut fresh = Vec::with_capacity(prepared.len());
+            for pr in prepared {
+                let Some(v) = volumes.get_mut(&pr.job.vol) else { continue };
+                if !v.still_holds(pr.job.key, &pr.job.content) {
+                    continue;
+                }
+                let lsize = pr.job.content.len();
+                match v.rec.dedup.then(|| alloc.ddt.reference(&pr.checksum, lsize, pr.compression, txg)).flatten() {
+                    Some(bp) => {
+                        stats.records += 1;
+                        register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
+                    }
+                    None => fresh.push(pr),
+                }
+            }
+            let (mut small, large): (Vec<Prepared>, Vec<Prepared>) = fresh.into_iter().partition(|pr| {
+                io.packing() && pr.compression != Compression::None && packable(pr.stored.bytes().len())
+            });
             for pr in large {
                 let v = volumes.get_mut(&pr.job.vol).expect("filtered above");
                 let lsize = pr.job.content.len();
                 let new = NewBlock { stored: &pr.stored, lsize, compression: pr.compression, checksum: pr.checksum };
-                let Some(bp) = new.allocate(alloc, io, txg, checksum_algo, pr.job.policy) else { break };
+                let Some(mut bp) = new.allocate(alloc, io, txg, checksum_algo, pr.job.policy) else { break };
                 stats.records += 1;
                 stats.bytes += bp.units() * UNIT_SIZE;
+                bp.dedup = v.rec.dedup && alloc.ddt.add(&bp, txg);
                 register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
                 blocks.push((bp.addr, pr.stored));
             }
@@ -207,9 +222,10 @@ impl Pool {
                 let mut buf = Vec::new();
                 let Ok((addr, bps)) = io.place_pack(alloc, &items, units, txg, &mut buf) else { break };
                 drop(items);
-                for (pr, bp) in members.into_iter().zip(bps) {
+                for (pr, mut bp) in members.into_iter().zip(bps) {
                     let v = volumes.get_mut(&pr.job.vol).expect("filtered above");
                     stats.records += 1;
+                    bp.dedup = v.rec.dedup && alloc.ddt.add(&bp, txg);
                     register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
                 }
                 stats.bytes += units * UNIT_SIZE;
@@ -274,6 +290,7 @@ impl NewBlock<'_> {
             compression: self.compression,
             checksum_algo,
             packed: false,
+            dedup: false,
             checksum: self.checksum,
         })
     }

@@ -97,10 +97,10 @@ pub(crate) fn collect_born_after(
     io: &BlockIo,
     root: &BlockPtr,
     after: u64,
-    seen: &mut HashSet<u64>,
+    seen: &mut HashSet<(u64, u64)>,
     out: &mut Vec<BlockPtr>,
 ) -> Result<()> {
-    if root.is_hole() || root.birth_txg <= after || !seen.insert(root.addr) {
+    if root.is_hole() || root.birth_txg <= after || !seen.insert((root.addr, root.birth_txg)) {
         return Ok(());
     }
     out.push(*root);
@@ -129,10 +129,10 @@ fn collect_records_born_after(
     bp: &BlockPtr,
     level: u8,
     after: u64,
-    seen: &mut HashSet<u64>,
+    seen: &mut HashSet<(u64, u64)>,
     out: &mut Vec<BlockPtr>,
 ) -> Result<()> {
-    if bp.is_hole() || bp.birth_txg <= after || !seen.insert(bp.addr) {
+    if bp.is_hole() || bp.birth_txg <= after || !seen.insert((bp.addr, bp.birth_txg)) {
         return Ok(());
     }
     out.push(*bp);
@@ -262,10 +262,10 @@ impl PoolInner {
             [] => Ok(s.rec.written_sectors),
             [c] => Ok(sectors(&self.deadlist_entries(self.child_deadlist(*c), after)?)),
             many => {
-                let mut count: HashMap<u64, (u32, u64)> = HashMap::new();
+                let mut count: HashMap<(u64, u64), (u32, u64)> = HashMap::new();
                 for c in many {
                     for bp in self.deadlist_entries(self.child_deadlist(*c), after)? {
-                        count.entry(bp.addr).or_insert((0, bp.sectors())).0 += 1;
+                        count.entry((bp.addr, bp.birth_txg)).or_insert((0, bp.sectors())).0 += 1;
                     }
                 }
                 Ok(count.values().filter(|(n, _)| *n as usize == many.len()).map(|(_, u)| u).sum())
@@ -565,6 +565,7 @@ impl Pool {
                 total_sectors: 0,
                 compression: src.compression,
                 saved_bytes: s.saved_bytes,
+                dedup: src.dedup,
             };
             let mut v = VolumeState::new(format!("{volume}@{name}"), rec);
             v.read_only_view = true;

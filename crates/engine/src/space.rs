@@ -23,8 +23,10 @@ use crate::alloc::Allocator;
 use crate::compress::CompressionPolicy;
 use crate::error::Corruption;
 use crate::error::{Error, Result};
-use crate::format::features::{INCOMPAT_COMPRESSION, INCOMPAT_PACKS};
-use crate::format::space::{PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
+use crate::format::features::{INCOMPAT_COMPRESSION, INCOMPAT_DEDUP, INCOMPAT_PACKS};
+use crate::format::space::{
+    DedupPhys, PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_DEDUP, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE,
+};
 use crate::format::{SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{Pool, PoolInner, VolumeId};
@@ -48,6 +50,8 @@ pub struct VolumeSpace {
     pub logical_bytes: Option<u64>,
     /// Bytes saved by compression and zero-tail trimming.
     pub saved_bytes: Option<u64>,
+    /// New data records are deduplicated.
+    pub dedup: bool,
 }
 
 /// The pool's space beyond size/allocated/free, as `Pool::status` reports it.
@@ -70,6 +74,11 @@ pub struct PoolSpace {
     pub zero_records_elided: u64,
     /// Packs in the pool now (compaction: units shared by small compressed records).
     pub packs: u64,
+    /// Blocks in the dedup table, the bytes its further references save, and the table's
+    /// bound (entries).
+    pub dedup_blocks: u64,
+    pub dedup_saved_bytes: u64,
+    pub dedup_table_max: u64,
     /// Data records written into packs since the pool was opened.
     pub packed_records_written: u64,
 }
@@ -105,6 +114,7 @@ pub(crate) fn volume_space(v: &VolumeState) -> VolumeSpace {
         reservation_bytes: v.reservation_bytes,
         logical_bytes: v.rec.saved_bytes.map(|s| v.rec.used_sectors * SECTOR_SIZE + s),
         saved_bytes: v.rec.saved_bytes,
+        dedup: v.rec.dedup,
     }
 }
 
@@ -129,7 +139,7 @@ pub(crate) fn load(io: &BlockIo, catalog: &BTree, volumes: &mut BTreeMap<VolumeI
     Ok(())
 }
 
-/// Read the pack table in `catalog` into the allocator (opening a pool).
+/// Read the pack table and the dedup table in `catalog` into the allocator (opening a pool).
 pub(crate) fn load_packs(io: &BlockIo, catalog: &BTree, alloc: &mut Allocator) -> Result<()> {
     let mut packs = Vec::new();
     let mut start = vec![KEY_PACK];
@@ -144,7 +154,22 @@ pub(crate) fn load_packs(io: &BlockIo, catalog: &BTree, alloc: &mut Allocator) -
             packs.push((addr, PackPhys::decode(&v)?));
         }
     }
-    alloc.load_packs(packs)
+    alloc.load_packs(packs)?;
+    let mut entries = Vec::new();
+    let mut start = vec![KEY_DEDUP];
+    loop {
+        let batch = catalog.range(io, &start, Some(&[KEY_DEDUP + 1]), 1024)?;
+        let Some((last, _)) = batch.last() else { break };
+        start = last.clone();
+        start.push(0);
+        for (k, v) in batch {
+            let hash = DedupPhys::hash_of_key(&k)
+                .ok_or_else(|| Corruption::new("dedup table", None, format!("malformed key {k:02x?}")))?;
+            entries.push((hash, DedupPhys::decode(&v)?));
+        }
+    }
+    alloc.ddt.load(entries);
+    Ok(())
 }
 
 impl PoolInner {
@@ -160,6 +185,25 @@ impl PoolInner {
             self.rewrite_labels(label, "write pool label (enable compression and packs)")?;
         }
         self.io.set_packing(true);
+        Ok(())
+    }
+
+    /// Mark the pool as holding dedup references (an incompatible feature) before the first
+    /// can be written, as `enable_compression_feature` does. Dedup keys on BLAKE3 checksums:
+    /// a pool made with CRC-32C is refused.
+    pub(crate) fn enable_dedup_feature(&mut self) -> Result<()> {
+        if self.label.checksum_algo != crate::format::ChecksumAlgo::Blake3 {
+            return Err(Error::invalid(format!(
+                "pool {} uses crc32c checksums; dedup needs BLAKE3 (the content hash is the block checksum): \
+                 create the pool with --checksum blake3",
+                self.label.pool_name
+            )));
+        }
+        if self.label.features.incompat & INCOMPAT_DEDUP == 0 {
+            let mut label = self.label.clone();
+            label.features.incompat |= INCOMPAT_DEDUP;
+            self.rewrite_labels(label, "write pool label (enable dedup)")?;
+        }
         Ok(())
     }
 
@@ -236,7 +280,8 @@ impl PoolInner {
         let reserved: u64 = self.volumes.values().map(unused_reservation_units).sum();
         let busy = self.alloc.allocated_units() + self.alloc.held_units() + self.alloc.reserved_units() + reserved;
         let available = self.label.data_units.saturating_sub(busy) * UNIT_SIZE;
-        let saved: u64 = self.volumes.values().filter_map(|v| v.rec.saved_bytes).sum();
+        let saved: u64 = self.volumes.values().filter_map(|v| v.rec.saved_bytes).sum::<u64>()
+            + self.alloc.ddt.saved_sectors() * SECTOR_SIZE;
         let mut warnings = Vec::new();
         let percent = self.capacity_alert_percent().unwrap_or_else(|e| {
             warnings.push(format!("capacity alert setting unreadable ({e}); using {CAPACITY_ALERT_DEFAULT_PERCENT}%"));
@@ -265,6 +310,9 @@ impl PoolInner {
             compression_skipped: stats.compression_skipped.load(Ordering::Relaxed),
             zero_records_elided: stats.zero_records_elided.load(Ordering::Relaxed),
             packs: self.alloc.pack_count() as u64,
+            dedup_blocks: self.alloc.ddt.len() as u64,
+            dedup_saved_bytes: self.alloc.ddt.saved_sectors() * SECTOR_SIZE,
+            dedup_table_max: self.alloc.ddt.max_entries() as u64,
             packed_records_written: stats.packed_records_written.load(Ordering::Relaxed),
         }
     }
@@ -283,6 +331,24 @@ impl Pool {
         }
         let v = p.volumes.get_mut(&vol).expect("checked above");
         v.rec.compression = policy;
+        v.dirty = true;
+        p.catalog_dirty = true;
+        Ok(())
+    }
+
+    /// Deduplicate the volume's new data records (records already written stay as they
+    /// are). Turning it on needs a pool with BLAKE3 checksums.
+    pub fn set_dedup(&self, vol: VolumeId, on: bool) -> Result<()> {
+        let mut p = self.lock();
+        p.writable()?;
+        if !p.volumes.contains_key(&vol) {
+            return Err(Error::NotFound(format!("volume id {}", vol.0)));
+        }
+        if on {
+            p.enable_dedup_feature()?;
+        }
+        let v = p.volumes.get_mut(&vol).expect("checked above");
+        v.rec.dedup = on;
         v.dirty = true;
         p.catalog_dirty = true;
         Ok(())

@@ -24,7 +24,7 @@ use crate::alloc::Allocator;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::label::LabelPhys;
-use crate::format::space::PackPhys;
+use crate::format::space::{DedupPhys, PackPhys};
 use crate::format::uberblock::{UberblockPhys, UBER_SLOT_SIZE};
 use crate::format::{LABEL_SIZE, RING_SLOTS, UNIT_SIZE};
 use crate::pool::{volume_key, PoolInner, VolumeId};
@@ -185,6 +185,16 @@ impl PoolInner {
         // catalog's new nodes cannot land on them.)
         for bp in &released {
             alloc.free_block(bp, txg)?;
+        }
+        for (hash, entry) in alloc.ddt.take_dirty() {
+            match entry {
+                Some(e) => {
+                    catalog.insert(io, &DedupPhys::key(&hash), &e.encode())?;
+                }
+                None => {
+                    catalog.remove(io, &DedupPhys::key(&hash))?;
+                }
+            }
         }
         for (addr, pack) in alloc.take_dirty_packs() {
             match pack {

@@ -710,7 +710,12 @@ impl VolumeState {
             .filter(|(t, _)| !t.is_empty())
             .unzip();
         let compressed = crate::compress::compress_batch(self.rec.compression, &inputs);
-        let (placed, packed_sectors) = pack_records(io, alloc, &compressed, &lsizes, txg)?;
+        // Dedup references first (nothing to write), then packs for the small new records.
+        let (mut placed, dedup_sectors) = match self.rec.dedup {
+            true => dedup_records(alloc, &inputs, &compressed, &lsizes, txg),
+            false => (vec![None; compressed.len()], 0),
+        };
+        let packed_sectors = pack_records(io, alloc, &compressed, &lsizes, txg, &mut placed, self.rec.dedup)?;
         let mut compressed = compressed.into_iter().zip(placed);
         let mut it = dirty.into_iter().peekable();
         while let Some(((obj, recno), content)) = it.next() {
@@ -727,8 +732,12 @@ impl VolumeState {
                 let bp = match content {
                     Placement::Content(Some(buf)) if buf.iter().any(|&b| b != 0) => {
                         match compressed.next().expect("one compression result per non-zero record") {
-                            (_, Some(packed)) => packed,
-                            (c, None) => io.write_data_compressed(alloc, &buf, txg, self.rec.compression, c)?,
+                            (_, Some(placed)) => placed,
+                            (c, None) => {
+                                let mut bp = io.write_data_compressed(alloc, &buf, txg, self.rec.compression, c)?;
+                                bp.dedup = self.rec.dedup && alloc.ddt.add(&bp, txg);
+                                bp
+                            }
                         }
                     }
                     Placement::Content(Some(_)) => {
@@ -768,8 +777,10 @@ impl VolumeState {
         }
         self.rec.tree_root = self.tree.write(io, alloc, txg)?;
         mine.extend(self.tree.take_released());
-        let added =
-            (alloc.plain_units_allocated() - plain_before) * SECTORS_PER_UNIT + packed_sectors + prewritten_sectors;
+        let added = (alloc.plain_units_allocated() - plain_before) * SECTORS_PER_UNIT
+            + packed_sectors
+            + dedup_sectors
+            + prewritten_sectors;
         let dropped: u64 = mine.iter().map(|bp| bp.sectors()).sum();
         self.rec.used_sectors = (self.rec.used_sectors + added + shared_sectors)
             .checked_sub(dropped)
@@ -798,23 +809,50 @@ impl VolumeState {
     }
 }
 
-/// Pack the records whose compressed form is small (`pipeline::packable`) when the pool
-/// packs: returns, per compression result, its pointer if it went into a pack, and the
-/// sectors those records are charged.
+/// References to blocks of the dedup table for the records it holds (`dedup.rs`):
+/// per record (as `compressed`), its pointer if it is one, and the sectors they are charged.
+fn dedup_records(
+    alloc: &mut Allocator,
+    inputs: &[&[u8]],
+    compressed: &[Option<(crate::format::Compression, Vec<u8>)>],
+    lsizes: &[usize],
+    txg: u64,
+) -> (Vec<Option<BlockPtr>>, u64) {
+    let mut placed = vec![None; compressed.len()];
+    let mut sectors = 0;
+    for (i, c) in compressed.iter().enumerate() {
+        let (algo, stored) = match c {
+            Some((algo, bytes)) => (*algo, bytes.as_slice()),
+            None => (crate::format::Compression::None, inputs[i]),
+        };
+        let hash = crate::format::ChecksumAlgo::Blake3.compute(stored);
+        if let Some(bp) = alloc.ddt.reference(&hash, lsizes[i], algo, txg) {
+            sectors += bp.sectors();
+            placed[i] = Some(bp);
+        }
+    }
+    (placed, sectors)
+}
+
+/// Pack the records not `placed` yet whose compressed form is small (`pipeline::packable`)
+/// when the pool packs, entering them in the dedup table if `dedup`: fills in their
+/// pointers and returns the sectors they are charged.
 fn pack_records(
     io: &BlockIo,
     alloc: &mut Allocator,
     compressed: &[Option<(crate::format::Compression, Vec<u8>)>],
     lsizes: &[usize],
     txg: u64,
-) -> Result<(Vec<Option<BlockPtr>>, u64)> {
-    let mut placed = vec![None; compressed.len()];
+    placed: &mut [Option<BlockPtr>],
+    dedup: bool,
+) -> Result<u64> {
     if !io.packing() {
-        return Ok((placed, 0));
+        return Ok(0);
     }
     let small: Vec<(usize, crate::format::Compression, &[u8])> = compressed
         .iter()
         .enumerate()
+        .filter(|(i, _)| placed[*i].is_none())
         .filter_map(|(i, c)| c.as_ref().map(|(algo, b)| (i, *algo, b.as_slice())))
         .filter(|(_, _, b)| crate::pipeline::packable(b.len()))
         .collect();
@@ -831,12 +869,13 @@ fn pack_records(
                 checksum: io.checksum_algo().compute(stored),
             })
             .collect();
-        for (&(i, _, _), bp) in members.iter().zip(io.write_pack(alloc, &items, units, txg)?) {
+        for (&(i, _, _), mut bp) in members.iter().zip(io.write_pack(alloc, &items, units, txg)?) {
             sectors += bp.sectors();
+            bp.dedup = dedup && alloc.ddt.add(&bp, txg);
             placed[i] = Some(bp);
         }
     }
-    Ok((placed, sectors))
+    Ok(sectors)
 }
 
 /// What a data block saves against storing its whole record raw: lsize − occupied bytes

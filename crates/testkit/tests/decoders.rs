@@ -29,6 +29,7 @@ fn bp(rng: &mut SimRng) -> BlockPtr {
         compression: Compression::None,
         checksum_algo: ChecksumAlgo::Blake3,
         packed: false,
+        dedup: false,
         checksum: [7; 32],
     }
 }
@@ -92,6 +93,7 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         quota_bytes: 0,
         compression: CompressionPolicy::Zstd { level: 3 },
         saved_bytes: Some(12288),
+        dedup: true,
         parent: 3,
         deadlist: 4,
         written_sectors: 43,

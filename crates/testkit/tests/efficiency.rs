@@ -247,6 +247,7 @@ fn undecodable_payload_with_a_valid_checksum_is_corruption() {
             compression: algo,
             checksum_algo: ChecksumAlgo::Blake3,
             packed: false,
+            dedup: false,
             checksum: ChecksumAlgo::Blake3.compute(&garbage),
         };
         let e = io.read_block(&bp).unwrap_err();

@@ -11,7 +11,9 @@
 //! referenced units (no block both free and used, no leaked block) and agrees with the
 //! root's own total. Packed records (compaction) must lie inside a pack of the pack
 //! table, not overlap each other, and each pack's live count must equal the packed
-//! pointers found in it; a pack's units count once. Snapshots and clones share blocks: a block reached again through the
+//! pointers found in it; a pack's units count once. Dedup references must match their
+//! dedup table entry, whose reference count must equal the references found; the shared
+//! block counts once. Snapshots and clones share blocks: a block reached again through the
 //! same pointer (same address, birth and checksum) is shared, not a double reference, and
 //! its subtree is not walked twice. `space.rs` then checks the snapshot accounting: each
 //! tree's recorded size, the deadlists (exactly the parent's blocks the child lacks) and each
@@ -24,7 +26,9 @@ use crate::alloc::Allocator;
 use crate::error::Result;
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
-use crate::format::space::{PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE};
+use crate::format::space::{
+    DedupPhys, PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_DEDUP, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE,
+};
 use crate::format::{BlockKind, BlockPtr, Compression, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::Pool;
@@ -111,6 +115,14 @@ struct Checker<'a> {
     /// Per pack address: packed records found in it, the sectors they cover (one bit per
     /// sector: a pack has at most 64) and the sectors they are charged.
     pack_found: HashMap<u64, (u32, u64, u64)>,
+    /// The labels carry INCOMPAT_DEDUP (required before any dedup reference).
+    dedup_feature: bool,
+    /// The dedup table as committed (catalog key space KEY_DEDUP).
+    dedup: HashMap<[u8; 32], DedupPhys>,
+    /// References found per dedup table entry.
+    dedup_found: HashMap<[u8; 32], u32>,
+    /// Dedup references visited, by (address, birth).
+    visited_refs: HashMap<(u64, u64), BlockPtr>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -132,6 +144,9 @@ impl Checker<'_> {
 
     /// Account for one block.
     fn claim(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
+        if bp.dedup {
+            return self.claim_dedup(bp, ctx);
+        }
         if let Some(prev) = self.visited.get(&bp.addr) {
             if prev == bp {
                 return Claim::Shared;
@@ -211,6 +226,85 @@ impl Checker<'_> {
             }
         }
         Claim::New
+    }
+
+    /// Account for a dedup reference: it must match its table entry; the shared block is
+    /// accounted with the first reference met.
+    fn claim_dedup(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
+        if let Some(prev) = self.visited_refs.get(&(bp.addr, bp.birth_txg)) {
+            if prev == bp {
+                return Claim::Shared;
+            }
+            self.err(format!(
+                "{ctx}: dedup reference at {} born in txg {} appears twice, differently",
+                bp.addr, bp.birth_txg
+            ));
+            return Claim::Bad;
+        }
+        let Some(entry) = self.dedup.get(&bp.checksum).copied() else {
+            self.err(format!("{ctx}: dedup reference at {} has no entry in the dedup table", bp.addr));
+            return Claim::Bad;
+        };
+        let same = entry.addr == bp.addr
+            && entry.psize == bp.psize
+            && entry.lsize == bp.lsize
+            && entry.compression == bp.compression
+            && entry.packed == bp.packed;
+        if !same {
+            self.err(format!("{ctx}: dedup reference {bp:?} does not match its table entry {entry:?}"));
+            return Claim::Bad;
+        }
+        if !self.dedup_feature {
+            self.err(format!(
+                "{ctx}: record at {} is a dedup reference but the labels lack the dedup feature",
+                bp.addr
+            ));
+        }
+        self.visited_refs.insert((bp.addr, bp.birth_txg), *bp);
+        if bp.birth_txg > self.root_txg {
+            self.err(format!(
+                "{ctx}: block at {} born in txg {} after the root's txg {}",
+                bp.addr, bp.birth_txg, self.root_txg
+            ));
+        }
+        let found = self.dedup_found.entry(bp.checksum).or_insert(0);
+        *found += 1;
+        if *found == 1 {
+            // The shared block itself, once, as the plain or packed block it is.
+            let block = BlockPtr { dedup: false, ..*bp };
+            if self.claim(&block, ctx) == Claim::Bad {
+                return Claim::Bad;
+            }
+        }
+        Claim::New
+    }
+
+    /// After every tree was walked: each dedup entry's reference count against the
+    /// references found. Returns the sectors charged by references beyond each block's first.
+    fn check_dedup(&mut self) -> u64 {
+        let mut extra = 0;
+        let table = std::mem::take(&mut self.dedup);
+        for (hash, entry) in &table {
+            let found = self.dedup_found.get(hash).copied().unwrap_or(0);
+            if found == 0 {
+                self.err(format!(
+                    "dedup entry for the block at {} ({} references) has none (leak)",
+                    entry.addr, entry.refs
+                ));
+                continue;
+            }
+            if found != entry.refs {
+                self.err(format!(
+                    "dedup entry for the block at {}: the table counts {} references, {found} were found",
+                    entry.addr, entry.refs
+                ));
+            }
+            let block =
+                BlockPtr { addr: entry.addr, psize: entry.psize, packed: entry.packed, birth_txg: 1, ..BlockPtr::HOLE };
+            extra += (found as u64 - 1) * block.sectors();
+        }
+        self.dedup = table;
+        extra
     }
 
     /// After every tree was walked: each pack's live count against the records found in
@@ -421,6 +515,10 @@ impl Pool {
             packs_feature: p.label.features.incompat & crate::format::features::INCOMPAT_PACKS != 0,
             packs: BTreeMap::new(),
             pack_found: HashMap::new(),
+            dedup_feature: p.label.features.incompat & crate::format::features::INCOMPAT_DEDUP != 0,
+            dedup: HashMap::new(),
+            dedup_found: HashMap::new(),
+            visited_refs: HashMap::new(),
         };
         for e in p.check_log_device() {
             c.err(e);
@@ -457,6 +555,13 @@ impl Pool {
                     (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
                     (None, _) => c.err(format!("catalog entry {k:02x?}: malformed pack key")),
                 },
+                Some(&KEY_DEDUP) => match (DedupPhys::hash_of_key(k), DedupPhys::decode(v)) {
+                    (Some(hash), Ok(entry)) => {
+                        c.dedup.insert(hash, entry);
+                    }
+                    (_, Err(e)) => c.err(format!("catalog entry {k:02x?}: {e}")),
+                    (None, _) => c.err(format!("catalog entry {k:02x?}: malformed dedup key")),
+                },
                 _ => c.err(format!("catalog entry {k:02x?}: unknown key")),
             });
         for (k, v) in &space_entries {
@@ -479,7 +584,8 @@ impl Pool {
         c.report.volumes = vols.len() as u64;
         c.report.snapshots = snaps.len() as u64;
         let pack_slack = c.check_packs();
-        space::check(&mut c, &vols, &snaps, &deadlist_entries, catalog_sectors + pack_slack);
+        let dedup_extra = c.check_dedup();
+        space::check(&mut c, &vols, &snaps, &deadlist_entries, catalog_sectors + pack_slack, dedup_extra);
         // The space map as committed with this root, read back from the device.
         match Allocator::load(p.dev.as_ref(), geo, p.label.pool_guid, root.txg) {
             Ok(on_disk) => {

@@ -25,18 +25,19 @@ use crate::tree::blocktree;
 use crate::volume::KEY_DNODE;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// A tree's blocks: address → (birth txg, sectors, bytes saved by compression/trimming).
-type Blocks = HashMap<u64, (u64, u64, u64)>;
+/// A tree's blocks: (address, birth txg) → (birth txg, sectors, bytes saved by
+/// compression/trimming). Dedup references share an address, never an (address, birth).
+type Blocks = HashMap<(u64, u64), (u64, u64, u64)>;
 
 fn blocks_of(io: &BlockIo, root: &BlockPtr) -> crate::error::Result<Blocks> {
     let mut out = Blocks::new();
     walk_btree(io, root, &mut |bp, node| {
-        out.insert(bp.addr, (bp.birth_txg, bp.sectors(), 0));
+        out.insert((bp.addr, bp.birth_txg), (bp.birth_txg, bp.sectors(), 0));
         if let BtreeNodePhys::Leaf { entries } = node {
             for (_, v) in entries.iter().filter(|(k, _)| k.first() == Some(&KEY_DNODE)) {
                 let dn = DnodePhys::decode(v)?;
                 blocktree::walk(io, &dn.root, dn.levels, &mut |b, _, _| {
-                    out.insert(b.addr, (b.birth_txg, b.sectors(), crate::volume::data_saved_bytes(b)));
+                    out.insert((b.addr, b.birth_txg), (b.birth_txg, b.sectors(), crate::volume::data_saved_bytes(b)));
                     Ok(())
                 })?;
             }
@@ -65,6 +66,8 @@ pub(super) fn check(
     deadlist_entries: &[(Vec<u8>, Vec<u8>)],
     // The catalog's nodes and the free sectors inside packs.
     unowned_sectors: u64,
+    // Sectors of dedup references beyond each shared block's first.
+    dedup_extra_sectors: u64,
 ) {
     let snap_by_id: HashMap<u64, &SnapshotRecordPhys> = snaps.iter().map(|(_, r)| (r.id, r)).collect();
     let vol_by_id: HashMap<u64, &(String, VolumeRecordPhys)> = vols.iter().map(|v| (v.1.id, v)).collect();
@@ -101,13 +104,13 @@ pub(super) fn check(
         });
     }
 
-    // Deadlists as stored: id → addr → pointer.
-    let mut deadlists: BTreeMap<u64, HashMap<u64, BlockPtr>> = BTreeMap::new();
+    // Deadlists as stored: id → (addr, birth) → pointer.
+    let mut deadlists: BTreeMap<u64, HashMap<(u64, u64), BlockPtr>> = BTreeMap::new();
     for (k, v) in deadlist_entries {
         let dl = u64::from_be_bytes(k[1..9].try_into().expect("25-byte key"));
         match BlockPtr::decode_from(&mut Reader::new(v, "deadlist entry", None)) {
             Ok(bp) if !bp.is_hole() && k[9..17] == bp.birth_txg.to_be_bytes() && k[17..25] == bp.addr.to_be_bytes() => {
-                deadlists.entry(dl).or_default().insert(bp.addr, bp);
+                deadlists.entry(dl).or_default().insert((bp.addr, bp.birth_txg), bp);
             }
             Ok(bp) => c.err(format!("deadlist entry {k:02x?} does not match its pointer {bp:?}")),
             Err(e) => c.err(format!("deadlist entry {k:02x?}: {e}")),
@@ -119,7 +122,7 @@ pub(super) fn check(
     }
 
     let io = c.io;
-    let mut union: HashMap<u64, HashMap<u64, u64>> = HashMap::new(); // volume → addr → sectors
+    let mut union: HashMap<u64, HashMap<(u64, u64), u64>> = HashMap::new(); // volume → (addr, birth) → sectors
     for t in &trees {
         let mine = match blocks_of(io, &t.root) {
             Ok(b) => b,
@@ -173,12 +176,12 @@ pub(super) fn check(
                 continue;
             }
         };
-        for (addr, (birth, _, _)) in &mine {
-            if *birth <= p.txg && !theirs.contains_key(addr) {
+        for ((addr, _), (birth, _, _)) in &mine {
+            if *birth <= p.txg && !theirs.contains_key(&(*addr, *birth)) {
                 c.err(format!("{}: block at {addr} born in txg {birth} is not in its parent", t.ctx));
             }
         }
-        let expected: HashSet<u64> = theirs.keys().filter(|a| !mine.contains_key(a)).copied().collect();
+        let expected: HashSet<(u64, u64)> = theirs.keys().filter(|a| !mine.contains_key(a)).copied().collect();
         let empty = HashMap::new();
         let got = stored.unwrap_or(&empty);
         let missing = expected.iter().filter(|a| !got.contains_key(a)).count();
@@ -203,9 +206,10 @@ pub(super) fn check(
         }
     }
     let referenced = c.report.referenced_units * crate::format::SECTORS_PER_UNIT;
-    if totals + unowned_sectors != referenced && c.report.errors.is_empty() {
+    if totals + unowned_sectors != referenced + dedup_extra_sectors && c.report.errors.is_empty() {
         c.err(format!(
-            "volumes hold {totals} sectors and the catalog and free space in packs {unowned_sectors}, but {referenced} sectors are referenced"
+            "volumes hold {totals} sectors (of which {dedup_extra_sectors} are further references to deduplicated blocks) \
+             and the catalog and free space in packs {unowned_sectors}, but {referenced} sectors are referenced"
         ));
     }
 }

@@ -12,7 +12,7 @@
 //!  26  kind        u8   BlockKind
 //!  27  compression u8   Compression
 //!  28  checksum    u8   ChecksumAlgo
-//!  29  flags       u8   bit 0 PACKED (data records only); other bits zero
+//!  29  flags       u8   bit 0 PACKED, bit 1 DEDUP (data records only); others zero
 //!  30  reserved    [u8; 2] (zero)
 //!  32  checksum    [u8; 32] of the stored psize bytes
 //! ```
@@ -21,6 +21,11 @@
 //! *packed* (compaction): then it starts at a sector inside a pack, a run of units shared
 //! with other small records and freed when its last record is (the pack table, `alloc.rs`,
 //! `format::space::PackPhys`), and it is charged `psize` rounded up to whole sectors.
+//!
+//! A *dedup* record (`DEDUP`) is one reference to a block shared by identical records:
+//! its address, sizes and BLAKE3 checksum are the block's, its birth is when this reference
+//! was made; the dedup table (`dedup.rs`, `format::space::DedupPhys`, keyed by the
+//! checksum) counts the references and frees the block with the last.
 
 use super::codec::{Reader, Writer};
 use super::{round_up_sector, round_up_unit, MAX_BLOCK_SIZE, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
@@ -29,6 +34,8 @@ use crate::error::Corruption;
 pub const BLKPTR_SIZE: usize = 64;
 /// `flags` bit: the block is a record inside a pack.
 const FLAG_PACKED: u8 = 1;
+/// `flags` bit: the block is one reference to a deduplicated block.
+const FLAG_DEDUP: u8 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -119,6 +126,8 @@ pub struct BlockPtr {
     pub checksum_algo: ChecksumAlgo,
     /// A record inside a pack (sector aligned; shares units with other records).
     pub packed: bool,
+    /// One reference to a deduplicated block (the dedup table counts them).
+    pub dedup: bool,
     pub checksum: [u8; 32],
 }
 
@@ -129,9 +138,10 @@ impl std::fmt::Debug for BlockPtr {
         }
         write!(
             f,
-            "BlockPtr({:?}{} @{}:{} p{} l{} birth {})",
+            "BlockPtr({:?}{}{} @{}:{} p{} l{} birth {})",
             self.kind,
             if self.packed { " packed" } else { "" },
+            if self.dedup { " dedup" } else { "" },
             self.device,
             self.addr,
             self.psize,
@@ -153,6 +163,7 @@ impl BlockPtr {
         compression: Compression::None,
         checksum_algo: ChecksumAlgo::Crc32c,
         packed: false,
+        dedup: false,
         checksum: [0; 32],
     };
 
@@ -201,7 +212,7 @@ impl BlockPtr {
             .u8(self.kind as u8)
             .u8(self.compression as u8)
             .u8(self.checksum_algo as u8)
-            .u8(if self.packed { FLAG_PACKED } else { 0 })
+            .u8(if self.packed { FLAG_PACKED } else { 0 } | if self.dedup { FLAG_DEDUP } else { 0 })
             .zeros(2)
             .bytes(&self.checksum);
     }
@@ -229,12 +240,18 @@ impl BlockPtr {
             .ok_or_else(|| r.corrupt(format!("block pointer has unknown compression {comp_raw}")))?;
         let checksum_algo = ChecksumAlgo::from_u8(algo_raw)
             .ok_or_else(|| r.corrupt(format!("block pointer has unknown checksum {algo_raw}")))?;
-        if reserved != [0; 2] || flags & !FLAG_PACKED != 0 {
+        if reserved != [0; 2] || flags & !(FLAG_PACKED | FLAG_DEDUP) != 0 {
             return Err(r.corrupt("block pointer reserved bytes or flags are not zero"));
         }
         let packed = flags & FLAG_PACKED != 0;
-        if packed && kind != BlockKind::Data {
-            return Err(r.corrupt(format!("a {kind:?} block pointer is marked packed (only data records are)")));
+        let dedup = flags & FLAG_DEDUP != 0;
+        if (packed || dedup) && kind != BlockKind::Data {
+            return Err(
+                r.corrupt(format!("a {kind:?} block pointer is marked packed or dedup (only data records are)"))
+            );
+        }
+        if dedup && checksum_algo != ChecksumAlgo::Blake3 {
+            return Err(r.corrupt("a dedup block pointer without a BLAKE3 checksum"));
         }
         let align = if packed { SECTOR_SIZE } else { UNIT_SIZE };
         if addr == 0 || addr % align != 0 {
@@ -246,7 +263,19 @@ impl BlockPtr {
         if psize == 0 || psize > lsize || lsize as u64 > MAX_BLOCK_SIZE {
             return Err(r.corrupt(format!("block pointer sizes p{psize} l{lsize} are impossible")));
         }
-        Ok(BlockPtr { addr, birth_txg, psize, lsize, device, kind, compression, checksum_algo, packed, checksum })
+        Ok(BlockPtr {
+            addr,
+            birth_txg,
+            psize,
+            lsize,
+            device,
+            kind,
+            compression,
+            checksum_algo,
+            packed,
+            dedup,
+            checksum,
+        })
     }
 
     pub fn encode(&self) -> [u8; BLKPTR_SIZE] {
@@ -274,6 +303,7 @@ mod tests {
             compression: Compression::None,
             checksum_algo: ChecksumAlgo::Blake3,
             packed: false,
+            dedup: false,
             checksum: [9; 32],
         };
         let enc = bp.encode();
@@ -295,6 +325,10 @@ mod tests {
         assert_eq!(straddling.read_span(), (1 << 20, 8192));
         let unpacked_misaligned = BlockPtr { packed: false, ..p };
         assert!(BlockPtr::decode_from(&mut Reader::new(&unpacked_misaligned.encode(), "t", None)).is_err());
+        let d = BlockPtr { dedup: true, ..p };
+        assert_eq!(BlockPtr::decode_from(&mut Reader::new(&d.encode(), "t", None)).unwrap(), d);
+        let crc_dedup = BlockPtr { checksum_algo: ChecksumAlgo::Crc32c, ..d };
+        assert!(BlockPtr::decode_from(&mut Reader::new(&crc_dedup.encode(), "t", None)).is_err());
         let packed_node = BlockPtr { kind: BlockKind::BtreeNode, addr: 1 << 20, ..p };
         assert!(BlockPtr::decode_from(&mut Reader::new(&packed_node.encode(), "t", None)).is_err());
     }

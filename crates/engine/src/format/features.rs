@@ -13,7 +13,7 @@
 /// Feature bits this build understands, per mask.
 pub const KNOWN_COMPAT: u64 = 0;
 pub const KNOWN_RO_COMPAT: u64 = 0;
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_LOG_DEVICE;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_DEDUP | INCOMPAT_LOG_DEVICE;
 
 /// Data records may be stored compressed (lz4, zstd) and volume records carry a compression
 /// policy in their flags. Set in the labels when a volume's compression is first turned on
@@ -28,6 +28,12 @@ pub const INCOMPAT_COMPRESSION: u64 = 1 << 8;
 /// Set together with `INCOMPAT_COMPRESSION` (and on opening a pool that has that bit but
 /// not this one); packing happens only on pools that carry it.
 pub const INCOMPAT_PACKS: u64 = 1 << 9;
+
+/// Data records may be references to deduplicated blocks (DEDUP pointers, the dedup table
+/// in the catalog, `format::space::DedupPhys`), and volume records carry a dedup flag. An
+/// older build would free a shared block with its first reference. Set when a volume first
+/// turns dedup on.
+pub const INCOMPAT_DEDUP: u64 = 1 << 10;
 
 /// The intent log lives on a separate log device (`format::logdev`), named by the label's
 /// `log_device_guid`. An older build would ignore that field, write its log into the unused

@@ -92,6 +92,7 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     ok += space::VolumeSpacePhys::decode(bytes).is_ok() as usize;
     ok += space::PoolSpacePhys::decode(bytes).is_ok() as usize;
     ok += space::PackPhys::decode(bytes).is_ok() as usize;
+    ok += space::DedupPhys::decode(bytes).is_ok() as usize;
     // The payload decoders of compressed data records: bounded output, errors not panics.
     for algo in [Compression::Lz4, Compression::Zstd] {
         for lsize in [4096u32, 65536] {

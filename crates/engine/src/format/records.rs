@@ -27,7 +27,8 @@
 //!   8  record_size     u32   default record size of new objects
 //!  12  flags           u32   bits 0-7: sync policy (0 standard, 1 always, 2 disabled);
 //!                            bits 8-15: compression (0 off, 1 lz4, 2 zstd);
-//!                            bits 16-23: zstd level (1-19; 0 otherwise); 24-31 zero
+//!                            bits 16-23: zstd level (1-19; 0 otherwise); bit 24: dedup;
+//!                            25-31 zero
 //!  16  tree_root       BlockPtrPhys (64)  root of the volume's B+tree
 //!  80  next_object_id  u64
 //!  88  used_units      u64   units referenced by this volume (data + metadata)
@@ -182,13 +183,15 @@ pub struct VolumeRecordPhys {
     /// zero-tail trimming save); `None` for volumes last written by a build that did not
     /// track it. Logical bytes = used + saved (docs/efficiency.md).
     pub saved_bytes: Option<u64>,
+    /// New data records are deduplicated (`dedup.rs`).
+    pub dedup: bool,
 }
 
 impl VolumeRecordPhys {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(VOLUME_RECORD_SIZE);
         let (algo, level) = self.compression.to_bits();
-        let flags = self.sync_policy as u32 | (algo as u32) << 8 | (level as u32) << 16;
+        let flags = self.sync_policy as u32 | (algo as u32) << 8 | (level as u32) << 16 | (self.dedup as u32) << 24;
         w.u64(self.id).u32(self.record_size).u32(flags);
         self.tree_root.encode_into(&mut w);
         let (used, used_rem) = split_sectors(self.used_sectors);
@@ -251,7 +254,7 @@ impl VolumeRecordPhys {
         };
         let sync_policy = (flags & 0xff) as u8;
         let compression = CompressionPolicy::from_bits((flags >> 8) as u8, (flags >> 16) as u8);
-        let Some(compression) = compression.filter(|_| sync_policy <= 2 && flags >> 24 == 0) else {
+        let Some(compression) = compression.filter(|_| sync_policy <= 2 && flags >> 25 == 0) else {
             return Err(r.corrupt(format!("flags {flags:#x}: unknown sync policy or compression")));
         };
         if !valid_record_size(record_size) {
@@ -274,6 +277,7 @@ impl VolumeRecordPhys {
             quota_bytes,
             compression,
             saved_bytes: saved_plus_one.checked_sub(1),
+            dedup: flags >> 24 & 1 == 1,
             parent,
             deadlist,
             written_sectors,

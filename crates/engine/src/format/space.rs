@@ -22,6 +22,20 @@
 //!                      tree, snapshot and deadlist of the root this catalog belongs to
 //!   8  reserved  u64   zero
 //! ```
+//!
+//! Catalog key `0x13 ++ BLAKE3 checksum of the stored bytes (32)` → `DedupPhys` (32 bytes),
+//! one per deduplicated block (`dedup.rs`):
+//! ```text
+//!   0  addr         u64   the block's address (a packed record's own sector address)
+//!   8  psize        u32
+//!  12  lsize        u32
+//!  16  compression  u8
+//!  17  flags        u8    bit 0: the block is packed
+//!  18  reserved     u16   zero
+//!  20  refs         u32   DEDUP block pointers that reference it (> 0), over every tree,
+//!                         snapshot and deadlist of the root
+//!  24  reserved     u64   zero
+//! ```
 
 use super::codec::{Reader, Writer};
 use crate::error::Corruption;
@@ -34,6 +48,8 @@ pub const KEY_PACK: u8 = 0x12;
 pub const PACK_SIZE: usize = 16;
 /// Largest pack: 32 KiB, a few dozen small records; one device write.
 pub const PACK_UNITS_MAX: u32 = 8;
+pub const KEY_DEDUP: u8 = 0x13;
+pub const DEDUP_SIZE: usize = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VolumeSpacePhys {
@@ -127,6 +143,66 @@ impl PackPhys {
     }
 }
 
+/// One entry of the dedup table (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DedupPhys {
+    pub addr: u64,
+    pub psize: u32,
+    pub lsize: u32,
+    pub compression: super::Compression,
+    pub packed: bool,
+    pub refs: u32,
+}
+
+impl DedupPhys {
+    pub fn key(hash: &[u8; 32]) -> [u8; 33] {
+        let mut k = [KEY_DEDUP; 33];
+        k[1..].copy_from_slice(hash);
+        k
+    }
+
+    /// The checksum in a catalog key made by `key`.
+    pub fn hash_of_key(key: &[u8]) -> Option<[u8; 32]> {
+        (key.len() == 33 && key[0] == KEY_DEDUP).then(|| key[1..].try_into().expect("32 bytes"))
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(DEDUP_SIZE);
+        w.u64(self.addr)
+            .u32(self.psize)
+            .u32(self.lsize)
+            .u8(self.compression as u8)
+            .u8(self.packed as u8)
+            .zeros(2)
+            .u32(self.refs)
+            .zeros(8);
+        w.into_inner()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<DedupPhys, Corruption> {
+        let mut r = Reader::new(buf, "dedup table entry", None);
+        if buf.len() != DEDUP_SIZE {
+            return Err(r.corrupt(format!("{} bytes, expected {DEDUP_SIZE}", buf.len())));
+        }
+        let addr = r.u64()?;
+        let psize = r.u32()?;
+        let lsize = r.u32()?;
+        let comp = r.u8()?;
+        let flags = r.u8()?;
+        let reserved = r.u16()?;
+        let refs = r.u32()?;
+        let reserved2 = r.u64()?;
+        let compression = super::Compression::from_u8(comp);
+        let Some(compression) = compression.filter(|_| flags <= 1 && reserved == 0 && reserved2 == 0) else {
+            return Err(r.corrupt(format!("compression {comp}, flags {flags}, reserved bytes set")));
+        };
+        if addr == 0 || psize == 0 || psize > lsize || refs == 0 {
+            return Err(r.corrupt(format!("address {addr}, sizes p{psize} l{lsize}, {refs} references")));
+        }
+        Ok(DedupPhys { addr, psize, lsize, compression, packed: flags == 1, refs })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +224,16 @@ mod tests {
         assert_eq!(PackPhys::addr_of_key(&PackPhys::key(1 << 20)), Some(1 << 20));
         assert!(PackPhys::decode(&PackPhys { units: 9, live: 1 }.encode()).is_err());
         assert!(PackPhys::decode(&PackPhys { units: 1, live: 0 }.encode()).is_err());
+        let d = DedupPhys {
+            addr: 1 << 20,
+            psize: 900,
+            lsize: 16384,
+            compression: crate::format::Compression::Zstd,
+            packed: true,
+            refs: 3,
+        };
+        assert_eq!(DedupPhys::decode(&d.encode()).unwrap(), d);
+        assert_eq!(DedupPhys::hash_of_key(&DedupPhys::key(&[7; 32])), Some([7; 32]));
+        assert!(DedupPhys::decode(&DedupPhys { refs: 0, ..d }.encode()).is_err());
     }
 }
