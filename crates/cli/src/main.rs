@@ -63,6 +63,10 @@ enum Command {
         /// a tenth of memory, 256M to 4G. Commits start at a quarter of it.
         #[arg(long)]
         dirty_limit: Option<String>,
+        /// Entries each pool's dedup table may hold (about 100 bytes of memory each); when
+        /// full, new unique records of dedup volumes are stored without an entry.
+        #[arg(long, default_value_t = strata_engine::dedup::DEDUP_TABLE_MAX_DEFAULT)]
+        dedup_table_max: usize,
         /// Open POOL even though its log device is missing or damaged, at its last commit:
         /// the sync writes acknowledged since are LOST. The pool then logs in its own
         /// region. Repeat for several pools.
@@ -363,6 +367,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             nfs_portmap_port,
             cache_size,
             dirty_limit,
+            dedup_table_max,
             discard_missing_log,
         } => {
             tracing_subscriber::fmt()
@@ -393,6 +398,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 opts.dirty_limit_bytes = bytes;
             }
             opts.discard_missing_log = discard_missing_log;
+            opts.dedup_table_max = dedup_table_max;
             opts.nfs =
                 nfs_port.map(|port| strata_daemon::NfsOptions { bind: nfs_bind, port, portmap_port: nfs_portmap_port });
             strata_daemon::serve(opts)?;

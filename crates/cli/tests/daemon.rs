@@ -266,3 +266,39 @@ fn compression_reservations_and_capacity_alerts() {
     assert_eq!(d.json(&["check", "default"])["clean"], true);
     assert!(!d.log().contains("ERROR"), "{}", d.log());
 }
+
+#[test]
+fn dedup_volumes_store_a_copied_file_once() {
+    let dir = temp_dir("dedup");
+    let d = Daemon::start(&dir);
+    d.fails(&["volume", "create", "default/x", "--dedup", "maybe"], "use on or off");
+    d.ok(&["volume", "create", "default/d", "--dedup", "on"]);
+    let show = d.json(&["volume", "show", "default/d"]);
+    assert_eq!(show["dedup"], true, "{show}");
+    assert!(d.ok(&["volume", "show", "default/d"]).contains("dedup        on"));
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "default/d", mnt.to_str().unwrap()]);
+    // 4 MiB of distinct pages, then a copy of them after a commit (every 5 s).
+    let pages: Vec<u8> =
+        (0..256u32).flat_map(|i| (0..16384u32).map(move |j| (i.wrapping_mul(31) ^ j.wrapping_mul(7)) as u8)).collect();
+    std::fs::write(mnt.join("orig"), &pages).unwrap();
+    std::fs::File::open(mnt.join("orig")).unwrap().sync_all().unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    std::fs::write(mnt.join("copy"), &pages).unwrap();
+    let start = Instant::now();
+    let pool = loop {
+        let p = d.json(&["pool", "status", "default"]);
+        if p["dedup_saved_bytes"].as_u64().unwrap_or(0) >= 2 << 20 {
+            break p;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no dedup savings reported: {p}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(pool["dedup_blocks"].as_u64().unwrap() >= 128, "{pool}");
+    assert_eq!(std::fs::read(mnt.join("copy")).unwrap(), pages);
+    d.ok(&["volume", "set", "default/d", "--dedup", "off"]);
+    assert_eq!(d.json(&["volume", "show", "default/d"])["dedup"], false);
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    assert_eq!(d.json(&["check", "default"])["clean"], true);
+    assert!(!d.log().contains("ERROR"), "{}", d.log());
+}

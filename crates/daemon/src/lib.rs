@@ -78,6 +78,8 @@ pub struct ServeOptions {
     /// Pools to open even though their separate log device is missing or damaged, at their
     /// last commit, losing the sync writes acknowledged since (`serve --discard-missing-log`).
     pub discard_missing_log: Vec<String>,
+    /// Entries each pool's dedup table may hold (about 100 bytes each).
+    pub dedup_table_max: usize,
 }
 
 impl ServeOptions {
@@ -93,6 +95,7 @@ impl ServeOptions {
             cache_bytes: default_cache_bytes(),
             dirty_limit_bytes: default_dirty_limit_bytes(),
             discard_missing_log: Vec::new(),
+            dedup_table_max: strata_engine::dedup::DEDUP_TABLE_MAX_DEFAULT,
         }
     }
 }
@@ -127,11 +130,15 @@ pub struct Daemon {
 static DATA_CACHE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(64 << 20);
 /// Dirty data a pool holds before writers must wait for a commit (`serve --dirty-limit`).
 static DIRTY_LIMIT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(256 << 20);
+/// Entries of each pool's dedup table (`serve --dedup-table-max`).
+static DEDUP_TABLE_MAX: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(strata_engine::dedup::DEDUP_TABLE_MAX_DEFAULT);
 
 pub(crate) fn pool_options() -> PoolOptions {
     let mut o = PoolOptions::new(Arc::new(SystemClock));
     o.data_cache_bytes = DATA_CACHE_BYTES.load(Ordering::Relaxed);
     o.dirty_limit_bytes = DIRTY_LIMIT_BYTES.load(Ordering::Relaxed);
+    o.dedup_table_max = DEDUP_TABLE_MAX.load(Ordering::Relaxed);
     o
 }
 
@@ -574,6 +581,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     tune_malloc();
     DATA_CACHE_BYTES.store(opts.cache_bytes, Ordering::Relaxed);
     DIRTY_LIMIT_BYTES.store(opts.dirty_limit_bytes.max(16 << 20), Ordering::Relaxed);
+    DEDUP_TABLE_MAX.store(opts.dedup_table_max, Ordering::Relaxed);
     let listen = opts.listen.clone();
     let server = tiny_http::Server::http(&listen).map_err(|e| format!("listen on {listen}: {e}"))?;
     let d = Daemon::start(opts)?;
