@@ -18,6 +18,10 @@
 #   cargo build --release -p strata-cli
 #   scripts/bench/efficiency.sh                  # ~35 min on 2 cores
 #   QUICK=1 scripts/bench/efficiency.sh          # smoke test (scale 2, small tables, 5 s runs)
+#   ROUNDS=3 TARGETS="strata-off strata-lz4" scripts/bench/efficiency.sh   # TPS ratios: medians
+#
+# ROUNDS=N (1) measures every target N times, the order alternating (forward, backward, ...);
+# the report gives medians and lists each round's TPS (single rounds swing ±20% here).
 #
 # Output: docs/benchmarks/efficiency.md (OUT_MD) and the raw numbers next to it (.tsv).
 # Environment: TARGETS, FS_SIZE (8G), SCALE (50), PG_CLIENTS (8), PG_SECONDS (60),
@@ -29,10 +33,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 E2E_NAME=efficiency
-CMDLINE="$(env | grep -E '^(QUICK|TARGETS|FS_SIZE|SCALE|PG_[A-Z_]+|MY_[A-Z_]+|ZSTD_LEVEL|STRATA_RECORD_SIZE|OUT_MD)=' | sort | tr '\n' ' ' || true)$0 $*"
+CMDLINE="$(env | grep -E '^(QUICK|ROUNDS|TARGETS|FS_SIZE|SCALE|PG_[A-Z_]+|MY_[A-Z_]+|ZSTD_LEVEL|STRATA_RECORD_SIZE|OUT_MD)=' | sort | tr '\n' ' ' || true)$0 $*"
 QUICK="${QUICK:-0}"
 q() { if [ "$QUICK" = 1 ]; then printf '%s' "$1"; else printf '%s' "$2"; fi; }
 TARGETS="${TARGETS:-ext4 btrfs-zstd strata-off strata-lz4 strata-zstd}"
+ROUNDS="${ROUNDS:-1}"
+case "$ROUNDS" in '' | *[!0-9]* | 0) echo "ROUNDS=$ROUNDS: use a whole number of rounds, 1 or more" >&2; exit 2 ;; esac
 FS_SIZE="${FS_SIZE:-8G}"
 SCALE="${SCALE:-$(q 2 50)}"
 PG_CLIENTS="${PG_CLIENTS:-8}"
@@ -226,16 +232,21 @@ bench_my() { # target
   rm -rf "$MNT/mysql"
 }
 
-for t in $TARGETS; do
-  log "[$t] fresh $FS_SIZE target"
-  setup "$t"
-  bench_pg "$t"
-  bench_my "$t"
-  teardown
+REVERSED="$(printf '%s\n' $TARGETS | tac | tr '\n' ' ')"
+for round in $(seq 1 "$ROUNDS"); do
+  order="$TARGETS"
+  [ $((round % 2)) -eq 0 ] && order="$REVERSED"
+  for t in $order; do
+    log "[$t] round $round/$ROUNDS: fresh $FS_SIZE target"
+    setup "$t"
+    bench_pg "$t"
+    bench_my "$t"
+    teardown
+  done
 done
 
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
-RESULTS="$RESULTS" OUT_MD="$OUT_MD" CMDLINE="$CMDLINE" LOAD_START="$LOAD_START" LOAD_END="$LOAD_END" \
+ROUNDS="$ROUNDS" RESULTS="$RESULTS" OUT_MD="$OUT_MD" CMDLINE="$CMDLINE" LOAD_START="$LOAD_START" LOAD_END="$LOAD_END" \
   SECONDS_TOTAL="$(elapsed_since "$T0")" SCALE="$SCALE" PG_CLIENTS="$PG_CLIENTS" PG_SECONDS="$PG_SECONDS" \
   MY_TABLES="$MY_TABLES" MY_TABLE_SIZE="$MY_TABLE_SIZE" MY_THREADS="$MY_THREADS" MY_SECONDS="$MY_SECONDS" \
   FS_SIZE="$FS_SIZE" ZSTD_LEVEL="$ZSTD_LEVEL" STRATA_RECORD_SIZE="$STRATA_RECORD_SIZE" STRATA_REV="$(git -C "$ROOT" rev-parse --short HEAD)" \

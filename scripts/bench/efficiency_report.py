@@ -10,19 +10,27 @@ import subprocess
 from collections import defaultdict
 
 env = os.environ
-r = defaultdict(dict)
+r = defaultdict(dict)  # target -> key -> last value (text)
+every = defaultdict(lambda: defaultdict(list))  # target -> key -> values of every round
 with open(env["RESULTS"]) as f:
     for line in f:
         t, k, v = line.rstrip("\n").split("\t")
         r[t][k] = v
+        every[t][k].append(v)
 targets = list(r)
+rounds = int(env.get("ROUNDS", "1"))
 
 
 def num(t, k):
+    """The median over the rounds (None when missing or not a number)."""
     try:
-        return float(r[t][k])
-    except (KeyError, ValueError):
+        vals = sorted(float(v) for v in every[t][k])
+    except ValueError:
         return None
+    if not vals:
+        return None
+    n = len(vals)
+    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
 
 
 def mib(b):
@@ -88,6 +96,11 @@ for db, name, tps_name in (("pg", "PostgreSQL (pgbench data + WAL)", "pgbench TP
     w("")
     extra = [(t, r[t].get(f"{db}-compsize") or r[t].get(f"{db}-volume")) for t in targets]
     extra = [(t, x) for t, x in extra if x]
+    if rounds > 1:
+        w(f"Medians of {rounds} rounds (order alternating). TPS per round: " + "; ".join(
+            f"{t} " + " / ".join(f"{float(v):,.0f}" for v in every[t].get(f"{db}-tps", []))
+            for t in targets) + ".")
+        w("")
     if extra:
         w("Cross-checks: " + "; ".join(
             f"{t}: {'compsize disk/uncompressed' if t == 'btrfs-zstd' else 'volume used/logical'} {x}"
