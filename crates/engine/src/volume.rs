@@ -869,7 +869,14 @@ fn pack_records(
                 checksum: io.checksum_algo().compute(stored),
             })
             .collect();
-        for (&(i, _, _), mut bp) in members.iter().zip(io.write_pack(alloc, &items, units, txg)?) {
+        // A pack needs its units in one run: on a fragmented pool that may fail where the
+        // records' own units would not, so the rest are written one by one instead.
+        let bps = match io.write_pack(alloc, &items, units, txg) {
+            Ok(bps) => bps,
+            Err(Error::NoSpace(_)) => break,
+            Err(e) => return Err(e),
+        };
+        for (&(i, _, _), mut bp) in members.iter().zip(bps) {
             sectors += bp.sectors();
             bp.dedup = dedup && alloc.ddt.add(&bp, txg);
             placed[i] = Some(bp);
