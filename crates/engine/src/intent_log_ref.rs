@@ -3,12 +3,20 @@
 //! A logged write carries its bytes, so a synced write is written twice: into the log, then
 //! by the commit. For a large write of whole records (at least `BY_REF_MIN` bytes, aligned
 //! to the object's record size) a sync instead writes each record's bytes to a freshly
-//! allocated block of the pool's device — compressed and checksummed as the commit would —
-//! and logs a `WriteRef` with the block pointers. If the record still holds exactly those
-//! bytes when the txg commits, the block *is* the record's new block (it is registered as a
-//! prewrite, prewrite.rs): the data is written once. Otherwise (overwritten since) the block
-//! is only the log's and is freed at once, in the open txg: frees are held until the next
-//! txg is durable, so it outlives the log, which that commit retires.
+//! allocated block of the pool's device, uncompressed and checksummed, and logs a `WriteRef`
+//! with the block pointers. On a volume without compression, if the record still holds
+//! exactly those bytes when the txg commits, the block *is* the record's new block (it is
+//! registered as a prewrite, prewrite.rs): the data is written once. Otherwise — overwritten
+//! since, or a compressing volume — the block is only the log's and is freed at once, in the
+//! open txg: frees are held until the next txg is durable, so it outlives the log, which that
+//! commit retires; the commit then writes the record compressed (and packed, deduplicated)
+//! like any other.
+//!
+//! Why compressing volumes do not reuse the block: compressing on the sync path made every
+//! large fsync wait for the CPU work (measured: sysbench on an lz4 volume at 0.77 of
+//! compression off with it, 0.91 without, docs/benchmarks/efficiency.md), while the commit
+//! compresses in the prewrite, off the sync path; the price is the data written twice, the
+//! second time compressed.
 //!
 //! Order on the device: the blocks are written before the log block, and the log block's
 //! flush covers them when the log is in the pool; with a separate log device the pool's
@@ -57,23 +65,19 @@ pub(crate) fn candidates(p: &mut PoolInner, target: SyncTarget) -> Vec<(RefCandi
     out
 }
 
-/// Compress and checksum the candidates' records (without the pool's lock).
+/// Checksum the candidates' records (without the pool's lock). They stay uncompressed: see
+/// the module comment.
 pub(crate) fn prepare(cands: Vec<(RefCandidate, u64, CompressionPolicy)>, algo: ChecksumAlgo) -> Vec<PreparedRef> {
     cands
         .into_iter()
-        .map(|(cand, record_size, policy)| {
-            let inputs: Vec<&[u8]> = cand.data.chunks(record_size as usize).map(trimmed).collect();
-            let compressed = crate::compress::compress_batch(policy, &inputs);
-            let records = inputs
-                .iter()
-                .zip(compressed)
-                .map(|(raw, c)| {
-                    let (compression, stored) = match c {
-                        Some((algo, bytes)) => (algo, Stored::Compressed(bytes)),
-                        None => (Compression::None, Stored::Compressed(raw.to_vec())),
-                    };
+        .map(|(cand, record_size, _policy)| {
+            let records = cand
+                .data
+                .chunks(record_size as usize)
+                .map(|raw| {
+                    let stored = Stored::Compressed(trimmed(raw).to_vec());
                     let checksum = algo.compute(stored.bytes());
-                    (stored, compression, checksum)
+                    (stored, Compression::None, checksum)
                 })
                 .collect();
             PreparedRef { cand, record_size, records }
@@ -106,13 +110,14 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
         let Some(v) = volumes.get_mut(&VolumeId(pr.cand.vol)) else { continue };
         let mut bps = Vec::with_capacity(pr.records.len());
         let first = pr.cand.offset / pr.record_size;
-        let policy = v.rec.compression;
+        // A compressing volume's commit writes the record compressed: the block is the log's.
+        let reuse = v.rec.compression == CompressionPolicy::Off;
         for (i, (stored, compression, checksum)) in pr.records.into_iter().enumerate() {
             let new = NewBlock { stored: &stored, lsize: pr.record_size as usize, compression, checksum };
-            let Some(bp) = new.allocate(alloc, io, txg, algo, policy) else { break };
+            let Some(bp) = new.allocate(alloc, io, txg, algo, CompressionPolicy::Off) else { break };
             let key = (ObjectId(pr.cand.obj), first + i as u64);
             let chunk = &pr.cand.data[i * pr.record_size as usize..(i + 1) * pr.record_size as usize];
-            match v.dirty_content_equal(key, chunk) {
+            match v.dirty_content_equal(key, chunk).filter(|_| reuse) {
                 // The record holds exactly these bytes: the commit reuses the block.
                 Some(content) => register(v, alloc, io, key, content, bp, txg),
                 None => alloc.free_block(&bp, txg).expect("a block just allocated is ours to free"),

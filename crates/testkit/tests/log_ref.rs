@@ -71,6 +71,36 @@ fn the_commit_reuses_the_referenced_blocks() {
     assert!(report.is_clean(), "{:#?}", report.errors);
 }
 
+/// On a compressing volume the sync writes the records raw (no compression on the sync
+/// path) and the commit writes them again compressed: the stored records are compressed,
+/// the log's blocks freed, and a crash before the commit still replays the synced bytes.
+#[test]
+fn a_compressing_volume_syncs_raw_and_commits_compressed() {
+    let (disk, pool, vol, obj) = setup(CompressionPolicy::Lz4);
+    let data: Vec<u8> = (0..32 * RS as usize).map(|i| b"compressible text, "[i % 19]).collect();
+    pool.write(vol, obj, 0, &data).unwrap();
+    pool.sync_object(vol, obj).unwrap();
+    assert!(pool.status().log_bytes_by_reference >= data.len() as u64, "went by reference");
+    let before = pool.status().space.compressed_blocks_written;
+    pool.commit().unwrap();
+    pool.commit().unwrap();
+    let st = pool.status();
+    assert!(st.space.compressed_blocks_written - before >= 32, "the commit compressed the records");
+    assert!(pool.volume_info(vol).unwrap().used_bytes < data.len() as u64 / 4, "stored compressed");
+    assert_eq!(pool.read(vol, obj, 0, data.len()).unwrap(), data);
+    let report = pool.check(CheckOptions::default()).unwrap();
+    assert!(report.is_clean(), "{:#?}", report.errors);
+    drop((disk, pool));
+
+    let (disk2, pool2, vol2, obj2) = setup(CompressionPolicy::Zstd { level: 3 });
+    pool2.write(vol2, obj2, 0, &data).unwrap();
+    pool2.sync_object(vol2, obj2).unwrap();
+    let pool2 = crash_and_reopen(&disk2, pool2, CrashMode::DropUnflushed);
+    assert_eq!(pool2.read(vol2, obj2, 0, data.len()).unwrap(), data, "replayed from the raw blocks");
+    let report = pool2.check(CheckOptions::default()).unwrap();
+    assert!(report.is_clean(), "{:#?}", report.errors);
+}
+
 /// Overwritten after the sync: the referenced blocks are the log's only, freed (no leak);
 /// a crash before the commit shows the synced bytes, after it the new ones.
 #[test]
