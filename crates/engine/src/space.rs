@@ -118,56 +118,51 @@ pub(crate) fn volume_space(v: &VolumeState) -> VolumeSpace {
     }
 }
 
+/// Every entry of the catalog's key space `kind` (keys starting with that byte), in order.
+fn scan(io: &BlockIo, catalog: &BTree, kind: u8, mut f: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+    let mut start = vec![kind];
+    loop {
+        let batch = catalog.range(io, &start, Some(&[kind + 1]), 1024)?;
+        let Some((last, _)) = batch.last() else { return Ok(()) };
+        start = last.clone();
+        start.push(0);
+        for (k, v) in &batch {
+            f(k, v)?;
+        }
+    }
+}
+
 /// Read the reservations in `catalog` into the volumes (opening a pool). Entries naming no
 /// volume are left for the checker to report.
 pub(crate) fn load(io: &BlockIo, catalog: &BTree, volumes: &mut BTreeMap<VolumeId, VolumeState>) -> Result<()> {
     let by_name: BTreeMap<String, VolumeId> = volumes.iter().map(|(id, v)| (v.name.clone(), *id)).collect();
-    let mut start = vec![KEY_VOLUME_SPACE];
-    loop {
-        let batch = catalog.range(io, &start, Some(&[KEY_VOLUME_SPACE + 1]), 256)?;
-        let Some((last, _)) = batch.last() else { break };
-        start = last.clone();
-        start.push(0);
-        for (k, v) in batch {
-            let rec = VolumeSpacePhys::decode(&v)?;
-            let name = String::from_utf8_lossy(&k[1..]);
-            if let Some(vol) = by_name.get(name.as_ref()).and_then(|id| volumes.get_mut(id)) {
-                vol.reservation_bytes = rec.reservation_bytes;
-            }
+    scan(io, catalog, KEY_VOLUME_SPACE, |k, v| {
+        let rec = VolumeSpacePhys::decode(v)?;
+        let name = String::from_utf8_lossy(&k[1..]);
+        if let Some(vol) = by_name.get(name.as_ref()).and_then(|id| volumes.get_mut(id)) {
+            vol.reservation_bytes = rec.reservation_bytes;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Read the pack table and the dedup table in `catalog` into the allocator (opening a pool).
 pub(crate) fn load_packs(io: &BlockIo, catalog: &BTree, alloc: &mut Allocator) -> Result<()> {
     let mut packs = Vec::new();
-    let mut start = vec![KEY_PACK];
-    loop {
-        let batch = catalog.range(io, &start, Some(&[KEY_PACK + 1]), 1024)?;
-        let Some((last, _)) = batch.last() else { break };
-        start = last.clone();
-        start.push(0);
-        for (k, v) in batch {
-            let addr = PackPhys::addr_of_key(&k)
-                .ok_or_else(|| Corruption::new("pack table", None, format!("malformed key {k:02x?}")))?;
-            packs.push((addr, PackPhys::decode(&v)?));
-        }
-    }
+    scan(io, catalog, KEY_PACK, |k, v| {
+        let addr = PackPhys::addr_of_key(k)
+            .ok_or_else(|| Corruption::new("pack table", None, format!("malformed key {k:02x?}")))?;
+        packs.push((addr, PackPhys::decode(v)?));
+        Ok(())
+    })?;
     alloc.load_packs(packs)?;
     let mut entries = Vec::new();
-    let mut start = vec![KEY_DEDUP];
-    loop {
-        let batch = catalog.range(io, &start, Some(&[KEY_DEDUP + 1]), 1024)?;
-        let Some((last, _)) = batch.last() else { break };
-        start = last.clone();
-        start.push(0);
-        for (k, v) in batch {
-            let hash = DedupPhys::hash_of_key(&k)
-                .ok_or_else(|| Corruption::new("dedup table", None, format!("malformed key {k:02x?}")))?;
-            entries.push((hash, DedupPhys::decode(&v)?));
-        }
-    }
+    scan(io, catalog, KEY_DEDUP, |k, v| {
+        let hash = DedupPhys::hash_of_key(k)
+            .ok_or_else(|| Corruption::new("dedup table", None, format!("malformed key {k:02x?}")))?;
+        entries.push((hash, DedupPhys::decode(v)?));
+        Ok(())
+    })?;
     alloc.ddt.load(entries);
     Ok(())
 }
