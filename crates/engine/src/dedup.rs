@@ -13,7 +13,7 @@
 //! txg (`last_ref_txg`; more identical records in that txg are stored as new blocks), and
 //! a reference must match the entry's logical size and compression.
 //!
-//! Memory: the table is held whole (about 100 bytes per entry) and bounded by
+//! Memory: the table is held whole (about 100 bytes per entry, estimated from the layout) and bounded by
 //! `PoolOptions::dedup_table_max`; when full, new unique records are stored without an entry
 //! (ZFS's dedup quota), references to existing entries go on. The table is persisted in the
 //! catalog with every commit (key space `format::space::KEY_DEDUP`), so it is exactly as
@@ -24,7 +24,7 @@ use crate::format::space::DedupPhys;
 use crate::format::{BlockKind, BlockPtr, ChecksumAlgo, Compression};
 use std::collections::{BTreeSet, HashMap};
 
-/// Entries kept by default: 256 Ki (about 25 MiB), 4 GiB of unique 16 KiB records.
+/// Entries kept by default: 256 Ki (roughly 25 MiB, estimated), 4 GiB of unique 16 KiB records.
 pub const DEDUP_TABLE_MAX_DEFAULT: usize = 256 * 1024;
 
 struct Entry {
