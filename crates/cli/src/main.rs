@@ -321,11 +321,12 @@ fn print_pool(p: &Value) {
         ms(&c["locked_us_last"])
     );
     println!(
-        "intent    {} blocks, {} logged ({} more written in place by reference); {} syncs found the log full",
+        "intent    {} blocks, {} logged ({} more written in place by reference); {} syncs found the log full; {} held for unsynced operations",
         p["log_blocks_written"].as_u64().unwrap_or(0),
         human(p["log_bytes_written"].as_u64().unwrap_or(0)),
         human(p["log_bytes_by_reference"].as_u64().unwrap_or(0)),
-        p["log_full_commits"].as_u64().unwrap_or(0)
+        p["log_full_commits"].as_u64().unwrap_or(0),
+        human(p["log_memory_bytes"].as_u64().unwrap_or(0))
     );
     println!(
         "cache     {} of {} data, {} hits",

@@ -72,7 +72,7 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
         "packs": s.space.packs, "packed_records_written": s.space.packed_records_written,
         "dedup_blocks": s.space.dedup_blocks, "dedup_saved_bytes": s.space.dedup_saved_bytes,
         "dedup_table_max": s.space.dedup_table_max,
-        "log_blocks_written": s.log_blocks_written, "log_bytes_written": s.log_bytes_written, "log_bytes_by_reference": s.log_bytes_by_reference, "log_full_commits": s.log_full_commits,
+        "log_blocks_written": s.log_blocks_written, "log_bytes_written": s.log_bytes_written, "log_bytes_by_reference": s.log_bytes_by_reference, "log_full_commits": s.log_full_commits, "log_memory_bytes": s.log_memory_bytes,
         "data_cache_bytes": s.data_cache_bytes, "data_cache_capacity_bytes": s.data_cache_capacity,
         "data_cache_hits": s.data_cache_hits,
         "commits": {

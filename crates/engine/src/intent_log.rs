@@ -38,12 +38,26 @@
 //! Small writes carry their bytes (a logical log), so their data is written twice (log,
 //! then txg). Large whole-record writes are written in place and logged by block pointer
 //! (intent_log_ref.rs, ZFS's WR_INDIRECT): written once, the commit reusing the blocks.
+//!
+//! A write is recorded without its bytes (ZFS's WR_NEED_COPY): the group notes where its
+//! record goes and what range it wrote, and the sync that writes the group reads the range
+//! from the volume as it is *then*. Most writes are never synced before their txg commits
+//! (NFS UNSTABLE writes, a database's page writes), so they cost the log nothing — no copy,
+//! no memory held twice. Why reading later is exact: the block that carries an object's
+//! deferred writes carries *all* of that object's waiting groups (`select`), so replay ends
+//! the object exactly in the state it had when the block was formed. Of each byte, the last
+//! operation that touched it decides its value: if that is a deferred write, the byte has
+//! not changed since, so the volume still holds the write's value; if it is a later write,
+//! truncate or punch, that operation is in the block too, and replay applies it after. A
+//! range the object no longer has (truncated, deleted) reads as zeros, which a later
+//! operation in the same block then cuts or removes. Sizes come out right because replay
+//! writes the same ranges.
 
 use crate::alloc::Geometry;
 use crate::device::BlockDevice;
-use crate::error::{Corruption, Error, Result};
+use crate::error::{Error, Result};
 use crate::format::codec::Writer;
-use crate::format::intent::{LogBlockPhys, LogRecord, LOG_HEADER};
+use crate::format::intent::{LogBlockPhys, LogRecord, WRITE_DATA_MAX, WRITE_HEADER};
 use crate::format::UNIT_SIZE;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -114,32 +128,40 @@ enum Scope {
 }
 
 struct Group {
+    /// The encoded records but the writes.
     bytes: Vec<u8>,
     scope: Scope,
-    /// Large writes in `bytes` that a sync may log by reference instead.
-    big: Vec<BigWrite>,
+    /// The writes, read from their volumes when a sync writes the group.
+    writes: Vec<LaterWrite>,
 }
 
-/// A Write record of at least `BY_REF_MIN` bytes inside a group's encoded bytes.
+impl Group {
+    /// Bytes of its records with every write carrying its data.
+    fn encoded_len(&self) -> usize {
+        self.bytes.len() + self.writes.iter().map(|w| WRITE_HEADER + w.len).sum::<usize>()
+    }
+}
+
+/// A write recorded without its bytes: its record goes at `at` among the group's encoded
+/// records.
 #[derive(Clone, Debug)]
-struct BigWrite {
-    /// The whole encoded record, and where its data begins.
-    start: usize,
-    end: usize,
-    data_at: usize,
+struct LaterWrite {
+    at: usize,
     vol: u64,
     obj: u64,
     offset: u64,
+    len: usize,
 }
 
-/// A large write a sync may log by reference: which group and which of its large writes,
-/// and the written bytes.
+/// A large write a sync may log by reference: which group and which of its writes, and
+/// the range written (`data` is filled by the caller, from the volume).
 pub struct RefCandidate {
     pub lsn: u64,
     pub index: usize,
     pub vol: u64,
     pub obj: u64,
     pub offset: u64,
+    pub len: usize,
     pub data: Vec<u8>,
 }
 
@@ -167,7 +189,7 @@ pub struct IntentLog {
     open: Vec<u8>,
     open_objects: Vec<(u64, u64)>,
     open_shared: bool,
-    open_big: Vec<BigWrite>,
+    open_writes: Vec<LaterWrite>,
     group_open: bool,
     /// Whole groups not yet written, by lsn; and indexes of them: the shared ones, and the
     /// private ones per object (so that a sync costs what it writes, not what waits).
@@ -198,7 +220,7 @@ impl IntentLog {
             open: Vec::new(),
             open_objects: Vec::new(),
             open_shared: false,
-            open_big: Vec::new(),
+            open_writes: Vec::new(),
             group_open: false,
             groups: BTreeMap::new(),
             shared: BTreeSet::new(),
@@ -232,15 +254,14 @@ impl IntentLog {
         self.recorded(object, shared);
     }
 
-    /// Record a write without first copying its bytes into a `LogRecord` (the hot path).
-    pub fn record_write(&mut self, vol: u64, obj: u64, offset: u64, data: &[u8]) {
-        let start = self.open.len();
-        let mut w = Writer::from_vec(std::mem::take(&mut self.open));
-        LogRecord::encode_write(&mut w, vol, obj, offset, data);
-        self.open = w.into_inner();
-        let end = self.open.len();
-        if data.len() >= BY_REF_MIN {
-            self.open_big.push(BigWrite { start, end, data_at: end - data.len(), vol, obj, offset });
+    /// Record a write of `len` bytes at `offset`, made to the volume just now. Its bytes are
+    /// read from the volume if a sync writes it (see the module comment).
+    pub fn record_write(&mut self, vol: u64, obj: u64, offset: u64, len: usize) {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(WRITE_DATA_MAX);
+            self.open_writes.push(LaterWrite { at: self.open.len(), vol, obj, offset: offset + done as u64, len: n });
+            done += n;
         }
         self.recorded(Some((vol, obj)), false);
     }
@@ -268,7 +289,7 @@ impl IntentLog {
                 Scope::Shared(objects)
             };
             self.open_shared = false;
-            let big = std::mem::take(&mut self.open_big);
+            let writes = std::mem::take(&mut self.open_writes);
             let lsn = self.appended;
             match &scope {
                 Scope::Private(o) => {
@@ -278,27 +299,36 @@ impl IntentLog {
                     self.shared.insert(lsn);
                 }
             }
-            self.groups.insert(lsn, Group { bytes: std::mem::take(&mut self.open), scope, big });
+            self.groups.insert(lsn, Group { bytes: std::mem::take(&mut self.open), scope, writes });
         }
     }
 
-    /// The lsns (ascending) of the groups a sync of `target` must write, among those
-    /// recorded up to `upto`: the ones it wants, and before each shared group, the private
-    /// groups of the objects that group touches.
-    fn select(&self, target: SyncTarget, upto: u64) -> Vec<u64> {
+    /// The lsns (ascending) of the groups a sync of `target` must write now: the ones it
+    /// wants; before each shared group, the private groups of the objects that group
+    /// touches; and all waiting groups of every object a picked group writes to (its
+    /// deferred writes are read as the volume is now: the module comment says why).
+    fn select(&self, target: SyncTarget) -> Vec<u64> {
         let SyncTarget::Object { vol, obj } = target else {
-            return self.groups.range(..=upto).map(|(l, _)| *l).collect();
+            return self.groups.keys().copied().collect();
         };
-        let mut picked: BTreeSet<u64> = self.shared.range(..=upto).copied().collect();
+        let mut picked: BTreeSet<u64> = self.shared.iter().copied().collect();
         if let Some(own) = self.private.get(&(vol, obj)) {
-            picked.extend(own.range(..=upto));
+            picked.extend(own);
         }
-        for s in self.shared.range(..=upto) {
+        for s in &self.shared {
             let Scope::Shared(objs) = &self.groups[s].scope else { unreachable!("indexed as shared") };
             for o in objs {
                 if let Some(theirs) = self.private.get(o) {
                     picked.extend(theirs.range(..*s));
                 }
+            }
+        }
+        let written: BTreeSet<(u64, u64)> =
+            picked.iter().flat_map(|l| self.groups[l].writes.iter().map(|w| (w.vol, w.obj))).collect();
+        for o in written {
+            // Private groups hold one object's records only: no further groups follow.
+            if let Some(theirs) = self.private.get(&o) {
+                picked.extend(theirs);
             }
         }
         picked.into_iter().collect()
@@ -318,32 +348,40 @@ impl IntentLog {
 
     /// Whether the groups a sync of `target` writes fit in what is left of the region.
     pub fn fits(&self, target: SyncTarget) -> bool {
-        self.fits_groups(&self.select(target, u64::MAX))
+        self.fits_groups(&self.select(target))
     }
 
     fn fits_groups(&self, lsns: &[u64]) -> bool {
-        let len: usize = lsns.iter().map(|l| self.groups[l].bytes.len()).sum();
+        let len: usize = lsns.iter().map(|l| self.groups[l].encoded_len()).sum();
         self.head + LogBlockPhys::units_for(len) * UNIT_SIZE <= self.place.bytes
     }
 
-    /// The large writes among the groups a sync of `target` would write now, with their
-    /// bytes (copied: the lock is released while they are written in place).
+    /// The large writes (at least `BY_REF_MIN` bytes) among the groups a sync of `target`
+    /// would write now; their bytes are for the caller to read.
     pub fn ref_candidates(&self, target: SyncTarget) -> Vec<RefCandidate> {
         let mut out = Vec::new();
-        for l in self.select(target, u64::MAX) {
-            let g = &self.groups[&l];
-            for (index, b) in g.big.iter().enumerate() {
+        for l in self.select(target) {
+            for (index, w) in self.groups[&l].writes.iter().enumerate().filter(|(_, w)| w.len >= BY_REF_MIN) {
                 out.push(RefCandidate {
                     lsn: l,
                     index,
-                    vol: b.vol,
-                    obj: b.obj,
-                    offset: b.offset,
-                    data: g.bytes[b.data_at..b.end].to_vec(),
+                    vol: w.vol,
+                    obj: w.obj,
+                    offset: w.offset,
+                    len: w.len,
+                    data: Vec::new(),
                 });
             }
         }
         out
+    }
+
+    /// Memory held by the operations waiting (their records but the writes' bytes).
+    pub fn memory_bytes(&self) -> u64 {
+        let per_write = std::mem::size_of::<LaterWrite>();
+        let held = |bytes: usize, writes: usize| (bytes + writes * per_write) as u64;
+        held(self.open.len(), self.open_writes.len())
+            + self.groups.values().map(|g| held(g.bytes.len(), g.writes.len())).sum::<u64>()
     }
 
     /// Whether group `lsn` is still waiting to be written.
@@ -376,34 +414,44 @@ impl IntentLog {
     /// it; `in_flight` keeps a second writer (and the reuse of the region after a commit)
     /// waiting until this one is flushed, and `written` ends it.
     ///
-    /// `refs` replaces large writes, by (group lsn, index among its large writes), with
-    /// references to the blocks their bytes were written to.
+    /// `refs` replaces large writes, by (group lsn, index among its writes), with
+    /// references to the blocks their bytes were written to. `read(vol, obj, offset, buf)`
+    /// fills `buf` (zeroed) with the range as the volume holds it now, leaving zeros where
+    /// the object or its data no longer is. A failed read leaves everything as it was.
     pub fn take_block(
         &mut self,
         pool_guid: u64,
         target: SyncTarget,
         refs: &std::collections::HashMap<(u64, usize), Vec<crate::format::BlockPtr>>,
-    ) -> (Vec<u8>, u64) {
+        read: &mut dyn FnMut(u64, u64, u64, &mut [u8]) -> Result<()>,
+    ) -> Result<(Vec<u8>, u64)> {
         assert!(!self.group_open, "only whole groups are written");
         assert!(!self.in_flight, "one log write at a time");
-        let picked = self.select(target, u64::MAX);
+        let picked = self.select(target);
         assert!(self.fits_groups(&picked));
-        let mut payload = Vec::with_capacity(picked.iter().map(|l| self.groups[l].bytes.len()).sum());
+        let len = picked.iter().map(|l| self.groups[l].encoded_len()).sum();
+        let mut payload = Writer::with_capacity(len);
+        for l in &picked {
+            let g = &self.groups[l];
+            let mut at = 0;
+            for (index, w) in g.writes.iter().enumerate() {
+                payload.bytes(&g.bytes[at..w.at]);
+                at = w.at;
+                if let Some(bps) = refs.get(&(*l, index)) {
+                    LogRecord::WriteRef { vol: w.vol, obj: w.obj, offset: w.offset, bps: bps.clone() }
+                        .encode_into(&mut payload);
+                    continue;
+                }
+                LogRecord::encode_write_header(&mut payload, w.vol, w.obj, w.offset, w.len);
+                read(w.vol, w.obj, w.offset, payload.zeros_mut(w.len))?;
+            }
+            payload.bytes(&g.bytes[at..]);
+        }
         for l in picked {
             let g = self.remove(l);
-            let mut at = 0;
-            for (index, b) in g.big.iter().enumerate() {
-                let Some(bps) = refs.get(&(l, index)) else { continue };
-                payload.extend_from_slice(&g.bytes[at..b.start]);
-                let r = LogRecord::WriteRef { vol: b.vol, obj: b.obj, offset: b.offset, bps: bps.clone() };
-                let mut w = Writer::with_capacity(0);
-                r.encode_into(&mut w);
-                payload.extend_from_slice(&w.into_inner());
-                at = b.end;
-            }
-            payload.extend_from_slice(&g.bytes[at..]);
             self.in_flight_groups.push((l, g.scope));
         }
+        let payload = payload.into_inner();
         let block = LogBlockPhys { pool_guid, base_txg: self.base_txg, seq: self.seq, payload };
         let raw = block.encode();
         let at = self.place.offset + self.head;
@@ -412,7 +460,7 @@ impl IntentLog {
         self.blocks_written += 1;
         self.bytes_written += raw.len() as u64;
         self.in_flight = true;
-        (raw, at)
+        Ok((raw, at))
     }
 
     /// The block in flight landed (or failed: the pool then latches).
@@ -444,143 +492,10 @@ impl IntentLog {
         self.open.clear();
         self.open_objects.clear();
         self.open_shared = false;
-        self.open_big.clear();
+        self.open_writes.clear();
         self.group_open = false;
         self.groups.clear();
         self.shared.clear();
         self.private.clear();
-    }
-
-    /// The complete groups logged on top of root `root_txg`, in order.
-    /// `verify` sees every record of a block before any of its groups is taken: a false
-    /// ends the log before that block (its referenced data did not land: never
-    /// acknowledged).
-    pub fn read(
-        place: &LogPlace,
-        pool_guid: u64,
-        root_txg: u64,
-        verify: &mut dyn FnMut(&LogRecord) -> bool,
-    ) -> Result<Vec<Vec<LogRecord>>> {
-        let (dev, log_offset, log_bytes) = (place.dev.as_ref(), place.offset, place.bytes);
-        let mut groups = Vec::new();
-        let mut current = Vec::new();
-        let mut at = 0u64;
-        let mut seq = 0u64;
-        let mut first = vec![0u8; UNIT_SIZE as usize];
-        while at + UNIT_SIZE <= log_bytes {
-            dev.read_at(&mut first, log_offset + at).map_err(|e| Error::io("read intent log", e))?;
-            let Some((guid, base, s, _len, units)) = LogBlockPhys::header(&first) else { break };
-            let size = units as u64 * UNIT_SIZE;
-            if guid != pool_guid || base != root_txg || s != seq || units == 0 || at + size > log_bytes {
-                break;
-            }
-            let mut buf = vec![0u8; size as usize];
-            dev.read_at(&mut buf, log_offset + at).map_err(|e| Error::io("read intent log", e))?;
-            let Some(block) = LogBlockPhys::decode(&buf) else { break };
-            debug_assert!(block.payload.len() + LOG_HEADER <= buf.len());
-            let records = LogRecord::decode_all(&block.payload)?;
-            if !records.iter().all(|r| verify(r)) {
-                break;
-            }
-            for r in records {
-                match r {
-                    LogRecord::GroupEnd => groups.push(std::mem::take(&mut current)),
-                    other => current.push(other),
-                }
-            }
-            if !current.is_empty() {
-                // Blocks hold whole groups; a verified block that ends mid-group is damage.
-                return Err(Corruption::new("intent log", Some(log_offset + at), "block ends inside a group").into());
-            }
-            at += size;
-            seq += 1;
-        }
-        Ok(groups)
-    }
-}
-
-impl crate::pool::Pool {
-    /// Apply what the intent log holds on top of the opened root, then commit (which
-    /// retires the log). Read-only opens leave the log alone and say so.
-    pub(crate) fn replay_intent_log(&self) -> Result<()> {
-        let mut p = self.lock();
-        let io = p.io.clone();
-        let mut refs = crate::intent_log_ref::RefReader { io: &io, fetched: Default::default(), error: None };
-        let groups = IntentLog::read(p.ilog.place(), p.label.pool_guid, p.root.txg, &mut |r| refs.verify(r))?;
-        if let Some(e) = refs.error.take() {
-            return Err(e);
-        }
-        if groups.is_empty() {
-            return Ok(());
-        }
-        let ops: usize = groups.iter().map(|g| g.len()).sum();
-        if p.read_only {
-            p.open_notes.push(format!(
-                "{ops} operations in the intent log were not replayed (opened read-only): the state shown is the last commit"
-            ));
-            return Ok(());
-        }
-        // The blocks the log references stay untouched until the commit below lands.
-        let txg = p.next_txg;
-        for r in groups.iter().flatten() {
-            if let LogRecord::WriteRef { bps, .. } = r {
-                for bp in bps {
-                    p.alloc.hold(bp.addr, bp.units(), txg);
-                }
-            }
-        }
-        for g in &groups {
-            for r in g {
-                apply(&mut p, r, &refs)?;
-            }
-        }
-        p.commit()?;
-        p.open_notes.push(format!("replayed {ops} operations ({} groups) from the intent log", groups.len()));
-        Ok(())
-    }
-}
-
-fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord, refs: &crate::intent_log_ref::RefReader<'_>) -> Result<()> {
-    use crate::pool::{PoolInner, VolumeId};
-    use crate::volume::ObjectId;
-    let PoolInner { volumes, io, alloc, .. } = p;
-    let vol_of = |r: &LogRecord| match r {
-        LogRecord::Write { vol, .. }
-        | LogRecord::Truncate { vol, .. }
-        | LogRecord::Punch { vol, .. }
-        | LogRecord::SetAttr { vol, .. }
-        | LogRecord::CreateObject { vol, .. }
-        | LogRecord::DeleteObject { vol, .. }
-        | LogRecord::KvPut { vol, .. }
-        | LogRecord::KvDelete { vol, .. }
-        | LogRecord::WriteRef { vol, .. } => *vol,
-        LogRecord::GroupEnd => 0,
-    };
-    let vol = vol_of(r);
-    let v = volumes
-        .get_mut(&VolumeId(vol))
-        .ok_or_else(|| Corruption::new("intent log", None, format!("record for unknown volume {vol}")))?;
-    match r {
-        LogRecord::Write { obj, offset, data, .. } => v.write(io, alloc, ObjectId(*obj), *offset, data),
-        LogRecord::Truncate { obj, size, .. } => v.truncate(io, alloc, ObjectId(*obj), *size),
-        LogRecord::Punch { obj, offset, len, .. } => v.punch_hole(io, alloc, ObjectId(*obj), *offset, *len),
-        LogRecord::SetAttr { obj, attr, .. } => v.set_attr(io, ObjectId(*obj), attr),
-        LogRecord::CreateObject { obj, attr, .. } => {
-            let got = v.create_object(attr)?;
-            if got.0 != *obj {
-                return Err(Corruption::new(
-                    "intent log",
-                    None,
-                    format!("replayed create made object {} where the log recorded {obj}", got.0),
-                )
-                .into());
-            }
-            Ok(())
-        }
-        LogRecord::DeleteObject { obj, .. } => v.delete_object(io, ObjectId(*obj)),
-        LogRecord::KvPut { key, value, .. } => v.kv_put(io, key, value).map(|_| ()),
-        LogRecord::KvDelete { key, .. } => v.kv_delete(io, key).map(|_| ()),
-        LogRecord::WriteRef { obj, offset, bps, .. } => v.write(io, alloc, ObjectId(*obj), *offset, &refs.data(bps)?),
-        LogRecord::GroupEnd => Ok(()),
     }
 }

@@ -52,13 +52,21 @@ pub(crate) struct PreparedRef {
 /// records of their object, none all zero (a hole is cheaper carried).
 pub(crate) fn candidates(p: &mut PoolInner, target: SyncTarget) -> Vec<(RefCandidate, u64, CompressionPolicy)> {
     let mut out = Vec::new();
-    for c in p.ilog.ref_candidates(target) {
+    for mut c in p.ilog.ref_candidates(target) {
         let PoolInner { volumes, io, .. } = &mut *p;
         let Some(v) = volumes.get_mut(&VolumeId(c.vol)) else { continue };
         let Ok(dn) = v.dnode_phys(io, ObjectId(c.obj)) else { continue };
         let rs = dn.record_size as u64;
-        let whole = rs > 0 && c.offset.is_multiple_of(rs) && (c.data.len() as u64).is_multiple_of(rs);
-        if whole && c.data.chunks(rs as usize).all(|r| !trimmed(r).is_empty()) {
+        let whole = rs > 0 && c.offset.is_multiple_of(rs) && (c.len as u64).is_multiple_of(rs);
+        if !whole {
+            continue;
+        }
+        // The range as it is now (intent_log.rs: deferred writes are read when synced).
+        c.data = vec![0; c.len];
+        if v.read_into(io, ObjectId(c.obj), c.offset, &mut c.data).is_err() {
+            continue;
+        }
+        if c.data.chunks(rs as usize).all(|r| !trimmed(r).is_empty()) {
             out.push((c, rs, v.rec.compression));
         }
     }

@@ -22,6 +22,7 @@ pub mod error;
 pub mod format;
 pub mod intent_log;
 mod intent_log_ref;
+mod intent_log_replay;
 pub mod log_device;
 mod log_sync;
 pub mod pipeline;

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::intent_log::SyncTarget;
-use crate::pool::{Pool, VolumeId};
+use crate::pool::{Pool, PoolInner, VolumeId};
 use crate::volume::ObjectId;
 
 impl Pool {
@@ -73,7 +73,13 @@ impl Pool {
             let dev = p.ilog.place().dev.clone();
             let separate = p.ilog.place().is_separate();
             let pool_dev = p.dev.clone();
-            let (block, at) = p.ilog.take_block(guid, target, &refs);
+            let PoolInner { ilog, volumes, io, .. } = &mut *p;
+            let taken = ilog.take_block(guid, target, &refs, &mut |vol, obj, offset, buf| {
+                read_now(volumes, io, vol, obj, offset, buf)
+            });
+            // On failure nothing was taken; blocks placed for references are the commit's
+            // to complete or free.
+            let (block, at) = taken?;
             drop(p);
             let r = match &batch {
                 Some(b) => b.complete(pool_dev.as_ref()).and_then(|()| {
@@ -95,5 +101,22 @@ impl Pool {
             }
             self.log_done.notify_all();
         }
+    }
+}
+
+/// A deferred write's range as the volume holds it now, for the log block being formed;
+/// zeros where the object (or the volume) no longer is.
+fn read_now(
+    volumes: &mut std::collections::BTreeMap<VolumeId, crate::volume::VolumeState>,
+    io: &crate::pipeline::BlockIo,
+    vol: u64,
+    obj: u64,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<()> {
+    let Some(v) = volumes.get_mut(&VolumeId(vol)) else { return Ok(()) };
+    match v.read_into(io, ObjectId(obj), offset, buf) {
+        Err(e) if e.kind() == crate::error::ErrorKind::NotFound => Ok(()),
+        r => r,
     }
 }

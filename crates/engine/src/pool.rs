@@ -200,6 +200,9 @@ pub struct PoolStatus {
     /// Bytes of large synced writes logged by reference: written in place, once.
     pub log_bytes_by_reference: u64,
     pub log_full_commits: u64,
+    /// Memory the intent log holds for operations not yet synced nor committed (writes are
+    /// held as ranges, not bytes: intent_log.rs).
+    pub log_memory_bytes: u64,
     /// Bytes in the data cache, its capacity, and reads it served, since open.
     pub data_cache_bytes: u64,
     pub data_cache_capacity: u64,
@@ -776,6 +779,7 @@ impl Pool {
             log_bytes_written: p.ilog.bytes_written,
             log_bytes_by_reference: p.ilog.ref_bytes,
             log_full_commits: p.ilog.full_commits,
+            log_memory_bytes: p.ilog.memory_bytes(),
             data_cache_bytes: p.io.data_cache_usage().0,
             data_cache_capacity: p.io.data_cache_usage().1,
             data_cache_hits: p.io.stats.data_cache_hits.load(Ordering::Relaxed),

@@ -169,7 +169,7 @@ impl<'a> Txn<'a> {
     pub fn write(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
         let (v, io, alloc) = self.vol_mut(vol, true)?;
         v.write(io, alloc, obj, offset, data)?;
-        self.p.ilog.record_write(vol.0, obj.0, offset, data);
+        self.p.ilog.record_write(vol.0, obj.0, offset, data.len());
         Ok(())
     }
 

@@ -465,29 +465,35 @@ impl VolumeState {
     }
 
     pub fn read(&mut self, io: &BlockIo, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let size = self.dnode(io, obj)?.dnode.size;
+        let end = offset.saturating_add(len as u64).min(size);
+        let mut out = vec![0; end.saturating_sub(offset) as usize];
+        self.read_into(io, obj, offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Fill `buf` from `offset`; bytes past the end of the object are left as they are.
+    pub fn read_into(&mut self, io: &BlockIo, obj: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let dn = self.dnode(io, obj)?.dnode.clone();
-        let end = offset.saturating_add(len as u64).min(dn.size);
-        if offset >= end {
-            return Ok(Vec::new());
-        }
+        let end = offset.saturating_add(buf.len() as u64).min(dn.size);
         let rs = dn.record_size as u64;
-        let mut out = Vec::with_capacity((end - offset) as usize);
         let mut pos = offset;
         while pos < end {
             let recno = pos / rs;
             let in_rec = (pos % rs) as usize;
             let n = ((rs - pos % rs).min(end - pos)) as usize;
+            let out = &mut buf[(pos - offset) as usize..][..n];
             match self.dirty_records.get(&(obj, recno)) {
-                Some(Some(rec)) => out.extend_from_slice(&rec[in_rec..in_rec + n]),
-                Some(None) => out.resize(out.len() + n, 0),
+                Some(Some(rec)) => out.copy_from_slice(&rec[in_rec..in_rec + n]),
+                Some(None) => out.fill(0),
                 None => {
                     let rec = self.load_record(io, &dn, obj, recno)?;
-                    out.extend_from_slice(&rec[in_rec..in_rec + n]);
+                    out.copy_from_slice(&rec[in_rec..in_rec + n]);
                 }
             }
             pos += n as u64;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Zero bytes [from, to) of one record (both inside record `recno`).

@@ -76,6 +76,73 @@ fn a_shared_operation_takes_the_earlier_writes_of_its_objects_along() {
     assert_eq!(pool.read(vol, c, 0, 10).unwrap(), b"y");
 }
 
+/// Writes are logged without their bytes, which a sync reads from the volume when it writes
+/// them (intent_log.rs). A write taken along by another object's sync (here: before a group
+/// that writes two objects) is read as it is *now* — overwritten since by a larger write
+/// nobody synced. That later write must then go in the same block, or replay would show a
+/// state the object never had: the first write's range with the second's bytes, the size of
+/// the first.
+#[test]
+fn a_write_taken_along_carries_the_later_writes_of_its_object() {
+    let (disk, pool, vol, a, b) = pool_with_two_objects();
+    let c = pool.create_object(vol, b"c").unwrap();
+    pool.commit().unwrap();
+    pool.write(vol, a, 0, &[1u8; 8192]).unwrap();
+    {
+        let mut t = pool.txn();
+        t.write(vol, a, 8192, &[2u8; 100]).unwrap();
+        t.write(vol, b, 0, &[3u8; 100]).unwrap();
+    }
+    pool.write(vol, a, 0, &[4u8; 20000]).unwrap();
+    pool.write(vol, c, 0, b"synced").unwrap();
+    pool.sync_object(vol, c).unwrap();
+    let pool = reopen_after_power_loss(&disk, pool);
+    assert_eq!(pool.read(vol, c, 0, 10).unwrap(), b"synced");
+    assert_eq!(pool.read(vol, b, 0, 1000).unwrap(), vec![3u8; 100]);
+    let got = pool.read(vol, a, 0, 1 << 20).unwrap();
+    assert_eq!(got, vec![4u8; 20000], "a must be as it was when the block was formed");
+}
+
+/// Deferred writes of an object deleted (or truncated) before the sync read as zeros where
+/// the data is gone; the delete or truncate in the same block then has the last word.
+#[test]
+fn deferred_writes_of_deleted_and_truncated_objects_replay_to_the_final_state() {
+    let (disk, pool, vol, a, b) = pool_with_two_objects();
+    pool.write(vol, a, 0, &[1u8; 50000]).unwrap();
+    pool.write(vol, b, 0, &[2u8; 70000]).unwrap();
+    pool.truncate(vol, b, 1000).unwrap();
+    pool.write(vol, b, 5000, &[3u8; 10]).unwrap();
+    pool.delete_object(vol, a).unwrap();
+    pool.sync_object(vol, b).unwrap();
+    let pool = reopen_after_power_loss(&disk, pool);
+    assert!(pool.object_size(vol, a).is_err(), "a was deleted");
+    let mut want = vec![2u8; 1000];
+    want.resize(5000, 0);
+    want.extend_from_slice(&[3u8; 10]);
+    assert_eq!(pool.read(vol, b, 0, 1 << 20).unwrap(), want);
+}
+
+/// An unsynced write costs the log no copy of its bytes: it is read from the volume only if
+/// a sync needs it (and a commit usually retires it first).
+#[test]
+fn unsynced_writes_are_not_copied_into_the_log() {
+    let (disk, pool, vol, a, b) = pool_with_two_objects();
+    for i in 0..16u64 {
+        pool.write(vol, a, i << 20, &vec![i as u8 + 1; 1 << 20]).unwrap();
+    }
+    pool.write(vol, b, 0, b"x").unwrap();
+    pool.sync_object(vol, b).unwrap();
+    let held = pool.status().log_memory_bytes;
+    assert!(held < 64 << 10, "the log holds {held} bytes for 16 MiB of unsynced writes");
+    // Synced later, the writes are read then, and replay finds them.
+    pool.sync_object(vol, a).unwrap();
+    assert_eq!(pool.status().log_memory_bytes, 0);
+    let pool = reopen_after_power_loss(&disk, pool);
+    for i in 0..16u64 {
+        assert_eq!(pool.read(vol, a, i << 20, 1 << 20).unwrap(), vec![i as u8 + 1; 1 << 20]);
+    }
+}
+
 /// Syncers of different objects at once: each returns only when its own object is
 /// durable; nothing is lost, nothing deadlocks.
 #[test]

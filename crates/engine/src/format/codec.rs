@@ -41,6 +41,12 @@ impl Writer {
         self.buf.resize(self.buf.len() + n, 0);
         self
     }
+    /// Append `n` zero bytes and return them for the caller to fill.
+    pub fn zeros_mut(&mut self, n: usize) -> &mut [u8] {
+        let at = self.buf.len();
+        self.buf.resize(at + n, 0);
+        &mut self.buf[at..]
+    }
     pub fn len(&self) -> usize {
         self.buf.len()
     }

@@ -36,6 +36,10 @@ use crate::error::Corruption;
 pub const LOG_MAGIC: [u8; 8] = *b"STRATAIL";
 pub const LOG_HEADER: usize = 72;
 const CHECKSUM_FIELD: usize = 40;
+/// Bytes of a Write record before its data.
+pub const WRITE_HEADER: usize = 29;
+/// Largest data of one Write record the log writes (longer writes become several).
+pub const WRITE_DATA_MAX: usize = 1 << 20;
 /// Largest payload of one record's byte string (a 1 MiB write, plus room).
 pub const RECORD_DATA_MAX: usize = 1 << 21;
 /// Most block pointers in one WriteRef (a 1 MiB write of 4 KiB records is 256).
@@ -58,7 +62,13 @@ pub enum LogRecord {
 impl LogRecord {
     /// A Write record's bytes, from borrowed data.
     pub fn encode_write(w: &mut Writer, vol: u64, obj: u64, offset: u64, data: &[u8]) {
-        w.u8(1).u64(vol).u64(obj).u64(offset).u32(data.len() as u32).bytes(data);
+        Self::encode_write_header(w, vol, obj, offset, data.len());
+        w.bytes(data);
+    }
+
+    /// A Write record's bytes up to its data (`WRITE_HEADER` bytes); `len` data bytes follow.
+    pub fn encode_write_header(w: &mut Writer, vol: u64, obj: u64, offset: u64, len: usize) {
+        w.u8(1).u64(vol).u64(obj).u64(offset).u32(len as u32);
     }
 
     pub fn encode_into(&self, w: &mut Writer) {
