@@ -62,6 +62,14 @@ use crate::format::UNIT_SIZE;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+/// Groups a commit retired (`IntentLog::reset`), to be dropped without the pool's lock.
+#[derive(Default)]
+pub struct RetiredGroups {
+    _groups: BTreeMap<u64, Group>,
+    _shared: BTreeSet<u64>,
+    _private: HashMap<(u64, u64), BTreeSet<u64>>,
+}
+
 /// The device and byte range the intent log's blocks go to.
 #[derive(Clone)]
 pub struct LogPlace {
@@ -482,8 +490,11 @@ impl IntentLog {
         &self.place
     }
 
-    /// Root `txg` is durable: everything logged so far is in it.
-    pub fn reset(&mut self, txg: u64) {
+    /// Root `txg` is durable: everything logged so far is in it. Returns the retired
+    /// groups, for the caller to drop once the pool's lock is released (tens of thousands
+    /// of small allocations after a busy txg: a third of a commit's locked CPU time in one
+    /// profile).
+    pub fn reset(&mut self, txg: u64) -> RetiredGroups {
         // A block still in flight keeps the next writer waiting (`in_flight`), so nothing is
         // written at the region's start until it has landed.
         self.base_txg = txg;
@@ -494,8 +505,10 @@ impl IntentLog {
         self.open_shared = false;
         self.open_writes.clear();
         self.group_open = false;
-        self.groups.clear();
-        self.shared.clear();
-        self.private.clear();
+        RetiredGroups {
+            _groups: std::mem::take(&mut self.groups),
+            _shared: std::mem::take(&mut self.shared),
+            _private: std::mem::take(&mut self.private),
+        }
     }
 }

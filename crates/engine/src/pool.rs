@@ -275,6 +275,9 @@ pub struct PoolInner {
     /// The newest committed root.
     pub root: UberblockPhys,
     pub ilog: IntentLog,
+    /// What the last commit retired from the intent log, dropped by `Pool::commit` after it
+    /// releases the lock.
+    pub(crate) retired_log: crate::intent_log::RetiredGroups,
     /// Every snapshot of every volume, by id.
     pub snapshots: BTreeMap<u64, SnapshotState>,
     /// Prewrites of the open txg (prewrite.rs); the commit completes and drains them.
@@ -450,6 +453,7 @@ impl Pool {
             dirty_limit_bytes: opts.dirty_limit_bytes,
             open_notes: Vec::new(),
             ilog: IntentLog::new(place, 0),
+            retired_log: Default::default(),
             snapshots: BTreeMap::new(),
             root: UberblockPhys {
                 txg: 0,
@@ -575,6 +579,7 @@ impl Pool {
                         open_notes: notes,
                         root: *ub,
                         ilog: IntentLog::new(place, ub.txg),
+                        retired_log: Default::default(),
                         snapshots,
                     };
                     let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new(), commit_gate: Mutex::new(()) };
@@ -747,6 +752,9 @@ impl Pool {
             let read = p.io.stats.blocks_read.load(Ordering::Relaxed) - read0;
             p.commit_stats.record(prewrite, t1.elapsed(), read);
         }
+        let retired = std::mem::take(&mut p.retired_log);
+        drop(p);
+        drop(retired);
         r
     }
 

@@ -222,7 +222,7 @@ impl PoolInner {
             features_incompat: self.label.features.incompat,
         };
         write_root(self.dev.as_ref(), alloc, &ub)?;
-        self.ilog.reset(txg);
+        self.retired_log = self.ilog.reset(txg);
         self.root = ub;
         self.catalog_dirty = false;
         Ok(())
