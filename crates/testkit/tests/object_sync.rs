@@ -143,6 +143,20 @@ fn unsynced_writes_are_not_copied_into_the_log() {
     }
 }
 
+/// A write longer than a log record may carry (2 MiB at decoding) is logged as several
+/// records: synced and replayed whole. (Logged as one record, replay refused the log as
+/// damaged.)
+#[test]
+fn a_write_longer_than_a_log_record_replays_whole() {
+    let (disk, pool, vol, a, _) = pool_with_two_objects();
+    let data: Vec<u8> = (0..(3u32 << 20) - 8192).map(|i| (i % 251) as u8).collect();
+    pool.write(vol, a, 12345, &data).unwrap();
+    pool.sync_object(vol, a).unwrap();
+    let pool = reopen_after_power_loss(&disk, pool);
+    assert!(pool.status().open_notes.iter().any(|n| n.contains("replayed")));
+    assert_eq!(pool.read(vol, a, 12345, data.len()).unwrap(), data);
+}
+
 /// Syncers of different objects at once: each returns only when its own object is
 /// durable; nothing is lost, nothing deadlocks.
 #[test]
