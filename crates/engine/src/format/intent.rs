@@ -60,12 +60,6 @@ pub enum LogRecord {
 }
 
 impl LogRecord {
-    /// A Write record's bytes, from borrowed data.
-    pub fn encode_write(w: &mut Writer, vol: u64, obj: u64, offset: u64, data: &[u8]) {
-        Self::encode_write_header(w, vol, obj, offset, data.len());
-        w.bytes(data);
-    }
-
     /// A Write record's bytes up to its data (`WRITE_HEADER` bytes); `len` data bytes follow.
     pub fn encode_write_header(w: &mut Writer, vol: u64, obj: u64, offset: u64, len: usize) {
         w.u8(1).u64(vol).u64(obj).u64(offset).u32(len as u32);
@@ -73,7 +67,10 @@ impl LogRecord {
 
     pub fn encode_into(&self, w: &mut Writer) {
         match self {
-            LogRecord::Write { vol, obj, offset, data } => Self::encode_write(w, *vol, *obj, *offset, data),
+            LogRecord::Write { vol, obj, offset, data } => {
+                Self::encode_write_header(w, *vol, *obj, *offset, data.len());
+                w.bytes(data);
+            }
             LogRecord::Truncate { vol, obj, size } => {
                 w.u8(2).u64(*vol).u64(*obj).u64(*size);
             }
