@@ -423,43 +423,40 @@ impl VolumeState {
         Ok(())
     }
 
-    /// Resolve a read without doing its data I/O: the bytes that come from memory (dirty
-    /// records, holes) are filled in; each record that must come from the device is listed
-    /// with its block pointer, for the caller to read outside the pool's lock.
+    /// Resolve a read without doing its data I/O: each piece of the range is a hole, a
+    /// dirty record (its `Arc`, no copy) or a record to read from the device with its block
+    /// pointer — for the caller to read outside the pool's lock.
     pub fn plan_read(&mut self, io: &BlockIo, obj: ObjectId, offset: u64, len: usize) -> Result<ReadPlan> {
         let dn = self.dnode(io, obj)?.dnode.clone();
         let end = offset.saturating_add(len as u64).min(dn.size);
-        let mut plan = ReadPlan { out: Vec::new(), fetch: Vec::new() };
-        if offset >= end {
-            return Ok(plan);
-        }
+        let mut plan = ReadPlan { len: end.saturating_sub(offset) as usize, pieces: Vec::new() };
         let rs = dn.record_size as u64;
-        plan.out = vec![0u8; (end - offset) as usize];
         let mut pos = offset;
         while pos < end {
             let recno = pos / rs;
-            let in_rec = (pos % rs) as usize;
-            let n = ((rs - pos % rs).min(end - pos)) as usize;
-            let at = (pos - offset) as usize;
-            match self.dirty_records.get(&(obj, recno)) {
-                Some(Some(rec)) => plan.out[at..at + n].copy_from_slice(&rec[in_rec..in_rec + n]),
-                Some(None) => {}
+            let in_record = (pos % rs) as usize;
+            let len = ((rs - pos % rs).min(end - pos)) as usize;
+            let source = match self.dirty_records.get(&(obj, recno)) {
+                Some(Some(rec)) => Source::Memory(rec.clone()),
+                Some(None) => Source::Zeros,
                 None => {
                     let bp = blocktree::lookup(io, &dn.root, dn.levels, recno)?;
-                    if !bp.is_hole() {
-                        if bp.kind != BlockKind::Data || bp.lsize != dn.record_size {
-                            return Err(crate::error::Corruption::new(
-                                "data block",
-                                Some(bp.addr),
-                                format!("record of {} bytes in an object of {}-byte records", bp.lsize, dn.record_size),
-                            )
-                            .into());
-                        }
-                        plan.fetch.push(Fetch { at, in_record: in_rec, len: n, bp });
+                    if bp.is_hole() {
+                        Source::Zeros
+                    } else if bp.kind != BlockKind::Data || bp.lsize != dn.record_size {
+                        return Err(crate::error::Corruption::new(
+                            "data block",
+                            Some(bp.addr),
+                            format!("record of {} bytes in an object of {}-byte records", bp.lsize, dn.record_size),
+                        )
+                        .into());
+                    } else {
+                        Source::Device(bp)
                     }
                 }
-            }
-            pos += n as u64;
+            };
+            plan.pieces.push(Piece { in_record, len, source });
+            pos += len as u64;
         }
         Ok(plan)
     }
@@ -918,29 +915,41 @@ fn record_units(dn: &DnodePhys) -> u64 {
 
 /// A read resolved under the pool's lock, with its device reads still to do.
 pub struct ReadPlan {
-    pub out: Vec<u8>,
-    pub fetch: Vec<Fetch>,
+    /// Bytes the read returns (the range clipped at the object's end).
+    pub len: usize,
+    pieces: Vec<Piece>,
 }
 
-pub struct Fetch {
-    /// Where in `out` the bytes go.
-    pub at: usize,
-    /// Where in the record they start.
-    pub in_record: usize,
-    pub len: usize,
-    pub bp: BlockPtr,
+/// One record's share of a read.
+struct Piece {
+    in_record: usize,
+    len: usize,
+    source: Source,
+}
+
+enum Source {
+    Zeros,
+    Memory(Arc<Vec<u8>>),
+    Device(BlockPtr),
 }
 
 impl ReadPlan {
-    /// Do the device reads (no lock needed: blocks are immutable, and a freed block is not
-    /// reused until two more txgs have committed; a read that raced with that fails its
-    /// checksum and the caller retries under the lock).
-    pub fn finish(mut self, io: &BlockIo) -> Result<Vec<u8>> {
-        for f in &self.fetch {
-            let rec = io.read_data(&f.bp)?;
-            self.out[f.at..f.at + f.len].copy_from_slice(&rec[f.in_record..f.in_record + f.len]);
+    /// Append the read's bytes to `out` — one copy, from the dirty records or the data
+    /// cache — doing the device reads (no lock needed: blocks are immutable, and a freed
+    /// block is not reused until two more txgs have committed; a read that raced with that
+    /// fails its checksum and the caller retries under the lock). On error `out` may hold
+    /// part of the bytes: the caller truncates it.
+    pub fn finish_into(&self, io: &BlockIo, out: &mut Vec<u8>) -> Result<()> {
+        out.reserve(self.len);
+        for p in &self.pieces {
+            let range = p.in_record..p.in_record + p.len;
+            match &p.source {
+                Source::Zeros => out.resize(out.len() + p.len, 0),
+                Source::Memory(rec) => out.extend_from_slice(&rec[range]),
+                Source::Device(bp) => out.extend_from_slice(&io.read_data(bp)?[range]),
+            }
         }
-        Ok(self.out)
+        Ok(())
     }
 }
 

@@ -366,9 +366,17 @@ impl VolumeFs {
     }
 
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_append(ino, offset, size, &mut out)?;
+        Ok(out)
+    }
+
+    /// Append up to `size` bytes of `ino` from `offset` to `out` (a reply being built);
+    /// returns how many (fewer at the end of the file). On error `out` is unchanged.
+    pub fn read_append(&self, ino: u64, offset: u64, size: u32, out: &mut Vec<u8>) -> FsResult<usize> {
         if is_snapshot_ino(ino) {
             let (fs, local) = self.snap_file(ino)?;
-            return fs.read(local, offset, size);
+            return fs.read_append(local, offset, size, out);
         }
         {
             let mut t = self.pool.txn();
@@ -377,7 +385,7 @@ impl VolumeFs {
             }
         }
         // The engine reads the device outside its lock: parallel readers do not queue.
-        Ok(self.pool.read(self.vol, ObjectId(ino), offset, size as usize).map_err(|e| match e.kind() {
+        Ok(self.pool.read_append(self.vol, ObjectId(ino), offset, size as usize, out).map_err(|e| match e.kind() {
             ErrorKind::NotFound => FsError::new(libc::ENOENT),
             _ => e.into(),
         })?)

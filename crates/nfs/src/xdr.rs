@@ -137,6 +137,12 @@ impl Encoder {
         self.fixed(b);
     }
 
+    /// Pad to a multiple of four bytes (after opaque bytes appended straight to `buf`).
+    pub fn pad(&mut self) {
+        let n = pad(self.buf.len());
+        self.buf.extend_from_slice(&[0u8; 3][..n]);
+    }
+
     /// Overwrite a u32 written earlier at `at` (lengths known only after the body).
     pub fn patch_u32(&mut self, at: usize, v: u32) {
         self.buf[at..at + 4].copy_from_slice(&v.to_be_bytes());

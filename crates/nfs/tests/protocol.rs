@@ -94,11 +94,15 @@ fn read(w: &World, fh: &[u8], offset: u64, count: u32) -> (u32, Vec<u8>, bool) {
         d.fixed(84).expect("fattr3");
     }
     if st != OK {
+        assert_eq!(d.remaining(), 0, "nothing after a failed READ's attributes");
         return (st, Vec::new(), false);
     }
-    let _count = d.u32().expect("count");
+    let count = d.u32().expect("count");
     let eof = d.bool().expect("eof");
-    (st, d.opaque(1 << 20).expect("data").to_vec(), eof)
+    let data = d.opaque(1 << 20).expect("data").to_vec();
+    assert_eq!(count as usize, data.len(), "count is the data's length");
+    assert_eq!(d.remaining(), 0, "the reply ends with the data's padding");
+    (st, data, eof)
 }
 
 #[test]
@@ -121,6 +125,10 @@ fn mount_then_files_round_trip() {
     let (st, data, eof) = read(&w, &f, 0, 100);
     assert_eq!((st, eof), (OK, true));
     assert_eq!(data, b"\0\0\0hello!");
+    assert_eq!(read(&w, &f, 4, 3), (OK, b"ell".to_vec(), false), "a range inside the file");
+    assert_eq!(read(&w, &f, 6, 100), (OK, b"lo!".to_vec(), true), "clipped at the end");
+    assert_eq!(read(&w, &f, 100, 10), (OK, Vec::new(), true), "past the end");
+    assert_eq!(read(&w, &root, 0, 10).0, 21, "READ of a directory: ISDIR");
 
     // COMMIT returns the same verifier.
     let mut a = fh_args(&f);
