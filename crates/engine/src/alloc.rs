@@ -118,6 +118,9 @@ pub struct Allocator {
     plain_units_allocated: u64,
     /// The dedup table: blocks shared by identical records, with their reference counts.
     pub(crate) ddt: DedupTable,
+    /// (address, birth txg) of blocks freed since the caches last forgot them
+    /// (`BlockIo::forget`): a freed block is never read again.
+    freed_keys: Vec<(u64, u64)>,
 }
 
 fn bit(words: &[u64], i: u64) -> bool {
@@ -152,6 +155,7 @@ impl Allocator {
             reserved_units: 0,
             packs: BTreeMap::new(),
             dirty_packs: BTreeSet::new(),
+            freed_keys: Vec::new(),
             plain_units_allocated: 0,
             ddt: DedupTable::new(DEDUP_TABLE_MAX_DEFAULT),
         }
@@ -315,6 +319,7 @@ impl Allocator {
         if bp.dedup && !self.ddt.release(bp)? {
             return Ok(());
         }
+        self.freed_keys.push((bp.addr, bp.birth_txg));
         if !bp.packed {
             self.free(bp.addr, bp.units(), txg);
             return Ok(());
@@ -335,6 +340,11 @@ impl Allocator {
             self.packs.insert(start, pack);
         }
         Ok(())
+    }
+
+    /// Blocks freed since the last call, for the caches to drop (`BlockIo::forget`).
+    pub(crate) fn take_freed_keys(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.freed_keys)
     }
 
     /// The pack table's changes since the last call: (address, entry; None = gone).

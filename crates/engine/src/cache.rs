@@ -1,8 +1,9 @@
 //! Bounded caches of decoded blocks, keyed by (address, birth txg).
 //!
 //! A block is immutable once written and a reused address always carries a newer birth txg,
-//! so an entry can never be confused with the block that replaced it and nothing needs
-//! invalidating: entries of freed blocks simply age out.
+//! so an entry can never be confused with the block that replaced it. Freed data blocks are
+//! removed when their txg commits (`BlockIo::forget`) so that the old versions of
+//! overwritten records do not fill the cache; freed metadata blocks age out.
 //!
 //! Two instances live in the block pipeline: decoded metadata (B+tree nodes, indirect
 //! blocks; weight 1 each, bounded by count) and data records (weight = bytes, bounded by
@@ -57,6 +58,13 @@ impl<V: Clone> BlockCache<V> {
         self.clock += 1;
         self.weight += weight;
         self.map.insert(key, Entry { value, weight, stamp: self.clock });
+    }
+
+    /// Drop `key` if present.
+    pub fn remove(&mut self, key: BlockKey) {
+        if let Some(old) = self.map.remove(&key) {
+            self.weight -= old.weight;
+        }
     }
 
     fn evict_older_half(&mut self) {

@@ -235,6 +235,19 @@ impl BlockIo {
         }
     }
 
+    /// Drop freed blocks from the data cache. Without this the cache fills with the old
+    /// versions of overwritten records (nobody reads a freed block again) and, while it
+    /// grows, pins their buffers: every write then takes fresh memory for its record.
+    pub(crate) fn forget(&self, keys: &[(u64, u64)]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut cache = self.data_cache.lock().expect("data cache lock");
+        for k in keys {
+            cache.remove(*k);
+        }
+    }
+
     /// Bytes held by the data cache and its capacity.
     pub fn data_cache_usage(&self) -> (u64, u64) {
         let c = self.data_cache.lock().expect("data cache lock");

@@ -139,6 +139,8 @@ impl PoolInner {
             Ok(()) => {
                 self.txg_synced = txg;
                 self.next_txg = txg + 1;
+                let freed = self.alloc.take_freed_keys();
+                self.io.forget(&freed);
                 Ok(txg)
             }
             Err(e) => {
