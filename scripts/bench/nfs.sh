@@ -63,6 +63,11 @@ for _ in $(seq 100); do "$work/nfsload" "$ganesha_url" /probe 1 4096 100 1 0.1 s
 
 rows=("4k-rand-qd1 4096 70 1 rand" "4k-rand-qd16 4096 70 16 rand" "16k-rand-qd1 16384 70 1 rand"
       "16k-rand-qd16 16384 70 16 rand" "1m-seq-write-qd4 1048576 0 4 seq" "1m-seq-read-qd4 1048576 100 4 seq")
+# Fill both files first (not measured) and let both servers settle: the fill's writeback
+# (ext4's, Strata's commit) would otherwise land in the first row of one and not the other.
+"$work/nfsload" "$strata_url" /bench.dat "$mib" 1048576 0 4 0.1 seq >/dev/null
+"$work/nfsload" "$ganesha_url" /bench.dat "$mib" 1048576 0 4 0.1 seq >/dev/null
+sync; sleep 10
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 echo "| row | Strata IOPS | ganesha IOPS | ratio | Strata p50/p99 µs | ganesha p50/p99 µs | Strata read/write p50 µs | ganesha read/write p50 µs |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
