@@ -47,6 +47,11 @@ enum Command {
         /// Disable the FUSE writeback cache (every write goes to the daemon as it comes).
         #[arg(long)]
         no_writeback_cache: bool,
+        /// Request-handling threads of each FUSE mount (1 to 64): a request that waits
+        /// (an fsync for its log write) holds one, so many concurrent clients want more.
+        #[arg(long, default_value_t = strata_daemon::DEFAULT_FUSE_THREADS,
+              value_parser = clap::value_parser!(u16).range(1..=64))]
+        fuse_threads: u16,
         /// Serve NFS exports (NFSv3 and MOUNT) on this TCP port (see docs/nfs.md).
         #[arg(long)]
         nfs_port: Option<u16>,
@@ -363,6 +368,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             default_pool_size,
             txg_interval,
             no_writeback_cache,
+            fuse_threads,
             nfs_port,
             nfs_bind,
             nfs_portmap_port,
@@ -388,6 +394,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             opts.default_pool_bytes = parse_size(&default_pool_size)?;
             opts.txg_interval = std::time::Duration::from_secs(txg_interval.max(1));
             opts.writeback_cache = !no_writeback_cache;
+            opts.fuse_threads = fuse_threads as usize;
             if let Some(c) = cache_size {
                 opts.cache_bytes = parse_size(&c).map_err(|e| format!("--cache-size: {e}"))?;
             }

@@ -90,7 +90,7 @@ impl ServeOptions {
             default_pool_bytes: 16 << 30,
             txg_interval: Duration::from_secs(5),
             writeback_cache: true,
-            fuse_threads: 4,
+            fuse_threads: DEFAULT_FUSE_THREADS as usize,
             nfs: None,
             cache_bytes: default_cache_bytes(),
             dirty_limit_bytes: default_dirty_limit_bytes(),
@@ -154,6 +154,9 @@ fn mem_total_bytes() -> Option<u64> {
         .ok()?;
     Some(kib * 1024)
 }
+
+/// Request-handling threads per FUSE mount (`strata serve --fuse-threads`).
+pub const DEFAULT_FUSE_THREADS: u16 = 4;
 
 /// The default data cache: a quarter of the machine's memory (ZFS's ARC takes up to half;
 /// the databases Strata serves want the rest), 64 MiB if /proc/meminfo cannot be read.
