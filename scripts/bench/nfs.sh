@@ -6,7 +6,7 @@
 #
 #   scripts/bench/nfs.sh [SECONDS_PER_ROW=20] [FILE_MIB=1024]
 # Needs root, Debian packages nfs-ganesha nfs-ganesha-vfs libnfs-dev (installed if missing).
-# Takes the machine: ~2 × 6 rows × SECONDS plus the fills.
+# Takes the machine: ~2 × 6 rows × (SECONDS + 8 s to settle) plus the fills.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs="${1:-20}"; mib="${2:-1024}"
@@ -73,8 +73,12 @@ echo "| row | Strata IOPS | ganesha IOPS | ratio | Strata p50/p99 µs | ganesha 
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
   read -r name bs rd qd mode <<<"$r"
+  # Each row starts on a settled machine: the previous row's writeback (ext4's, flushed by
+  # sync; Strata's next commit, at most 5 s away) does not land in the next measurement.
   s="$("$work/nfsload" "$strata_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
+  sync; sleep 8
   g="$("$work/nfsload" "$ganesha_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
+  sync; sleep 8
   si="$(field iops "$s")"; gi="$(field iops "$g")"
   ratio="$(python3 -c "print(f'{$si/$gi:.2f}' if $gi else '-')")"
   echo "| $name | $si | $gi | $ratio | $(field p50_us "$s")/$(field p99_us "$s") | $(field p50_us "$g")/$(field p99_us "$g") |" \

@@ -41,7 +41,7 @@ fn volumes_mounts_and_restart() {
     // SIGTERM: clean stop (commits, unmounts), and the mount comes back at the next start.
     assert!(d.stop().success(), "{}", d.log());
     assert!(!mnt.join("hello.txt").exists());
-    d.spawn();
+    d.spawn_with(&["--fuse-threads", "12"]);
     assert_eq!(std::fs::read(mnt.join("hello.txt")).unwrap(), b"hello strata");
     let check = d.json(&["check", "default"]);
     assert_eq!(check["clean"], true, "{check}");
@@ -134,6 +134,13 @@ fn bad_input_gets_clear_errors() {
     let r =
         raw(&format!("POST /v1/mounts HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
     assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    // Serve options out of range.
+    let out = Command::new(BIN)
+        .args(["serve", "--data-dir", dir.join("data2").to_str().unwrap(), "--fuse-threads", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1..=64"), "{}", String::from_utf8_lossy(&out.stderr));
     // A daemon that is not there.
     let out = Command::new(BIN).args(["pool", "list"]).env("STRATA_API", "127.0.0.1:1").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
