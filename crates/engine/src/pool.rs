@@ -1013,7 +1013,14 @@ impl Pool {
     /// returns how many. The range is resolved under the pool's lock and its device reads
     /// done outside it (`ReadPlan`); the bytes are copied once, into `out` (a reply buffer).
     /// On error `out` is as it was.
-    pub fn read_append(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize, out: &mut Vec<u8>) -> Result<usize> {
+    pub fn read_append(
+        &self,
+        vol: VolumeId,
+        obj: ObjectId,
+        offset: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<usize> {
         let (plan, io, txg) = {
             let mut t = self.txn();
             let plan = t.plan_read(vol, obj, offset, len)?;
