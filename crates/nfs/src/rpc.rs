@@ -202,9 +202,13 @@ pub fn read_record(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>>
                 format!("RPC record over {max} bytes (fragment of {len} after {})", record.len()),
             ));
         }
+        // Read into the spare capacity (no zeroing of up to a megabyte first).
         let start = record.len();
-        record.resize(start + len, 0);
-        r.read_exact(&mut record[start..])?;
+        record.reserve_exact(len);
+        r.by_ref().take(len as u64).read_to_end(&mut record)?;
+        if record.len() - start != len {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "RPC record cut short"));
+        }
         if last {
             return Ok(Some(record));
         }
