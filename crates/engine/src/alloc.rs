@@ -118,8 +118,8 @@ pub struct Allocator {
     plain_units_allocated: u64,
     /// The dedup table: blocks shared by identical records, with their reference counts.
     pub(crate) ddt: DedupTable,
-    /// (address, birth txg) of blocks freed since the caches last forgot them
-    /// (`BlockIo::forget`): a freed block is never read again.
+    /// (address, birth txg) of blocks freed since the data cache last forgot them
+    /// (`BlockIo::forget`, when their txg commits): a freed block is never read again.
     freed_keys: Vec<(u64, u64)>,
 }
 
@@ -342,7 +342,7 @@ impl Allocator {
         Ok(())
     }
 
-    /// Blocks freed since the last call, for the caches to drop (`BlockIo::forget`).
+    /// Blocks freed since the last call, for the data cache to drop (`BlockIo::forget`).
     pub(crate) fn take_freed_keys(&mut self) -> Vec<(u64, u64)> {
         std::mem::take(&mut self.freed_keys)
     }
