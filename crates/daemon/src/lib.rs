@@ -156,7 +156,7 @@ fn mem_total_bytes() -> Option<u64> {
 }
 
 /// Request-handling threads per FUSE mount (`strata serve --fuse-threads`).
-pub const DEFAULT_FUSE_THREADS: u16 = 4;
+pub use strata_fuse::DEFAULT_THREADS as DEFAULT_FUSE_THREADS;
 
 /// The default data cache: a quarter of the machine's memory (ZFS's ARC takes up to half;
 /// the databases Strata serves want the rest), 64 MiB if /proc/meminfo cannot be read.

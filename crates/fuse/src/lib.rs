@@ -39,6 +39,9 @@ mod tests {
     }
 }
 
+/// Request-handling threads of a mount unless told otherwise (`strata serve --fuse-threads`).
+pub const DEFAULT_THREADS: u16 = 4;
+
 #[derive(Debug, Clone)]
 pub struct MountOptions {
     /// Let the kernel cache writes and send them in large batches.
@@ -54,7 +57,12 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { writeback_cache: true, threads: 4, fsname: "strata".into(), ttl: Duration::from_secs(1) }
+        MountOptions {
+            writeback_cache: true,
+            threads: DEFAULT_THREADS as usize,
+            fsname: "strata".into(),
+            ttl: Duration::from_secs(1),
+        }
     }
 }
 
