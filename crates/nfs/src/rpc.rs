@@ -181,6 +181,17 @@ pub fn finish_record(mut e: Encoder) -> Vec<u8> {
 /// between records; an error for a record over [`MAX_RECORD_BYTES`] or a stream that ends
 /// inside one.
 pub fn read_record(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> {
+    read_record_expecting(r, max, |_, _| {})
+}
+
+/// [`read_record`], telling `expect` how many bytes of a fragment's body it is about to
+/// read before it reads them (and 0 once they are in): a socket reader can then sleep until
+/// that much has arrived instead of waking for every segment.
+pub fn read_record_expecting<R: Read>(
+    r: &mut R,
+    max: usize,
+    mut expect: impl FnMut(&mut R, usize),
+) -> io::Result<Option<Vec<u8>>> {
     let mut record = Vec::new();
     loop {
         let mut mark = [0u8; 4];
@@ -205,7 +216,10 @@ pub fn read_record(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>>
         // Read into the spare capacity (no zeroing of up to a megabyte first).
         let start = record.len();
         record.reserve_exact(len);
-        r.by_ref().take(len as u64).read_to_end(&mut record)?;
+        expect(r, len);
+        let read = r.by_ref().take(len as u64).read_to_end(&mut record);
+        expect(r, 0);
+        read?;
         if record.len() - start != len {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "RPC record cut short"));
         }
@@ -292,6 +306,26 @@ mod tests {
         // A stream cut inside a record.
         let cut = (0x8000_0000u32 | 10).to_be_bytes();
         assert!(read_record(&mut &cut[..], 100).is_err());
+    }
+
+    #[test]
+    fn the_reader_is_told_each_fragment_body_before_reading_it() {
+        let mut wire = Vec::new();
+        wire.extend_from_slice(&3u32.to_be_bytes());
+        wire.extend_from_slice(b"abc");
+        wire.extend_from_slice(&(0x8000_0000u32 | 2).to_be_bytes());
+        wire.extend_from_slice(b"de");
+        let mut told = Vec::new();
+        let mut r = &wire[..];
+        // `expect` sees the stream before the body is read: its length is what is left.
+        let rec = read_record_expecting(&mut r, 100, |r: &mut &[u8], n| told.push((n, r.len())));
+        assert_eq!(rec.expect("record"), Some(b"abcde".to_vec()));
+        assert_eq!(told, [(3, 9), (0, 6), (2, 2), (0, 0)]);
+        // A cut body still resets the expectation.
+        let cut = [&(0x8000_0000u32 | 10).to_be_bytes()[..], b"xy"].concat();
+        let mut told = Vec::new();
+        assert!(read_record_expecting(&mut &cut[..], 100, |_, n| told.push(n)).is_err());
+        assert_eq!(told, [10, 0]);
     }
 
     #[test]

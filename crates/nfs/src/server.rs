@@ -227,10 +227,97 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_fli
 /// Largest record the reader answers itself (see `reader`): every request but a large WRITE.
 const INLINE_RECORD_MAX: usize = 64 << 10;
 
+/// Most a reader waits to gather before it reads (`SO_RCVLOWAT`).
+const LOWAT_MAX: usize = 256 << 10;
+/// Less than this still owed is read as it comes (the wait costs two system calls).
+const LOWAT_MIN: usize = 32 << 10;
+
+/// A connection's receiving side that, told how much of a fragment is still owed, waits
+/// until that much (up to [`LOWAT_MAX`]) has arrived before it reads: a 1 MiB WRITE then
+/// costs the reader a few wakeups instead of one per segment, each of which fought the
+/// sender's softirq for the socket lock (perf: 12 % of a sequential write's samples spun in
+/// `sk_wait_data`).
+///
+/// The wait is a `poll` on the low-water mark, never a blocking `recv` with it set: a
+/// `recv` that has copied part of what it wants sleeps until the *uncopied* data reaches
+/// the mark, which the rest of the fragment may never do (a reader hung that way).
+struct SocketIn {
+    stream: TcpStream,
+    /// Bytes of the current fragment not yet read from the socket (0: none expected).
+    want: usize,
+    /// `SO_RCVLOWAT` as last set.
+    lowat: usize,
+}
+
+impl SocketIn {
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.stream)
+    }
+
+    /// Set the low-water mark to `bytes`; false if the kernel refused (then wait no more).
+    fn set_lowat(&mut self, bytes: usize) -> bool {
+        if bytes == self.lowat {
+            return true;
+        }
+        let v = bytes as libc::c_int;
+        // SAFETY: a valid socket descriptor and a c_int option value of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        self.lowat = if rc == 0 { bytes } else { 0 };
+        rc == 0
+    }
+
+    /// Block until `bytes` can be read at once, the peer closes, or the socket fails
+    /// (the `recv` that follows then reports which).
+    fn wait_for(&mut self, bytes: usize) {
+        if !self.set_lowat(bytes) {
+            self.set_lowat(1);
+            return;
+        }
+        let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
+        loop {
+            // SAFETY: one valid pollfd.
+            let rc = unsafe { libc::poll(&mut p, 1, -1) };
+            if rc >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return;
+            }
+        }
+    }
+}
+
+impl io::Read for SocketIn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Never more than the fragment still owes: what follows may be the next request,
+        // which the client sends only after this one's reply.
+        let gather = self.want.min(buf.len()).min(LOWAT_MAX);
+        if gather >= LOWAT_MIN {
+            self.wait_for(gather);
+        } else if self.lowat != 1 {
+            // A blocking recv must not see a mark left from the last fragment.
+            self.set_lowat(1);
+        }
+        let n = self.stream.read(buf)?;
+        self.want = self.want.saturating_sub(n);
+        Ok(n)
+    }
+}
+
 fn reader(stream: TcpStream, conn: Arc<Conn>, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_flight: usize) {
-    let mut r = BufReader::with_capacity(256 << 10, stream);
+    let mut r = BufReader::with_capacity(256 << 10, SocketIn { stream, want: 0, lowat: 1 });
+    // What the socket still owes of a fragment: its length less what the buffer holds.
+    let expect = |r: &mut BufReader<SocketIn>, len: usize| {
+        let owed = len.saturating_sub(r.buffer().len());
+        r.get_mut().want = owed;
+    };
     loop {
-        let record = match rpc::read_record(&mut r, MAX_RECORD_BYTES) {
+        let record = match rpc::read_record_expecting(&mut r, MAX_RECORD_BYTES, expect) {
             Ok(Some(rec)) => rec,
             Ok(None) => break,
             Err(e) => {
@@ -262,7 +349,7 @@ fn reader(stream: TcpStream, conn: Arc<Conn>, tx: SyncSender<Job>, shared: Arc<S
             break;
         }
     }
-    let _ = r.get_ref().shutdown(Shutdown::Both);
+    let _ = r.get_ref().stream.shutdown(Shutdown::Both);
 }
 
 fn worker(rx: Arc<Mutex<Receiver<Job>>>, shared: Arc<Shared>) {

@@ -1,0 +1,188 @@
+//! The server over a real TCP connection: how records arrive on the wire must not matter —
+//! a large WRITE in pieces with pauses between them, records back to back in one segment,
+//! several large WRITEs pipelined. (The connection reader waits for the rest of a large
+//! fragment with a low-water mark; asking for a byte more than the fragment owes would
+//! hang it, which these cases would show as a read timeout.)
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use strata_nfs::xdr::{Decoder, Encoder};
+use strata_nfs::{HandleKey, NfsServer, ServerConfig};
+
+const MIB: usize = 1 << 20;
+
+struct Client {
+    s: TcpStream,
+    xid: u32,
+}
+
+impl Client {
+    fn connect(server: &NfsServer) -> Client {
+        let s = TcpStream::connect(server.local_addr()).expect("connect");
+        // A hang in the server fails the test instead of stalling it.
+        s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        Client { s, xid: 1000 }
+    }
+
+    /// A call as one record (mark + body), and its xid.
+    fn record(&mut self, prog: u32, proc_: u32, args: &[u8]) -> (u32, Vec<u8>) {
+        self.xid += 1;
+        let body = call_record(self.xid, prog, 3, proc_, 0, 0, args);
+        let mut rec = (0x8000_0000u32 | body.len() as u32).to_be_bytes().to_vec();
+        rec.extend_from_slice(&body);
+        (self.xid, rec)
+    }
+
+    /// One reply record, mark included (as `common::results` takes it), and its xid.
+    fn reply(&mut self) -> (u32, Vec<u8>) {
+        let mut mark = [0u8; 4];
+        self.s.read_exact(&mut mark).expect("reply record mark (a timeout means the server hung)");
+        let len = (u32::from_be_bytes(mark) & 0x7fff_ffff) as usize;
+        let mut rec = mark.to_vec();
+        rec.resize(4 + len, 0);
+        self.s.read_exact(&mut rec[4..]).expect("reply body");
+        let xid = u32::from_be_bytes(rec[4..8].try_into().expect("xid"));
+        (xid, rec)
+    }
+
+    fn call(&mut self, prog: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+        let (xid, rec) = self.record(prog, proc_, args);
+        self.s.write_all(&rec).expect("send");
+        let (got, reply) = self.reply();
+        assert_eq!(got, xid);
+        results(&reply)
+    }
+}
+
+fn write_args(fh: &[u8], offset: u64, data: &[u8]) -> Vec<u8> {
+    let mut a = fh_args(fh);
+    a.u64(offset);
+    a.u32(data.len() as u32);
+    a.u32(0); // UNSTABLE
+    a.opaque(data);
+    a.buf
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Server on 127.0.0.1, mounted /test/a, a file "big": (server, client, file handle).
+fn setup() -> (NfsServer, Client, Vec<u8>) {
+    let w = world();
+    let server = NfsServer::start(
+        ServerConfig::new("127.0.0.1:0".parse().expect("addr"), HandleKey::new([7u8; 32]), [1u8; 8]),
+        w.exports.clone(),
+    )
+    .expect("start server");
+    let mut c = Client::connect(&server);
+    let mut a = Encoder::with_capacity(64);
+    a.opaque(b"/test/a");
+    let r = c.call(MOUNT, 1, &a.buf);
+    let mut d = Decoder::new(&r);
+    assert_eq!(d.u32(), Ok(0), "MNT");
+    let root = d.opaque(64).expect("root handle").to_vec();
+    let mut a = fh_args(&root);
+    a.opaque(b"big");
+    a.u32(0); // UNCHECKED
+    a.bool(false); // mode
+    for _ in 0..5 {
+        a.u32(0); // uid, gid, size, atime, mtime: not set
+    }
+    let r = c.call(NFS, 8, &a.buf);
+    let mut d = Decoder::new(&r);
+    assert_eq!(d.u32(), Ok(0), "CREATE");
+    assert!(d.bool().expect("handle follows"));
+    let fh = d.opaque(64).expect("fh").to_vec();
+    (server, c, fh)
+}
+
+fn read_back(c: &mut Client, fh: &[u8], offset: u64, len: usize) -> Vec<u8> {
+    let mut a = fh_args(fh);
+    a.u64(offset);
+    a.u32(len as u32);
+    let r = c.call(NFS, 6, &a.buf);
+    let mut d = Decoder::new(&r);
+    assert_eq!(d.u32(), Ok(0), "READ");
+    if d.bool().expect("attributes follow") {
+        d.fixed(84).expect("fattr3");
+    }
+    let _count = d.u32().expect("count");
+    let _eof = d.bool().expect("eof");
+    d.opaque(MIB).expect("data").to_vec()
+}
+
+#[test]
+fn a_large_write_arriving_in_pieces_is_answered() {
+    let (server, mut c, fh) = setup();
+    let data = pattern(1, MIB);
+    let (xid, rec) = c.record(NFS, 7, &write_args(&fh, 0, &data));
+    // Pieces around every size the reader treats differently: under its minimum wait, a
+    // few segments, more than its largest wait, and a tail shorter than the minimum.
+    let cuts = [3, 100, 40_000, 300_000, rec.len() - 1000, rec.len() - 1];
+    let mut at = 0;
+    for cut in cuts.into_iter().chain([rec.len()]) {
+        c.s.write_all(&rec[at..cut]).expect("send piece");
+        c.s.flush().expect("flush");
+        std::thread::sleep(Duration::from_millis(30));
+        at = cut;
+    }
+    let (got, reply) = c.reply();
+    assert_eq!(got, xid);
+    assert_eq!(status(&results(&reply)), 0, "WRITE");
+    assert_eq!(read_back(&mut c, &fh, 0, MIB), data);
+    server.stop();
+}
+
+#[test]
+fn records_back_to_back_and_pipelined_writes_are_all_answered() {
+    let (server, mut c, fh) = setup();
+    // Four 1 MiB WRITEs and a GETATTR in one stream, the last few bytes held back a while.
+    let mut stream = Vec::new();
+    let mut xids = Vec::new();
+    for i in 0..4u8 {
+        let (xid, rec) = c.record(NFS, 7, &write_args(&fh, i as u64 * MIB as u64, &pattern(i + 10, MIB)));
+        xids.push(xid);
+        stream.extend_from_slice(&rec);
+    }
+    let (xid, rec) = c.record(NFS, 1, &fh_args(&fh).buf);
+    xids.push(xid);
+    stream.extend_from_slice(&rec);
+    let hold = stream.len() - 50;
+    c.s.write_all(&stream[..hold]).expect("send");
+    std::thread::sleep(Duration::from_millis(100));
+    c.s.write_all(&stream[hold..]).expect("send the rest");
+    let mut answered = Vec::new();
+    for _ in 0..xids.len() {
+        let (got, reply) = c.reply();
+        assert_eq!(status(&results(&reply)), 0, "reply to xid {got}");
+        answered.push(got);
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, xids);
+    for i in 0..4u8 {
+        assert_eq!(read_back(&mut c, &fh, i as u64 * MIB as u64, MIB), pattern(i + 10, MIB), "MiB {i}");
+    }
+    server.stop();
+}
+
+#[test]
+fn a_client_that_stops_inside_a_record_is_dropped_when_it_closes() {
+    let (server, mut c, fh) = setup();
+    let (_, rec) = c.record(NFS, 7, &write_args(&fh, 0, &pattern(3, MIB)));
+    c.s.write_all(&rec[..rec.len() / 2]).expect("send half");
+    c.s.shutdown(std::net::Shutdown::Write).expect("close our side");
+    // The server ends the connection (the record is cut short) rather than waiting forever.
+    let mut rest = Vec::new();
+    let n = c.s.read_to_end(&mut rest).expect("server closes the connection");
+    assert_eq!(n, 0, "no reply to a cut record");
+    // And it still serves others.
+    let mut c2 = Client::connect(&server);
+    let r = c2.call(NFS, 1, &fh_args(&fh).buf);
+    assert_eq!(status(&r), 0, "GETATTR on a new connection");
+    server.stop();
+}
