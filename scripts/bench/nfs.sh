@@ -5,11 +5,14 @@
 # write and read (QD 4). Prints a Markdown table (IOPS, p50/p99 latency, ratio to ganesha).
 #
 #   scripts/bench/nfs.sh [SECONDS_PER_ROW=20] [FILE_MIB=1024]
+#   ROUNDS=3 scripts/bench/nfs.sh 20 1024   # each row 3 times per server, alternating which
+#                                           # goes first; the table shows medians
 # Needs root, Debian packages nfs-ganesha nfs-ganesha-vfs libnfs-dev (installed if missing).
-# Takes the machine: ~2 × 6 rows × (SECONDS + 8 s to settle) plus the fills.
+# Takes the machine: ~ROUNDS × 2 × 6 rows × (SECONDS + 8 s to settle) plus the fills.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-secs="${1:-20}"; mib="${2:-1024}"
+secs="${1:-20}"; mib="${2:-1024}"; rounds="${ROUNDS:-1}"
+case "$rounds" in '' | *[!0-9]* | 0) echo "ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2 ;; esac
 work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-nfs}"
 need=()
 command -v ganesha.nfsd >/dev/null || need+=(nfs-ganesha nfs-ganesha-vfs)
@@ -69,18 +72,42 @@ rows=("4k-rand-qd1 4096 70 1 rand" "4k-rand-qd16 4096 70 16 rand" "16k-rand-qd1 
 "$work/nfsload" "$ganesha_url" /bench.dat "$mib" 1048576 0 4 0.1 seq >/dev/null
 sync; sleep 10
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+# Median of the numbers given (the lower middle one for an even count).
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# One measurement of row $2.. on server $1 (strata|ganesha), then let the machine settle:
+# the previous row's writeback (ext4's, flushed by sync; Strata's next commit, at most 5 s
+# away) must not land in the next measurement.
+measure() {
+  local url out; [ "$1" = strata ] && url="$strata_url" || url="$ganesha_url"
+  out="$("$work/nfsload" "$url" /bench.dat "$mib" "$3" "$4" "$5" "$secs" "$6")" ||
+    { echo "nfsload failed: $1, row $2" >&2; return 1; }
+  sync; sleep 8
+  printf '%s\n' "$out"
+}
 echo "| row | Strata IOPS | ganesha IOPS | ratio | Strata p50/p99 µs | ganesha p50/p99 µs | Strata read/write p50 µs | ganesha read/write p50 µs |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+rounds_log=()
 for r in "${rows[@]}"; do
   read -r name bs rd qd mode <<<"$r"
-  # Each row starts on a settled machine: the previous row's writeback (ext4's, flushed by
-  # sync; Strata's next commit, at most 5 s away) does not land in the next measurement.
-  s="$("$work/nfsload" "$strata_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
-  sync; sleep 8
-  g="$("$work/nfsload" "$ganesha_url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
-  sync; sleep 8
-  si="$(field iops "$s")"; gi="$(field iops "$g")"
+  declare -A got=()
+  for ((i = 1; i <= rounds; i++)); do
+    order=(strata ganesha); ((i % 2 == 0)) && order=(ganesha strata)
+    for srv in "${order[@]}"; do
+      out="$(measure "$srv" "$name" "$bs" "$rd" "$qd" "$mode")" || exit 1
+      for f in iops p50_us p99_us rd50 wr50; do got[$srv.$f]+="$(field "$f" "$out") "; done
+    done
+  done
+  # shellcheck disable=SC2086 # word splitting of the collected values is the point
+  { si="$(median ${got[strata.iops]})"; gi="$(median ${got[ganesha.iops]})"; }
   ratio="$(python3 -c "print(f'{$si/$gi:.2f}' if $gi else '-')")"
-  echo "| $name | $si | $gi | $ratio | $(field p50_us "$s")/$(field p99_us "$s") | $(field p50_us "$g")/$(field p99_us "$g") |" \
-    "$(field rd50 "$s")/$(field wr50 "$s") | $(field rd50 "$g")/$(field wr50 "$g") |"
+  m() { median ${got[$1]}; }
+  echo "| $name | $si | $gi | $ratio | $(m strata.p50_us)/$(m strata.p99_us) | $(m ganesha.p50_us)/$(m ganesha.p99_us) |" \
+    "$(m strata.rd50)/$(m strata.wr50) | $(m ganesha.rd50)/$(m ganesha.wr50) |"
+  rounds_log+=("$name: Strata ${got[strata.iops]}/ ganesha ${got[ganesha.iops]}")
+  unset got
 done
+if [ "$rounds" -gt 1 ]; then
+  echo
+  echo "Medians of $rounds rounds per server (order alternating, Strata first in odd rounds). IOPS per round:"
+  printf -- '- %s\n' "${rounds_log[@]}"
+fi

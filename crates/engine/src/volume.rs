@@ -734,14 +734,19 @@ impl VolumeState {
             for (r, content) in group {
                 let bp = match content {
                     Placement::Content(Some(buf)) if buf.iter().any(|&b| b != 0) => {
-                        match compressed.next().expect("one compression result per non-zero record") {
+                        let bp = match compressed.next().expect("one compression result per non-zero record") {
                             (_, Some(placed)) => placed,
                             (c, None) => {
                                 let mut bp = io.write_data_compressed(alloc, &buf, txg, self.rec.compression, c)?;
                                 bp.dedup = self.rec.dedup && alloc.ddt.add(&bp, txg);
                                 bp
                             }
-                        }
+                        };
+                        // Cached as a prewrite caches what it writes: what was written is
+                        // read again, and a record that missed the prewrite (rewritten
+                        // after it) is no less likely to be.
+                        io.cache_data(&bp, buf);
+                        bp
                     }
                     Placement::Content(Some(_)) => {
                         // Zero detection: an all-zero record the application wrote is a hole.

@@ -131,3 +131,30 @@ fn freed_blocks_leave_the_data_cache() {
     assert_eq!(pool.read(vol, obj, 0, FILE).unwrap(), pattern(8, FILE));
     assert_clean(&pool);
 }
+
+/// Records the commit writes itself (they missed the prewrite, or there was none) are kept
+/// in the data cache as prewritten ones are: reading them back after the commit does not
+/// go to the device. (Before, only prewritten records were cached, so how much of a file
+/// came back from memory depended on which records a writer had changed during the last
+/// prewrite pass: 16 KiB random reads over NFS ran at a p50 of 130 or 400 µs from run to run.)
+#[test]
+fn records_the_commit_writes_are_cached_too() {
+    let disk = Arc::new(SimDisk::new(64 << 20, 4096));
+    let mut opts = test_pool_options();
+    opts.data_cache_bytes = 32 << 20;
+    let pool = Pool::create(disk.clone(), test_create_options(6), opts).expect("create pool");
+    let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
+    let obj = pool.create_object(vol, b"").unwrap();
+    const FILE: usize = 1 << 20;
+    pool.write(vol, obj, 0, &pattern(1, FILE)).unwrap();
+    // A commit with no prewrite: every record is written under the lock.
+    assert!(pool.commit_for_space().unwrap(), "dirty data to commit");
+    let before = pool.status();
+    assert!(before.data_cache_bytes >= FILE as u64, "{} bytes cached after the commit", before.data_cache_bytes);
+    assert_eq!(pool.read(vol, obj, 0, FILE).unwrap(), pattern(1, FILE));
+    let after = pool.status();
+    // Every record from the cache; the device gives at most a few metadata blocks.
+    assert_eq!(after.data_cache_hits - before.data_cache_hits, (FILE / (16 << 10)) as u64);
+    assert!(after.blocks_read - before.blocks_read < 8, "{} blocks read", after.blocks_read - before.blocks_read);
+    assert_clean(&pool);
+}
