@@ -77,12 +77,18 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int(
 # One measurement of row $2.. on server $1 (strata|ganesha), then let the machine settle:
 # the previous row's writeback (ext4's, flushed by sync; Strata's next commit, at most 5 s
 # away) must not land in the next measurement.
+# CPU time the hypervisor took from this VM (steal) and all CPU time, in ticks, so far.
+cpu_ticks() { awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
 measure() {
-  local url out; [ "$1" = strata ] && url="$strata_url" || url="$ganesha_url"
+  local url out t0 t1; [ "$1" = strata ] && url="$strata_url" || url="$ganesha_url"
+  t0="$(cpu_ticks)"
   out="$("$work/nfsload" "$url" /bench.dat "$mib" "$3" "$4" "$5" "$secs" "$6")" ||
     { echo "nfsload failed: $1, row $2" >&2; return 1; }
+  t1="$(cpu_ticks)"
   sync; sleep 8
-  printf '%s\n' "$out"
+  # Steal during the measurement, in percent: on a shared host it moves rows by 2x.
+  printf '%s steal=%s\n' "$out" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { split(a, x); split(b, y);
+    d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }')"
 }
 echo "| row | Strata IOPS | ganesha IOPS | ratio | Strata p50/p99 µs | ganesha p50/p99 µs | Strata read/write p50 µs | ganesha read/write p50 µs |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -94,7 +100,7 @@ for r in "${rows[@]}"; do
     order=(strata ganesha); ((i % 2 == 0)) && order=(ganesha strata)
     for srv in "${order[@]}"; do
       out="$(measure "$srv" "$name" "$bs" "$rd" "$qd" "$mode")" || exit 1
-      for f in iops p50_us p99_us rd50 wr50; do got[$srv.$f]+="$(field "$f" "$out") "; done
+      for f in iops p50_us p99_us rd50 wr50 steal; do got[$srv.$f]+="$(field "$f" "$out") "; done
     done
   done
   # shellcheck disable=SC2086 # word splitting of the collected values is the point
@@ -103,11 +109,11 @@ for r in "${rows[@]}"; do
   m() { median ${got[$1]}; }
   echo "| $name | $si | $gi | $ratio | $(m strata.p50_us)/$(m strata.p99_us) | $(m ganesha.p50_us)/$(m ganesha.p99_us) |" \
     "$(m strata.rd50)/$(m strata.wr50) | $(m ganesha.rd50)/$(m ganesha.wr50) |"
-  rounds_log+=("$name: Strata ${got[strata.iops]}/ ganesha ${got[ganesha.iops]}")
+  rounds_log+=("$name: Strata ${got[strata.iops]}/ ganesha ${got[ganesha.iops]}(vCPU steal %: Strata ${got[strata.steal]}/ ganesha ${got[ganesha.steal]})")
   unset got
 done
-if [ "$rounds" -gt 1 ]; then
-  echo
-  echo "Medians of $rounds rounds per server (order alternating, Strata first in odd rounds). IOPS per round:"
-  printf -- '- %s\n' "${rounds_log[@]}"
-fi
+echo
+[ "$rounds" -gt 1 ] && echo "Medians of $rounds rounds per server (order alternating, Strata first in odd rounds)."
+echo "IOPS per round, and the hypervisor's steal of this VM's CPU during each (a row measured under"
+echo "heavy steal is not comparable with one measured without):"
+printf -- '- %s\n' "${rounds_log[@]}"
