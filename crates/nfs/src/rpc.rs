@@ -284,13 +284,14 @@ mod tests {
         assert_eq!(parse_call(&[0, 0]).unwrap_err(), CallError::Unanswerable);
     }
 
+    /// One record "abcde" in two fragments: "abc", then the last, "de".
+    fn abc_de_record() -> Vec<u8> {
+        [&3u32.to_be_bytes()[..], b"abc", &(0x8000_0000u32 | 2).to_be_bytes(), b"de"].concat()
+    }
+
     #[test]
     fn record_marking_joins_fragments_and_caps_size() {
-        let mut wire = Vec::new();
-        wire.extend_from_slice(&3u32.to_be_bytes());
-        wire.extend_from_slice(b"abc");
-        wire.extend_from_slice(&(0x8000_0000u32 | 2).to_be_bytes());
-        wire.extend_from_slice(b"de");
+        let wire = abc_de_record();
         let mut r = &wire[..];
         assert_eq!(read_record(&mut r, 100).expect("record"), Some(b"abcde".to_vec()));
         assert_eq!(read_record(&mut r, 100).expect("clean end"), None);
@@ -310,11 +311,7 @@ mod tests {
 
     #[test]
     fn the_reader_is_told_each_fragment_body_before_reading_it() {
-        let mut wire = Vec::new();
-        wire.extend_from_slice(&3u32.to_be_bytes());
-        wire.extend_from_slice(b"abc");
-        wire.extend_from_slice(&(0x8000_0000u32 | 2).to_be_bytes());
-        wire.extend_from_slice(b"de");
+        let wire = abc_de_record();
         let mut told = Vec::new();
         let mut r = &wire[..];
         // `expect` sees the stream before the body is read: its length is what is left.

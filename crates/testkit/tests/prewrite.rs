@@ -18,6 +18,13 @@ fn assert_clean(pool: &Pool) {
     assert!(r.is_clean(), "checker found: {:#?}", r.errors);
 }
 
+/// A pool (seeded `seed`) on a 64 MiB simulated disk with a 32 MiB data cache.
+fn pool_with_data_cache(seed: u64) -> Pool {
+    let mut opts = test_pool_options();
+    opts.data_cache_bytes = 32 << 20;
+    Pool::create(Arc::new(SimDisk::new(64 << 20, 4096)), test_create_options(seed), opts).expect("create pool")
+}
+
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
 }
@@ -104,10 +111,7 @@ fn a_commit_between_prewrite_and_its_own_commit_uses_or_frees_the_blocks() {
 /// still holds are not freed and stay readable from the cache.
 #[test]
 fn freed_blocks_leave_the_data_cache() {
-    let disk = Arc::new(SimDisk::new(64 << 20, 4096));
-    let mut opts = test_pool_options();
-    opts.data_cache_bytes = 32 << 20;
-    let pool = Pool::create(disk.clone(), test_create_options(5), opts).expect("create pool");
+    let pool = pool_with_data_cache(5);
     let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
     let obj = pool.create_object(vol, b"").unwrap();
     const FILE: usize = 1 << 20;
@@ -134,15 +138,12 @@ fn freed_blocks_leave_the_data_cache() {
 
 /// Records the commit writes itself (they missed the prewrite, or there was none) are kept
 /// in the data cache as prewritten ones are: reading them back after the commit does not
-/// go to the device. (Before, only prewritten records were cached, so how much of a file
-/// came back from memory depended on which records a writer had changed during the last
-/// prewrite pass: 16 KiB random reads over NFS ran at a p50 of 130 or 400 µs from run to run.)
+/// go to the device. (Before, only prewritten records were cached: a record rewritten
+/// after its prewrite, or any record of a commit that ran without one, was read back from
+/// the device.)
 #[test]
 fn records_the_commit_writes_are_cached_too() {
-    let disk = Arc::new(SimDisk::new(64 << 20, 4096));
-    let mut opts = test_pool_options();
-    opts.data_cache_bytes = 32 << 20;
-    let pool = Pool::create(disk.clone(), test_create_options(6), opts).expect("create pool");
+    let pool = pool_with_data_cache(6);
     let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
     let obj = pool.create_object(vol, b"").unwrap();
     const FILE: usize = 1 << 20;
