@@ -116,6 +116,20 @@ def test_libnfs_utils_tools(rw_export, tmp_path):
     assert r.returncode != 0
 
 
+def test_nfs_cp_many_times(rw_export, tmp_path):
+    """Fresh connections each sending one 200 KB WRITE at once: the server's reader once
+    slept in a blocking recv with the socket's low-water mark set and the WRITE's tail
+    queued (docs/nfs.md, "Receiving large records"); 1 nfs-cp in 5 hung."""
+    src = tmp_path / "src.bin"
+    data = os.urandom(200_000)
+    src.write_bytes(data)
+    for i in range(30):
+        name = f"cp-{i}-" + uuid.uuid4().hex[:8]
+        target = f"nfs://{HOST}{rw_export}/{name}?nfsport={PORT}&mountport={PORT}"
+        r = subprocess.run(("nfs-cp", str(src), target), capture_output=True, timeout=20)
+        assert r.returncode == 0, (i, r.stderr)
+
+
 def test_export_list_and_mount_list(rw_export):
     import json
     exports = json.loads(strata("--json", "export", "list").stdout)

@@ -238,9 +238,13 @@ const LOWAT_MIN: usize = 32 << 10;
 /// sender's softirq for the socket lock (perf: 12 % of a sequential write's samples spun in
 /// `sk_wait_data`).
 ///
-/// The wait is a `poll` on the low-water mark, never a blocking `recv` with it set: a
-/// `recv` that has copied part of what it wants sleeps until the *uncopied* data reaches
-/// the mark, which the rest of the fragment may never do (a reader hung that way).
+/// The wait is a `poll` on the low-water mark followed by a `recv` that never sleeps
+/// (`MSG_DONTWAIT`); never a blocking `recv` with the mark set. The kernel reports the
+/// socket readable *before* the mark is reached when its receive window has shrunk below
+/// a segment (`tcp_epollin_ready`); a blocking `recv` then copies what is there and sleeps
+/// for the rest of its target, but the wakeup for newly arrived data comes only once the
+/// *uncopied* data reaches the mark (`tcp_data_ready`), which the fragment's tail may never
+/// do. One `nfs-cp` in five hung that way on a daemon under test.
 struct SocketIn {
     stream: TcpStream,
     /// Bytes of the current fragment not yet read from the socket (0: none expected).
@@ -275,20 +279,32 @@ impl SocketIn {
     }
 
     /// Block until `bytes` can be read at once, the peer closes, or the socket fails
-    /// (the `recv` that follows then reports which).
-    fn wait_for(&mut self, bytes: usize) {
+    /// (the `recv` that follows then reports which) — or until the kernel says it is
+    /// readable sooner (see the type's comment). False if the mark could not be set: then
+    /// nothing was waited for and the mark is 1.
+    fn wait_for(&mut self, bytes: usize) -> bool {
         if !self.set_lowat(bytes) {
             self.set_lowat(1);
-            return;
+            return false;
         }
         let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
         loop {
             // SAFETY: one valid pollfd.
             let rc = unsafe { libc::poll(&mut p, 1, -1) };
             if rc >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                return;
+                return true;
             }
         }
+    }
+
+    /// `recv` what is there now, without sleeping: `WouldBlock` if nothing is.
+    fn recv_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of its length for the duration of the call.
+        let n = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
     }
 }
 
@@ -297,13 +313,25 @@ impl io::Read for SocketIn {
         // Never more than the fragment still owes: what follows may be the next request,
         // which the client sends only after this one's reply.
         let gather = self.want.min(buf.len()).min(LOWAT_MAX);
-        if gather >= LOWAT_MIN {
-            self.wait_for(gather);
-        } else if self.lowat != 1 {
+        let n = if gather >= LOWAT_MIN && self.wait_for(gather) {
+            loop {
+                match self.recv_now(buf) {
+                    // Readable said something is there (or the end, or an error), so this
+                    // is rare: wait again.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.wait_for(gather);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    r => break r?,
+                }
+            }
+        } else {
             // A blocking recv must not see a mark left from the last fragment.
-            self.set_lowat(1);
-        }
-        let n = self.stream.read(buf)?;
+            if self.lowat != 1 {
+                self.set_lowat(1);
+            }
+            self.stream.read(buf)?
+        };
         self.want = self.want.saturating_sub(n);
         Ok(n)
     }

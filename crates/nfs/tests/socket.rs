@@ -186,3 +186,27 @@ fn a_client_that_stops_inside_a_record_is_dropped_when_it_closes() {
     assert_eq!(status(&r), 0, "GETATTR on a new connection");
     server.stop();
 }
+
+/// What `nfs-cp` does: a fresh connection, a few small calls, then one WRITE of 200,000
+/// bytes in a single send. (The reader once hung on this against the daemon, 1 run in 5:
+/// the kernel reported the socket readable before the low-water mark and a blocking `recv`
+/// slept with the fragment's tail queued. In-process the timing has not hit it; the NFS
+/// suite's `test_nfs_cp_many_times` is the test that reproduced it.)
+#[test]
+fn a_write_sent_at_once_on_a_fresh_connection_is_answered() {
+    let (server, mut first, fh) = setup();
+    let data = pattern(9, 200_000);
+    for i in 0..50u64 {
+        let mut c = Client::connect(&server);
+        for _ in 0..3 {
+            assert_eq!(status(&c.call(NFS, 1, &fh_args(&fh).buf)), 0, "GETATTR");
+        }
+        let (xid, rec) = c.record(NFS, 7, &write_args(&fh, i * 200_000, &data));
+        c.s.write_all(&rec).expect("send");
+        let (got, reply) = c.reply();
+        assert_eq!(got, xid, "connection {i}");
+        assert_eq!(status(&results(&reply)), 0, "WRITE on connection {i}");
+    }
+    assert_eq!(read_back(&mut first, &fh, 49 * 200_000, 200_000), data);
+    server.stop();
+}
