@@ -253,8 +253,10 @@ impl Allocator {
         true
     }
 
-    pub fn clear_reservations(&mut self) {
-        self.reserved_units = 0;
+    /// A txg became durable: what its dirty data reserved is allocated now (or was never
+    /// needed); `still_dirty` units stay promised to what was written since its freeze.
+    pub fn reset_reservations(&mut self, still_dirty: u64) {
+        self.reserved_units = still_dirty;
     }
 
     fn mark(&mut self, unit: u64, count: u64, allocate: bool) {

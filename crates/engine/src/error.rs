@@ -87,6 +87,10 @@ pub enum Error {
     Unsupported(String),
     #[error("in use: {0}")]
     Busy(String),
+    /// A change other than a data write, asked for in a [`crate::Pool::txn_data`] while a
+    /// commit writes its data (quiesce.rs): run it again in a [`crate::Pool::txn`].
+    #[error("in use: a commit is writing the txg this change would alter; retry once it has synced")]
+    CommitInFlight,
 }
 
 impl Error {
@@ -100,7 +104,7 @@ impl Error {
             Error::Corruption(_) => ErrorKind::Corruption,
             Error::ReadOnly(_) => ErrorKind::ReadOnly,
             Error::Unsupported(_) => ErrorKind::Unsupported,
-            Error::Busy(_) => ErrorKind::Busy,
+            Error::Busy(_) | Error::CommitInFlight => ErrorKind::Busy,
         }
     }
 

@@ -490,25 +490,41 @@ impl IntentLog {
         &self.place
     }
 
-    /// Root `txg` is durable: everything logged so far is in it. Returns the retired
-    /// groups, for the caller to drop once the pool's lock is released (tens of thousands
-    /// of small allocations after a busy txg: a third of a commit's locked CPU time in one
-    /// profile).
-    pub fn reset(&mut self, txg: u64) -> RetiredGroups {
+    /// Root `txg` is durable, and with it every group up to `through` (the last group
+    /// recorded when the commit froze the txg: `PoolInner::freeze`). Those are retired;
+    /// groups recorded since belong to the next txg and stay, to be written under the new
+    /// base — none of them was written yet: log writes wait while a commit is in flight.
+    /// Returns the retired groups, for the caller to drop once the pool's lock is released
+    /// (tens of thousands of small allocations after a busy txg: a third of a commit's
+    /// locked CPU time in one profile).
+    pub fn reset(&mut self, txg: u64, through: u64) -> RetiredGroups {
         // A block still in flight keeps the next writer waiting (`in_flight`), so nothing is
         // written at the region's start until it has landed.
         self.base_txg = txg;
         self.head = 0;
         self.seq = 0;
+        // A commit inside a `Txn` (space retries) covers the group being recorded, too.
         self.open.clear();
         self.open_objects.clear();
         self.open_shared = false;
         self.open_writes.clear();
         self.group_open = false;
-        RetiredGroups {
-            _groups: std::mem::take(&mut self.groups),
+        let kept = self.groups.split_off(&(through + 1));
+        let retired = RetiredGroups {
+            _groups: std::mem::replace(&mut self.groups, kept),
             _shared: std::mem::take(&mut self.shared),
             _private: std::mem::take(&mut self.private),
+        };
+        for (lsn, g) in &self.groups {
+            match &g.scope {
+                Scope::Private(o) => {
+                    self.private.entry(*o).or_default().insert(*lsn);
+                }
+                Scope::Shared(_) => {
+                    self.shared.insert(*lsn);
+                }
+            }
         }
+        retired
     }
 }

@@ -28,6 +28,7 @@ mod log_sync;
 pub mod pipeline;
 pub mod pool;
 pub mod prewrite;
+mod quiesce;
 pub mod restore;
 pub mod snapshot;
 pub mod space;
@@ -48,6 +49,7 @@ pub use pool::{
     CommitStats, CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions,
 };
 pub use prewrite::PrewriteStats;
+pub use quiesce::QuiescingTxg;
 pub use restore::FileRestoreStats;
 pub use snapshot::{SnapshotInfo, SNAPSHOTS_PER_VOLUME_MAX};
 pub use space::{PoolSpace, VolumeSpace};

@@ -439,6 +439,20 @@ impl BlockIo {
         })
     }
 
+    /// Keep an indirect block this commit just wrote: the next commit that changes the same
+    /// records reads it back otherwise, with the pool's lock held.
+    pub(crate) fn cache_indirect(&self, bp: &BlockPtr, ind: IndirectPhys) {
+        self.cache.lock().expect("cache lock").put((bp.addr, bp.birth_txg), Cached::Indirect(Arc::new(ind)), 1);
+    }
+
+    /// Keep a btree node this commit just wrote (its encoded `payload`), as `cache_indirect`.
+    pub(crate) fn cache_node(&self, bp: &BlockPtr, payload: &[u8]) {
+        // What was just encoded decodes; if it did not, it would be read (and reported) later.
+        if let Ok(node) = BtreeNodePhys::decode(payload, Some(bp.addr)) {
+            self.cache.lock().expect("cache lock").put((bp.addr, bp.birth_txg), Cached::Node(Arc::new(node)), 1);
+        }
+    }
+
     pub fn read_node(&self, bp: &BlockPtr) -> Result<Arc<BtreeNodePhys>> {
         let key = (bp.addr, bp.birth_txg);
         if let Some(Cached::Node(n)) = self.cache.lock().expect("cache lock").get(key) {

@@ -31,14 +31,12 @@ use crate::txn::Txn;
 use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
 pub const DEFAULT_RECORD_SIZE: u32 = 16 * 1024;
-/// A prewrite pass that wrote at least this much is followed by another (`Pool::commit`).
-const PREWRITE_AGAIN_BYTES: u64 = 8 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VolumeId(pub u64);
@@ -243,7 +241,7 @@ pub struct CommitStats {
 }
 
 impl CommitStats {
-    fn record(&mut self, prewrite: Duration, locked: Duration, blocks_read: u64) {
+    pub(crate) fn record(&mut self, prewrite: Duration, locked: Duration, blocks_read: u64) {
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         self.count += 1;
         self.prewrite_us_total = self.prewrite_us_total.saturating_add(us(prewrite));
@@ -283,14 +281,21 @@ pub struct PoolInner {
     /// Prewrites of the open txg (prewrite.rs); the commit completes and drains them.
     pub(crate) prewrites: Vec<Arc<crate::prewrite::PrewriteBatch>>,
     pub commit_stats: CommitStats,
+    /// The last intent-log group of the txg a commit froze (txg.rs `freeze`), until it syncs.
+    pub(crate) frozen_lsn: Option<u64>,
+    /// A commit is writing its frozen data without the lock (quiesce.rs): only data
+    /// writes, reads and attribute changes run meanwhile; everything else waits.
+    pub(crate) quiescing: bool,
 }
 
 pub struct Pool {
-    inner: Mutex<PoolInner>,
+    pub(crate) inner: Mutex<PoolInner>,
     /// Signalled when an intent log write finishes.
     pub(crate) log_done: Condvar,
     /// One prewrite-and-commit (`Pool::commit`) at a time; taken before `inner`.
-    commit_gate: Mutex<()>,
+    pub(crate) commit_gate: Mutex<()>,
+    /// Signalled when a commit in flight has synced (quiesce.rs): `lock` waits for it.
+    pub(crate) settled: Condvar,
 }
 
 pub(crate) fn volume_key(name: &str) -> Vec<u8> {
@@ -447,6 +452,8 @@ impl Pool {
             catalog_released: Vec::new(),
             prewrites: Vec::new(),
             commit_stats: CommitStats::default(),
+            frozen_lsn: None,
+            quiescing: false,
             latched: None,
             read_only: false,
             clock: opts.clock,
@@ -465,7 +472,7 @@ impl Pool {
                 features_incompat: 0,
             },
         };
-        let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new(), commit_gate: Mutex::new(()) };
+        let pool = Pool::from_inner(inner);
         pool.commit()?;
         Ok(pool)
     }
@@ -572,6 +579,8 @@ impl Pool {
                         catalog_released: Vec::new(),
                         prewrites: Vec::new(),
                         commit_stats: CommitStats::default(),
+                        frozen_lsn: None,
+                        quiescing: false,
                         latched: None,
                         read_only,
                         clock: opts.clock,
@@ -582,7 +591,7 @@ impl Pool {
                         retired_log: Default::default(),
                         snapshots,
                     };
-                    let pool = Pool { inner: Mutex::new(inner), log_done: Condvar::new(), commit_gate: Mutex::new(()) };
+                    let pool = Pool::from_inner(inner);
                     pool.start_packing()?;
                     match discarded {
                         None => pool.replay_intent_log()?,
@@ -705,12 +714,6 @@ impl Pool {
         Ok((alloc, catalog, volumes, snapshots))
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, PoolInner> {
-        // A panic while holding the lock is a bug; the state it left is still the last
-        // committed one on disk, so keep serving rather than poisoning every later call.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Commit what is dirty and close the pool, reporting a failure to commit.
     pub fn close(self) -> Result<()> {
         let r = {
@@ -726,55 +729,26 @@ impl Pool {
 
     /// The root the pool stands on: the newest committed uberblock.
     pub fn committed_root(&self) -> UberblockPhys {
-        self.lock().root
-    }
-
-    /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O. Its data
-    /// is prewritten first without the lock (prewrite.rs), so readers and writers wait only
-    /// for the metadata part.
-    pub fn commit(&self) -> Result<u64> {
-        let _gate = self.commit_gate.lock().unwrap_or_else(|p| p.into_inner());
-        // Writers go on during a prewrite, so a pass leaves what they wrote meanwhile: run
-        // passes while they still find a good deal (up to 4), so the part under the lock
-        // is small.
-        let t0 = Instant::now();
-        for _ in 0..4 {
-            if self.prewrite()?.bytes < PREWRITE_AGAIN_BYTES {
-                break;
-            }
-        }
-        let prewrite = t0.elapsed();
-        let mut p = self.lock();
-        let (t1, read0) = (Instant::now(), p.io.stats.blocks_read.load(Ordering::Relaxed));
-        let synced = p.txg_synced;
-        let r = p.commit();
-        if matches!(r, Ok(txg) if txg != synced) {
-            let read = p.io.stats.blocks_read.load(Ordering::Relaxed) - read0;
-            p.commit_stats.record(prewrite, t1.elapsed(), read);
-        }
-        let retired = std::mem::take(&mut p.retired_log);
-        drop(p);
-        drop(retired);
-        r
+        self.lock_raw().root
     }
 
     /// Commit timings since open (also in `status`, without building all of it).
     pub fn status_commits(&self) -> CommitStats {
-        self.lock().commit_stats
+        self.lock_raw().commit_stats
     }
 
     /// Dirty data of the open txg, in bytes.
     pub fn dirty_bytes(&self) -> u64 {
-        self.lock().dirty_bytes()
+        self.lock_raw().dirty_bytes()
     }
 
     /// The dirty data at which writers commit themselves (`commit_if_over_dirty_limit`).
     pub fn dirty_limit_bytes(&self) -> u64 {
-        self.lock().dirty_limit_bytes
+        self.lock_raw().dirty_limit_bytes
     }
 
     pub fn status(&self) -> PoolStatus {
-        let p = self.lock();
+        let p = self.lock_raw();
         let size = p.label.data_units * UNIT_SIZE;
         let allocated = p.alloc.allocated_units() * UNIT_SIZE;
         let held = p.alloc.held_units() * UNIT_SIZE;
@@ -890,16 +864,16 @@ impl Pool {
     }
 
     pub fn volume_id(&self, name: &str) -> Result<VolumeId> {
-        self.lock().volume_id(name)
+        self.lock_raw().volume_id(name)
     }
 
     pub fn volumes(&self) -> Vec<VolumeInfo> {
-        let p = self.lock();
+        let p = self.lock_raw();
         p.volumes.iter().filter(|(_, v)| !v.read_only_view).map(|(id, v)| info(&p, *id, v)).collect()
     }
 
     pub fn volume_info(&self, vol: VolumeId) -> Result<VolumeInfo> {
-        let p = self.lock();
+        let p = self.lock_raw();
         let v = p.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         Ok(info(&p, vol, v))
     }
@@ -931,43 +905,6 @@ impl Pool {
         Ok(true)
     }
 
-    /// Run `f` in a txn; on NoSpace while freed space is held back or dirty data could be
-    /// committed, commit (at most three txgs) and run it again. Commits when dirty data
-    /// passes the limit.
-    pub fn with_space_retry<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T>) -> Result<T> {
-        let mut tries = 0;
-        loop {
-            let mut t = self.txn();
-            match f(&mut t) {
-                Err(Error::NoSpace(_)) if tries < 3 && t.inner().could_free_space() => {
-                    tries += 1;
-                    t.inner().commit_always()?;
-                }
-                Err(e) => return Err(e),
-                Ok(v) => {
-                    let p = t.inner();
-                    if p.dirty_bytes() > p.dirty_limit_bytes {
-                        p.commit()?;
-                    }
-                    return Ok(v);
-                }
-            }
-        }
-    }
-
-    /// Commit if dirty data passed the pool's limit (callers that group work in a `Txn`
-    /// call this after the group).
-    pub fn commit_if_over_dirty_limit(&self) -> Result<()> {
-        let over = {
-            let p = self.lock();
-            p.dirty_bytes() > p.dirty_limit_bytes
-        };
-        if over {
-            self.commit()?;
-        }
-        Ok(())
-    }
-
     pub fn create_object(&self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
         self.txn().create_object(vol, attr)
     }
@@ -977,23 +914,23 @@ impl Pool {
     }
 
     pub fn object_exists(&self, vol: VolumeId, obj: ObjectId) -> Result<bool> {
-        self.txn().object_exists(vol, obj)
+        self.txn_data().object_exists(vol, obj)
     }
 
     pub fn object_size(&self, vol: VolumeId, obj: ObjectId) -> Result<u64> {
-        self.txn().object_size(vol, obj)
+        self.txn_data().object_size(vol, obj)
     }
 
     pub fn get_attr(&self, vol: VolumeId, obj: ObjectId) -> Result<Vec<u8>> {
-        self.txn().get_attr(vol, obj)
+        self.txn_data().get_attr(vol, obj)
     }
 
     pub fn set_attr(&self, vol: VolumeId, obj: ObjectId, attr: &[u8]) -> Result<()> {
-        self.txn().set_attr(vol, obj, attr)
+        self.txn_data().set_attr(vol, obj, attr)
     }
 
     pub fn list_objects(&self, vol: VolumeId, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
-        self.txn().list_objects(vol, after, limit)
+        self.txn_data().list_objects(vol, after, limit)
     }
 
     /// Write `data` at `offset` (with NoSpace retries, see `with_space_retry`).
@@ -1022,7 +959,7 @@ impl Pool {
         out: &mut Vec<u8>,
     ) -> Result<usize> {
         let (plan, io, txg) = {
-            let mut t = self.txn();
+            let mut t = self.txn_data();
             let plan = t.plan_read(vol, obj, offset, len)?;
             let p = t.inner();
             (plan, p.io.clone(), p.txg_synced)
@@ -1055,11 +992,11 @@ impl Pool {
     /// The root of an object's block tree and its indirect levels, as last committed —
     /// for diagnostics (`strata debug`) and fault-injection tests.
     pub fn object_block_root(&self, vol: VolumeId, obj: ObjectId) -> Result<(BlockPtr, u8)> {
-        self.txn().object_block_root(vol, obj)
+        self.txn_data().object_block_root(vol, obj)
     }
 
     pub fn kv_get(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.txn().kv_get(vol, key)
+        self.txn_data().kv_get(vol, key)
     }
 
     pub fn kv_put(&self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -1078,7 +1015,7 @@ impl Pool {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.txn().kv_range(vol, start, end, limit)
+        self.txn_data().kv_range(vol, start, end, limit)
     }
 
     /// The longest key a volume's key-value space accepts.

@@ -127,12 +127,14 @@ impl Pool {
     /// dropped written data) and is returned.
     pub fn prewrite(&self) -> Result<PrewriteStats> {
         let (txg, jobs, checksum_algo, dev) = {
-            let p = self.lock();
+            let p = self.lock_raw();
             if p.read_only || p.latched.is_some() {
                 return Ok(PrewriteStats::default());
             }
             let mut jobs = Vec::new();
-            for (vid, v) in &p.volumes {
+            // While a commit quiesces, only what it froze: the rest is the next txg's.
+            let frozen_only = p.frozen_lsn.is_some();
+            for (vid, v) in p.volumes.iter().filter(|(_, v)| !frozen_only || v.is_frozen()) {
                 for (key, content) in v.prewrite_candidates() {
                     jobs.push(Job { vol: *vid, key, content, policy: v.rec.compression });
                 }
@@ -167,7 +169,7 @@ impl Pool {
         // Step 3: allocate and register, under the lock.
         let needed: u64 = prepared.iter().map(|p| round_up_unit(p.stored.bytes().len() as u64) / UNIT_SIZE).sum();
         let (batch, stats) = {
-            let mut p = self.lock();
+            let mut p = self.lock_raw();
             if p.next_txg != txg || p.latched.is_some() || p.alloc.available_units() < needed * 2 {
                 return Ok(PrewriteStats::default());
             }
@@ -240,7 +242,7 @@ impl Pool {
             .complete(dev.as_ref())
             .and_then(|()| dev.flush().map_err(|e| Error::io("flush prewritten blocks", e)));
         if let Err(e) = done {
-            let mut p = self.lock();
+            let mut p = self.lock_raw();
             p.io.discard_writes();
             if p.latched.is_none() {
                 p.latched = Some(format!("prewrite of txg {txg} failed: {e}"));

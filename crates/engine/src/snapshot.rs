@@ -508,7 +508,7 @@ impl Pool {
 
     /// Snapshots of `volume` (all volumes if None), oldest first.
     pub fn snapshots(&self, volume: Option<&str>) -> Result<Vec<SnapshotInfo>> {
-        let p = self.lock();
+        let p = self.lock_raw();
         let vid = volume.map(|v| p.volume_id(v)).transpose()?;
         let mut ids: Vec<(u64, u64)> = p
             .snapshots
@@ -521,7 +521,7 @@ impl Pool {
     }
 
     pub fn snapshot(&self, volume: &str, name: &str) -> Result<SnapshotInfo> {
-        let p = self.lock();
+        let p = self.lock_raw();
         let vid = p.volume_id(volume)?;
         let id = p.snapshot_id(vid, name)?;
         p.snapshot_info(id)

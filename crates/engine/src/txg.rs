@@ -70,7 +70,6 @@ pub fn write_root(dev: &dyn BlockDevice, alloc: &mut Allocator, ub: &UberblockPh
     }
     dev.flush().map_err(|e| Error::io("flush uberblock", e))?;
     alloc.txg_synced(ub.txg);
-    alloc.clear_reservations();
     Ok(())
 }
 
@@ -116,11 +115,22 @@ impl PoolInner {
     }
 
     pub(crate) fn could_free_space(&self) -> bool {
-        self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty)
+        self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty || v.is_frozen())
     }
 
-    fn is_dirty(&self) -> bool {
-        self.catalog_dirty || self.volumes.values().any(|v| v.dirty) || self.alloc.has_dirty_chunks()
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.catalog_dirty || self.volumes.values().any(|v| v.dirty || v.is_frozen()) || self.alloc.has_dirty_chunks()
+    }
+
+    /// Take the open txg's changes out of the live state for the commit (volume/freeze.rs):
+    /// from here on, writes belong to the next txg, and so do the intent log's groups
+    /// recorded after `frozen_lsn`.
+    pub(crate) fn freeze(&mut self) {
+        assert!(self.frozen_lsn.is_none(), "one commit at a time");
+        self.frozen_lsn = Some(self.ilog.appended);
+        for v in self.volumes.values_mut().filter(|v| v.dirty) {
+            v.freeze();
+        }
     }
 
     pub(crate) fn commit(&mut self) -> Result<u64> {
@@ -152,6 +162,11 @@ impl PoolInner {
     }
 
     fn sync(&mut self, txg: u64) -> Result<()> {
+        // A commit under the lock freezes and syncs in one step; `Pool::commit` froze
+        // earlier and wrote the frozen data meanwhile.
+        if self.frozen_lsn.is_none() {
+            self.freeze();
+        }
         // Prewritten blocks are referenced below: their writes must all have been issued
         // (this completes them, or waits for the prewriter doing it). If one failed, none
         // is used; the records are written again here.
@@ -159,14 +174,14 @@ impl PoolInner {
             b.complete(self.dev.as_ref())?;
         }
         {
-            // Only dirty volumes sync; any other's prewritten blocks are nobody's.
+            // Only frozen volumes sync; any other's prewritten blocks are nobody's.
             let PoolInner { volumes, alloc, .. } = self;
-            for v in volumes.values_mut().filter(|v| !v.dirty) {
+            for v in volumes.values_mut().filter(|v| !v.is_frozen()) {
                 v.drop_prewritten(alloc, txg);
             }
         }
         let mut released = std::mem::take(&mut self.catalog_released);
-        let dirty: Vec<VolumeId> = self.volumes.iter().filter(|(_, v)| v.dirty).map(|(id, _)| *id).collect();
+        let dirty: Vec<VolumeId> = self.volumes.iter().filter(|(_, v)| v.is_frozen()).map(|(id, _)| *id).collect();
         for vid in dirty {
             let PoolInner { volumes, io, alloc, .. } = self;
             let v = volumes.get_mut(&vid).expect("listed above");
@@ -224,7 +239,9 @@ impl PoolInner {
             features_incompat: self.label.features.incompat,
         };
         write_root(self.dev.as_ref(), alloc, &ub)?;
-        self.retired_log = self.ilog.reset(txg);
+        alloc.reset_reservations(self.volumes.values().map(|v| v.open_reserved_units()).sum());
+        let frozen_lsn = self.frozen_lsn.take().expect("frozen above");
+        self.retired_log = self.ilog.reset(txg, frozen_lsn);
         self.root = ub;
         self.catalog_dirty = false;
         Ok(())

@@ -56,6 +56,18 @@ impl<'a> Txn<'a> {
         &mut self.p
     }
 
+    /// Changes other than data writes and attributes wait for a commit in flight
+    /// (quiesce.rs). Only a [`Pool::txn_data`] can meet one: any other `Txn` took the lock
+    /// after it had synced, and no commit freezes while a `Txn` holds the lock.
+    ///
+    /// [`Pool::txn_data`]: crate::Pool::txn_data
+    fn settled(&self) -> Result<()> {
+        if self.p.quiescing {
+            return Err(Error::CommitInFlight);
+        }
+        Ok(())
+    }
+
     fn vol_mut(&mut self, vol: VolumeId, write: bool) -> Result<(&mut VolumeState, &BlockIo, &mut Allocator)> {
         if write {
             self.p.writable()?;
@@ -76,6 +88,7 @@ impl<'a> Txn<'a> {
 
     /// Commit everything dirty now (fsync without an intent log).
     pub fn commit(&mut self) -> Result<u64> {
+        self.settled()?;
         self.p.commit()
     }
 
@@ -97,6 +110,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn set_quota(&mut self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
+        self.settled()?;
         let (v, _, _) = self.vol_mut(vol, true)?;
         v.rec.quota_bytes = quota_bytes;
         v.dirty = true;
@@ -106,6 +120,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn set_sync_policy(&mut self, vol: VolumeId, sync: SyncPolicy) -> Result<()> {
+        self.settled()?;
         let (v, _, _) = self.vol_mut(vol, true)?;
         v.rec.sync_policy = sync.as_u8();
         v.dirty = true;
@@ -119,6 +134,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn create_object(&mut self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
+        self.settled()?;
         let (v, _, _) = self.vol_mut(vol, true)?;
         let obj = v.create_object(attr)?;
         self.log(LogRecord::CreateObject { vol: vol.0, obj: obj.0, attr: attr.to_vec() });
@@ -126,6 +142,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn delete_object(&mut self, vol: VolumeId, obj: ObjectId) -> Result<()> {
+        self.settled()?;
         let (v, io, _) = self.vol_mut(vol, true)?;
         v.delete_object(io, obj)?;
         self.log(LogRecord::DeleteObject { vol: vol.0, obj: obj.0 });
@@ -184,6 +201,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn truncate(&mut self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {
+        self.settled()?;
         let (v, io, alloc) = self.vol_mut(vol, true)?;
         v.truncate(io, alloc, obj, size)?;
         self.log(LogRecord::Truncate { vol: vol.0, obj: obj.0, size });
@@ -191,6 +209,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn punch_hole(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: u64) -> Result<()> {
+        self.settled()?;
         let (v, io, alloc) = self.vol_mut(vol, true)?;
         v.punch_hole(io, alloc, obj, offset, len)?;
         self.log(LogRecord::Punch { vol: vol.0, obj: obj.0, offset, len });
@@ -208,6 +227,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn kv_put(&mut self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.settled()?;
         let (v, io, _) = self.vol_mut(vol, true)?;
         let old = v.kv_put(io, key, value)?;
         self.log(LogRecord::KvPut { vol: vol.0, key: key.to_vec(), value: value.to_vec() });
@@ -215,6 +235,7 @@ impl<'a> Txn<'a> {
     }
 
     pub fn kv_delete(&mut self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.settled()?;
         let (v, io, _) = self.vol_mut(vol, true)?;
         let old = v.kv_delete(io, key)?;
         if old.is_some() {

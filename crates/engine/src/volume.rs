@@ -24,6 +24,9 @@ use crate::tree::btree::BTree;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+mod freeze;
+pub(crate) use freeze::Frozen;
+
 pub(crate) const KEY_DNODE: u8 = 0x01;
 const KEY_USER: u8 = 0x80;
 /// Longest key the caller may use in a volume's key-value space.
@@ -91,6 +94,9 @@ pub struct VolumeState {
     /// restore re-acquiring blocks of a snapshot (see restore.rs). Only ever set on a volume
     /// committed clean, under the lock, and committed before the lock is released.
     pub(crate) shared_records: BTreeMap<(ObjectId, u64), BlockPtr>,
+    /// What a commit in flight is writing: the open txg's changes as they stood when the
+    /// commit froze them (freeze.rs). Reads look here after `dirty_records`.
+    frozen: Option<Frozen>,
     /// Space the pool keeps for this volume (space.rs); 0 = thin.
     pub reservation_bytes: u64,
     /// Units other volumes' reservations keep from this one, refreshed by the `Txn` before
@@ -126,6 +132,7 @@ impl VolumeState {
             read_only_view: false,
             view_refs: 0,
             shared_records: BTreeMap::new(),
+            frozen: None,
             reservation_bytes: 0,
             held_for_others_units: 0,
         }
@@ -152,8 +159,13 @@ impl VolumeState {
         Ok(())
     }
 
-    /// Units reserved by this volume's dirty data in the open txg.
+    /// Units reserved by this volume's dirty data: the open txg's and a commit's in flight.
     pub fn reserved_units(&self) -> u64 {
+        self.reserved_units + self.frozen_reserved_units()
+    }
+
+    /// Units reserved by the open txg's dirty data (written since a commit's freeze).
+    pub(crate) fn open_reserved_units(&self) -> u64 {
         self.reserved_units
     }
 
@@ -219,7 +231,8 @@ impl VolumeState {
             self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).filter(|(_, c)| c.is_some()).count() as u64,
             "per-object dirty count"
         );
-        Ok(dn.data_sectors * SECTOR_SIZE + dirty * dn.record_size as u64)
+        let frozen = self.frozen.as_ref().and_then(|f| f.counts.get(&obj)).copied().unwrap_or(0);
+        Ok(dn.data_sectors * SECTOR_SIZE + (dirty + frozen) * dn.record_size as u64)
     }
 
     pub fn get_attr(&mut self, io: &BlockIo, obj: ObjectId) -> Result<Vec<u8>> {
@@ -239,7 +252,7 @@ impl VolumeState {
 
     /// Record `recno` of `obj` as it stands in the open txg (full record size).
     fn load_record(&self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, recno: u64) -> Result<Vec<u8>> {
-        if let Some(content) = self.dirty_records.get(&(obj, recno)) {
+        if let Some(content) = self.dirty_entry((obj, recno)) {
             return Ok(content.as_ref().map_or_else(|| vec![0; dn.record_size as usize], |c| c.as_ref().clone()));
         }
         let bp = blocktree::lookup(io, &dn.root, dn.levels, recno)?;
@@ -289,7 +302,7 @@ impl VolumeState {
 
     /// Dirty records with contents not yet prewritten as they stand (prewrite.rs).
     pub(crate) fn prewrite_candidates(&self) -> Vec<((ObjectId, u64), Arc<Vec<u8>>)> {
-        self.dirty_records
+        self.commit_records()
             .iter()
             .filter_map(|(k, c)| c.as_ref().map(|c| (*k, c)))
             .filter(|(k, c)| !self.prewritten.get(k).is_some_and(|pw| Arc::ptr_eq(&pw.content, c)))
@@ -307,7 +320,7 @@ impl VolumeState {
 
     /// Whether record `key` is still dirty with exactly `content` (the same allocation).
     pub(crate) fn still_holds(&self, key: (ObjectId, u64), content: &Arc<Vec<u8>>) -> bool {
-        matches!(self.dirty_records.get(&key), Some(Some(c)) if Arc::ptr_eq(c, content))
+        matches!(self.commit_records().get(&key), Some(Some(c)) if Arc::ptr_eq(c, content))
     }
 
     /// Forget every prewritten block (their writes failed), freeing them.
@@ -346,7 +359,7 @@ impl VolumeState {
 
     fn reserve(&mut self, alloc: &mut Allocator, units: u64) -> Result<()> {
         if self.rec.quota_bytes > 0 {
-            let want = self.rec.used_sectors * SECTOR_SIZE + (self.reserved_units + units) * UNIT_SIZE;
+            let want = self.rec.used_sectors * SECTOR_SIZE + (self.reserved_units() + units) * UNIT_SIZE;
             if want > self.rec.quota_bytes {
                 return Err(Error::NoSpace(format!(
                     "volume {} is at its size limit of {} bytes",
@@ -436,7 +449,7 @@ impl VolumeState {
             let recno = pos / rs;
             let in_record = (pos % rs) as usize;
             let len = ((rs - pos % rs).min(end - pos)) as usize;
-            let source = match self.dirty_records.get(&(obj, recno)) {
+            let source = match self.dirty_entry((obj, recno)) {
                 Some(Some(rec)) => Source::Memory(rec.clone()),
                 Some(None) => Source::Zeros,
                 None => {
@@ -480,7 +493,7 @@ impl VolumeState {
             let in_rec = (pos % rs) as usize;
             let n = ((rs - pos % rs).min(end - pos)) as usize;
             let out = &mut buf[(pos - offset) as usize..][..n];
-            match self.dirty_records.get(&(obj, recno)) {
+            match self.dirty_entry((obj, recno)) {
                 Some(Some(rec)) => out.copy_from_slice(&rec[in_rec..in_rec + n]),
                 Some(None) => out.fill(0),
                 None => {
@@ -508,7 +521,7 @@ impl VolumeState {
             return Ok(());
         }
         let on_disk_hole = blocktree::lookup(io, &dn.root, dn.levels, recno)?.is_hole();
-        match self.dirty_records.get(&(obj, recno)) {
+        match self.dirty_entry((obj, recno)) {
             None if on_disk_hole => return Ok(()),
             Some(None) => return Ok(()),
             _ => {}
@@ -664,14 +677,18 @@ impl VolumeState {
         Ok(self.tree.range(io, &s, Some(&e), limit)?.into_iter().map(|(mut k, v)| (k.split_off(1), v)).collect())
     }
 
-    /// Write this volume's changes as txg `txg`: data records, block trees, dnodes, then
-    /// the volume tree. Returns the blocks it no longer references.
+    /// Write this volume's frozen changes (`freeze`) as txg `txg`: data records, block
+    /// trees, dnodes, then the volume tree. Returns the blocks it no longer references.
+    /// What was written since the freeze stays dirty for the next txg; the live dnodes take
+    /// the new block-tree roots.
     pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, txg: u64) -> Result<Released> {
+        let Frozen { records, dnodes, .. } = self.frozen.take().expect("a volume is frozen before it syncs");
+        let mut dnodes: BTreeMap<ObjectId, DnodePhys> = dnodes.into_iter().collect();
         // Prewritten blocks whose record is still that content (and of this txg) are used
         // as they are; the others were never referenced by anything and are freed first
         // (before the allocation count below is taken).
         let mut prewritten = std::mem::take(&mut self.prewritten);
-        let mut dirty: BTreeMap<(ObjectId, u64), Placement> = std::mem::take(&mut self.dirty_records)
+        let mut dirty: BTreeMap<(ObjectId, u64), Placement> = records
             .into_iter()
             .map(|(k, c)| match (prewritten.remove(&k), c) {
                 (Some(pw), Some(c)) if Arc::ptr_eq(&pw.content, &c) && pw.bp.birth_txg == txg => {
@@ -698,9 +715,6 @@ impl VolumeState {
         let shared = std::mem::take(&mut self.shared_records);
         let shared_sectors: u64 = shared.values().map(|bp| bp.sectors()).sum();
         dirty.extend(shared.into_iter().map(|(k, bp)| (k, Placement::Block(bp))));
-        self.dirty_bytes = 0;
-        self.dirty_counts.clear();
-        self.reserved_units = 0;
         let mut saved_added = 0u64;
         // Compress every non-zero record first, on all cores (compress.rs); the write-out
         // below then takes the results in the same (key) order.
@@ -759,29 +773,34 @@ impl VolumeState {
                 saved_added += data_saved_bytes(&bp);
                 updates.push((r, bp));
             }
-            let st = self.objects.get_mut(&obj).expect("objects with dirty records stay cached until sync");
+            let dn = match dnodes.entry(obj) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                // A restore's shared records may name an object whose dnode did not change.
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(self.objects.get(&obj).expect("objects with dirty records stay cached").dnode.clone())
+                }
+            };
             let max_rec = updates.last().expect("group is non-empty").0;
-            let new_levels = st.dnode.levels.max(blocktree::levels_for(max_rec));
+            let new_levels = dn.levels.max(blocktree::levels_for(max_rec));
             let released_before = mine.len();
-            st.dnode.root =
-                blocktree::update(io, alloc, st.dnode.root, st.dnode.levels, new_levels, &updates, txg, &mut mine)?;
-            st.dnode.levels = new_levels;
+            dn.root = blocktree::update(io, alloc, dn.root, dn.levels, new_levels, &updates, txg, &mut mine)?;
+            dn.levels = new_levels;
             let added: u64 = updates.iter().map(|(_, bp)| bp.sectors()).sum();
             let dropped: u64 =
                 mine[released_before..].iter().filter(|bp| bp.kind == BlockKind::Data).map(|bp| bp.sectors()).sum();
-            st.dnode.data_sectors = (st.dnode.data_sectors + added)
+            dn.data_sectors = (dn.data_sectors + added)
                 .checked_sub(dropped)
                 .expect("an object never frees more data sectors than it holds");
-            st.dirty = true;
         }
-        let mut dirty_objs: Vec<(ObjectId, Vec<u8>)> = Vec::new();
-        for (obj, st) in self.objects.iter_mut().filter(|(_, st)| st.dirty) {
-            dirty_objs.push((*obj, st.dnode.encode()));
-            st.dirty = false;
-        }
-        dirty_objs.sort_by_key(|(o, _)| *o);
-        for (obj, raw) in dirty_objs {
-            self.tree.insert(io, &dnode_key(obj), &raw)?;
+        for (obj, dn) in &dnodes {
+            self.tree.insert(io, &dnode_key(*obj), &dn.encode())?;
+            // The live dnode (its size and attribute may have moved on since the freeze)
+            // now hangs off the tree this txg wrote.
+            if let Some(st) = self.objects.get_mut(obj) {
+                st.dnode.root = dn.root;
+                st.dnode.levels = dn.levels;
+                st.dnode.data_sectors = dn.data_sectors;
+            }
         }
         self.rec.tree_root = self.tree.write(io, alloc, txg)?;
         mine.extend(self.tree.take_released());
@@ -810,9 +829,8 @@ impl VolumeState {
             .checked_sub(freed_sectors)
             .expect("a volume never frees more than was born in it");
         if self.objects.len() > DNODE_CACHE_MAX {
-            self.objects.clear();
+            self.objects.retain(|_, st| st.dirty);
         }
-        self.dirty = false;
         Ok(Released { freed, dead })
     }
 }

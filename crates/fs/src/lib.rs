@@ -55,6 +55,8 @@ impl std::fmt::Display for FsError {
 impl From<Error> for FsError {
     fn from(e: Error) -> FsError {
         let errno = match e.kind() {
+            // Only a data write's Txn meets it, and `mutate_data` runs that again.
+            _ if matches!(e, Error::CommitInFlight) => libc::EAGAIN,
             ErrorKind::InvalidArgument => libc::EINVAL,
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::AlreadyExists => libc::EEXIST,
@@ -201,7 +203,7 @@ impl VolumeFs {
 
     /// The volume's sync policy (front ends bypass their write caches for `Always`).
     pub fn sync_policy(&self) -> FsResult<SyncPolicy> {
-        Ok(self.pool.txn().sync_policy(self.vol)?)
+        Ok(self.pool.txn_data().sync_policy(self.vol)?)
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
@@ -303,7 +305,7 @@ impl VolumeFs {
         if is_snapshot_ino(ino) {
             return self.snap_getattr(ino);
         }
-        let mut t = self.pool.txn();
+        let mut t = self.pool.txn_data();
         let i = self.load(&mut t, ino)?;
         self.attr_of(&mut t, ino, &i)
     }
@@ -379,7 +381,7 @@ impl VolumeFs {
             return fs.read_append(local, offset, size, out);
         }
         {
-            let mut t = self.pool.txn();
+            let mut t = self.pool.txn_data();
             if self.load(&mut t, ino)?.is_dir() {
                 return err(libc::EISDIR);
             }
@@ -394,18 +396,20 @@ impl VolumeFs {
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.refuse_in_snapshot(&[ino])?;
         let now = self.now();
-        self.mutate(|t| {
+        self.mutate_data(|t| {
             let mut i = self.load(t, ino)?;
             if i.is_dir() {
                 return err(libc::EISDIR);
             }
+            // Before the write: dropping a capability is not a data change, and waits for
+            // a commit in flight (the engine refuses it first, with nothing changed yet).
+            self.kill_privs(t, ino, &mut i)?;
             t.write(self.vol, ObjectId(ino), offset, data)?;
             i.mtime_ns = now;
             i.ctime_ns = now;
-            self.kill_privs(t, ino, &mut i)?;
             self.store(t, ino, &i)
         })?;
-        if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Always {
+        if self.pool.txn_data().sync_policy(self.vol)? == SyncPolicy::Always {
             self.pool.sync_object(self.vol, ObjectId(ino))?;
         }
         Ok(data.len() as u32)
@@ -415,14 +419,26 @@ impl VolumeFs {
     /// data), commit and run it again (at most three times): `f` must fail before changing
     /// anything when it fails for space, which the engine guarantees for writes, truncates
     /// and punches. Commits when dirty data passes the pool's limit.
-    pub(crate) fn mutate<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
+    pub(crate) fn mutate<T>(&self, f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.mutate_in(false, f)
+    }
+
+    /// `mutate` for a data write (and the attribute change that goes with it): it runs
+    /// even while a commit writes its data (`Pool::txn_data`); if it needs more than that,
+    /// the engine refuses before anything changed and it runs again after the commit.
+    pub(crate) fn mutate_data<T>(&self, f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
+        self.mutate_in(true, f)
+    }
+
+    fn mutate_in<T>(&self, mut data: bool, mut f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut tries = 0u64;
         loop {
             let r = {
-                let mut t = self.pool.txn();
+                let mut t = if data { self.pool.txn_data() } else { self.pool.txn() };
                 f(&mut t)
             };
             match r {
+                Err(e) if data && e.errno == libc::EAGAIN => data = false,
                 Err(e) if e.errno == libc::ENOSPC && tries < SPACE_RETRIES => {
                     tries += 1;
                     // Space comes back with commits (frees are deferred two txgs) and when
@@ -446,7 +462,7 @@ impl VolumeFs {
     /// through the intent log (one log write and a flush; the txg commits in the
     /// background). Other files' unsynced writes are not written (`Pool::sync_object`).
     pub fn fsync(&self, ino: u64) -> FsResult<()> {
-        if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Disabled {
+        if self.pool.txn_data().sync_policy(self.vol)? == SyncPolicy::Disabled {
             return Ok(()); // documented as unsafe: the next commit makes it durable
         }
         self.pool.sync_object(self.vol, ObjectId(ino))?;
@@ -455,7 +471,7 @@ impl VolumeFs {
 
     /// syncfs: make everything so far durable (all files of the pool).
     pub fn sync_all(&self) -> FsResult<()> {
-        if self.pool.txn().sync_policy(self.vol)? == SyncPolicy::Disabled {
+        if self.pool.txn_data().sync_policy(self.vol)? == SyncPolicy::Disabled {
             return Ok(());
         }
         self.pool.sync_log()?;
@@ -516,7 +532,7 @@ impl VolumeFs {
     /// Blocks of 4 KiB. A volume with a size limit looks like a disk of that size; one
     /// without looks like the pool. Free is what the pool can still give this volume.
     pub fn statfs(&self) -> FsResult<StatFs> {
-        let s = self.pool.txn().space(self.vol)?;
+        let s = self.pool.txn_data().space(self.vol)?;
         let (total, free) = if s.volume_quota_bytes > 0 {
             let left = s.volume_quota_bytes.saturating_sub(s.volume_used_bytes);
             (s.volume_quota_bytes, left.min(s.pool_free_bytes))

@@ -86,7 +86,7 @@ impl VolumeFs {
         if name.len() > NAME_MAX {
             return err(libc::ENAMETOOLONG);
         }
-        let mut t = self.pool.txn();
+        let mut t = self.pool.txn_data();
         let p = self.dir(&mut t, parent)?;
         let ino = match name {
             b"." => parent,
@@ -184,7 +184,7 @@ impl VolumeFs {
             let (fs, local) = self.snap_file(ino)?;
             return fs.readlink(local);
         }
-        let mut t = self.pool.txn();
+        let mut t = self.pool.txn_data();
         let i = self.load(&mut t, ino)?;
         if !i.is_symlink() {
             return err(libc::EINVAL);
@@ -422,7 +422,7 @@ impl VolumeFs {
         if is_snapshot_ino(ino) {
             return self.snap_readdir(ino);
         }
-        let mut t = self.pool.txn();
+        let mut t = self.pool.txn_data();
         let d = self.dir(&mut t, ino)?;
         let mut out = vec![
             DirEntry { name: b".".to_vec(), ino, dtype: libc::DT_DIR },
@@ -532,7 +532,7 @@ impl VolumeFs {
             return fs.getxattr(local, name);
         }
         let key = Self::xattr_key(ino, name)?;
-        let mut t = self.pool.txn();
+        let mut t = self.pool.txn_data();
         self.load(&mut t, ino)?;
         t.kv_get(self.vol, &key)?.ok_or(FsError::new(libc::ENODATA))
     }
@@ -546,7 +546,7 @@ impl VolumeFs {
             let (fs, local) = self.snap_file(ino)?;
             return fs.listxattr(local);
         }
-        let mut t = self.pool.txn();
+        let mut t = self.pool.txn_data();
         self.load(&mut t, ino)?;
         let mut out = Vec::new();
         for (k, _) in t.kv_range(self.vol, &ino_key(b'X', ino), Some(&ino_key(b'X', ino + 1)), usize::MAX)? {

@@ -156,7 +156,9 @@ fn update_subtree(
     if children.is_empty() {
         return Ok(BlockPtr::HOLE);
     }
-    io.write_block(alloc, BlockKind::Indirect, &children.encode(), txg)
+    let bp = io.write_block(alloc, BlockKind::Indirect, &children.encode(), txg)?;
+    io.cache_indirect(&bp, children);
+    Ok(bp)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -437,6 +437,7 @@ fn write_rec(
         assert_eq!(back.encoded_bytes(), node.bytes);
     }
     let bp = io.write_block(alloc, BlockKind::BtreeNode, &payload, txg)?;
+    io.cache_node(&bp, &payload);
     released.extend(node.orig);
     *link = Link::Disk(bp);
     Ok(bp)
