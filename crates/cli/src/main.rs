@@ -65,7 +65,7 @@ enum Command {
         #[arg(long)]
         cache_size: Option<String>,
         /// Dirty data of each pool before writers wait for a commit (at least 16M); default
-        /// a tenth of memory, 256M to 4G. Commits start at a quarter of it.
+        /// a tenth of memory, 256M to 4G. Commits start at half of it.
         #[arg(long)]
         dirty_limit: Option<String>,
         /// Entries each pool's dedup table may hold (about 100 bytes of memory each); when

@@ -103,7 +103,11 @@ impl PrewriteBatch {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PrewriteStats {
     pub records: u64,
+    /// Bytes written (units, after compression).
     pub bytes: u64,
+    /// Bytes of the records it found to write (logical, before zero detection and
+    /// compression).
+    pub found_bytes: u64,
 }
 
 struct Job {
@@ -126,10 +130,17 @@ impl Pool {
     /// a device error latches the pool (as a failed commit would: a failed flush may have
     /// dropped written data) and is returned.
     pub fn prewrite(&self) -> Result<PrewriteStats> {
+        Ok(self.prewrite_within(u64::MAX)?.unwrap_or_default())
+    }
+
+    /// [`Pool::prewrite`], unless the records to write hold more than `max_bytes`: then
+    /// nothing is written and `None` is returned (a commit's passes stop chasing a writer
+    /// that rewrites its data as fast as a pass writes it: quiesce.rs).
+    pub(crate) fn prewrite_within(&self, max_bytes: u64) -> Result<Option<PrewriteStats>> {
         let (txg, jobs, checksum_algo, dev) = {
             let p = self.lock_raw();
             if p.read_only || p.latched.is_some() {
-                return Ok(PrewriteStats::default());
+                return Ok(Some(PrewriteStats::default()));
             }
             let mut jobs = Vec::new();
             // While a commit quiesces, only what it froze: the rest is the next txg's.
@@ -141,8 +152,12 @@ impl Pool {
             }
             (p.next_txg, jobs, p.io.checksum_algo(), p.dev.clone())
         };
+        let found_bytes: u64 = jobs.iter().map(|j| j.content.len() as u64).sum();
+        if found_bytes > max_bytes {
+            return Ok(None);
+        }
         if jobs.is_empty() {
-            return Ok(PrewriteStats::default());
+            return Ok(Some(PrewriteStats::default()));
         }
         // Step 2: zero detection, compression and checksums, without the lock.
         let jobs: Vec<Job> = jobs.into_iter().filter(|j| !trimmed(&j.content).is_empty()).collect();
@@ -171,10 +186,10 @@ impl Pool {
         let (batch, stats) = {
             let mut p = self.lock_raw();
             if p.next_txg != txg || p.latched.is_some() || p.alloc.available_units() < needed * 2 {
-                return Ok(PrewriteStats::default());
+                return Ok(Some(PrewriteStats { found_bytes, ..Default::default() }));
             }
             let mut blocks: Vec<(u64, Stored)> = Vec::with_capacity(prepared.len());
-            let mut stats = PrewriteStats::default();
+            let mut stats = PrewriteStats { found_bytes, ..Default::default() };
             let crate::pool::PoolInner { volumes, alloc, io, .. } = &mut *p;
             // Records changed since step 1 are left to the commit (it writes the new content).
             // Records of dedup volumes whose bytes the dedup table holds become references
@@ -249,7 +264,7 @@ impl Pool {
             }
             return Err(e);
         }
-        Ok(stats)
+        Ok(Some(stats))
     }
 }
 

@@ -79,15 +79,15 @@ impl Pool {
     pub fn begin_commit(&self) -> Result<QuiescingTxg<'_>> {
         let gate = self.commit_gate.lock().unwrap_or_else(|p| p.into_inner());
         let t0 = Instant::now();
-        let mut last = u64::MAX;
-        for pass in 0..PREWRITE_PASSES_MAX {
-            let bytes = self.prewrite()?.bytes;
-            // Another pass only while they converge: against a client rewriting its data
-            // as fast as it is written, each pass writes everything again.
-            if bytes < PREWRITE_AGAIN_BYTES || (pass > 0 && bytes > last / 2) {
-                break;
+        // Another pass only while they converge: one that finds more than half of what the
+        // last one wrote writes nothing and the freeze takes it all — against a client
+        // rewriting its data as fast as it is written, each pass would write everything again.
+        let mut within = u64::MAX;
+        for _ in 0..PREWRITE_PASSES_MAX {
+            match self.prewrite_within(within)? {
+                Some(s) if s.bytes >= PREWRITE_AGAIN_BYTES => within = s.found_bytes / 2,
+                _ => break,
             }
-            last = bytes;
         }
         let frozen = {
             let mut p = self.lock_raw();
