@@ -7,12 +7,25 @@
 #   scripts/bench/nfs.sh [SECONDS_PER_ROW=20] [FILE_MIB=1024]
 #   ROUNDS=3 scripts/bench/nfs.sh 20 1024   # each row 3 times per server, alternating which
 #                                           # goes first; the table shows medians
+#   ROWS="16k-rand-qd1 1m-seq-write-qd4" scripts/bench/nfs.sh   # only these rows (the fill
+#                                           # and the settling still run)
 # Needs root, Debian packages nfs-ganesha nfs-ganesha-vfs libnfs-dev (installed if missing).
 # Takes the machine: ~ROUNDS × 2 × 6 rows × (SECONDS + 8 s to settle) plus the fills.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs="${1:-20}"; mib="${2:-1024}"; rounds="${ROUNDS:-1}"
 case "$rounds" in '' | *[!0-9]* | 0) echo "ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2 ;; esac
+rows=("4k-rand-qd1 4096 70 1 rand" "4k-rand-qd16 4096 70 16 rand" "16k-rand-qd1 16384 70 1 rand"
+      "16k-rand-qd16 16384 70 16 rand" "1m-seq-write-qd4 1048576 0 4 seq" "1m-seq-read-qd4 1048576 100 4 seq")
+if [ -n "${ROWS:-}" ]; then
+  chosen=()
+  for want in $ROWS; do
+    hit=""
+    for r in "${rows[@]}"; do [ "${r%% *}" = "$want" ] && { chosen+=("$r"); hit=1; }; done
+    [ -n "$hit" ] || { echo "ROWS: unknown row '$want'; rows are: ${rows[*]%% *}" >&2; exit 2; }
+  done
+  rows=("${chosen[@]}")
+fi
 work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-nfs}"
 need=()
 command -v ganesha.nfsd >/dev/null || need+=(nfs-ganesha nfs-ganesha-vfs)
@@ -64,8 +77,6 @@ pids+=($!)
 ganesha_url="nfs://127.0.0.1$work/ext4?nfsport=$gport&mountport=$gmnt"
 for _ in $(seq 100); do "$work/nfsload" "$ganesha_url" /probe 1 4096 100 1 0.1 seq >/dev/null 2>&1 && break; sleep 0.3; done
 
-rows=("4k-rand-qd1 4096 70 1 rand" "4k-rand-qd16 4096 70 16 rand" "16k-rand-qd1 16384 70 1 rand"
-      "16k-rand-qd16 16384 70 16 rand" "1m-seq-write-qd4 1048576 0 4 seq" "1m-seq-read-qd4 1048576 100 4 seq")
 # Fill both files first (not measured) and let both servers settle: the fill's writeback
 # (ext4's, Strata's commit) would otherwise land in the first row of one and not the other.
 "$work/nfsload" "$strata_url" /bench.dat "$mib" 1048576 0 4 0.1 seq >/dev/null

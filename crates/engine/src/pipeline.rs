@@ -472,6 +472,14 @@ impl BlockIo {
         Ok(node)
     }
 
+    /// An indirect block if the metadata cache holds it (no I/O, nothing counted).
+    pub(crate) fn cached_indirect(&self, bp: &BlockPtr) -> Option<Arc<IndirectPhys>> {
+        match self.cache.lock().expect("cache lock").get((bp.addr, bp.birth_txg)) {
+            Some(Cached::Indirect(n)) => Some(n),
+            _ => None,
+        }
+    }
+
     pub fn read_indirect(&self, bp: &BlockPtr) -> Result<Arc<IndirectPhys>> {
         let key = (bp.addr, bp.birth_txg);
         if let Some(Cached::Indirect(n)) = self.cache.lock().expect("cache lock").get(key) {

@@ -159,3 +159,50 @@ fn records_the_commit_writes_are_cached_too() {
     assert!(after.blocks_read - before.blocks_read < 8, "{} blocks read", after.blocks_read - before.blocks_read);
     assert_clean(&pool);
 }
+
+/// Memory (volume.rs `overwrite_record`): a record overwritten whole leaves its committed
+/// version in the data cache no longer than needed — at once when it is dirtied, at the
+/// commit when it was written again while that commit was in flight — unless a snapshot
+/// shares the block. Reads see the newest bytes throughout and the pool checks clean.
+#[test]
+fn overwritten_records_leave_the_data_cache() {
+    const LEN: usize = 1 << 20;
+    let pool = pool_with_data_cache(21);
+    let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
+    let obj = pool.create_object(vol, b"").unwrap();
+    let cached = |p: &Pool| p.status().data_cache_bytes;
+    pool.write(vol, obj, 0, &pattern(1, LEN)).unwrap();
+    pool.commit().unwrap();
+    assert_eq!(cached(&pool), LEN as u64, "a commit caches what it wrote");
+
+    // Overwritten whole (twice: the second in place), the committed versions go at once.
+    pool.write(vol, obj, 0, &pattern(2, LEN)).unwrap();
+    assert_eq!(cached(&pool), 0, "nothing reads the committed versions any more");
+    pool.write(vol, obj, 0, &pattern(3, LEN)).unwrap();
+    assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), pattern(3, LEN));
+    pool.commit().unwrap();
+    assert_eq!(cached(&pool), LEN as u64);
+    assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), pattern(3, LEN));
+
+    // Written again while a commit is in flight: the version that commit stores is not
+    // cached (the next one supersedes it); the half not written again is.
+    pool.write(vol, obj, 0, &pattern(4, LEN)).unwrap();
+    let txg = pool.begin_commit().unwrap();
+    pool.write(vol, obj, 0, &pattern(5, LEN / 2)).unwrap();
+    txg.finish().unwrap();
+    assert_eq!(cached(&pool), (LEN / 2) as u64, "only the records not written since the freeze");
+    let mut want = pattern(4, LEN);
+    want[..LEN / 2].copy_from_slice(&pattern(5, LEN / 2));
+    assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), want);
+    pool.commit().unwrap();
+    assert_clean(&pool);
+
+    // A snapshot shares the blocks: overwriting the head keeps them cached.
+    pool.create_snapshots(&["db"], "s1").unwrap();
+    let before = cached(&pool);
+    pool.write(vol, obj, 0, &pattern(6, LEN)).unwrap();
+    assert_eq!(cached(&pool), before, "the snapshot's blocks stay cached");
+    pool.commit().unwrap();
+    assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), pattern(6, LEN));
+    assert_clean(&pool);
+}

@@ -7,6 +7,8 @@
  *   nfsload URL FILE SIZE_MIB BLOCK_BYTES READ_PERCENT QD SECONDS rand|seq
  *   URL: nfs://127.0.0.1/export?nfsport=N&mountport=M
  * The file is created and filled with random data (1 MiB writes) if shorter than SIZE.
+ * NFSLOAD_TRACE=PATH also writes one line per request there: completion time since the
+ * start in ms, latency in µs, r or w (to see when the slow requests happen).
  */
 #include <sys/time.h>
 #include <nfsc/libnfs.h>
@@ -27,7 +29,8 @@ static int read_pct, sequential, in_flight;
 static char *wbuf;
 struct lats { uint64_t *v; size_t n, cap; };
 static struct lats lat, rlat, wlat;
-static uint64_t rng = 88172645463325252ULL;
+static uint64_t rng = 88172645463325252ULL, start_ns;
+static FILE *trace;
 
 static uint64_t now_ns(void) {
     struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
@@ -56,6 +59,7 @@ static void done(int err, struct nfs_context *n, void *data, void *priv) {
         ops++;
         push(&lat, t - s->start_ns);
         push(s->is_read ? &rlat : &wlat, t - s->start_ns);
+        if (trace) fprintf(trace, "%.3f %.0f %c\n", (t - start_ns) / 1e6, (t - s->start_ns) / 1e3, s->is_read ? 'r' : 'w');
     }
     if (t < deadline_ns) issue(s);
 }
@@ -103,7 +107,10 @@ int main(int argc, char **argv) {
     }
     if (nfs_open(nfs, argv[2], O_RDWR, &fh) != 0) { fprintf(stderr, "open: %s\n", nfs_get_error(nfs)); return 1; }
     struct slot *slots = calloc(qd, sizeof *slots);
+    const char *trace_path = getenv("NFSLOAD_TRACE");
+    if (trace_path && !(trace = fopen(trace_path, "w"))) { perror(trace_path); return 1; }
     uint64_t t0 = now_ns();
+    start_ns = t0;
     deadline_ns = t0 + (uint64_t)(secs * 1e9);
     for (int i = 0; i < qd; i++) issue(&slots[i]);
     while (in_flight > 0) {
@@ -112,6 +119,7 @@ int main(int argc, char **argv) {
         if (nfs_service(nfs, p.revents) < 0) { fprintf(stderr, "service: %s\n", nfs_get_error(nfs)); return 1; }
     }
     double elapsed = (now_ns() - t0) / 1e9;
+    if (trace) fclose(trace);
     nfs_fsync(nfs, fh); nfs_close(nfs, fh);
     printf("iops=%.0f mibs=%.1f p50_us=%.0f p99_us=%.0f rd50=%.0f rd99=%.0f wr50=%.0f wr99=%.0f errors=%llu\n",
            ops / elapsed, ops * (double)block / elapsed / (1 << 20), pct(&lat, 0.5), pct(&lat, 0.99),

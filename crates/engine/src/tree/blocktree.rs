@@ -54,6 +54,25 @@ pub fn lookup(io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Result<B
     Ok(bp)
 }
 
+/// [`lookup`] from the metadata cache alone: `None` when a level is not cached (or the
+/// tree does not hold what it should; [`lookup`] reports that). No I/O.
+pub(crate) fn lookup_cached(io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Option<BlockPtr> {
+    if recno >= DnodePhys::capacity_records(levels) {
+        return Some(BlockPtr::HOLE);
+    }
+    let mut bp = *root;
+    expect_kind(&bp, levels).ok()?;
+    for level in (1..=levels).rev() {
+        if bp.is_hole() {
+            return Some(BlockPtr::HOLE);
+        }
+        let ind = io.cached_indirect(&bp)?;
+        bp = ind.bps[((recno / span(level)) % INDIRECT_FANOUT as u64) as usize];
+        expect_kind(&bp, level - 1).ok()?;
+    }
+    Some(bp)
+}
+
 /// Levels needed to address record `recno`.
 pub fn levels_for(recno: u64) -> u8 {
     let mut levels = 0;
