@@ -251,7 +251,11 @@ impl VolumeState {
     }
 
     /// Record `recno` of `obj` as it stands in the open txg (full record size).
-    fn load_record(&self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, recno: u64) -> Result<Vec<u8>> {
+    /// A record's content, for a caller that will change it when `to_edit`: the record is
+    /// about to become dirty, so its committed version leaves the data cache (nothing reads
+    /// it any more; see `overwrite_record`) and, when nobody else holds that buffer, becomes
+    /// the dirty record as it is instead of being copied.
+    fn load_record(&self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, recno: u64, to_edit: bool) -> Result<Vec<u8>> {
         if let Some(content) = self.dirty_entry((obj, recno)) {
             return Ok(content.as_ref().map_or_else(|| vec![0; dn.record_size as usize], |c| c.as_ref().clone()));
         }
@@ -267,7 +271,12 @@ impl VolumeState {
             )
             .into());
         }
-        Ok(io.read_data(&bp)?.as_ref().clone())
+        let data = io.read_data(&bp)?;
+        if to_edit && bp.birth_txg > self.parent_txg && !bp.dedup && !bp.packed {
+            io.forget(&[(bp.addr, bp.birth_txg)]);
+            return Ok(Arc::try_unwrap(data).unwrap_or_else(|shared| shared.as_ref().clone()));
+        }
+        Ok(data.as_ref().clone())
     }
 
     /// Make record `recno` dirty (reserving its space) and return it for editing.
@@ -287,7 +296,7 @@ impl VolumeState {
                 self.reserve(alloc, record_units(dn))?;
             }
             let content =
-                if overwrite_all { vec![0; dn.record_size as usize] } else { self.load_record(io, dn, obj, recno)? };
+                if overwrite_all { vec![0; dn.record_size as usize] } else { self.load_record(io, dn, obj, recno, true)? };
             self.dirty_bytes += content.len() as u64;
             self.dirty_records.insert((obj, recno), Some(Arc::new(content)));
             *self.dirty_counts.entry(obj).or_insert(0) += 1;
@@ -533,7 +542,7 @@ impl VolumeState {
                 Some(Some(rec)) => out.copy_from_slice(&rec[in_rec..in_rec + n]),
                 Some(None) => out.fill(0),
                 None => {
-                    let rec = self.load_record(io, &dn, obj, recno)?;
+                    let rec = self.load_record(io, &dn, obj, recno, false)?;
                     out.copy_from_slice(&rec[in_rec..in_rec + n]);
                 }
             }

@@ -184,6 +184,16 @@ fn overwritten_records_leave_the_data_cache() {
     assert_eq!(cached(&pool), LEN as u64);
     assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), pattern(3, LEN));
 
+    // A partial write takes the committed version out of the cache too (it becomes the
+    // dirty record itself when nobody else holds it).
+    pool.write(vol, obj, 20_000, b"a partial edit").unwrap();
+    assert_eq!(cached(&pool), (LEN - (16 << 10)) as u64, "the edited record's old version left");
+    let mut edited = pattern(3, LEN);
+    edited[20_000..20_014].copy_from_slice(b"a partial edit");
+    assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), edited);
+    pool.commit().unwrap();
+    assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), edited);
+
     // Written again while a commit is in flight: the version that commit stores is not
     // cached (the next one supersedes it); the half not written again is.
     pool.write(vol, obj, 0, &pattern(4, LEN)).unwrap();
