@@ -295,8 +295,11 @@ impl VolumeState {
             if !reserved {
                 self.reserve(alloc, record_units(dn))?;
             }
-            let content =
-                if overwrite_all { vec![0; dn.record_size as usize] } else { self.load_record(io, dn, obj, recno, true)? };
+            let content = if overwrite_all {
+                vec![0; dn.record_size as usize]
+            } else {
+                self.load_record(io, dn, obj, recno, true)?
+            };
             self.dirty_bytes += content.len() as u64;
             self.dirty_records.insert((obj, recno), Some(Arc::new(content)));
             *self.dirty_counts.entry(obj).or_insert(0) += 1;
