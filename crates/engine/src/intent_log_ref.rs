@@ -127,7 +127,9 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
             let chunk = &pr.cand.data[i * pr.record_size as usize..(i + 1) * pr.record_size as usize];
             match v.dirty_content_equal(key, chunk).filter(|_| reuse) {
                 // The record holds exactly these bytes: the commit reuses the block.
-                Some(content) => register(v, alloc, io, key, content, bp, txg),
+                Some(content) => {
+                    register(v, alloc, io, key, content, bp, txg);
+                }
                 None => alloc.free_block(&bp, txg).expect("a block just allocated is ours to free"),
             }
             blocks.push((bp.addr, stored));

@@ -238,6 +238,8 @@ pub struct CommitStats {
     pub locked_us_last: u64,
     /// Blocks read from the device while the lock was held (metadata cache misses).
     pub locked_blocks_read: u64,
+    /// Commits that skipped their early prewrite passes (quiesce.rs `begin_commit`).
+    pub early_passes_skipped: u64,
 }
 
 impl CommitStats {
@@ -286,6 +288,10 @@ pub struct PoolInner {
     /// A commit is writing its frozen data without the lock (quiesce.rs): only data
     /// writes, reads and attribute changes run meanwhile; everything else waits.
     pub(crate) quiescing: bool,
+    /// Commits that go on to skip their early prewrite passes (quiesce.rs `begin_commit`).
+    pub(crate) skip_early_passes: u8,
+    /// Intent-log blocks written as of the last commit's start (quiesce.rs).
+    pub(crate) log_blocks_at_commit: u64,
 }
 
 pub struct Pool {
@@ -454,6 +460,8 @@ impl Pool {
             commit_stats: CommitStats::default(),
             frozen_lsn: None,
             quiescing: false,
+            skip_early_passes: 0,
+            log_blocks_at_commit: 0,
             latched: None,
             read_only: false,
             clock: opts.clock,
@@ -581,6 +589,8 @@ impl Pool {
                         commit_stats: CommitStats::default(),
                         frozen_lsn: None,
                         quiescing: false,
+                        skip_early_passes: 0,
+                        log_blocks_at_commit: 0,
                         latched: None,
                         read_only,
                         clock: opts.clock,

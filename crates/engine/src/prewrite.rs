@@ -108,6 +108,12 @@ pub struct PrewriteStats {
     /// Bytes of the records it found to write (logical, before zero detection and
     /// compression).
     pub found_bytes: u64,
+    /// Records written again because an earlier prewrite of them in this txg had gone
+    /// stale (the record changed after it): work that earlier pass did in vain.
+    pub rewritten: u64,
+    /// Records compressed and checksummed, then dropped: changed before they could be
+    /// placed (step 3). Also work in vain.
+    pub stale: u64,
 }
 
 struct Job {
@@ -198,13 +204,14 @@ impl Pool {
             for pr in prepared {
                 let Some(v) = volumes.get_mut(&pr.job.vol) else { continue };
                 if !v.still_holds(pr.job.key, &pr.job.content) {
+                    stats.stale += 1;
                     continue;
                 }
                 let lsize = pr.job.content.len();
                 match v.rec.dedup.then(|| alloc.ddt.reference(&pr.checksum, lsize, pr.compression, txg)).flatten() {
                     Some(bp) => {
                         stats.records += 1;
-                        register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
+                        stats.rewritten += u64::from(register(v, alloc, io, pr.job.key, pr.job.content, bp, txg));
                     }
                     None => fresh.push(pr),
                 }
@@ -220,7 +227,7 @@ impl Pool {
                 stats.records += 1;
                 stats.bytes += bp.units() * UNIT_SIZE;
                 bp.dedup = v.rec.dedup && alloc.ddt.add(&bp, txg);
-                register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
+                stats.rewritten += u64::from(register(v, alloc, io, pr.job.key, pr.job.content, bp, txg));
                 blocks.push((bp.addr, pr.stored));
             }
             // Small compressed records go into packs (compaction), each pack one block.
@@ -243,7 +250,7 @@ impl Pool {
                     let v = volumes.get_mut(&pr.job.vol).expect("filtered above");
                     stats.records += 1;
                     bp.dedup = v.rec.dedup && alloc.ddt.add(&bp, txg);
-                    register(v, alloc, io, pr.job.key, pr.job.content, bp, txg);
+                    stats.rewritten += u64::from(register(v, alloc, io, pr.job.key, pr.job.content, bp, txg));
                 }
                 stats.bytes += units * UNIT_SIZE;
                 blocks.push((addr, Stored::Compressed(buf)));
@@ -316,7 +323,7 @@ impl NewBlock<'_> {
 /// Record `key`'s `content` as written at `bp` (the commit uses the block if the record
 /// still holds that very content), and keep it in the data cache: what was just written is
 /// likely read again (the cache shares the record's buffer). An earlier prewrite of the
-/// record, since changed, is freed: nobody references it.
+/// record, since changed, is freed: nobody references it (returns true then).
 pub(crate) fn register(
     v: &mut crate::volume::VolumeState,
     alloc: &mut crate::alloc::Allocator,
@@ -325,10 +332,14 @@ pub(crate) fn register(
     content: Arc<Vec<u8>>,
     bp: BlockPtr,
     txg: u64,
-) {
+) -> bool {
     io.cache_data(&bp, content.clone());
-    if let Some(old) = v.prewritten.insert(key, Prewritten { content, bp }) {
-        alloc.free_block(&old.bp, txg).expect("a prewritten block is ours to free");
+    match v.prewritten.insert(key, Prewritten { content, bp }) {
+        Some(old) => {
+            alloc.free_block(&old.bp, txg).expect("a prewritten block is ours to free");
+            true
+        }
+        None => false,
     }
 }
 

@@ -30,6 +30,8 @@ use std::time::Instant;
 const PREWRITE_AGAIN_BYTES: u64 = 8 << 20;
 /// At most this many passes before the freeze.
 const PREWRITE_PASSES_MAX: usize = 4;
+/// Commits that skip the early passes after one whose early passes were mostly in vain.
+const SKIP_EARLY_PASSES: u8 = 3;
 
 impl Pool {
     pub(crate) fn from_inner(inner: PoolInner) -> Pool {
@@ -82,11 +84,36 @@ impl Pool {
         // Another pass only while they converge: one that finds more than half of what the
         // last one wrote writes nothing and the freeze takes it all — against a client
         // rewriting its data as fast as it is written, each pass would write everything again.
+        //
+        // And none at all for a few commits after one whose early passes were mostly in
+        // vain — the records they wrote were written again before the freeze, so the frozen
+        // pass wrote them a second time (a client rewriting its file faster than a commit
+        // interval: every byte hashed and written twice per commit). Then the freeze comes
+        // first and each record is written once; the price is a longer quiescing phase, in
+        // which log writes wait — so never while anyone syncs (log blocks were written since
+        // the last commit). Every fourth commit tries the passes again.
+        let skip = {
+            let mut p = self.lock_raw();
+            let synced = p.ilog.blocks_written != p.log_blocks_at_commit;
+            p.log_blocks_at_commit = p.ilog.blocks_written;
+            let skip = p.skip_early_passes > 0 && !synced;
+            p.skip_early_passes = if synced { 0 } else { p.skip_early_passes.saturating_sub(1) };
+            p.commit_stats.early_passes_skipped += u64::from(skip);
+            skip
+        };
+        let (mut early_records, mut early_stale) = (0, 0);
         let mut within = u64::MAX;
-        for _ in 0..PREWRITE_PASSES_MAX {
+        for _ in 0..if skip { 0 } else { PREWRITE_PASSES_MAX } {
             match self.prewrite_within(within)? {
-                Some(s) if s.bytes >= PREWRITE_AGAIN_BYTES => within = s.found_bytes / 2,
-                _ => break,
+                Some(s) => {
+                    early_records += s.records;
+                    early_stale += s.stale;
+                    if s.bytes < PREWRITE_AGAIN_BYTES {
+                        break;
+                    }
+                    within = s.found_bytes / 2;
+                }
+                None => break,
             }
         }
         let frozen = {
@@ -102,7 +129,14 @@ impl Pool {
             }
             quiesce
         };
-        Ok(QuiescingTxg { pool: self, _gate: gate, settle: Settle { pool: self, armed: frozen }, t0 })
+        Ok(QuiescingTxg {
+            pool: self,
+            _gate: gate,
+            settle: Settle { pool: self, armed: frozen },
+            t0,
+            early_records,
+            early_stale,
+        })
     }
 
     /// Run `f` in a [`Txn`]; on NoSpace while freed space is held back or dirty data could
@@ -161,6 +195,10 @@ pub struct QuiescingTxg<'a> {
     _gate: MutexGuard<'a, ()>,
     settle: Settle<'a>,
     t0: Instant,
+    /// Records the early prewrite passes wrote, and those they prepared in vain (changed
+    /// before they were placed).
+    early_records: u64,
+    early_stale: u64,
 }
 
 impl QuiescingTxg<'_> {
@@ -169,11 +207,19 @@ impl QuiescingTxg<'_> {
     /// under the lock (its data included).
     pub fn finish(self) -> Result<u64> {
         let pool = self.pool;
+        let mut in_vain = false;
         if self.settle.armed {
-            pool.prewrite()?;
+            let frozen = pool.prewrite()?;
+            // In vain: what the early passes prepared was mostly changed again, before
+            // they placed it or after (the frozen pass wrote it a second time).
+            let (done, wasted) = (self.early_records + self.early_stale, frozen.rewritten + self.early_stale);
+            in_vain = done > 0 && wasted * 2 > done;
         }
         let prewrite = self.t0.elapsed();
         let mut p = pool.lock_raw();
+        if in_vain {
+            p.skip_early_passes = SKIP_EARLY_PASSES;
+        }
         p.quiescing = false;
         let (t1, read0) = (Instant::now(), p.io.stats.blocks_read.load(Ordering::Relaxed));
         let synced = p.txg_synced;
