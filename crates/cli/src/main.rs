@@ -320,10 +320,11 @@ fn print_pool(p: &Value) {
     let c = &p["commits"];
     let ms = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1000.0;
     println!(
-        "commits   {} since open; pool lock held {:.1} ms at most, {:.1} ms the last one",
+        "commits   {} since open; pool lock held {:.1} ms at most, {:.1} ms the last one; {} skipped early passes",
         c["count"].as_u64().unwrap_or(0),
         ms(&c["locked_us_max"]),
-        ms(&c["locked_us_last"])
+        ms(&c["locked_us_last"]),
+        c["early_passes_skipped"].as_u64().unwrap_or(0)
     );
     println!(
         "intent    {} blocks, {} logged ({} more written in place by reference); {} syncs found the log full; {} held for unsynced operations",

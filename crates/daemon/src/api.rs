@@ -79,6 +79,7 @@ pub fn pool_json(name: &str, s: &PoolStatus) -> Value {
             "count": s.commits.count, "prewrite_us_total": s.commits.prewrite_us_total,
             "locked_us_total": s.commits.locked_us_total, "locked_us_max": s.commits.locked_us_max,
             "locked_us_last": s.commits.locked_us_last, "locked_blocks_read": s.commits.locked_blocks_read,
+            "early_passes_skipped": s.commits.early_passes_skipped,
         },
     })
 }
