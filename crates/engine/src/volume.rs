@@ -250,10 +250,9 @@ impl VolumeState {
         Ok(())
     }
 
-    /// Record `recno` of `obj` as it stands in the open txg (full record size).
-    /// A record's content, for a caller that will change it when `to_edit`: the record is
-    /// about to become dirty, so its committed version leaves the data cache (nothing reads
-    /// it any more; see `overwrite_record`) and, when nobody else holds that buffer, becomes
+    /// Record `recno` of `obj` as it stands in the open txg (full record size). With
+    /// `to_edit` the record is about to become dirty, so its committed version leaves the
+    /// data cache (see `overwrite_record`) and, when nobody else holds that buffer, becomes
     /// the dirty record as it is instead of being copied.
     fn load_record(&self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, recno: u64, to_edit: bool) -> Result<Vec<u8>> {
         if let Some(content) = self.dirty_entry((obj, recno)) {
@@ -272,7 +271,7 @@ impl VolumeState {
             .into());
         }
         let data = io.read_data(&bp)?;
-        if to_edit && bp.birth_txg > self.parent_txg && !bp.dedup && !bp.packed {
+        if to_edit && self.only_this_head_reads(&bp) {
             io.forget(&[(bp.addr, bp.birth_txg)]);
             return Ok(Arc::try_unwrap(data).unwrap_or_else(|shared| shared.as_ref().clone()));
         }
@@ -368,16 +367,21 @@ impl VolumeState {
                 if !frozen {
                     // From cached metadata only: a write must not wait for a read here.
                     let old = blocktree::lookup_cached(io, &dn.root, dn.levels, recno);
-                    if let Some(bp) = old.filter(|bp| !bp.is_hole() && !bp.dedup && !bp.packed) {
-                        if bp.birth_txg > self.parent_txg {
-                            io.forget(&[(bp.addr, bp.birth_txg)]);
-                        }
+                    if let Some(bp) = old.filter(|bp| !bp.is_hole() && self.only_this_head_reads(bp)) {
+                        io.forget(&[(bp.addr, bp.birth_txg)]);
                     }
                 }
             }
         }
         // No zeroing first, no copy of the old content a prewrite still holds.
         self.replace_record(obj, recno, src.to_vec());
+    }
+
+    /// A data block only this head reads through its records: not shared with a snapshot
+    /// (born after `parent_txg`), nor with other records (dedup, packs). Once its record is
+    /// dirty, its cached copy is read by nobody.
+    fn only_this_head_reads(&self, bp: &BlockPtr) -> bool {
+        bp.birth_txg > self.parent_txg && !bp.dedup && !bp.packed
     }
 
     /// Make record `recno` dirty with `content` (a full record), its space already reserved.
