@@ -91,12 +91,14 @@ impl Pool {
         // interval: every byte hashed and written twice per commit). Then the freeze comes
         // first and each record is written once; the price is a longer quiescing phase, in
         // which log writes wait — so never while anyone syncs (log blocks were written since
-        // the last commit). Every fourth commit tries the passes again.
+        // the last commit). Every fourth commit tries the passes again. Nor when the open
+        // txg already shows a writer rewriting its data (more bytes written again than are
+        // dirty): the first commit of a rewriting client need not learn it by waste.
         let skip = {
             let mut p = self.lock_raw();
             let synced = p.ilog.blocks_written != p.log_blocks_at_commit;
             p.log_blocks_at_commit = p.ilog.blocks_written;
-            let skip = p.skip_early_passes > 0 && !synced;
+            let skip = (p.skip_early_passes > 0 || p.rewrites_outpace_commits()) && !synced;
             p.skip_early_passes = if synced { 0 } else { p.skip_early_passes.saturating_sub(1) };
             p.commit_stats.early_passes_skipped += u64::from(skip);
             skip

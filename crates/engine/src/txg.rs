@@ -114,6 +114,14 @@ impl PoolInner {
         self.volumes.values().map(|v| v.dirty_bytes()).sum()
     }
 
+    /// Whether the open txg's writers rewrite their data faster than commits come: more
+    /// bytes were written again into records already dirty than are dirty. Early prewrite
+    /// passes would write what is overwritten before the freeze (quiesce.rs).
+    pub(crate) fn rewrites_outpace_commits(&self) -> bool {
+        let dirty = self.dirty_bytes();
+        dirty > 0 && self.volumes.values().map(|v| v.rewritten_bytes()).sum::<u64>() >= dirty
+    }
+
     pub(crate) fn could_free_space(&self) -> bool {
         self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty || v.is_frozen())
     }

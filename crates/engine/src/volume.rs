@@ -76,6 +76,11 @@ pub struct VolumeState {
     /// Dirty records with content (not holes) per object: `st_blocks` in O(1).
     dirty_counts: HashMap<ObjectId, u64>,
     dirty_bytes: u64,
+    /// Bytes written in the open txg into records it had already dirtied (about: a write
+    /// spanning dirty and clean records counts its share). More of them than dirty bytes: a
+    /// writer rewriting its data faster than commits come, whom early prewrite passes
+    /// would chase in vain (quiesce.rs).
+    rewritten_bytes: u64,
     reserved_units: u64,
     /// Blocks this volume stopped referencing in the open txg (deleted objects).
     released: Vec<BlockPtr>,
@@ -124,6 +129,7 @@ impl VolumeState {
             prewritten: HashMap::new(),
             dirty_counts: HashMap::new(),
             dirty_bytes: 0,
+            rewritten_bytes: 0,
             reserved_units: 0,
             released: Vec::new(),
             dirty: false,
@@ -171,6 +177,11 @@ impl VolumeState {
 
     pub fn dirty_bytes(&self) -> u64 {
         self.dirty_bytes
+    }
+
+    /// Bytes the open txg wrote again into records it had already dirtied.
+    pub(crate) fn rewritten_bytes(&self) -> u64 {
+        self.rewritten_bytes
     }
 
     fn dnode(&mut self, io: &BlockIo, obj: ObjectId) -> Result<&mut ObjState> {
@@ -457,6 +468,8 @@ impl VolumeState {
         let (first, last) = (offset / rs, (end - 1) / rs);
         let fresh = self.clean_records(obj, first, last);
         self.reserve(alloc, fresh * record_units(&dn))?;
+        let records = last - first + 1;
+        self.rewritten_bytes += data.len() as u64 / records * (records - fresh);
         // Read the partly-covered edge records before changing anything, so that a read
         // error leaves the object as it was (loading a record unchanged is invisible).
         let partial = |r: u64| offset > r * rs || end < (r + 1) * rs;

@@ -21,11 +21,12 @@
 
 use crate::export::ExportTable;
 use crate::handle::HandleKey;
-use crate::rpc::{self, AcceptStat, Call, Credential, MAX_RECORD_BYTES};
+use crate::rpc::{self, AcceptStat, Call, Credential, ReadUninit, MAX_RECORD_BYTES};
 use crate::xdr::{Decoder, Encoder, XdrError};
 use crate::{mount, nfs3, portmap};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::{self, BufReader, Write};
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -307,20 +308,26 @@ impl SocketIn {
         }
     }
 
-    /// `recv` what is there now, without sleeping: `WouldBlock` if nothing is.
-    fn recv_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is valid for writes of its length for the duration of the call.
-        let n = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    /// `recv` into `buf` what is there now (`MSG_DONTWAIT`: `WouldBlock` if nothing is) or
+    /// sleeping until something is (flags 0).
+    fn recv(&mut self, buf: &mut [MaybeUninit<u8>], flags: libc::c_int) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of its length for the duration of the call;
+        // recv writes at most that many bytes and returns how many.
+        let n = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(n as usize)
+        Ok((n as usize).min(buf.len()))
+    }
+
+    fn recv_now(&mut self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+        self.recv(buf, libc::MSG_DONTWAIT)
     }
 }
 
 impl SocketIn {
     /// What arrives within [`SPIN`], if the reader asked to poll; `None`: sleep for it.
-    fn spin_for_next(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    fn spin_for_next(&mut self, buf: &mut [MaybeUninit<u8>]) -> io::Result<Option<usize>> {
         if !std::mem::take(&mut self.spin) {
             return Ok(None);
         }
@@ -342,6 +349,16 @@ impl SocketIn {
 
 impl io::Read for SocketIn {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: initialized bytes are valid MaybeUninit<u8>s; read_uninit only writes
+        // initialized bytes into them.
+        let buf = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<MaybeUninit<u8>>(), buf.len()) };
+        self.read_uninit(buf)
+    }
+}
+
+// SAFETY: every path ends in `recv`, which writes the n <= buf.len() bytes it returns.
+unsafe impl ReadUninit for SocketIn {
+    fn read_uninit(&mut self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
         // Never more than the fragment still owes: what follows may be the next request,
         // which the client sends only after this one's reply.
         let gather = self.want.min(buf.len()).min(LOWAT_MAX);
@@ -364,10 +381,27 @@ impl io::Read for SocketIn {
             }
             match self.spin_for_next(buf)? {
                 Some(n) => n,
-                None => self.stream.read(buf)?,
+                None => self.recv(buf, 0)?,
             }
         };
         self.want = self.want.saturating_sub(n);
+        Ok(n)
+    }
+}
+
+// SAFETY: bytes come from the buffer (copied, initialized) or from SocketIn's read_uninit.
+unsafe impl ReadUninit for BufReader<SocketIn> {
+    fn read_uninit(&mut self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+        // As BufReader::read: a read as large as the buffer bypasses it when it is empty.
+        if self.buffer().is_empty() && buf.len() >= self.capacity() {
+            return self.get_mut().read_uninit(buf);
+        }
+        let have = io::BufRead::fill_buf(self)?;
+        let n = have.len().min(buf.len());
+        for (d, s) in buf[..n].iter_mut().zip(have) {
+            *d = MaybeUninit::new(*s);
+        }
+        io::BufRead::consume(self, n);
         Ok(n)
     }
 }

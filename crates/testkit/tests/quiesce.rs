@@ -318,3 +318,46 @@ fn commits_skip_early_passes_a_rewriting_writer_overtakes() {
 fn commits_keep_early_passes_while_anyone_syncs() {
     assert_eq!(commits_under_a_rewriting_writer(42, true), 0, "log writes would wait for a longer freeze");
 }
+
+/// A txg that already shows a writer rewriting its data (more bytes written again than are
+/// dirty) skips the early passes at its first commit, without a commit in vain to learn
+/// from; a txg whose records were written once, or whose writer syncs, keeps them.
+#[test]
+fn a_txg_of_rewrites_skips_early_passes_at_its_first_commit() {
+    const LEN: usize = 1 << 20;
+    let sim = Arc::new(SimDisk::new(64 << 20, 512));
+    let pool = Pool::create(sim.clone(), test_create_options(43), test_pool_options()).unwrap();
+    let vol = pool.create_volume("db", &Default::default()).unwrap();
+    let obj = pool.create_object(vol, b"f").unwrap();
+    let skipped = |pool: &Pool| pool.status_commits().early_passes_skipped;
+    pool.write(vol, obj, 0, &pattern(0, LEN)).unwrap();
+    pool.commit().unwrap();
+    assert_eq!(skipped(&pool), 0, "every record written once");
+    for round in 1..=3 {
+        pool.write(vol, obj, 0, &pattern(round, LEN)).unwrap();
+    }
+    pool.commit().unwrap();
+    assert_eq!(skipped(&pool), 1, "the file was rewritten three times in one txg");
+    // Rewritten once: as many bytes written again as are dirty.
+    pool.write(vol, obj, 0, &pattern(4, LEN / 2)).unwrap();
+    pool.write(vol, obj, 0, &pattern(5, LEN / 2)).unwrap();
+    pool.commit().unwrap();
+    assert_eq!(skipped(&pool), 2, "half the file, written twice");
+    pool.write(vol, obj, LEN as u64, &pattern(6, LEN)).unwrap();
+    pool.write(vol, obj, 0, &pattern(7, LEN / 4)).unwrap();
+    pool.commit().unwrap();
+    assert_eq!(skipped(&pool), 2, "a quarter written again is less than what is dirty");
+    for round in 8..=10 {
+        pool.write(vol, obj, 0, &pattern(round, LEN)).unwrap();
+        pool.sync_object(vol, obj).unwrap();
+    }
+    pool.commit().unwrap();
+    assert_eq!(skipped(&pool), 2, "log writes would wait for a longer freeze");
+    let mut want = pattern(10, LEN);
+    want.extend_from_slice(&pattern(6, LEN));
+    assert_eq!(pool.read(vol, obj, 0, 2 * LEN).unwrap(), want);
+    assert_clean(&pool);
+    let reopened = after_crash(&sim, 43);
+    let vol = reopened.volume_id("db").unwrap();
+    assert_eq!(reopened.read(vol, obj, 0, 2 * LEN).unwrap(), want);
+}

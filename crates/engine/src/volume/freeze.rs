@@ -56,6 +56,7 @@ impl VolumeState {
             reserved_units: std::mem::take(&mut self.reserved_units),
         });
         self.dirty_bytes = 0;
+        self.rewritten_bytes = 0;
         self.dirty = false;
     }
 
