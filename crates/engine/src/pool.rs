@@ -991,6 +991,35 @@ impl Pool {
         }
     }
 
+    /// Up to `len` bytes from `offset` (fewer past the object's end), as pieces of the
+    /// buffers that hold them: no copy at all (a server sends them from there). As
+    /// [`Pool::read_append`] otherwise.
+    pub fn read_shared(
+        &self,
+        vol: VolumeId,
+        obj: ObjectId,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<crate::volume::SharedBytes>> {
+        let (plan, io, txg) = {
+            let mut t = self.txn_data();
+            let plan = t.plan_read(vol, obj, offset, len)?;
+            let p = t.inner();
+            (plan, p.io.clone(), p.txg_synced)
+        };
+        match plan.finish_shared(&io) {
+            Ok(pieces) => Ok(pieces),
+            Err(e) => {
+                if !(matches!(e, Error::Corruption(_)) && self.lock().txg_synced >= txg + 2) {
+                    return Err(e);
+                }
+                // As in read_append: the block may have been reused since the plan was made.
+                let again = self.txn().read(vol, obj, offset, len)?;
+                Ok(vec![crate::volume::SharedBytes::owned(again)])
+            }
+        }
+    }
+
     pub fn truncate(&self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {
         self.with_space_retry(|t| t.truncate(vol, obj, size))
     }

@@ -1037,7 +1037,59 @@ enum Source {
     Device(BlockPtr),
 }
 
+/// Part of a read's result that stays in the buffer holding it (a dirty record, a cached
+/// record, or shared zeros): a server sends it from there (`Pool::read_shared`) instead
+/// of copying it into its reply first.
+#[derive(Clone)]
+pub struct SharedBytes {
+    buf: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
+}
+
+impl SharedBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+
+    /// Bytes of its own (a copy made elsewhere).
+    pub fn owned(bytes: Vec<u8>) -> SharedBytes {
+        let range = 0..bytes.len();
+        SharedBytes { buf: Arc::new(bytes), range }
+    }
+
+    /// `len` zero bytes (at most the largest record, which is all a piece spans).
+    fn zeros(len: usize) -> SharedBytes {
+        static ZEROS: std::sync::OnceLock<Arc<Vec<u8>>> = std::sync::OnceLock::new();
+        let buf = ZEROS.get_or_init(|| Arc::new(vec![0; crate::format::records::MAX_RECORD_SIZE as usize])).clone();
+        debug_assert!(len <= buf.len());
+        SharedBytes { buf, range: 0..len }
+    }
+}
+
 impl ReadPlan {
+    /// The read's bytes as pieces of the buffers that hold them (no copy), doing the device
+    /// reads as [`ReadPlan::finish_into`] does.
+    pub fn finish_shared(&self, io: &BlockIo) -> Result<Vec<SharedBytes>> {
+        let mut out = Vec::with_capacity(self.pieces.len());
+        for p in &self.pieces {
+            let range = p.in_record..p.in_record + p.len;
+            out.push(match &p.source {
+                Source::Zeros => SharedBytes::zeros(p.len),
+                Source::Memory(rec) => SharedBytes { buf: rec.clone(), range },
+                Source::Device(bp) => SharedBytes { buf: io.read_data(bp)?, range },
+            });
+        }
+        Ok(out)
+    }
+
     /// Append the read's bytes to `out` — one copy, from the dirty records or the data
     /// cache — doing the device reads (no lock needed: blocks are immutable, and a freed
     /// block is not reused until two more txgs have committed; a read that raced with that

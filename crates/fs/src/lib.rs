@@ -27,6 +27,7 @@ mod snapdir;
 pub use inode::{Attr, InodePhys};
 pub use namespace::{DirEntry, SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
 pub use snapdir::{is_snapshot_ino, FileRestore, SNAPDIR_INO, SNAPSHOT_DIR_NAME};
+pub use strata_engine::volume::SharedBytes;
 pub use strata_engine::SyncPolicy;
 
 use std::collections::HashMap;
@@ -388,6 +389,25 @@ impl VolumeFs {
         }
         // The engine reads the device outside its lock: parallel readers do not queue.
         Ok(self.pool.read_append(self.vol, ObjectId(ino), offset, size as usize, out).map_err(|e| match e.kind() {
+            ErrorKind::NotFound => FsError::new(libc::ENOENT),
+            _ => e.into(),
+        })?)
+    }
+
+    /// [`Fs::read_append`] without the copy: the bytes as pieces of the engine's buffers
+    /// (`Pool::read_shared`), for a server that sends them from there.
+    pub fn read_shared(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<SharedBytes>> {
+        if is_snapshot_ino(ino) {
+            let (fs, local) = self.snap_file(ino)?;
+            return fs.read_shared(local, offset, size);
+        }
+        {
+            let mut t = self.pool.txn_data();
+            if self.load(&mut t, ino)?.is_dir() {
+                return err(libc::EISDIR);
+            }
+        }
+        Ok(self.pool.read_shared(self.vol, ObjectId(ino), offset, size as usize).map_err(|e| match e.kind() {
             ErrorKind::NotFound => FsError::new(libc::ENOENT),
             _ => e.into(),
         })?)

@@ -44,6 +44,6 @@ impl Processor {
     /// The reply to `record` from a client at `peer`, or `None` if it cannot be answered
     /// (not a call).
     pub fn process(&self, peer: IpAddr, record: &[u8]) -> Option<Vec<u8>> {
-        server::process(&self.shared, peer, record)
+        server::process(&self.shared, peer, record).map(|r| r.to_vec())
     }
 }

@@ -170,11 +170,50 @@ pub fn denied_reply(err: &CallError) -> Option<Encoder> {
     Some(e)
 }
 
+/// A reply record as sent: `head` (record mark and XDR), then the bytes of a tail opaque
+/// from where they are, then its padding (`Encoder::opaque_tail`).
+pub struct Reply {
+    pub head: Vec<u8>,
+    tail: Vec<strata_fs::SharedBytes>,
+    pad: usize,
+}
+
+impl Reply {
+    /// The pieces to write, in order (for `writev`).
+    pub fn io_slices(&self) -> Vec<io::IoSlice<'_>> {
+        let mut v = Vec::with_capacity(self.tail.len() + 2);
+        v.push(io::IoSlice::new(&self.head));
+        v.extend(self.tail.iter().map(|p| io::IoSlice::new(p.as_slice())));
+        if self.pad > 0 {
+            v.push(io::IoSlice::new(&[0u8; 3][..self.pad]));
+        }
+        v
+    }
+
+    /// The whole record in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let slices = self.io_slices();
+        let mut v = Vec::with_capacity(slices.iter().map(|s| s.len()).sum());
+        for s in &slices {
+            v.extend_from_slice(s);
+        }
+        v
+    }
+}
+
+impl From<Vec<u8>> for Reply {
+    fn from(head: Vec<u8>) -> Reply {
+        Reply { head, tail: Vec::new(), pad: 0 }
+    }
+}
+
 /// Fill the record mark of a reply built by [`accepted_reply`] (one, last fragment).
-pub fn finish_record(mut e: Encoder) -> Vec<u8> {
-    let len = (e.len() - 4) as u32;
+pub fn finish_record(mut e: Encoder) -> Reply {
+    let data = e.tail_len();
+    let pad = crate::xdr::pad(data);
+    let len = (e.len() - 4 + data + pad) as u32;
     e.patch_u32(0, 0x8000_0000 | len);
-    e.buf
+    Reply { head: e.buf, tail: e.tail, pad }
 }
 
 /// A byte stream that reads into memory not initialized yet: a socket's `recv` writes the
@@ -366,9 +405,25 @@ mod tests {
     fn reply_record_mark_covers_the_body() {
         let mut e = accepted_reply(9, AcceptStat::Success, 4);
         e.u32(0);
-        let rec = finish_record(e);
+        let rec = finish_record(e).to_vec();
         let mark = u32::from_be_bytes(rec[..4].try_into().expect("4 bytes"));
         assert_eq!(mark, 0x8000_0000 | (rec.len() as u32 - 4));
         assert_eq!(&rec[4..8], &9u32.to_be_bytes());
+    }
+
+    #[test]
+    fn a_tail_opaque_is_sent_in_place_and_counted_in_the_mark() {
+        let mut e = accepted_reply(9, AcceptStat::Success, 4);
+        e.u32(7);
+        let pieces = vec![strata_fs::SharedBytes::owned(b"abc".to_vec()), strata_fs::SharedBytes::owned(b"de".to_vec())];
+        e.opaque_tail(pieces);
+        let reply = finish_record(e);
+        // The head, each piece as it is, and the padding of the 5 data bytes to 8.
+        assert_eq!(reply.io_slices().len(), 4);
+        let rec = reply.to_vec();
+        let mark = u32::from_be_bytes(rec[..4].try_into().expect("4 bytes"));
+        assert_eq!(mark, 0x8000_0000 | (rec.len() as u32 - 4));
+        assert_eq!(rec.len() % 4, 0);
+        assert_eq!(&rec[rec.len() - 13..], &[0, 0, 0, 7, 0, 0, 0, 5, b'a', b'b', b'c', b'd', b'e', 0, 0, 0][3..]);
     }
 }

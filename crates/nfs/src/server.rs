@@ -467,15 +467,31 @@ fn worker(rx: Arc<Mutex<Receiver<Job>>>, shared: Arc<Shared>) {
 fn answer(shared: &Shared, conn: &Conn, record: &[u8]) {
     if let Some(reply) = process(shared, conn.peer.ip(), record) {
         let mut w = conn.writer.lock().expect("connection writer");
-        if let Err(e) = w.write_all(&reply) {
+        if let Err(e) = write_all_vectored(&mut *w, &mut reply.io_slices()) {
             tracing::debug!(client = %conn.peer, "NFS reply not sent: {e}");
         }
     }
 }
 
+/// Write all of `bufs` (a READ's data goes from the engine's records to the socket: one
+/// `writev`, no copy into the reply first).
+fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+    // The kernel takes at most IOV_MAX (1024) pieces per call.
+    const IOV_MAX: usize = 1024;
+    while !bufs.is_empty() {
+        match w.write_vectored(&bufs[..bufs.len().min(IOV_MAX)]) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "connection closed mid-reply")),
+            Ok(n) => io::IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Answer one record: the reply record to send, or `None` when nothing can be answered.
 /// Public to the crate's fuzz test through [`crate::process_record`].
-pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<rpc::Reply> {
     let call: Call<'_> = match rpc::parse_call(record) {
         Ok(c) => c,
         Err(e) => return rpc::denied_reply(&e).map(rpc::finish_record),
@@ -489,7 +505,7 @@ pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<Ve
             crate::drc::Seen::Running => return None,
             crate::drc::Seen::Replay(r) => {
                 tracing::debug!(client = %peer, xid, "NFS retransmission answered from the reply cache");
-                return Some(r.as_ref().clone());
+                return Some(r.as_ref().clone().into());
             }
         }
     }
@@ -505,7 +521,8 @@ pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<Ve
     let reply = handled.unwrap_or_else(|_| rpc::accepted_reply(xid, AcceptStat::GarbageArgs, 0));
     let record = rpc::finish_record(reply);
     if let Some(key) = cache_key {
-        shared.replies.finish(key, &record);
+        // Replies kept are never READs: all in `head`.
+        shared.replies.finish(key, &record.to_vec());
     }
     Some(record)
 }

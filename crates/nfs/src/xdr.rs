@@ -95,14 +95,34 @@ impl<'a> Decoder<'a> {
     }
 }
 
+use strata_fs::SharedBytes;
+
 /// Appends XDR items to a buffer.
 pub struct Encoder {
     pub buf: Vec<u8>,
+    /// The bytes of an opaque that ends the message, left where they are (a READ's data in
+    /// the engine's records): see [`Encoder::opaque_tail`].
+    pub tail: Vec<SharedBytes>,
 }
 
 impl Encoder {
     pub fn with_capacity(n: usize) -> Encoder {
-        Encoder { buf: Vec::with_capacity(n) }
+        Encoder { buf: Vec::with_capacity(n), tail: Vec::new() }
+    }
+
+    /// A variable-length opaque of `pieces`, which stay where they are: the message is
+    /// sent as `buf`, the pieces and the padding (`rpc::finish_record`). It ends the
+    /// message: nothing may be encoded after it.
+    pub fn opaque_tail(&mut self, pieces: Vec<SharedBytes>) {
+        let len: usize = pieces.iter().map(SharedBytes::len).sum();
+        debug_assert!(len <= u32::MAX as usize && self.tail.is_empty());
+        self.u32(len as u32);
+        self.tail = pieces;
+    }
+
+    /// Bytes of the tail opaque's data (without its padding).
+    pub fn tail_len(&self) -> usize {
+        self.tail.iter().map(SharedBytes::len).sum()
     }
 
     pub fn len(&self) -> usize {

@@ -159,3 +159,37 @@ fn volume_quota_is_enforced() {
     assert_eq!(e.kind(), ErrorKind::NoSpace);
     assert!(e.to_string().contains("size limit"), "{e}");
 }
+
+/// `read_shared` returns what `read` does — holes, dirty records, committed records read
+/// from the device and from the cache, the object's end — as pieces of at most a record.
+#[test]
+fn shared_reads_match_copied_reads() {
+    let (disk, pool) = new_pool(64 << 20);
+    let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
+    let obj = pool.create_object(vol, b"").unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    pool.write(vol, obj, 70_000, &data).unwrap();
+    let joined = |pieces: Vec<strata_engine::volume::SharedBytes>| -> Vec<u8> {
+        assert!(pieces.iter().all(|p| p.len() <= 1 << 20));
+        pieces.iter().flat_map(|p| p.as_slice().to_vec()).collect()
+    };
+    let ranges = [(0, 300_000), (65_000, 10_000), (100_001, 77_777), (269_000, 5_000), (280_000, 10), (0, 0)];
+    for (off, len) in ranges {
+        assert_eq!(joined(pool.read_shared(vol, obj, off, len).unwrap()), pool.read(vol, obj, off, len).unwrap());
+    }
+    pool.commit().unwrap();
+    pool.write(vol, obj, 150_000, b"dirty again").unwrap();
+    for (off, len) in ranges {
+        assert_eq!(joined(pool.read_shared(vol, obj, off, len).unwrap()), pool.read(vol, obj, off, len).unwrap());
+    }
+    pool.commit().unwrap();
+    drop(pool);
+    let pool = reopen(&disk);
+    // Shared first: the records come from the device, not from the cache.
+    for (off, len) in ranges {
+        let shared = joined(pool.read_shared(vol, obj, off, len).unwrap());
+        let copied = pool.read(vol, obj, off, len).unwrap();
+        assert_eq!(copied.len(), len.min(270_000usize.saturating_sub(off as usize)));
+        assert_eq!(shared, copied);
+    }
+}

@@ -13,7 +13,7 @@ use super::{resolve, status, NfsResult, Node, Stat, MAX_IO_BYTES};
 use crate::rpc::MAX_RECORD_BYTES;
 use crate::server::{Handled, Request};
 use crate::xdr::Encoder;
-use strata_fs::SetAttr;
+use strata_fs::{SetAttr, SharedBytes};
 
 const UNSTABLE: u32 = 0;
 const FILE_SYNC: u32 = 2;
@@ -130,8 +130,8 @@ pub(crate) fn readlink(req: &mut Request<'_>) -> Handled {
     Ok(e)
 }
 
-/// Append the READ's data to `out`; returns its length.
-fn read_data(n: &Node, offset: u64, count: u32, out: &mut Vec<u8>) -> NfsResult<usize> {
+/// The READ's data, as pieces of the engine's buffers.
+fn read_data(n: &Node, offset: u64, count: u32) -> NfsResult<Vec<SharedBytes>> {
     if n.attr.mode & libc::S_IFMT == libc::S_IFDIR {
         return Err(Stat::IsDir);
     }
@@ -140,9 +140,9 @@ fn read_data(n: &Node, offset: u64, count: u32, out: &mut Vec<u8>) -> NfsResult<
     }
     check_read_data(&n.who, &n.attr)?;
     if offset >= n.attr.size || count == 0 {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    Ok(n.fs().read_append(n.ino, offset, count.min(MAX_IO_BYTES), out)?)
+    Ok(n.fs().read_shared(n.ino, offset, count.min(MAX_IO_BYTES))?)
 }
 
 pub(crate) fn read(req: &mut Request<'_>) -> Handled {
@@ -157,29 +157,20 @@ pub(crate) fn read(req: &mut Request<'_>) -> Handled {
             return Ok(e);
         }
     };
-    // The data goes straight into the reply (one copy from the engine's records): the
-    // fixed part is written first and the counts patched once the length is known.
-    let want = count.min(MAX_IO_BYTES) as usize;
-    let mut e = req.reply(24 + FATTR3_BYTES + want);
-    let head = e.len();
-    status(&mut e, Stat::Ok);
-    put_post_op_attr(&mut e, &n.export, Some(&n.attr));
-    let (count_at, eof_at) = (e.len(), e.len() + 4);
-    e.u32(0); // count
-    e.bool(false); // eof
-    e.u32(0); // the opaque's length
-    let data_at = e.len();
-    match read_data(&n, offset, count, &mut e.buf) {
-        Ok(len) => {
-            debug_assert_eq!(e.len(), data_at + len);
-            e.patch_u32(count_at, len as u32);
-            e.patch_u32(eof_at, (offset.saturating_add(len as u64) >= n.attr.size) as u32);
-            e.patch_u32(data_at - 4, len as u32);
-            e.pad();
+    // The data is not copied into the reply: it is sent from the engine's records (or
+    // cache) where it is (`Encoder::opaque_tail`, one `writev`).
+    let mut e = req.reply(24 + FATTR3_BYTES);
+    match read_data(&n, offset, count) {
+        Ok(pieces) => {
+            let len: usize = pieces.iter().map(SharedBytes::len).sum();
+            status(&mut e, Stat::Ok);
+            put_post_op_attr(&mut e, &n.export, Some(&n.attr));
+            e.u32(len as u32);
+            e.bool(offset.saturating_add(len as u64) >= n.attr.size);
+            e.opaque_tail(pieces);
             Ok(e)
         }
         Err(s) => {
-            e.buf.truncate(head);
             status(&mut e, s);
             put_post_op_attr(&mut e, &n.export, Some(&n.attr));
             Ok(e)
