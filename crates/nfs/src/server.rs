@@ -407,7 +407,7 @@ unsafe impl ReadUninit for BufReader<SocketIn> {
 }
 
 fn reader(stream: TcpStream, conn: Arc<Conn>, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_flight: usize) {
-    let mut r = BufReader::with_capacity(256 << 10, SocketIn { stream, want: 0, lowat: 1, spin: false });
+    let mut r = BufReader::with_capacity(64 << 10, SocketIn { stream, want: 0, lowat: 1, spin: false });
     // What the socket still owes of a fragment: its length less what the buffer holds.
     let expect = |r: &mut BufReader<SocketIn>, len: usize| {
         let owed = len.saturating_sub(r.buffer().len());
