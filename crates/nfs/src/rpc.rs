@@ -415,7 +415,8 @@ mod tests {
     fn a_tail_opaque_is_sent_in_place_and_counted_in_the_mark() {
         let mut e = accepted_reply(9, AcceptStat::Success, 4);
         e.u32(7);
-        let pieces = vec![strata_fs::SharedBytes::owned(b"abc".to_vec()), strata_fs::SharedBytes::owned(b"de".to_vec())];
+        let pieces =
+            vec![strata_fs::SharedBytes::owned(b"abc".to_vec()), strata_fs::SharedBytes::owned(b"de".to_vec())];
         e.opaque_tail(pieces);
         let reply = finish_record(e);
         // The head, each piece as it is, and the padding of the 5 data bytes to 8.

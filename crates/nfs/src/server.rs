@@ -116,6 +116,8 @@ pub(crate) type Handled = Result<Encoder, XdrError>;
 struct Conn {
     peer: SocketAddr,
     writer: Mutex<TcpStream>,
+    /// Replies waiting for whoever holds `writer` (see [`send_reply`]).
+    pending: Mutex<std::collections::VecDeque<rpc::Reply>>,
     in_flight: Mutex<usize>,
     done: Condvar,
 }
@@ -214,7 +216,13 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_fli
             }
             conns.push(c);
         }
-        let conn = Arc::new(Conn { peer, writer: Mutex::new(s), in_flight: Mutex::new(0), done: Condvar::new() });
+        let conn = Arc::new(Conn {
+            peer,
+            writer: Mutex::new(s),
+            pending: Mutex::default(),
+            in_flight: Mutex::new(0),
+            done: Condvar::new(),
+        });
         let (tx, shared) = (tx.clone(), shared.clone());
         let spawned = std::thread::Builder::new()
             .name("nfs-conn".into())
@@ -466,9 +474,34 @@ fn worker(rx: Arc<Mutex<Receiver<Job>>>, shared: Arc<Shared>) {
 /// Process a record and send its reply (if any) on its connection.
 fn answer(shared: &Shared, conn: &Conn, record: &[u8]) {
     if let Some(reply) = process(shared, conn.peer.ip(), record) {
-        let mut w = conn.writer.lock().expect("connection writer");
-        if let Err(e) = write_all_vectored(&mut *w, &mut reply.io_slices()) {
-            tracing::debug!(client = %conn.peer, "NFS reply not sent: {e}");
+        send_reply(conn, reply);
+    }
+}
+
+/// Send `reply` on its connection — or leave it to the worker sending there now, which
+/// sends every reply queued before it lets go. A worker never sleeps waiting for another's
+/// 1 MiB READ reply to go out, only to be woken to send its own: each such hand-over is a
+/// wakeup, and under load a wakeup waits for a CPU (the tail of a QD 4 sequential read).
+fn send_reply(conn: &Conn, reply: rpc::Reply) {
+    conn.pending.lock().expect("pending replies").push_back(reply);
+    loop {
+        let mut w = match conn.writer.try_lock() {
+            Ok(w) => w,
+            // The holder sends ours: it looks at the queue again after letting go.
+            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        loop {
+            let Some(r) = conn.pending.lock().expect("pending replies").pop_front() else { break };
+            if let Err(e) = write_all_vectored(&mut *w, &mut r.io_slices()) {
+                tracing::debug!(client = %conn.peer, "NFS reply not sent: {e}");
+            }
+        }
+        drop(w);
+        // A reply queued after the queue looked empty, whose worker found the writer
+        // still held: ours to send.
+        if conn.pending.lock().expect("pending replies").is_empty() {
+            return;
         }
     }
 }
