@@ -117,7 +117,8 @@ struct Conn {
     peer: SocketAddr,
     writer: Mutex<TcpStream>,
     /// Replies waiting for whoever holds `writer` (see [`send_reply`]).
-    pending: Mutex<std::collections::VecDeque<rpc::Reply>>,
+    /// (reply, counted in `in_flight`).
+    pending: Mutex<std::collections::VecDeque<(rpc::Reply, bool)>>,
     in_flight: Mutex<usize>,
     done: Condvar,
 }
@@ -442,7 +443,7 @@ fn reader(stream: TcpStream, conn: Arc<Conn>, tx: SyncSender<Job>, shared: Arc<S
                 // worker runs this one is what keeps a streaming client's pipeline full
                 // (inline, 1 MiB writes at QD 4 ran at half the speed).
                 drop(n);
-                answer(&shared, &conn, &record);
+                answer(&shared, &conn, &record, false);
                 r.get_mut().spin = true;
                 continue;
             }
@@ -464,17 +465,28 @@ fn worker(rx: Arc<Mutex<Receiver<Job>>>, shared: Arc<Shared>) {
             Ok(j) => j,
             Err(_) => return,
         };
-        answer(&shared, &job.conn, &job.record);
-        let mut n = job.conn.in_flight.lock().expect("in-flight count");
-        *n -= 1;
-        job.conn.done.notify_one();
+        answer(&shared, &job.conn, &job.record, true);
     }
 }
 
-/// Process a record and send its reply (if any) on its connection.
-fn answer(shared: &Shared, conn: &Conn, record: &[u8]) {
-    if let Some(reply) = process(shared, conn.peer.ip(), record) {
-        send_reply(conn, reply);
+/// Process a record and send its reply (if any) on its connection. A `counted` record
+/// (in the connection's `in_flight`) stays counted until its reply has gone out: a client
+/// that stops reading its replies stops its reader at `max_in_flight`, however many
+/// replies wait to be sent.
+fn answer(shared: &Shared, conn: &Conn, record: &[u8], counted: bool) {
+    match process(shared, conn.peer.ip(), record) {
+        Some(reply) => send_reply(conn, reply, counted),
+        None if counted => conn.finish_one(),
+        None => {}
+    }
+}
+
+impl Conn {
+    /// A record counted in `in_flight` is done: its reply is sent (or there is none).
+    fn finish_one(&self) {
+        let mut n = self.in_flight.lock().expect("in-flight count");
+        *n -= 1;
+        self.done.notify_one();
     }
 }
 
@@ -482,8 +494,8 @@ fn answer(shared: &Shared, conn: &Conn, record: &[u8]) {
 /// sends every reply queued before it lets go. A worker never sleeps waiting for another's
 /// 1 MiB READ reply to go out, only to be woken to send its own: each such hand-over is a
 /// wakeup, and under load a wakeup waits for a CPU (the tail of a QD 4 sequential read).
-fn send_reply(conn: &Conn, reply: rpc::Reply) {
-    conn.pending.lock().expect("pending replies").push_back(reply);
+fn send_reply(conn: &Conn, reply: rpc::Reply, counted: bool) {
+    conn.pending.lock().expect("pending replies").push_back((reply, counted));
     loop {
         let mut w = match conn.writer.try_lock() {
             Ok(w) => w,
@@ -492,9 +504,12 @@ fn send_reply(conn: &Conn, reply: rpc::Reply) {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         };
         loop {
-            let Some(r) = conn.pending.lock().expect("pending replies").pop_front() else { break };
+            let Some((r, counted)) = conn.pending.lock().expect("pending replies").pop_front() else { break };
             if let Err(e) = write_all_vectored(&mut *w, &mut r.io_slices()) {
                 tracing::debug!(client = %conn.peer, "NFS reply not sent: {e}");
+            }
+            if counted {
+                conn.finish_one();
             }
         }
         drop(w);
