@@ -302,6 +302,9 @@ pub struct Pool {
     pub(crate) commit_gate: Mutex<()>,
     /// Signalled when a commit in flight has synced (quiesce.rs): `lock` waits for it.
     pub(crate) settled: Condvar,
+    /// Threads waiting in `lock` for a commit in flight to sync (a sync's log write, say):
+    /// while there are any, the commit keeps the CPU (prewrite.rs `YIELD_EVERY_BYTES`).
+    pub(crate) waiting_on_commit: std::sync::atomic::AtomicUsize,
 }
 
 pub(crate) fn volume_key(name: &str) -> Vec<u8> {

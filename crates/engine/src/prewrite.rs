@@ -42,7 +42,9 @@ const RUN_MAX: usize = 1 << 20;
 
 /// Checksumming a gigabyte is 0.3 s of one CPU: the pass gives the CPU to whoever waits
 /// for it (an NFS worker, the client) after each megabyte (~0.3 ms) instead of keeping it
-/// for the scheduler's whole slice, which requests in flight would wait out.
+/// for the scheduler's whole slice, which requests in flight would wait out — unless a
+/// thread waits for this commit to sync (`Pool::waiting_on_commit`: a sync's log write
+/// during the frozen pass), whom a slower commit would keep waiting.
 const YIELD_EVERY_BYTES: usize = 1 << 20;
 
 /// A dirty record already written to a block of the open txg.
@@ -193,7 +195,9 @@ impl Pool {
                 since_yield += stored.bytes().len();
                 if since_yield >= YIELD_EVERY_BYTES {
                     since_yield = 0;
-                    std::thread::yield_now();
+                    if self.waiting_on_commit.load(Ordering::Relaxed) == 0 {
+                        std::thread::yield_now();
+                    }
                 }
                 prepared.push(Prepared { job, stored, compression, checksum });
             }

@@ -40,14 +40,19 @@ impl Pool {
             log_done: std::sync::Condvar::new(),
             commit_gate: std::sync::Mutex::new(()),
             settled: std::sync::Condvar::new(),
+            waiting_on_commit: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
     /// The pool's lock, once no commit is quiescing (see the module comment).
     pub(crate) fn lock(&self) -> MutexGuard<'_, PoolInner> {
         let mut p = self.lock_raw();
-        while p.quiescing {
-            p = self.settled.wait(p).unwrap_or_else(|e| e.into_inner());
+        if p.quiescing {
+            self.waiting_on_commit.fetch_add(1, Ordering::Relaxed);
+            while p.quiescing {
+                p = self.settled.wait(p).unwrap_or_else(|e| e.into_inner());
+            }
+            self.waiting_on_commit.fetch_sub(1, Ordering::Relaxed);
         }
         p
     }
