@@ -951,52 +951,17 @@ impl Pool {
         self.with_space_retry(|t| t.write(vol, obj, offset, data))
     }
 
-    /// Read up to `len` bytes at `offset`. The device reads happen outside the pool's lock,
-    /// so reads of many threads (and writes) proceed in parallel.
+    /// Read up to `len` bytes at `offset` (fewer past the object's end), copied once out of
+    /// [`Pool::read_shared`]'s pieces. The device reads happen outside the pool's lock, so
+    /// reads of many threads (and writes) proceed in parallel.
     pub fn read(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        self.read_append(vol, obj, offset, len, &mut out)?;
-        Ok(out)
-    }
-
-    /// Append up to `len` bytes from `offset` (fewer past the object's end) to `out`;
-    /// returns how many. The range is resolved under the pool's lock and its device reads
-    /// done outside it (`ReadPlan`); the bytes are copied once, into `out` (a reply buffer).
-    /// On error `out` is as it was.
-    pub fn read_append(
-        &self,
-        vol: VolumeId,
-        obj: ObjectId,
-        offset: u64,
-        len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<usize> {
-        let (plan, io, txg) = {
-            let mut t = self.txn_data();
-            let plan = t.plan_read(vol, obj, offset, len)?;
-            let p = t.inner();
-            (plan, p.io.clone(), p.txg_synced)
-        };
-        let start = out.len();
-        match plan.finish_into(&io, out) {
-            Ok(()) => Ok(plan.len),
-            Err(e) => {
-                out.truncate(start);
-                if !(matches!(e, Error::Corruption(_)) && self.lock().txg_synced >= txg + 2) {
-                    return Err(e);
-                }
-                // The block may have been freed and reused by commits since the plan was
-                // made: read again, all under the lock. A real corruption fails again.
-                let again = self.txn().read(vol, obj, offset, len)?;
-                out.extend_from_slice(&again);
-                Ok(again.len())
-            }
-        }
+        Ok(crate::volume::SharedBytes::concat(&self.read_shared(vol, obj, offset, len)?))
     }
 
     /// Up to `len` bytes from `offset` (fewer past the object's end), as pieces of the
-    /// buffers that hold them: no copy at all (a server sends them from there). As
-    /// [`Pool::read_append`] otherwise.
+    /// buffers that hold them: no copy at all (a server sends them from there). The range
+    /// is resolved under the pool's lock and its device reads done outside it
+    /// (`ReadPlan`).
     pub fn read_shared(
         &self,
         vol: VolumeId,
@@ -1016,7 +981,8 @@ impl Pool {
                 if !(matches!(e, Error::Corruption(_)) && self.lock().txg_synced >= txg + 2) {
                     return Err(e);
                 }
-                // As in read_append: the block may have been reused since the plan was made.
+                // The block may have been freed and reused by commits since the plan was
+                // made: read again, all under the lock. A real corruption fails again.
                 let again = self.txn().read(vol, obj, offset, len)?;
                 Ok(vec![crate::volume::SharedBytes::owned(again)])
             }

@@ -1059,6 +1059,15 @@ impl SharedBytes {
         self.range.is_empty()
     }
 
+    /// `pieces` in one buffer.
+    pub fn concat(pieces: &[SharedBytes]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(pieces.iter().map(SharedBytes::len).sum());
+        for p in pieces {
+            out.extend_from_slice(p.as_slice());
+        }
+        out
+    }
+
     /// Bytes of its own (a copy made elsewhere).
     pub fn owned(bytes: Vec<u8>) -> SharedBytes {
         let range = 0..bytes.len();
@@ -1075,8 +1084,10 @@ impl SharedBytes {
 }
 
 impl ReadPlan {
-    /// The read's bytes as pieces of the buffers that hold them (no copy), doing the device
-    /// reads as [`ReadPlan::finish_into`] does.
+    /// The read's bytes as pieces of the buffers that hold them — dirty records, the data
+    /// cache, shared zeros; no copy — doing the device reads (no lock needed: blocks are
+    /// immutable, and a freed block is not reused until two more txgs have committed; a
+    /// read that raced with that fails its checksum and the caller retries under the lock).
     pub fn finish_shared(&self, io: &BlockIo) -> Result<Vec<SharedBytes>> {
         let mut out = Vec::with_capacity(self.pieces.len());
         for p in &self.pieces {
@@ -1088,24 +1099,6 @@ impl ReadPlan {
             });
         }
         Ok(out)
-    }
-
-    /// Append the read's bytes to `out` — one copy, from the dirty records or the data
-    /// cache — doing the device reads (no lock needed: blocks are immutable, and a freed
-    /// block is not reused until two more txgs have committed; a read that raced with that
-    /// fails its checksum and the caller retries under the lock). On error `out` may hold
-    /// part of the bytes: the caller truncates it.
-    pub fn finish_into(&self, io: &BlockIo, out: &mut Vec<u8>) -> Result<()> {
-        out.reserve(self.len);
-        for p in &self.pieces {
-            let range = p.in_record..p.in_record + p.len;
-            match &p.source {
-                Source::Zeros => out.resize(out.len() + p.len, 0),
-                Source::Memory(rec) => out.extend_from_slice(&rec[range]),
-                Source::Device(bp) => out.extend_from_slice(&io.read_data(bp)?[range]),
-            }
-        }
-        Ok(())
     }
 }
 

@@ -369,33 +369,12 @@ impl VolumeFs {
     }
 
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let mut out = Vec::new();
-        self.read_append(ino, offset, size, &mut out)?;
-        Ok(out)
+        Ok(SharedBytes::concat(&self.read_shared(ino, offset, size)?))
     }
 
-    /// Append up to `size` bytes of `ino` from `offset` to `out` (a reply being built);
-    /// returns how many (fewer at the end of the file). On error `out` is unchanged.
-    pub fn read_append(&self, ino: u64, offset: u64, size: u32, out: &mut Vec<u8>) -> FsResult<usize> {
-        if is_snapshot_ino(ino) {
-            let (fs, local) = self.snap_file(ino)?;
-            return fs.read_append(local, offset, size, out);
-        }
-        {
-            let mut t = self.pool.txn_data();
-            if self.load(&mut t, ino)?.is_dir() {
-                return err(libc::EISDIR);
-            }
-        }
-        // The engine reads the device outside its lock: parallel readers do not queue.
-        Ok(self.pool.read_append(self.vol, ObjectId(ino), offset, size as usize, out).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => FsError::new(libc::ENOENT),
-            _ => e.into(),
-        })?)
-    }
-
-    /// [`Fs::read_append`] without the copy: the bytes as pieces of the engine's buffers
-    /// (`Pool::read_shared`), for a server that sends them from there.
+    /// Up to `size` bytes of `ino` from `offset` (fewer at the end of the file) as pieces of
+    /// the engine's buffers (`Pool::read_shared`), for a server that sends them from there.
+    /// The engine reads the device outside its lock: parallel readers do not queue.
     pub fn read_shared(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<SharedBytes>> {
         if is_snapshot_ino(ino) {
             let (fs, local) = self.snap_file(ino)?;
