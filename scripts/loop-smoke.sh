@@ -10,7 +10,7 @@ truncate -s 64M "$img"
 dev="$(losetup --find --show "$img")" || { echo "loop-smoke: cannot attach a loop device (need root and the loop module)"; exit 1; }
 trap 'losetup -d "$dev" 2>/dev/null; rm -f "$img"' EXIT
 source scripts/e2e/strata-env.sh
-export STRATA_E2E_DIR=/var/tmp/strata-e2e-loop STRATA_API=127.0.0.1:7432
+export STRATA_E2E_DIR=/var/tmp/strata-e2e-loop STRATA_SOCKET=/var/tmp/strata-e2e-loop.sock
 strata_fresh
 trap 'strata_stop || true; losetup -d "$dev" 2>/dev/null; rm -f "$img"' EXIT
 strata_start

@@ -9,8 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export STRATA_E2E_DIR="${STRATA_E2E_DIR:-/var/tmp/strata-e2e-nfs}"
-: "${STRATA_API:=127.0.0.1:7432}"
-export STRATA_API
 source scripts/e2e/strata-env.sh
 
 venv="${STRATA_NFS_VENV:-/var/tmp/strata-nfs-venv}"

@@ -4,13 +4,14 @@
 # Source it for the functions, or run it:  strata-env.sh crash   (what CRASH_CMD runs)
 #
 #   STRATA_E2E_DIR   working directory (daemon data, log, pid)  default /var/tmp/strata-e2e
-#   STRATA_API       control API address                        default 127.0.0.1:7431
+#   STRATA_SOCKET    the daemon's control socket                default $STRATA_E2E_DIR/strata.sock
 #   STRATA_BIN       the strata binary                          default target/debug/strata
 set -euo pipefail
 : "${STRATA_E2E_DIR:=/var/tmp/strata-e2e}"
-: "${STRATA_API:=127.0.0.1:7431}"
+: "${STRATA_SOCKET:=$STRATA_E2E_DIR/strata.sock}"
 : "${STRATA_BIN:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/target/debug/strata}"
-export STRATA_E2E_DIR STRATA_API STRATA_BIN
+export STRATA_E2E_DIR STRATA_SOCKET STRATA_BIN
+unset STRATA_API  # the e2e daemons are reached through their socket
 
 strata_start() {
   mkdir -p "$STRATA_E2E_DIR"

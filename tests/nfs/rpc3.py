@@ -3,6 +3,7 @@ high-level API does not expose (write verifiers, EXCLUSIVE create, MKNOD of devi
 PATHCONF, raw error codes, forged handles). Written from RFC 1813 / RFC 5531, independent
 of the server's code. Each call returns (status, dict of decoded results)."""
 
+import random
 import socket
 import struct
 
@@ -11,6 +12,8 @@ OK, PERM, NOENT, IO, ACCES, EXIST, NOTDIR, ISDIR, INVAL = 0, 1, 2, 5, 13, 17, 20
 NOSPC, ROFS, NAMETOOLONG, NOTEMPTY, DQUOT, STALE = 28, 30, 63, 66, 69, 70
 BADHANDLE, NOTSUPP, BADTYPE = 10001, 10004, 10007
 UNSTABLE, DATA_SYNC, FILE_SYNC = 0, 1, 2
+NOT_SYNC = 10002
+NOW = object()  # a sattr3 time set to the server's clock
 
 
 class Packer:
@@ -33,12 +36,18 @@ class Packer:
         self.b += data + b"\0" * ((4 - len(data) % 4) % 4)
         return self
 
-    def sattr(self, mode=None, uid=None, gid=None, size=None, mtime=None):
+    def sattr(self, mode=None, uid=None, gid=None, size=None, atime=None, mtime=None):
+        """Times: None = DONT_CHANGE, NOW = SET_TO_SERVER_TIME, seconds = SET_TO_CLIENT_TIME."""
         for v in (mode, uid, gid):
             self.u32(0) if v is None else self.u32(1).u32(v)
         self.u32(0) if size is None else self.u32(1).u64(size)
-        self.u32(0)  # atime: don't change
-        self.u32(0) if mtime is None else self.u32(2).u32(mtime).u32(0)
+        for t in (atime, mtime):
+            if t is None:
+                self.u32(0)
+            elif t is NOW:
+                self.u32(1)
+            else:
+                self.u32(2).u32(t).u32(0)
         return self
 
 
@@ -86,7 +95,10 @@ class Unpacker:
 class Client:
     def __init__(self, host, port, uid=0, gid=0, groups=()):
         self.sock = socket.create_connection((host, port), timeout=30)
-        self.xid = 1000
+        # A random first xid, as real clients pick: the server's reply cache keys on (client
+        # address, xid, arguments), so two clients of this host starting at the same xid
+        # would get each other's replies to identical calls.
+        self.xid = random.randrange(1 << 31)
         self.uid, self.gid, self.groups = uid, gid, list(groups)
 
     def close(self):

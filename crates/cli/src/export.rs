@@ -1,8 +1,9 @@
 //! `strata export nfs|list|delete`: NFS exports of volumes (the daemon's /v1/exports).
 
-use crate::client::Client;
+use crate::client::{Client, Failure};
+use crate::Out;
 use clap::Subcommand;
-use serde_json::{json, Value};
+use strata_api::{CreateExport, Done, ExportInfo};
 
 #[derive(Subcommand)]
 pub enum ExportCmd {
@@ -38,33 +39,25 @@ pub enum ExportCmd {
     Delete { id: u32 },
 }
 
-fn print_exports(rows: &[Value]) {
+fn print_exports(rows: &[ExportInfo]) {
     println!("{:>4}  {:<24} {:<5} {:<6} {:<8}  {}", "ID", "VOLUME", "MODE", "SQUASH", "SERVED", "CLIENTS");
     for r in rows {
-        let clients: Vec<&str> = r["clients"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
         println!(
             "{:>4}  {:<24} {:<5} {:<6} {:<8}  {}",
-            r["id"].as_u64().unwrap_or(0),
-            r["volume"].as_str().unwrap_or("?"),
-            if r["read_only"].as_bool() == Some(true) { "ro" } else { "rw" },
-            r["squash"].as_str().unwrap_or("?"),
-            match (r["active"].as_bool(), r["nfs_port"].as_u64()) {
-                (Some(true), Some(p)) => format!("port {p}"),
+            r.id,
+            r.volume,
+            if r.read_only { "ro" } else { "rw" },
+            r.squash,
+            match (r.active, r.nfs_port) {
+                (true, Some(p)) => format!("port {p}"),
                 _ => "no".into(),
             },
-            clients.join(",")
+            r.clients.join(",")
         );
     }
 }
 
-pub fn run(c: &Client, json_out: bool, cmd: ExportCmd) -> Result<(), String> {
-    let out = |v: &Value, human: &dyn Fn(&Value)| {
-        if json_out {
-            println!("{v}");
-        } else {
-            human(v)
-        }
-    };
+pub fn run(c: &Client, out: &Out, cmd: ExportCmd) -> Result<(), Failure> {
     match cmd {
         ExportCmd::Nfs { volume, clients, ro, root_squash: _, no_root_squash, all_squash, anon_uid, anon_gid } => {
             let squash = if all_squash {
@@ -74,29 +67,33 @@ pub fn run(c: &Client, json_out: bool, cmd: ExportCmd) -> Result<(), String> {
             } else {
                 "root"
             };
-            let mut body = json!({"volume": volume, "protocol": "nfs", "read_only": ro, "squash": squash,
-                "anon_uid": anon_uid, "anon_gid": anon_gid});
-            if !clients.is_empty() {
-                body["clients"] = json!(clients);
-            }
-            let v = c.call("POST", "/v1/exports", Some(&body))?;
-            out(&v, &|v| {
-                println!("exported {} as export {} ({})", volume, v["id"], v["path"].as_str().unwrap_or("?"));
-                if let Some(m) = v["mount"].as_str() {
+            let req = CreateExport {
+                volume: volume.clone(),
+                protocol: Some("nfs".into()),
+                clients: (!clients.is_empty()).then_some(clients),
+                read_only: Some(ro),
+                squash: Some(squash.into()),
+                anon_uid,
+                anon_gid,
+            };
+            let v: ExportInfo = c.send("POST", "/v1/exports", &req)?;
+            out.show(&v, |v| {
+                println!("exported {} as export {} ({})", volume, v.id, v.path);
+                if let Some(m) = &v.mount {
                     println!("mount it with: {m}");
                 }
-                if let Some(n) = v["note"].as_str() {
+                if let Some(n) = &v.note {
                     println!("note: {n}");
                 }
             });
         }
         ExportCmd::List => {
-            let v = c.call("GET", "/v1/exports", None)?;
-            out(&v, &|v| print_exports(v.as_array().map(Vec::as_slice).unwrap_or(&[])));
+            let v: Vec<ExportInfo> = c.get("/v1/exports")?;
+            out.show(&v, |v| print_exports(v));
         }
         ExportCmd::Delete { id } => {
-            let v = c.call("DELETE", &format!("/v1/exports/{id}"), None)?;
-            out(&v, &|_| println!("deleted export {id}"));
+            let d: Done = c.call::<(), Done>("DELETE", &format!("/v1/exports/{id}"), None)?;
+            out.show(&d, |_| println!("deleted export {id}"));
         }
     }
     Ok(())

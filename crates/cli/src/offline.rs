@@ -1,7 +1,6 @@
 //! `strata check --device`: the checker on a pool no daemon is serving (opened read-only).
 
 use crate::units::human;
-use serde_json::Value;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -34,41 +33,36 @@ pub fn check(path: &Path, log_device: Option<&Path>, verify_data: bool, json_out
         format!("{e} ({hint})")
     })?;
     let r = pool.check(CheckOptions { verify_data }).map_err(|e| e.to_string())?;
-    let v = strata_daemon::check_json(&r);
-
+    let v = strata_daemon::check_report(&r);
     if json_out {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v).expect("serialises"));
     } else {
         print_check(&path.display().to_string(), &v);
     }
     Ok(if r.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-pub fn print_check(what: &str, v: &Value) {
-    println!("checked txg {} of {what}", v["txg"]);
+pub fn print_check(what: &str, v: &strata_api::CheckReport) {
+    println!("checked txg {} of {what}", v.txg);
     println!(
         "  {} volumes, {} objects, {} metadata blocks, {} data blocks ({} verified)",
-        v["volumes"],
-        v["objects"],
-        v["metadata_blocks"],
-        v["data_blocks"],
-        human(v["data_bytes_verified"].as_u64().unwrap_or(0))
+        v.volumes,
+        v.objects,
+        v.metadata_blocks,
+        v.data_blocks,
+        human(v.data_bytes_verified)
     );
-    println!(
-        "  referenced {} = allocated {}",
-        human(v["referenced_bytes"].as_u64().unwrap_or(0)),
-        human(v["allocated_bytes"].as_u64().unwrap_or(0))
-    );
+    println!("  referenced {} = allocated {}", human(v.referenced_bytes), human(v.allocated_bytes));
     println!(
         "  {} compressed data blocks; data records save {} (verified against the volumes)",
-        v["compressed_blocks"],
-        human(v["saved_bytes"].as_u64().unwrap_or(0))
+        v.compressed_blocks,
+        human(v.saved_bytes)
     );
-    for n in v["notes"].as_array().into_iter().flatten() {
-        println!("  note: {}", n.as_str().unwrap_or(""));
+    for n in &v.notes {
+        println!("  note: {n}");
     }
-    for e in v["errors"].as_array().into_iter().flatten() {
-        println!("  ERROR: {}", e.as_str().unwrap_or(""));
+    for e in &v.errors {
+        println!("  ERROR: {e}");
     }
-    println!("{}", if v["clean"].as_bool() == Some(true) { "clean" } else { "PROBLEMS FOUND" });
+    println!("{}", if v.clean { "clean" } else { "PROBLEMS FOUND" });
 }

@@ -1,10 +1,11 @@
 //! `strata snapshot ...`, `strata restore`, `strata clone ...`: clients of the snapshot
 //! endpoints (docs/api.md).
 
-use crate::client::Client;
+use crate::client::{seg, Client, Failure};
 use crate::units::human;
+use crate::Out;
 use clap::Subcommand;
-use serde_json::{json, Value};
+use strata_api::*;
 use strata_daemon::utc;
 
 #[derive(Subcommand)]
@@ -49,8 +50,8 @@ pub enum PolicyCmd {
     Clear { volume: String },
 }
 
-/// NAME=EVERY:KEEP → JSON schedule.
-fn parse_schedule(s: &str) -> Result<Value, String> {
+/// NAME=EVERY:KEEP → a schedule.
+fn parse_schedule(s: &str) -> Result<Schedule, String> {
     let bad = |why: &str| format!("schedule {s:?}: {why} (expected NAME=EVERY:KEEP, e.g. hourly=1h:24)");
     let (name, rest) = s.split_once('=').ok_or_else(|| bad("no '='"))?;
     let (every, keep) = rest.split_once(':').ok_or_else(|| bad("no ':'"))?;
@@ -64,22 +65,15 @@ fn parse_schedule(s: &str) -> Result<Value, String> {
         _ => return Err(bad("EVERY's unit must be s, m, h or d")),
     };
     let keep: u32 = keep.parse().map_err(|_| bad("KEEP is not a number"))?;
-    Ok(json!({"name": name, "every_seconds": n.saturating_mul(mult), "keep": keep}))
+    Ok(Schedule { name: name.into(), every_seconds: n.saturating_mul(mult), keep })
 }
 
-fn print_policy(v: &Value) {
-    let s = v["schedules"].as_array().cloned().unwrap_or_default();
-    if s.is_empty() {
-        println!("{}: no snapshot schedules", v["volume"].as_str().unwrap_or("?"));
+fn print_policy(v: &PolicyInfo) {
+    if v.schedules.is_empty() {
+        println!("{}: no snapshot schedules", v.volume);
     }
-    for x in s {
-        println!(
-            "{}: {} every {} s, keep {}",
-            v["volume"].as_str().unwrap_or("?"),
-            x["name"].as_str().unwrap_or("?"),
-            x["every_seconds"],
-            x["keep"]
-        );
+    for x in &v.schedules {
+        println!("{}: {} every {} s, keep {}", v.volume, x.name, x.every_seconds, x.keep);
     }
 }
 
@@ -110,189 +104,190 @@ pub fn split_snapshot(spec: &str) -> Result<(&str, &str, &str), String> {
     Ok((p, v, name))
 }
 
-fn print_snapshots(rows: &[Value]) {
+fn print_snapshots(rows: &[SnapshotInfo]) {
     println!(
         "{:<36} {:>8} {:>10} {:>10} {:>10}  {:<20} {}",
         "SNAPSHOT", "TXG", "REFER", "WRITTEN", "UNIQUE", "CREATED", "CLONES"
     );
     for s in rows {
-        let created = s["created_ns"].as_u64().unwrap_or(0) / 1_000_000_000;
-        let clones: Vec<&str> = s["clones"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
         println!(
             "{:<36} {:>8} {:>10} {:>10} {:>10}  {:<20} {}",
-            format!(
-                "{}/{}@{}",
-                s["pool"].as_str().unwrap_or("?"),
-                s["volume"].as_str().unwrap_or("?"),
-                s["name"].as_str().unwrap_or("?")
-            ),
-            s["txg"],
-            human(s["referenced_bytes"].as_u64().unwrap_or(0)),
-            human(s["written_bytes"].as_u64().unwrap_or(0)),
-            human(s["unique_bytes"].as_u64().unwrap_or(0)),
-            utc(created),
-            if clones.is_empty() { "-".into() } else { clones.join(",") }
+            format!("{}/{}@{}", s.pool, s.volume, s.name),
+            s.txg,
+            human(s.referenced_bytes),
+            human(s.written_bytes),
+            human(s.unique_bytes),
+            utc(s.created_ns / 1_000_000_000),
+            if s.clones.is_empty() { "-".into() } else { s.clones.join(",") }
         );
     }
 }
 
-pub fn run_snapshot(cmd: SnapshotCmd, c: &Client, json_out: bool) -> Result<(), String> {
-    let out = |v: &Value, f: &dyn Fn(&Value)| if json_out { println!("{v}") } else { f(v) };
+pub fn run_snapshot(cmd: SnapshotCmd, c: &Client, out: &Out) -> Result<(), Failure> {
     match cmd {
         SnapshotCmd::Create { snapshot, group, quiesce } => {
             let (p, v, name) = split_snapshot(&snapshot)?;
-            let r = if group.is_empty() {
-                c.call(
+            let taken: Vec<SnapshotInfo> = if group.is_empty() {
+                let one: SnapshotInfo = c.send(
                     "POST",
-                    &format!("/v1/pools/{p}/volumes/{v}/snapshots"),
-                    Some(&json!({"name": name, "quiesce": quiesce})),
-                )?
+                    &format!("/v1/pools/{}/volumes/{}/snapshots", seg(p), seg(v)),
+                    &CreateSnapshot { name: name.into(), quiesce },
+                )?;
+                vec![one]
             } else {
                 let mut vols = vec![v.to_string()];
                 vols.extend(group.iter().map(|g| g.strip_prefix(&format!("{p}/")).unwrap_or(g).to_string()));
-                c.call(
+                c.send(
                     "POST",
-                    &format!("/v1/pools/{p}/snapshots"),
-                    Some(&json!({"name": name, "volumes": vols, "quiesce": quiesce})),
+                    &format!("/v1/pools/{}/snapshots", seg(p)),
+                    &CreateGroupSnapshot { name: name.into(), volumes: vols, quiesce },
                 )?
             };
-            out(&r, &|r| {
-                let rows = r.as_array().cloned().unwrap_or_else(|| vec![r.clone()]);
-                for s in &rows {
-                    println!("created snapshot {p}/{}@{name} (txg {})", s["volume"].as_str().unwrap_or("?"), s["txg"]);
+            let shown = if taken.len() == 1 { serde_json::to_value(&taken[0]) } else { serde_json::to_value(&taken) };
+            out.show(&shown.map_err(|e| Failure::other(e.to_string()))?, |_| {
+                for s in &taken {
+                    println!("created snapshot {p}/{}@{name} (txg {})", s.volume, s.txg);
+                    if let Some(w) = &s.warning {
+                        println!("warning: {w}");
+                    }
                 }
             });
         }
         SnapshotCmd::List { of } => {
             let paths: Vec<String> = match of.as_deref() {
                 Some(spec) => match spec.split_once('/') {
-                    Some((p, v)) => vec![format!("/v1/pools/{p}/volumes/{v}/snapshots")],
-                    None => vec![format!("/v1/pools/{spec}/snapshots")],
+                    Some((p, v)) => vec![format!("/v1/pools/{}/volumes/{}/snapshots", seg(p), seg(v))],
+                    None => vec![format!("/v1/pools/{}/snapshots", seg(spec))],
                 },
-                None => c
-                    .call("GET", "/v1/pools", None)?
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|p| p["name"].as_str().map(|n| format!("/v1/pools/{n}/snapshots")))
-                    .collect(),
+                None => {
+                    let pools: Vec<PoolInfo> = c.get("/v1/pools")?;
+                    pools
+                        .iter()
+                        .filter(|p| p.status.is_some())
+                        .map(|p| format!("/v1/pools/{}/snapshots", seg(&p.name)))
+                        .collect()
+                }
             };
-            let mut rows = Vec::new();
+            let mut rows: Vec<SnapshotInfo> = Vec::new();
             for path in paths {
-                rows.extend(c.call("GET", &path, None)?.as_array().cloned().unwrap_or_default());
+                rows.extend(c.get::<Vec<SnapshotInfo>>(&path)?);
             }
-            out(&Value::Array(rows.clone()), &|_| print_snapshots(&rows));
+            out.show(&rows, |rows| print_snapshots(rows));
         }
         SnapshotCmd::Show { snapshot } => {
             let (p, v, name) = split_snapshot(&snapshot)?;
-            let r = c.call("GET", &format!("/v1/pools/{p}/volumes/{v}/snapshots/{name}"), None)?;
-            out(&r, &|r| print_snapshots(std::slice::from_ref(r)));
+            let s: SnapshotInfo = c.get(&format!("/v1/pools/{}/volumes/{}/snapshots/{}", seg(p), seg(v), seg(name)))?;
+            out.show(&s, |s| print_snapshots(std::slice::from_ref(s)));
         }
         SnapshotCmd::Policy(cmd) => {
-            let (method, volume, body) = match cmd {
+            let r = match cmd {
                 PolicyCmd::Set { volume, schedules } => {
-                    let s: Result<Vec<Value>, String> = schedules.iter().map(|s| parse_schedule(s)).collect();
-                    ("PUT", volume, Some(json!({"schedules": s?})))
+                    let s: Result<Vec<Schedule>, String> = schedules.iter().map(|s| parse_schedule(s)).collect();
+                    let (p, v) = crate::volume::split(&volume)?;
+                    let path = format!("/v1/pools/{}/volumes/{}/policy", seg(p), seg(v));
+                    c.send::<_, PolicyInfo>("PUT", &path, &SetPolicy { schedules: s? })?
                 }
-                PolicyCmd::Show { volume } => ("GET", volume, None),
-                PolicyCmd::Clear { volume } => ("DELETE", volume, None),
+                PolicyCmd::Show { volume } => {
+                    let (p, v) = crate::volume::split(&volume)?;
+                    c.get::<PolicyInfo>(&format!("/v1/pools/{}/volumes/{}/policy", seg(p), seg(v)))?
+                }
+                PolicyCmd::Clear { volume } => {
+                    let (p, v) = crate::volume::split(&volume)?;
+                    let path = format!("/v1/pools/{}/volumes/{}/policy", seg(p), seg(v));
+                    c.call::<(), PolicyInfo>("DELETE", &path, None)?
+                }
             };
-            let (p, v) = crate::split(&volume)?;
-            let r = c.call(method, &format!("/v1/pools/{p}/volumes/{v}/policy"), body.as_ref())?;
-            out(&r, &print_policy);
+            out.show(&r, print_policy);
         }
         SnapshotCmd::Delete { snapshot } => {
             let (p, v, name) = split_snapshot(&snapshot)?;
-            let r = c.call("DELETE", &format!("/v1/pools/{p}/volumes/{v}/snapshots/{name}"), None)?;
-            out(&r, &|_| println!("deleted snapshot {snapshot}"));
+            let path = format!("/v1/pools/{}/volumes/{}/snapshots/{}", seg(p), seg(v), seg(name));
+            let d: Done = c.call::<(), Done>("DELETE", &path, None)?;
+            out.show(&d, |_| println!("deleted snapshot {snapshot}"));
         }
     }
     Ok(())
 }
 
-pub fn run_restore(
-    snapshot: &str,
-    file: Option<&str>,
-    group: &[String],
-    c: &Client,
-    json_out: bool,
-) -> Result<(), String> {
+pub fn run_restore(snapshot: &str, file: Option<&str>, group: &[String], c: &Client, out: &Out) -> Result<(), Failure> {
     let (p, v, name) = split_snapshot(snapshot)?;
     let prefix = format!("{p}/");
-    let group: Vec<&str> = group.iter().map(|g| g.strip_prefix(&prefix).unwrap_or(g)).collect();
-    let r = c.call(
-        "POST",
-        &format!("/v1/pools/{p}/volumes/{v}/restore"),
-        Some(&json!({"snapshot": name, "file": file, "group": (!group.is_empty()).then_some(group.clone())})),
-    )?;
-    if json_out {
-        println!("{r}");
-    } else if let Some(f) = file {
-        println!(
-            "restored {f} of {p}/{v} from snapshot {name}{}: {} shared, {} copied, {} unchanged",
-            if r["created"] == true { " (created)" } else { "" },
-            human(r["shared_bytes"].as_u64().unwrap_or(0)),
-            human(r["copied_bytes"].as_u64().unwrap_or(0)),
-            human(r["unchanged_bytes"].as_u64().unwrap_or(0))
-        );
-    } else {
-        let all: Vec<String> = std::iter::once(v).chain(group.iter().copied()).map(|x| format!("{p}/{x}")).collect();
-        println!("restored {} to snapshot {name} (later snapshots kept)", all.join(", "));
+    let group: Vec<String> = group.iter().map(|g| g.strip_prefix(&prefix).unwrap_or(g).to_string()).collect();
+    if let Some(f) = file {
+        if !group.is_empty() {
+            return Err(Failure::usage("--file and --group together: restore one file of one volume"));
+        }
+        let r: RestoredFile = c.send(
+            "POST",
+            &format!("/v1/pools/{}/volumes/{}/restore-file", seg(p), seg(v)),
+            &RestoreFileRequest { snapshot: name.into(), file: f.into() },
+        )?;
+        out.show(&r, |r| {
+            println!(
+                "restored {f} of {p}/{v} from snapshot {name}{}: {} shared, {} copied, {} unchanged",
+                if r.created { " (created)" } else { "" },
+                human(r.shared_bytes),
+                human(r.copied_bytes),
+                human(r.unchanged_bytes)
+            )
+        });
+        return Ok(());
     }
+    let r: Vec<VolumeInfo> = c.send(
+        "POST",
+        &format!("/v1/pools/{}/volumes/{}/restore", seg(p), seg(v)),
+        &RestoreRequest { snapshot: name.into(), group: group.clone() },
+    )?;
+    let shown = if r.len() == 1 { serde_json::to_value(&r[0]) } else { serde_json::to_value(&r) };
+    out.show(&shown.map_err(|e| Failure::other(e.to_string()))?, |_| {
+        let all: Vec<String> =
+            std::iter::once(v.to_string()).chain(group.iter().cloned()).map(|x| format!("{p}/{x}")).collect();
+        println!("restored {} to snapshot {name} (later snapshots kept)", all.join(", "));
+    });
     Ok(())
 }
 
-pub fn run_clone(cmd: CloneCmd, c: &Client, json_out: bool) -> Result<(), String> {
+pub fn run_clone(cmd: CloneCmd, c: &Client, out: &Out) -> Result<(), Failure> {
     match cmd {
         CloneCmd::Create { origin, name, group } => {
             let (p, v, snap) = split_snapshot(&origin)?;
             let new = match name.split_once('/') {
                 Some((np, nv)) if np == p => nv.to_string(),
-                Some((np, _)) => return Err(format!("a clone lives in its origin's pool ({p}), not {np}")),
+                Some((np, _)) => {
+                    return Err(Failure::usage(format!("a clone lives in its origin's pool ({p}), not {np}")))
+                }
                 None => name.clone(),
             };
             let mut more = Vec::new();
             for g in &group {
                 let (gv, gn) = g
                     .split_once(':')
-                    .ok_or_else(|| format!("--group {g:?}: give VOLUME:NEW (e.g. pgwal:pgwal-test)"))?;
-                more.push(json!({"origin": format!("{gv}@{snap}"), "name": gn}));
+                    .ok_or_else(|| Failure::usage(format!("--group {g:?}: give VOLUME:NEW (e.g. pgwal:pgwal-test)")))?;
+                more.push(CloneOne { origin: format!("{gv}@{snap}"), name: gn.into() });
             }
-            let r = c.call(
-                "POST",
-                &format!("/v1/pools/{p}/clones"),
-                Some(&json!({"origin": format!("{v}@{snap}"), "name": new,
-                             "group": (!more.is_empty()).then_some(more)})),
-            )?;
-            if json_out {
-                println!("{r}");
-            } else {
-                let rows = r.as_array().cloned().unwrap_or_else(|| vec![r.clone()]);
-                for x in rows {
-                    println!(
-                        "created clone {p}/{} of {p}/{}",
-                        x["name"].as_str().unwrap_or("?"),
-                        x["origin"].as_str().unwrap_or("?")
-                    );
+            let req = CloneRequest { origin: format!("{v}@{snap}"), name: new, group: more };
+            let r: Vec<VolumeInfo> = c.send("POST", &format!("/v1/pools/{}/clones", seg(p)), &req)?;
+            let shown = if r.len() == 1 { serde_json::to_value(&r[0]) } else { serde_json::to_value(&r) };
+            out.show(&shown.map_err(|e| Failure::other(e.to_string()))?, |_| {
+                for x in &r {
+                    println!("created clone {p}/{} of {p}/{}", x.name, x.origin.as_deref().unwrap_or("?"));
                 }
-            }
+            });
         }
         CloneCmd::Split { volume } => {
-            let (p, v) = crate::split(&volume)?;
-            let r = c.call("POST", &format!("/v1/pools/{p}/volumes/{v}/split"), None)?;
-            if json_out {
-                println!("{r}");
-            } else {
+            let (p, v) = crate::volume::split(&volume)?;
+            let r: SplitResult =
+                c.call::<(), _>("POST", &format!("/v1/pools/{}/volumes/{}/split", seg(p), seg(v)), None)?;
+            out.show(&r, |r| {
                 println!(
                     "split {volume} from its origin: {} copied; it no longer depends on any snapshot",
-                    human(r["copied_bytes"].as_u64().unwrap_or(0))
-                );
-            }
+                    human(r.copied_bytes)
+                )
+            });
         }
     }
     Ok(())
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,8 +299,8 @@ mod tests {
         assert!(split_snapshot("p@s").is_err());
         assert!(split_snapshot("p/v@").is_err());
         assert!(split_snapshot("p/a/b@s").is_err());
-        assert_eq!(parse_schedule("hourly=1h:24").unwrap()["every_seconds"], 3600);
-        assert_eq!(parse_schedule("fast=2:3").unwrap()["keep"], 3);
+        assert_eq!(parse_schedule("hourly=1h:24").unwrap().every_seconds, 3600);
+        assert_eq!(parse_schedule("fast=2:3").unwrap().keep, 3);
         assert!(parse_schedule("x=1w:3").is_err());
         assert!(parse_schedule("x=1h").is_err());
         assert!(parse_schedule("x=h:1").is_err());

@@ -119,21 +119,25 @@ fn bad_input_gets_clear_errors() {
     d.fails(&["pool", "create", "p2", "--device", dir.join("missing.img").to_str().unwrap()], "size_bytes");
     // Raw API: malformed JSON and unknown endpoints.
     let raw = |req: &str| {
-        let mut s = std::net::TcpStream::connect(&d.api).unwrap();
+        let mut s = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(req.as_bytes()).unwrap();
         let mut out = String::new();
         std::io::Read::read_to_string(&mut s, &mut out).unwrap();
         out
     };
-    let r = raw("POST /v1/pools HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\n{nope");
+    let json = "Host: x\r\nContent-Type: application/json\r\nConnection: close\r\n";
+    let r = raw(&format!("POST /v1/pools HTTP/1.1\r\n{json}Content-Length: 5\r\n\r\n{{nope"));
     assert!(r.starts_with("HTTP/1.1 400") && r.contains("invalid JSON"), "{r}");
-    let r = raw("GET /v1/teapot HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let r = raw("GET /v1/teapot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert!(r.starts_with("HTTP/1.1 404"), "{r}");
     let body = r#"{"volume":"default/w","path":"rel"}"#;
-    let r =
-        raw(&format!("POST /v1/mounts HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
+    let r = raw(&format!("POST /v1/mounts HTTP/1.1\r\n{json}Content-Length: {}\r\n\r\n{body}", body.len()));
     assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    // A body that is not declared JSON is refused before anything is parsed.
+    let plain = "Host: x\r\nContent-Type: text/plain\r\nConnection: close\r\n";
+    let r = raw(&format!("POST /v1/mounts HTTP/1.1\r\n{plain}Content-Length: {}\r\n\r\n{body}", body.len()));
+    assert!(r.starts_with("HTTP/1.1 415") && r.contains("UnsupportedMediaType"), "{r}");
     // Serve options out of range.
     let out = Command::new(BIN)
         .args(["serve", "--data-dir", dir.join("data2").to_str().unwrap(), "--fuse-threads", "0"])
@@ -142,8 +146,13 @@ fn bad_input_gets_clear_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("1..=64"), "{}", String::from_utf8_lossy(&out.stderr));
     // A daemon that is not there.
-    let out = Command::new(BIN).args(["pool", "list"]).env("STRATA_API", "127.0.0.1:1").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(BIN)
+        .args(["pool", "list"])
+        .env("STRATA_SOCKET", dir.join("nobody.sock"))
+        .env_remove("STRATA_API")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6));
     assert!(String::from_utf8_lossy(&out.stderr).contains("strata serve"));
 }
 
@@ -192,18 +201,18 @@ fn damaged_pool_image_is_refused_clearly() {
         bytes[label..label + 64].fill(0xee);
     }
     std::fs::write(&img, &bytes).unwrap();
-    // The daemon refuses to start, saying which pool and why; no panic.
-    let out = Command::new(BIN)
-        .args(["serve", "--data-dir", dir.join("data").to_str().unwrap()])
-        .env("STRATA_API", &d.api)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("open pool default") && err.contains("both labels are damaged"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    // The daemon starts and shows the pool UNAVAILABLE, saying why; no panic.
+    d.spawn();
+    let p = d.json(&["pool", "status", "default"]);
+    assert_eq!(p["state"], "UNAVAILABLE", "{p}");
+    assert!(p["reason"].as_str().unwrap_or("").contains("both labels are damaged"), "{p}");
+    let (code, _, err) = d.cli(&["volume", "list", "default"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("UNAVAILABLE"), "{err}");
+    assert!(!d.log().contains("panicked"), "{}", d.log());
+    assert!(d.stop().success());
     let (code, _, err) = d.cli(&["check", "--device", img.to_str().unwrap()]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1);
     assert!(err.contains("both labels are damaged"), "{err}");
 }
 

@@ -69,7 +69,12 @@ fn snapshot_restore_clone_and_their_errors() {
 
     // The origin cannot go while the clone needs it.
     d.fails(&["snapshot", "delete", "default/db@s1"], "dbclone");
-    d.fails(&["volume", "delete", "default/db"], "mounted");
+    // A volume with snapshots and clones goes only with --recursive, which names them; and
+    // not while its clone is mounted.
+    let (code, _, err) = d.cli(&["volume", "delete", "default/db"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("default/db@s1") && err.contains("default/dbclone") && err.contains("--recursive"), "{err}");
+    d.fails(&["volume", "delete", "default/db", "--recursive"], "is mounted at");
 
     // Single-file restore. `a` was overwritten after s2: its s2 block is held only by
     // snapshots (on the live volume's deadlist), so it is shared back, not copied. `sub/b`

@@ -36,7 +36,7 @@ impl IntentLog {
             let Some(block) = LogBlockPhys::decode(&buf) else { break };
             debug_assert!(block.payload.len() + LOG_HEADER <= buf.len());
             let records = LogRecord::decode_all(&block.payload)?;
-            if !records.iter().all(|r| verify(r)) {
+            if !records.iter().all(&mut *verify) {
                 break;
             }
             for r in records {

@@ -20,6 +20,7 @@ pub mod dedup;
 pub mod device;
 pub mod error;
 pub mod format;
+pub mod host_state;
 pub mod intent_log;
 mod intent_log_ref;
 mod intent_log_replay;
@@ -43,7 +44,9 @@ pub use clone::SplitStats;
 pub use compress::CompressionPolicy;
 pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
 pub use error::{Corruption, Error, ErrorKind, Result};
+pub use format::uberblock::HostState;
 pub use format::ChecksumAlgo;
+pub use host_state::{read_pool_identity, PoolIdentity};
 pub use log_device::LogDeviceSpec;
 pub use pool::{
     CommitStats, CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions,

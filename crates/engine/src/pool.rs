@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::format::features::{Access, Features};
 use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
-use crate::format::uberblock::UberblockPhys;
+use crate::format::uberblock::{HostState, UberblockPhys};
 use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, SECTOR_SIZE, UNIT_SIZE};
 use crate::intent_log::{IntentLog, LogPlace};
 use crate::log_device::{LogAtOpen, LogDeviceSpec};
@@ -63,6 +63,11 @@ pub struct PoolOptions {
     /// Entries the dedup table may hold (about 100 bytes of memory each); when full, new
     /// unique records are stored without one (dedup.rs).
     pub dedup_table_max: usize,
+    /// This host's id, recorded in every root a read-write open commits (host_state.rs):
+    /// the pool then says "active on this host" until [`Pool::export`] says "exported".
+    /// 0 records no host, as builds before host states did; it is the default so that
+    /// tools and tests are unchanged. A daemon sets its own (`DATA_DIR/host-id`).
+    pub host_id: u64,
 }
 
 impl PoolOptions {
@@ -75,6 +80,7 @@ impl PoolOptions {
             read_only: false,
             discard_missing_log: false,
             dedup_table_max: crate::dedup::DEDUP_TABLE_MAX_DEFAULT,
+            host_id: 0,
         }
     }
 }
@@ -224,6 +230,10 @@ pub struct PoolStatus {
     pub open_notes: Vec<String>,
     /// Logical vs physical, reservations, available space, capacity warnings (space.rs).
     pub space: PoolSpace,
+    /// The host and state the newest committed root records (host_state.rs): for a pool
+    /// open read-write with a host id, that host and `Active`.
+    pub host_id: u64,
+    pub pool_state: HostState,
 }
 
 /// Commit timings since the pool was opened. `locked` is the part that holds the pool's
@@ -292,6 +302,10 @@ pub struct PoolInner {
     pub(crate) skip_early_passes: u8,
     /// Intent-log blocks written as of the last commit's start (quiesce.rs).
     pub(crate) log_blocks_at_commit: u64,
+    /// `PoolOptions::host_id`: what every root this opener commits records (host_state.rs).
+    pub(crate) host_id: u64,
+    /// Set by `Pool::export`: from then on, roots say `Exported` instead of `Active`.
+    pub(crate) exporting: bool,
 }
 
 pub struct Pool {
@@ -329,7 +343,7 @@ pub fn validate_volume_name(name: &str) -> Result<()> {
     }
 }
 
-fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String>)> {
+pub(crate) fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String>)> {
     let mut notes = Vec::new();
     let mut buf = vec![0u8; LABEL_PHYS_SIZE];
     let mut first_err = None;
@@ -404,7 +418,11 @@ impl Pool {
             log_offset: geo.log_offset,
             log_bytes: geo.log_bytes,
             log_device_guid: 0,
-            features: Features::default(),
+            // A pool made by a host records it from its first root on (host_state.rs).
+            features: Features {
+                compat: if opts.host_id != 0 { crate::format::features::COMPAT_HOST_STATE } else { 0 },
+                ..Features::default()
+            },
             created_ns: opts.clock.now_ns(),
             checksum_algo: create.checksum,
             pool_name: create.name.clone(),
@@ -465,6 +483,8 @@ impl Pool {
             quiescing: false,
             skip_early_passes: 0,
             log_blocks_at_commit: 0,
+            host_id: opts.host_id,
+            exporting: false,
             latched: None,
             read_only: false,
             clock: opts.clock,
@@ -481,6 +501,8 @@ impl Pool {
                 allocated_units: 0,
                 next_volume_id: 1,
                 features_incompat: 0,
+                host_id: 0,
+                pool_state: HostState::Unknown,
             },
         };
         let pool = Pool::from_inner(inner);
@@ -594,6 +616,8 @@ impl Pool {
                         quiescing: false,
                         skip_early_passes: 0,
                         log_blocks_at_commit: 0,
+                        host_id: opts.host_id,
+                        exporting: false,
                         latched: None,
                         read_only,
                         clock: opts.clock,
@@ -610,6 +634,7 @@ impl Pool {
                         None => pool.replay_intent_log()?,
                         Some(why) => pool.discard_log_device(&why)?,
                     }
+                    pool.record_host_at_open()?;
                     return Ok(pool);
                 }
                 Err(e) => last_err = Some(e),
@@ -792,6 +817,8 @@ impl Pool {
             blocks_read: p.io.stats.blocks_read.load(Ordering::Relaxed),
             open_notes: p.open_notes.clone(),
             space: p.pool_space(),
+            host_id: p.root.host_id,
+            pool_state: p.root.pool_state,
         }
     }
 

@@ -17,15 +17,20 @@
 //! versions are not. A torn uberblock fails its self-checksum and the ring scan skips it.
 //! After step 5 the device holds root N whole.
 //!
+//! Every root also records the host that wrote it and whether the pool is active or
+//! exported (host_state.rs); the first such root of a pool rewrites the labels first, to
+//! name the `COMPAT_HOST_STATE` feature.
+//!
 //! Any error from step 1 onward latches the pool read-only (DESIGN.md §3.8): in-memory
 //! state is then ahead of the device, and the only way forward is to reopen from the ring.
 
 use crate::alloc::Allocator;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
+use crate::format::features::COMPAT_HOST_STATE;
 use crate::format::label::LabelPhys;
 use crate::format::space::{DedupPhys, PackPhys};
-use crate::format::uberblock::{UberblockPhys, UBER_SLOT_SIZE};
+use crate::format::uberblock::{HostState, UberblockPhys, UBER_SLOT_SIZE};
 use crate::format::{LABEL_SIZE, RING_SLOTS, UNIT_SIZE};
 use crate::pool::{volume_key, PoolInner, VolumeId};
 
@@ -55,7 +60,7 @@ pub fn scan_ring(dev: &dyn BlockDevice, pool_guid: u64) -> Result<(Vec<Uberblock
             }
         }
     }
-    found.sort_by(|a, b| b.txg.cmp(&a.txg));
+    found.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
     found.dedup_by(|a, b| a.txg == b.txg && a == b);
     Ok((found, problems))
 }
@@ -175,6 +180,11 @@ impl PoolInner {
         if self.frozen_lsn.is_none() {
             self.freeze();
         }
+        // The labels name the host-state feature before the first root that uses it.
+        let (host_id, pool_state) = self.host_stamp();
+        if pool_state != HostState::Unknown {
+            self.enable_host_state_feature()?;
+        }
         // Prewritten blocks are referenced below: their writes must all have been issued
         // (this completes them, or waits for the prewriter doing it). If one failed, none
         // is used; the records are written again here.
@@ -245,7 +255,13 @@ impl PoolInner {
             allocated_units: alloc.allocated_units(),
             next_volume_id: self.next_volume_id,
             features_incompat: self.label.features.incompat,
+            host_id,
+            pool_state,
         };
+        assert!(
+            pool_state == HostState::Unknown || self.label.features.compat & COMPAT_HOST_STATE != 0,
+            "a root recording a host state is written only under labels that name the feature"
+        );
         write_root(self.dev.as_ref(), alloc, &ub)?;
         alloc.reset_reservations(self.volumes.values().map(|v| v.open_reserved_units()).sum());
         let frozen_lsn = self.frozen_lsn.take().expect("frozen above");

@@ -94,7 +94,7 @@ fn mutate(rng: &mut SimRng, rec: &mut Vec<u8>) {
 
 #[test]
 fn random_and_mutated_calls_never_panic() {
-    let seed = seed_from_env(0x5eed_0f_2f5);
+    let seed = seed_from_env(0x0005_eed0_f2f5);
     let iters = iters_from_env(20_000);
     eprintln!("seed {seed} (replay with STRATA_SEED={seed})");
     let mut rng = SimRng::new(seed);

@@ -67,6 +67,8 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         allocated_units: 10,
         next_volume_id: 2,
         features_incompat: 0,
+        host_id: 0x4057,
+        pool_state: strata_engine::HostState::Active,
     };
     let chunk = SpacemapChunkPhys { chunk_index: 0, txg: 4, pool_guid: 1, bits: rng.bytes(CHUNK_BITS_BYTES) };
     let leaf = BtreeNodePhys::Leaf { entries: vec![(b"a".to_vec(), b"1".to_vec()), (b"b".to_vec(), rng.blob(100))] };

@@ -10,7 +10,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_strata");
 
 pub struct Daemon {
     pub child: Option<Child>,
-    pub api: String,
+    /// The daemon's control socket (the CLI finds it through STRATA_SOCKET).
+    pub socket: PathBuf,
     pub dir: PathBuf,
 }
 
@@ -27,8 +28,8 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 
 impl Daemon {
     pub fn start(dir: &Path) -> Daemon {
-        let api = format!("127.0.0.1:{}", free_port());
-        let mut d = Daemon { child: None, api, dir: dir.to_path_buf() };
+        let socket = dir.join("strata.sock");
+        let mut d = Daemon { child: None, socket, dir: dir.to_path_buf() };
         d.spawn();
         d
     }
@@ -43,7 +44,8 @@ impl Daemon {
         let child = Command::new(BIN)
             .args(["serve", "--data-dir", self.dir.join("data").to_str().unwrap(), "--default-pool-size", "256M"])
             .args(extra)
-            .env("STRATA_API", &self.api)
+            .env("STRATA_SOCKET", &self.socket)
+            .env_remove("STRATA_API")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -64,7 +66,13 @@ impl Daemon {
     }
 
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(BIN).args(args).env("STRATA_API", &self.api).output().expect("run strata");
+        let out = Command::new(BIN)
+            .args(args)
+            .env("STRATA_SOCKET", &self.socket)
+            .env_remove("STRATA_API")
+            .env_remove("STRATA_TOKEN")
+            .output()
+            .expect("run strata");
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into(),
@@ -84,10 +92,11 @@ impl Daemon {
         serde_json::from_str(&self.ok(&a)).expect("valid JSON")
     }
 
-    /// Fails with exit status 2 and a message containing `want`.
+    /// Fails (exit status 1-6: failure, usage, not found, conflict, access, unreachable)
+    /// with a message containing `want`.
     pub fn fails(&self, args: &[&str], want: &str) {
         let (code, out, err) = self.cli(args);
-        assert_eq!(code, 2, "strata {args:?} should fail: {out}{err}");
+        assert!((1..=6).contains(&code), "strata {args:?} should fail: {code} {out}{err}");
         assert!(err.contains(want), "strata {args:?}: expected {want:?} in: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }

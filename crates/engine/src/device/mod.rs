@@ -6,9 +6,13 @@
 
 mod aligned;
 mod file;
+mod probe;
 
 pub use aligned::AlignedBuf;
 pub use file::{FileDevice, FileDeviceOptions};
+pub use probe::{
+    probe_foreign_data, probe_reader, probe_window, ForeignData, Signature, StrataLabel, PROBE_WINDOW_BYTES,
+};
 
 use std::io;
 

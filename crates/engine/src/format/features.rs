@@ -11,7 +11,7 @@
 //! note in docs/engine-format.md.
 
 /// Feature bits this build understands, per mask.
-pub const KNOWN_COMPAT: u64 = 0;
+pub const KNOWN_COMPAT: u64 = COMPAT_HOST_STATE;
 pub const KNOWN_RO_COMPAT: u64 = 0;
 pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_DEDUP | INCOMPAT_LOG_DEVICE;
 
@@ -42,6 +42,15 @@ pub const INCOMPAT_DEDUP: u64 = 1 << 10;
 /// log device is discarded (`PoolOptions::discard_missing_log`). Bit 16: the txg and
 /// intent-log features take bits from 16 up.
 pub const INCOMPAT_LOG_DEVICE: u64 = 1 << 16;
+
+/// Uberblocks carry the host that wrote them and the pool's state (`host_id`, `pool_state`:
+/// active or exported), in bytes that were reserved zeros (`format::uberblock`). A compat
+/// feature: older builds never read those bytes, accept such roots, and write zeros there
+/// again (which reads as "unknown"), so they may read and write the pool. Set in the labels
+/// before the first root that records a host state is written (txg.rs `sync`), and kept:
+/// it says the pool has been used by host-aware builds, whose import checks apply to it.
+/// Bit 16: the txg and intent-log features take bits from 16 up, in every mask.
+pub const COMPAT_HOST_STATE: u64 = 1 << 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Features {

@@ -172,10 +172,7 @@ impl BTree {
         let old = remove_rec(io, root, key, &mut self.released)?;
         // Shrink the root: an internal root with one child is replaced by that child; an
         // empty leaf root means an empty tree.
-        loop {
-            let Some(Link::Mem(n)) = &mut self.root else {
-                break;
-            };
+        while let Some(Link::Mem(n)) = &mut self.root {
             if n.len() == 0 {
                 self.released.extend(n.orig);
                 self.root = None;

@@ -8,9 +8,9 @@
 //!   file 0444 still writes through the descriptor it holds);
 //! - READ is allowed with execute permission alone (a program is read to be executed).
 //!
-//! No POSIX ACLs: the volume file system has none.
+//! No POSIX ACLs: the volume file system has none. SETATTR's ownership rules (chown,
+//! chgrp, chmod, times) are in setattr.rs.
 
-use super::attr::Sattr;
 use super::{NfsResult, Stat};
 use crate::export::Identity;
 use strata_fs::Attr;
@@ -84,46 +84,6 @@ pub(crate) fn check_sticky(who: &Identity, dir: &Attr, victim: &Attr) -> NfsResu
         return Err(Stat::Acces);
     }
     Ok(())
-}
-
-/// SETATTR: who may change what (chmod, chown, chgrp, truncate, utimes).
-pub(crate) fn check_setattr(who: &Identity, a: &Attr, s: &Sattr) -> NfsResult<()> {
-    let owner = who.uid == 0 || who.uid == a.uid;
-    if s.mode.is_some() && !owner {
-        return Err(Stat::Perm);
-    }
-    if s.uid.is_some_and(|u| u != a.uid) && who.uid != 0 {
-        return Err(Stat::Perm);
-    }
-    if s.gid.is_some_and(|g| g != a.gid) && !(who.uid == 0 || (who.uid == a.uid && who.in_group(g_of(s)))) {
-        return Err(Stat::Perm);
-    }
-    if s.size.is_some() {
-        check_write_data(who, a)?;
-    }
-    use super::attr::SetTime;
-    for t in [s.atime, s.mtime] {
-        match t {
-            SetTime::Keep => {}
-            SetTime::ServerTime if !owner && !allowed(who, a, MAY_WRITE) => return Err(Stat::Acces),
-            SetTime::ClientTime(_) if !owner => return Err(Stat::Perm),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-fn g_of(s: &Sattr) -> u32 {
-    s.gid.unwrap_or(u32::MAX)
-}
-
-/// Non-root chmod of a file whose group the caller is not in drops set-group-id (Linux).
-pub(crate) fn filter_mode(who: &Identity, a: &Attr, mode: u32) -> u32 {
-    if who.uid != 0 && !is_dir(a) && !who.in_group(a.gid) {
-        mode & !libc::S_ISGID
-    } else {
-        mode
-    }
 }
 
 /// The ACCESS procedure: which of the `requested` bits would be allowed.
@@ -205,25 +165,5 @@ mod tests {
         assert_eq!(access_bits(&who(10, 20, &[]), &d, all, true), ACCESS3_READ | ACCESS3_LOOKUP);
         let x = attr(libc::S_IFREG | 0o711, 10, 20);
         assert_eq!(access_bits(&who(11, 1, &[]), &x, all, false), ACCESS3_EXECUTE);
-    }
-
-    #[test]
-    fn setattr_rules() {
-        let f = attr(libc::S_IFREG | 0o644, 10, 20);
-        let none = Sattr {
-            mode: None,
-            uid: None,
-            gid: None,
-            size: None,
-            atime: super::super::attr::SetTime::Keep,
-            mtime: super::super::attr::SetTime::Keep,
-        };
-        assert_eq!(check_setattr(&who(11, 1, &[]), &f, &Sattr { mode: Some(0o777), ..none }), Err(Stat::Perm));
-        assert!(check_setattr(&who(10, 1, &[]), &f, &Sattr { mode: Some(0o600), ..none }).is_ok());
-        assert_eq!(check_setattr(&who(10, 1, &[]), &f, &Sattr { uid: Some(11), ..none }), Err(Stat::Perm));
-        assert!(check_setattr(&who(10, 1, &[30]), &f, &Sattr { gid: Some(30), ..none }).is_ok());
-        assert_eq!(check_setattr(&who(10, 1, &[]), &f, &Sattr { gid: Some(30), ..none }), Err(Stat::Perm));
-        assert!(check_setattr(&who(0, 0, &[]), &f, &Sattr { uid: Some(11), ..none }).is_ok());
-        assert_eq!(check_setattr(&who(11, 1, &[]), &f, &Sattr { size: Some(0), ..none }), Err(Stat::Acces));
     }
 }

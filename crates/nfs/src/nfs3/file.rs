@@ -9,11 +9,11 @@
 
 use super::access::{self, check_read_data, check_write_data};
 use super::attr::{get_sattr, get_time, put_fattr, put_post_op_attr, put_wcc, FATTR3_BYTES};
-use super::{resolve, status, NfsResult, Node, Stat, MAX_IO_BYTES};
+use super::{resolve, setattr, status, NfsResult, Node, Stat, MAX_IO_BYTES};
 use crate::rpc::MAX_RECORD_BYTES;
 use crate::server::{Handled, Request};
 use crate::xdr::Encoder;
-use strata_fs::{SetAttr, SharedBytes};
+use strata_fs::SharedBytes;
 
 const UNSTABLE: u32 = 0;
 const FILE_SYNC: u32 = 2;
@@ -58,6 +58,8 @@ fn wcc_reply(
     e
 }
 
+/// SETATTR, in knfsd's order (setattr.rs): file type, read-only export and write
+/// permission; the ctime guard; the ownership rules; then the change.
 pub(crate) fn setattr(req: &mut Request<'_>) -> Handled {
     let node = resolve(req)?;
     let s = get_sattr(&mut req.args)?;
@@ -66,21 +68,15 @@ pub(crate) fn setattr(req: &mut Request<'_>) -> Handled {
         req,
         node,
         |n| {
-            n.writable()?;
+            // A snapshot is a read-only file system under a writable export.
+            let read_only = n.export.policy.read_only || strata_fs::is_snapshot_ino(n.ino);
+            setattr::check_access(&n.who, &n.attr, &s, read_only)?;
             if guard.is_some_and(|ctime| ctime != n.attr.ctime_ns) {
                 return Err(Stat::NotSync);
             }
-            access::check_setattr(&n.who, &n.attr, &s)?;
-            let set = SetAttr {
-                mode: s.mode.map(|m| access::filter_mode(&n.who, &n.attr, m)),
-                uid: s.uid,
-                gid: s.gid,
-                size: s.size,
-                atime_ns: s.atime.as_fs(),
-                mtime_ns: s.mtime.as_fs(),
-                kill_suid: n.who.uid != 0,
-            };
-            n.fs().setattr(n.ino, set)?;
+            if let Some(set) = setattr::prepare(&n.who, &n.attr, &s)? {
+                n.fs().setattr(n.ino, set)?;
+            }
             Ok(())
         },
         |_| {},

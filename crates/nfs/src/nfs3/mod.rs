@@ -9,13 +9,15 @@
 //! Permission checks are ours (access.rs): VolumeFs records owners and modes but leaves
 //! checking to its front end, and over NFS no kernel does it for us.
 //!
-//! Modules: `attr` (fattr3, wcc_data, sattr3), `access` (permission rules), `file`
-//! (attributes, data, COMMIT, file system information), `dir` (names).
+//! Modules: `attr` (fattr3, wcc_data, sattr3), `access` (permission rules), `setattr`
+//! (SETATTR's ownership rules, Linux's), `file` (attributes, data, COMMIT, file system
+//! information), `dir` (names).
 
 mod access;
 mod attr;
 mod dir;
 mod file;
+mod setattr;
 
 use crate::export::{Export, Identity};
 use crate::handle::{HandleFields, HANDLE_BYTES};

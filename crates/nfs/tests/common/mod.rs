@@ -58,6 +58,18 @@ pub fn localhost() -> IpAddr {
 }
 
 pub fn call_record(xid: u32, prog: u32, vers: u32, proc_: u32, uid: u32, gid: u32, args: &[u8]) -> Vec<u8> {
+    call_record_groups(xid, prog, vers, proc_, (uid, gid, &[]), args)
+}
+
+/// A call with AUTH_SYS credentials `(uid, gid, supplementary gids)`.
+pub fn call_record_groups(
+    xid: u32,
+    prog: u32,
+    vers: u32,
+    proc_: u32,
+    (uid, gid, groups): (u32, u32, &[u32]),
+    args: &[u8],
+) -> Vec<u8> {
     let mut e = Encoder::with_capacity(128 + args.len());
     e.u32(xid);
     e.u32(0);
@@ -70,7 +82,10 @@ pub fn call_record(xid: u32, prog: u32, vers: u32, proc_: u32, uid: u32, gid: u3
     cred.opaque(b"test");
     cred.u32(uid);
     cred.u32(gid);
-    cred.u32(0);
+    cred.u32(groups.len() as u32);
+    for &g in groups {
+        cred.u32(g);
+    }
     e.u32(1);
     e.opaque(&cred.buf);
     e.u32(0);
@@ -93,10 +108,15 @@ pub fn results(reply: &[u8]) -> Vec<u8> {
 
 impl World {
     pub fn call_as(&self, peer: IpAddr, prog: u32, proc_: u32, uid: u32, args: &[u8]) -> Vec<u8> {
+        self.call_cred(peer, prog, proc_, (uid, uid, &[]), args)
+    }
+
+    /// A call from `peer` with AUTH_SYS credentials `(uid, gid, supplementary gids)`.
+    pub fn call_cred(&self, peer: IpAddr, prog: u32, proc_: u32, cred: (u32, u32, &[u32]), args: &[u8]) -> Vec<u8> {
         // Every call its own xid, as a client does (the same xid is a retransmission).
         static XID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
         let xid = XID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let rec = call_record(xid, prog, 3, proc_, uid, uid, args);
+        let rec = call_record_groups(xid, prog, 3, proc_, cred, args);
         results(&self.server.process(peer, &rec).expect("a reply"))
     }
 

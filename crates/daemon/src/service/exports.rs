@@ -13,15 +13,14 @@
 //! - An export uses the volume's shared file system (crate::volumes), the same one a FUSE
 //!   mount of the volume uses.
 
-use crate::api::ApiError;
-use crate::{random_u64, split_volume, Daemon};
+use super::{random_u64, split_volume, ApiError, Daemon};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use strata_api::{CreateExport, Done, ExportInfo};
 use strata_nfs::{Cidr, Export, ExportPolicy, ExportTable, HandleKey, NfsServer, ServerConfig, Squash, ANON_ID};
 
 /// An export as the state file and the API keep it.
@@ -161,120 +160,110 @@ fn activate(d: &Daemon, r: &ExportRecord) -> Result<(), ApiError> {
     Ok(())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateExport {
-    volume: String,
-    protocol: Option<String>,
-    clients: Option<Vec<String>>,
-    read_only: Option<bool>,
-    squash: Option<String>,
-    anon_uid: Option<u32>,
-    anon_gid: Option<u32>,
-}
-
-fn export_json(d: &Daemon, r: &ExportRecord) -> Value {
+fn export_info(d: &Daemon, r: &ExportRecord) -> ExportInfo {
     let port = d.nfs.port();
     let host = d.opts.nfs.as_ref().map(|o| o.bind.to_string()).unwrap_or_else(|| "HOST".into());
-    json!({
-        "id": r.id, "protocol": "nfs", "volume": r.volume, "path": r.path(), "clients": r.clients,
-        "read_only": r.read_only, "squash": r.squash, "anon_uid": r.anon_uid, "anon_gid": r.anon_gid,
-        "active": d.nfs.table.get(r.id).is_some(), "nfs_port": port,
-        "mount": port.map(|p| format!(
-            "mount -t nfs -o vers=3,proto=tcp,port={p},mountport={p},nolock {host}:{} DIR", r.path()
-        )),
-    })
-}
-
-/// `/v1/exports` and `/v1/exports/{id}`.
-pub(crate) fn route(d: &Daemon, method: &str, parts: &[&str], req: &mut tiny_http::Request) -> crate::api::Reply {
-    match (method, parts) {
-        ("GET", ["v1", "exports"]) => {
-            Ok((200, Value::Array(d.nfs.records().iter().map(|r| export_json(d, r)).collect())))
-        }
-        ("POST", ["v1", "exports"]) => {
-            let b: CreateExport = crate::api::body(req)?;
-            create(d, b)
-        }
-        ("GET", ["v1", "exports", id]) => {
-            let id = parse_id(id)?;
-            let r = d.nfs.records().into_iter().find(|r| r.id == id).ok_or_else(|| not_found(id))?;
-            Ok((200, export_json(d, &r)))
-        }
-        ("DELETE", ["v1", "exports", id]) => {
-            let id = parse_id(id)?;
-            let _g = d.admin.lock().expect("admin");
-            let removed = {
-                let mut records = d.nfs.records.lock().expect("export records");
-                let before = records.len();
-                records.retain(|r| r.id != id);
-                before != records.len()
-            };
-            if !removed {
-                return Err(not_found(id));
-            }
-            d.nfs.table.remove(id);
-            d.save_state()?;
-            tracing::info!(export = id, "NFS export deleted");
-            Ok((200, json!({"deleted": id})))
-        }
-        _ => Err(ApiError::not_found(format!("no endpoint {method} /{}", parts.join("/")), "see docs/api.md")),
+    ExportInfo {
+        id: r.id,
+        protocol: "nfs".into(),
+        volume: r.volume.clone(),
+        path: r.path(),
+        clients: r.clients.clone(),
+        read_only: r.read_only,
+        squash: r.squash.clone(),
+        anon_uid: r.anon_uid,
+        anon_gid: r.anon_gid,
+        active: d.nfs.table.get(r.id).is_some(),
+        nfs_port: port,
+        mount: port
+            .map(|p| format!("mount -t nfs -o vers=3,proto=tcp,port={p},mountport={p},nolock {host}:{} DIR", r.path())),
+        note: None,
     }
-}
-
-fn parse_id(s: &str) -> Result<u32, ApiError> {
-    s.parse().map_err(|_| ApiError::bad_request(format!("export id {s:?} is not a number"), "see `strata export list`"))
 }
 
 fn not_found(id: u32) -> ApiError {
     ApiError::not_found(format!("export {id}"), "see `strata export list`")
 }
 
-fn create(d: &Daemon, b: CreateExport) -> crate::api::Reply {
-    if let Some(p) = b.protocol.as_deref().filter(|p| *p != "nfs") {
-        return Err(ApiError::bad_request(format!("protocol {p:?}"), "only \"nfs\" exports exist so far"));
+impl Daemon {
+    pub(crate) fn list_exports(&self) -> Vec<ExportInfo> {
+        self.nfs.records().iter().map(|r| export_info(self, r)).collect()
     }
-    let (pool_name, vol_name) = split_volume(&b.volume)?;
-    d.pool(pool_name)?.volume_id(vol_name).map_err(ApiError::from)?;
-    let clients = b.clients.unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
-    if clients.is_empty() {
-        return Err(ApiError::bad_request(
-            "an export with no client networks",
-            "give at least one CIDR, e.g. 10.0.0.0/8",
-        ));
+
+    pub(crate) fn export(&self, id: u32) -> Result<ExportInfo, ApiError> {
+        let r = self.nfs.records().into_iter().find(|r| r.id == id).ok_or_else(|| not_found(id))?;
+        Ok(export_info(self, &r))
     }
-    let mut r = ExportRecord {
-        id: 0,
-        volume: b.volume.clone(),
-        clients,
-        read_only: b.read_only.unwrap_or(false),
-        squash: b.squash.unwrap_or_else(|| "root".into()),
-        anon_uid: b.anon_uid.unwrap_or(ANON_ID),
-        anon_gid: b.anon_gid.unwrap_or(ANON_ID),
-    };
-    r.policy().map_err(|e| {
-        ApiError::bad_request(e, "clients are CIDRs (10.0.0.0/8, 192.168.1.5); squash is none, root or all")
-    })?;
-    let _g = d.admin.lock().expect("admin");
-    if let Some(id) = d.nfs.exported(pool_name, vol_name) {
-        return Err(ApiError::conflict(
-            format!("volume {} is already exported (export {id})", b.volume),
-            "delete that export first, or change it by deleting and exporting again",
-        ));
+
+    pub(crate) fn delete_export(&self, id: u32) -> Result<Done, ApiError> {
+        let _g = self.admin.lock().expect("admin");
+        self.remove_export(id)?;
+        self.save_state()?;
+        Ok(Done { target: format!("export {id}"), also: Vec::new() })
     }
-    r.id = {
-        let mut next = d.nfs.next_id.lock().expect("export ids");
-        let id = *next;
-        *next += 1;
-        id
-    };
-    activate(d, &r)?;
-    d.nfs.records.lock().expect("export records").push(r.clone());
-    d.save_state()?;
-    tracing::info!(export = r.id, volume = %r.volume, clients = ?r.clients, read_only = r.read_only, squash = %r.squash, "NFS export created");
-    let mut v = export_json(d, &r);
-    if d.nfs.port().is_none() {
-        v["note"] = json!("the daemon serves no NFS: restart it with --nfs-port N to serve this export");
+
+    /// Take export `id` out of service and out of the records (the caller saves the state).
+    pub(crate) fn remove_export(&self, id: u32) -> Result<(), ApiError> {
+        let removed = {
+            let mut records = self.nfs.records.lock().expect("export records");
+            let before = records.len();
+            records.retain(|r| r.id != id);
+            before != records.len()
+        };
+        if !removed {
+            return Err(not_found(id));
+        }
+        self.nfs.table.remove(id);
+        tracing::info!(export = id, "NFS export deleted");
+        Ok(())
     }
-    Ok((201, v))
+
+    pub(crate) fn create_export(&self, b: CreateExport) -> Result<ExportInfo, ApiError> {
+        if let Some(p) = b.protocol.as_deref().filter(|p| *p != "nfs") {
+            return Err(ApiError::bad_request(format!("protocol {p:?}"), "only \"nfs\" exports exist so far"));
+        }
+        let (pool_name, vol_name) = split_volume(&b.volume)?;
+        self.pool(pool_name)?.volume_id(vol_name).map_err(ApiError::from)?;
+        let clients = b.clients.unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
+        if clients.is_empty() {
+            return Err(ApiError::bad_request(
+                "an export with no client networks",
+                "give at least one CIDR, e.g. 10.0.0.0/8",
+            ));
+        }
+        let mut r = ExportRecord {
+            id: 0,
+            volume: b.volume.clone(),
+            clients,
+            read_only: b.read_only.unwrap_or(false),
+            squash: b.squash.unwrap_or_else(|| "root".into()),
+            anon_uid: b.anon_uid.unwrap_or(ANON_ID),
+            anon_gid: b.anon_gid.unwrap_or(ANON_ID),
+        };
+        r.policy().map_err(|e| {
+            ApiError::bad_request(e, "clients are CIDRs (10.0.0.0/8, 192.168.1.5); squash is none, root or all")
+        })?;
+        let _g = self.admin.lock().expect("admin");
+        if let Some(id) = self.nfs.exported(pool_name, vol_name) {
+            return Err(ApiError::conflict(
+                format!("volume {} is already exported (export {id})", b.volume),
+                "delete that export first, or change it by deleting and exporting again",
+            ));
+        }
+        r.id = {
+            let mut next = self.nfs.next_id.lock().expect("export ids");
+            let id = *next;
+            *next += 1;
+            id
+        };
+        activate(self, &r)?;
+        self.nfs.records.lock().expect("export records").push(r.clone());
+        self.save_state()?;
+        tracing::info!(export = r.id, volume = %r.volume, clients = ?r.clients, read_only = r.read_only, squash = %r.squash, "NFS export created");
+        let mut v = export_info(self, &r);
+        if self.nfs.port().is_none() {
+            v.note = Some("the daemon serves no NFS: restart it with --nfs-port N to serve this export".into());
+        }
+        Ok(v)
+    }
 }

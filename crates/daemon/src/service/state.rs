@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,10 +27,10 @@ pub struct State {
     pub pools: Vec<PoolRecord>,
     pub mounts: Vec<MountRecord>,
     #[serde(default)]
-    pub policies: Vec<crate::policy::PolicyRecord>,
+    pub policies: Vec<crate::service::policy::PolicyRecord>,
     /// NFS exports (crate::nfs); absent in state files of older daemons.
     #[serde(default)]
-    pub exports: Vec<crate::nfs::ExportRecord>,
+    pub exports: Vec<crate::service::exports::ExportRecord>,
     /// The next export id: ids are never reused, so old file handles cannot reach a new export.
     #[serde(default)]
     pub next_export_id: u32,
@@ -46,16 +47,23 @@ impl State {
         }
     }
 
-    /// Write to a temporary file, fsync, rename over, fsync the directory.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("json.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(serde_json::to_string_pretty(self).expect("state serialises").as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        write_atomic(path, serde_json::to_string_pretty(self).expect("state serialises").as_bytes(), 0o600)
     }
+}
+
+/// Replace `path` with `bytes`: write a temporary file (mode `mode`), fsync, rename over,
+/// fsync the directory. A crash leaves the old file or the new one, never a mix.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

@@ -5,7 +5,8 @@
 //! The registry holds weak references: a file system lives as long as a mount or an
 //! export holds it, and the next user opens it again.
 
-use crate::{ApiError, SystemClock};
+use super::ApiError;
+use crate::SystemClock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use strata_engine::Pool;

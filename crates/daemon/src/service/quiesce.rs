@@ -10,7 +10,7 @@
 //! quiescing fails or times out the snapshot is not taken, and the client is killed: the
 //! server ends the session, which releases the lock (or ends the backup).
 
-use crate::api::ApiError;
+use super::ApiError;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};

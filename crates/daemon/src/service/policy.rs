@@ -5,32 +5,18 @@
 //! and deletes its oldest beyond `keep` (a snapshot a clone depends on is kept, with a
 //! warning, until the clone is split or deleted). Policies live in the state file.
 
-use crate::api::{body, ApiError, Reply};
-use crate::{utc_compact, Daemon};
+use super::{ApiError, Daemon};
+use crate::utc_compact;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
+use strata_api::{PolicyInfo, Schedule};
 use strata_engine::ErrorKind;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Schedule {
-    pub name: String,
-    pub every_seconds: u64,
-    pub keep: u32,
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PolicyRecord {
     /// POOL/VOLUME
     pub volume: String,
     pub schedules: Vec<Schedule>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SetPolicy {
-    schedules: Vec<Schedule>,
 }
 
 fn validate(s: &[Schedule]) -> Result<(), ApiError> {
@@ -57,36 +43,31 @@ fn validate(s: &[Schedule]) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn policy_json(spec: &str, s: &[Schedule]) -> Value {
-    json!({"volume": spec, "schedules": s})
-}
+impl Daemon {
+    pub(crate) fn policy(&self, p: &str, v: &str) -> Result<PolicyInfo, ApiError> {
+        self.pool(p)?.volume_id(v)?;
+        let volume = format!("{p}/{v}");
+        let schedules = self.policies.lock().expect("policies").get(&volume).cloned().unwrap_or_default();
+        Ok(PolicyInfo { volume, schedules })
+    }
 
-/// GET/PUT/DELETE /v1/pools/{p}/volumes/{v}/policy.
-pub(crate) fn route(d: &Daemon, method: &str, p: &str, v: &str, req: &mut tiny_http::Request) -> Reply {
-    let spec = format!("{p}/{v}");
-    match method {
-        "GET" => {
-            d.pool(p)?.volume_id(v)?;
-            let s = d.policies.lock().expect("policies").get(&spec).cloned().unwrap_or_default();
-            Ok((200, policy_json(&spec, &s)))
-        }
-        "PUT" => {
-            let b: SetPolicy = body(req)?;
-            validate(&b.schedules)?;
-            d.pool(p)?.volume_id(v)?;
-            let _g = d.admin.lock().expect("admin");
-            d.policies.lock().expect("policies").insert(spec.clone(), b.schedules.clone());
-            d.save_state()?;
-            tracing::info!(volume = spec, schedules = ?b.schedules, "snapshot policy set");
-            Ok((200, policy_json(&spec, &b.schedules)))
-        }
-        "DELETE" => {
-            let _g = d.admin.lock().expect("admin");
-            d.policies.lock().expect("policies").remove(&spec);
-            d.save_state()?;
-            Ok((200, policy_json(&spec, &[])))
-        }
-        _ => Err(ApiError::not_found(format!("no endpoint {method} .../policy"), "GET, PUT or DELETE")),
+    pub(crate) fn set_policy(&self, p: &str, v: &str, schedules: Vec<Schedule>) -> Result<PolicyInfo, ApiError> {
+        validate(&schedules)?;
+        self.pool(p)?.volume_id(v)?;
+        let volume = format!("{p}/{v}");
+        let _g = self.admin.lock().expect("admin");
+        self.policies.lock().expect("policies").insert(volume.clone(), schedules.clone());
+        self.save_state()?;
+        tracing::info!(volume, schedules = ?schedules, "snapshot policy set");
+        Ok(PolicyInfo { volume, schedules })
+    }
+
+    pub(crate) fn clear_policy(&self, p: &str, v: &str) -> Result<PolicyInfo, ApiError> {
+        let volume = format!("{p}/{v}");
+        let _g = self.admin.lock().expect("admin");
+        self.policies.lock().expect("policies").remove(&volume);
+        self.save_state()?;
+        Ok(PolicyInfo { volume, schedules: Vec::new() })
     }
 }
 
@@ -111,7 +92,7 @@ fn run_schedule(d: &Daemon, pool: &str, vol: &str, s: &Schedule, now_ns: u64) ->
         n += 1;
         name = format!("{base}-{n}");
     }
-    crate::snapshots::create(d, pool, &[vol.to_string()], &name, None)?;
+    super::snapshots::create(d, pool, &[vol.to_string()], &name, None)?;
     mine.push((u64::MAX, now_ns, name));
     let excess = mine.len().saturating_sub(s.keep as usize);
     let _g = d.admin.lock().expect("admin");
@@ -138,6 +119,9 @@ impl Daemon {
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
             for (spec, schedules) in all {
                 let Some((pool, vol)) = spec.split_once('/') else { continue };
+                if self.unavailable.lock().expect("unavailable").contains_key(pool) {
+                    continue; // its schedules resume when the pool is back
+                }
                 for s in &schedules {
                     if let Err(e) = run_schedule(self, pool, vol, s, now_ns) {
                         tracing::warn!(volume = spec, schedule = s.name, "policy: {}", e.message);

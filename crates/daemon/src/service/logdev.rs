@@ -1,7 +1,7 @@
 //! Separate intent-log devices of the daemon's pools (`pool create --log-device`): the
 //! checks made before one is formatted, so bad input fails before anything is written.
 
-use crate::ApiError;
+use super::ApiError;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use strata_engine::{BlockDevice, Pool, PoolOptions};
 /// Open `log` as the log device of a new pool on `device`: it must exist, be another file
 /// than `device`, hold at least `MIN_LOG_DEVICE_SIZE` bytes, and hold neither a pool nor
 /// another pool's log.
-pub(crate) fn open_new_log_device(device: &Path, log: &Path) -> Result<Arc<dyn BlockDevice>, ApiError> {
+pub(crate) fn open_new_log_device(device: &Path, log: &Path, force: bool) -> Result<Arc<dyn BlockDevice>, ApiError> {
     let meta = std::fs::metadata(log).map_err(|e| {
         ApiError::bad_request(
             format!("log device {}: {e}", log.display()),
@@ -29,7 +29,7 @@ pub(crate) fn open_new_log_device(device: &Path, log: &Path) -> Result<Arc<dyn B
             "the intent log needs a device of its own: give another file or block device",
         ));
     }
-    let dev = crate::open_device(log, None)?;
+    let dev = super::open_device(log, None)?;
     if dev.size_bytes() < MIN_LOG_DEVICE_SIZE {
         return Err(ApiError::bad_request(
             format!(
@@ -41,7 +41,7 @@ pub(crate) fn open_new_log_device(device: &Path, log: &Path) -> Result<Arc<dyn B
             "use a larger device or image file (e.g. `truncate -s 1G PATH`)",
         ));
     }
-    if Pool::open(dev.clone(), PoolOptions { read_only: true, discard_missing_log: true, ..crate::pool_options() })
+    if Pool::open(dev.clone(), PoolOptions { read_only: true, discard_missing_log: true, ..super::pool_options() })
         .is_ok()
     {
         return Err(ApiError::conflict(
@@ -56,5 +56,6 @@ pub(crate) fn open_new_log_device(device: &Path, log: &Path) -> Result<Arc<dyn B
              (dd if=/dev/zero of=PATH bs=4096 count=1 conv=notrunc)",
         ));
     }
+    super::devcheck::refuse_foreign_data(log, force)?;
     Ok(dev)
 }

@@ -1,0 +1,241 @@
+//! Pools: status, creation, settings, lifecycle (destroy, export, import) and the checker.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use utoipa::{IntoParams, ToSchema};
+
+/// A pool's health as the daemon sees it (`zpool status`'s first line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PoolState {
+    /// Open and served.
+    Online,
+    /// Known to the daemon but not open: a device is missing or unreadable (see `reason`).
+    /// Its mounts and exports wait for it; `pool export` forgets it.
+    Unavailable,
+}
+
+/// `GET /v1/pools`, `GET /v1/pools/{pool}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PoolInfo {
+    pub name: String,
+    pub state: PoolState,
+    /// Why the pool is not ONLINE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[schema(value_type = String)]
+    pub device: PathBuf,
+    #[schema(value_type = Option<String>)]
+    pub log_device: Option<PathBuf>,
+    /// Space, commits and caches: present when the pool is open.
+    #[serde(flatten)]
+    pub status: Option<PoolFigures>,
+}
+
+/// What an open pool reports.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PoolFigures {
+    /// The pool's unique id (hex), as `pool import` takes it.
+    pub guid: String,
+    pub txg: u64,
+    pub size_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    /// Freed in the last txgs, reusable shortly (deferred frees).
+    pub held_bytes: u64,
+    pub volumes: u64,
+    pub read_only: bool,
+    /// Why the pool refuses writes, if it latched after an I/O error.
+    pub latched: Option<String>,
+    pub corruptions_detected: u64,
+    /// What opening met: skipped torn or damaged roots, fallbacks.
+    pub open_notes: Vec<String>,
+    pub logical_bytes: u64,
+    pub saved_bytes: u64,
+    /// logical / allocated, 2 decimals.
+    pub compress_ratio: f64,
+    /// Volumes written by an older build, whose savings are not counted.
+    pub untracked_volumes: u64,
+    /// Unused parts of volume reservations.
+    pub reserved_bytes: u64,
+    pub available_bytes: u64,
+    pub capacity_alert_percent: u8,
+    pub warnings: Vec<String>,
+    pub compressed_blocks_written: u64,
+    pub compression_skipped: u64,
+    pub zero_records_elided: u64,
+    pub packs: u64,
+    pub packed_records_written: u64,
+    pub dedup_blocks: u64,
+    pub dedup_saved_bytes: u64,
+    pub dedup_table_max: u64,
+    pub log_blocks_written: u64,
+    pub log_bytes_written: u64,
+    pub log_bytes_by_reference: u64,
+    pub log_full_commits: u64,
+    pub log_memory_bytes: u64,
+    pub data_cache_bytes: u64,
+    pub data_cache_capacity_bytes: u64,
+    pub data_cache_hits: u64,
+    pub commits: CommitFigures,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CommitFigures {
+    pub count: u64,
+    pub prewrite_us_total: u64,
+    pub locked_us_total: u64,
+    pub locked_us_max: u64,
+    pub locked_us_last: u64,
+    pub locked_blocks_read: u64,
+    pub early_passes_skipped: u64,
+}
+
+/// `POST /v1/pools`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePool {
+    pub name: String,
+    /// Image file (created when `size_bytes` is given and it does not exist) or block device.
+    #[schema(value_type = String)]
+    pub device: PathBuf,
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// `blake3` (default) or `crc32c`.
+    #[serde(default)]
+    pub checksum: Option<String>,
+    /// A separate intent-log device (an existing file or block device of at least 16 MiB).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub log_device: Option<PathBuf>,
+    /// Format the device even though it holds a file system, a partition table, a label or
+    /// other data (what was found is named in the refusal).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `PATCH /v1/pools/{pool}`: every field given is applied, or none is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPool {
+    /// Warn when available space falls below this percentage (1-99).
+    #[serde(default)]
+    pub capacity_alert_percent: Option<u8>,
+    /// Add this separate intent-log device to the pool.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub log_device: Option<PathBuf>,
+    /// Stop using the pool's separate log device (the log goes back into the pool).
+    #[serde(default)]
+    pub remove_log_device: Option<bool>,
+}
+
+/// Query of `DELETE /v1/pools/{pool}` (destroy).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DestroyPoolQuery {
+    /// The pool's name again: destroying erases every volume, snapshot and clone in it.
+    pub confirm: Option<String>,
+    /// Unmount and unexport its volumes first instead of refusing.
+    pub force: Option<bool>,
+}
+
+/// `POST /v1/pools/{pool}/export`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExportPoolRequest {
+    /// Unmount and unexport its volumes first instead of refusing.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Query of `GET /v1/pools/importable`: where to look for pools.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ImportScanQuery {
+    /// One device or image file.
+    #[param(value_type = Option<String>)]
+    pub device: Option<PathBuf>,
+    /// Every regular file and block device in this directory (not recursive).
+    #[param(value_type = Option<String>)]
+    pub dir: Option<PathBuf>,
+}
+
+/// A pool found by its labels, as `pool import` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ImportCandidate {
+    pub name: String,
+    pub guid: String,
+    #[schema(value_type = String)]
+    pub device: PathBuf,
+    /// Its separate log device, by guid (hex), if it has one.
+    pub log_device_guid: Option<String>,
+    pub txg: u64,
+    /// `exported` (cleanly), `active` (open or not closed cleanly), or `unknown` (a pool
+    /// written before pools recorded their host).
+    pub pool_state: String,
+    /// The host id that last had it open (hex; 0 if unknown).
+    pub host_id: String,
+    /// This daemon's host id wrote it.
+    pub this_host: bool,
+    /// Already served by this daemon.
+    pub imported: bool,
+    /// Why importing it would be refused without `force`, if it would.
+    pub refusal: Option<String>,
+}
+
+/// `POST /v1/pools/import`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportPoolRequest {
+    /// The pool's name or guid (hex), as the scan lists it.
+    pub pool: String,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub device: Option<PathBuf>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub dir: Option<PathBuf>,
+    /// Its separate log device, if it has one.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub log_device: Option<PathBuf>,
+    /// Serve it under another name.
+    #[serde(default)]
+    pub new_name: Option<String>,
+    /// Import a pool another host still has open (it must really be closed there: two
+    /// hosts writing one pool destroy it).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST /v1/pools/{pool}/check`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    /// Read and verify every data block too (default true).
+    #[serde(default)]
+    pub verify_data: Option<bool>,
+}
+
+/// A checker report (`strata check`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CheckReport {
+    pub clean: bool,
+    pub txg: u64,
+    pub volumes: u64,
+    pub snapshots: u64,
+    pub objects: u64,
+    pub metadata_blocks: u64,
+    pub data_blocks: u64,
+    pub referenced_bytes: u64,
+    pub allocated_bytes: u64,
+    pub data_bytes_verified: u64,
+    pub compressed_blocks: u64,
+    pub saved_bytes: u64,
+    /// Invariant violations; empty when clean.
+    pub errors: Vec<String>,
+    pub notes: Vec<String>,
+}

@@ -1,0 +1,335 @@
+//! `strata pool ...`: create, list, status, set, destroy, export, import.
+
+use crate::client::{seg, Client, Failure};
+use crate::units::{human, parse_size};
+use crate::Out;
+use clap::Subcommand;
+use std::path::PathBuf;
+use strata_api::*;
+
+#[derive(Subcommand)]
+pub enum PoolCmd {
+    /// Make a new pool on an image file (created if missing) or a block device. A device or
+    /// file that holds a file system, a partition table, a label or other data is refused
+    /// (the refusal names what it found) unless --force.
+    Create {
+        name: String,
+        /// Image file or block device; must not hold a pool.
+        #[arg(long)]
+        device: PathBuf,
+        /// Size of a new image file (sparse), e.g. 100G.
+        #[arg(long)]
+        size: Option<String>,
+        /// Checksum of new blocks: blake3 or crc32c.
+        #[arg(long, default_value = "blake3")]
+        checksum: String,
+        /// Keep the intent log (what fsync writes) on this separate, fast device or image
+        /// file (existing, at least 16 MiB) instead of in the pool (docs/intent-log.md).
+        #[arg(long)]
+        log_device: Option<PathBuf>,
+        /// Format the device even though it holds data (it is overwritten).
+        #[arg(long)]
+        force: bool,
+    },
+    /// List pools (UNAVAILABLE ones too, with the reason).
+    List,
+    /// Space (logical vs physical, reservations, capacity warnings), txg and health of a pool.
+    Status { name: String },
+    /// Change a pool's settings (all of them, or none if one is refused).
+    Set {
+        name: String,
+        /// Warn in `pool status` when available space falls below this percentage (1-99,
+        /// default 10).
+        #[arg(long)]
+        capacity_alert: Option<u8>,
+        /// Move the intent log to this separate device (image file or block device of at
+        /// least 16 MiB) from now on; the pool commits first.
+        #[arg(long, conflicts_with = "remove_log_device")]
+        log_device: Option<PathBuf>,
+        /// Stop using the separate log device: the intent log goes back into the pool.
+        #[arg(long)]
+        remove_log_device: bool,
+    },
+    /// Destroy a pool: every volume, snapshot and clone in it; its devices' labels are erased.
+    Destroy {
+        name: String,
+        /// Confirm: this erases the pool's data.
+        #[arg(long)]
+        yes: bool,
+        /// Unmount and unexport its volumes first instead of refusing.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Close a pool cleanly and forget it, so it can be imported here or on another host
+    /// (an UNAVAILABLE pool is just forgotten).
+    Export {
+        name: String,
+        /// Unmount and unexport its volumes first instead of refusing.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Find pools by their labels (--device or --dir) and list them; with a POOL (name or
+    /// guid), import it.
+    Import {
+        /// The pool to import: its name or guid as the list shows it.
+        pool: Option<String>,
+        #[arg(long, conflicts_with = "dir")]
+        device: Option<PathBuf>,
+        /// Look at every file and block device in this directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The pool's separate log device, if it has one.
+        #[arg(long)]
+        log_device: Option<PathBuf>,
+        /// Serve it under this name.
+        #[arg(long)]
+        new_name: Option<String>,
+        /// Import even though another host has it open (it must really be closed there).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+fn absolute(p: &PathBuf, what: &str) -> Result<PathBuf, Failure> {
+    std::path::absolute(p).map_err(|e| Failure::usage(format!("{what} {}: {e}", p.display())))
+}
+
+pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
+    match cmd {
+        PoolCmd::Create { name, device, size, checksum, log_device, force } => {
+            let req = CreatePool {
+                name,
+                device: absolute(&device, "--device")?,
+                size_bytes: size.as_deref().map(parse_size).transpose()?,
+                checksum: Some(checksum),
+                log_device: log_device.as_ref().map(|l| absolute(l, "--log-device")).transpose()?,
+                force,
+            };
+            let p: PoolInfo = c.send("POST", "/v1/pools", &req)?;
+            out.show(&p, |p| {
+                let size = p.status.as_ref().map_or(0, |s| s.size_bytes);
+                println!("created pool {} on {} ({} usable)", p.name, p.device.display(), human(size));
+                if let Some(l) = &p.log_device {
+                    println!("intent log on {}", l.display());
+                }
+            });
+        }
+        PoolCmd::List => {
+            let pools: Vec<PoolInfo> = c.get("/v1/pools")?;
+            out.show(&pools, |pools| {
+                println!(
+                    "{:<16} {:<11} {:>10} {:>10} {:>10} {:>8}  {}",
+                    "POOL", "STATE", "SIZE", "ALLOC", "FREE", "VOLUMES", "DEVICE"
+                );
+                for p in pools {
+                    let (size, alloc, free, vols) = match &p.status {
+                        Some(s) => {
+                            (human(s.size_bytes), human(s.allocated_bytes), human(s.free_bytes), s.volumes.to_string())
+                        }
+                        None => ("-".into(), "-".into(), "-".into(), "-".into()),
+                    };
+                    println!(
+                        "{:<16} {:<11} {:>10} {:>10} {:>10} {:>8}  {}",
+                        p.name,
+                        state_name(p.state),
+                        size,
+                        alloc,
+                        free,
+                        vols,
+                        p.device.display()
+                    );
+                    if let Some(r) = &p.reason {
+                        println!("  {r}");
+                    }
+                }
+            });
+        }
+        PoolCmd::Status { name } => {
+            let p: PoolInfo = c.get(&format!("/v1/pools/{}", seg(&name)))?;
+            out.show(&p, print_pool);
+        }
+        PoolCmd::Set { name, capacity_alert, log_device, remove_log_device } => {
+            let req = SetPool {
+                capacity_alert_percent: capacity_alert,
+                log_device: log_device.as_ref().map(|l| absolute(l, "--log-device")).transpose()?,
+                remove_log_device: remove_log_device.then_some(true),
+            };
+            if req.capacity_alert_percent.is_none() && req.log_device.is_none() && req.remove_log_device.is_none() {
+                return Err(Failure::usage(
+                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH or --remove-log-device",
+                ));
+            }
+            let p: PoolInfo = c.send("PATCH", &format!("/v1/pools/{}", seg(&name)), &req)?;
+            out.show(&p, print_pool);
+        }
+        PoolCmd::Destroy { name, yes, force } => {
+            if !yes {
+                return Err(Failure::usage(format!(
+                    "destroying pool {name} erases every volume, snapshot and clone in it: add --yes to confirm"
+                )));
+            }
+            let q = format!("/v1/pools/{}?confirm={}&force={force}", seg(&name), seg(&name));
+            let d: Done = c.call::<(), Done>("DELETE", &q, None)?;
+            out.show(&d, |d| {
+                println!("destroyed pool {}", d.target);
+                for a in &d.also {
+                    println!("  {a}");
+                }
+            });
+        }
+        PoolCmd::Export { name, force } => {
+            let d: Done = c.send("POST", &format!("/v1/pools/{}/export", seg(&name)), &ExportPoolRequest { force })?;
+            out.show(&d, |d| {
+                println!("exported pool {}", d.target);
+                for a in &d.also {
+                    println!("  {a}");
+                }
+            });
+        }
+        PoolCmd::Import { pool, device, dir, log_device, new_name, force } => {
+            let device = device.as_ref().map(|d| absolute(d, "--device")).transpose()?;
+            let dir = dir.as_ref().map(|d| absolute(d, "--dir")).transpose()?;
+            if device.is_none() && dir.is_none() {
+                return Err(Failure::usage("where to look: give --device PATH or --dir DIR"));
+            }
+            match pool {
+                None => {
+                    let mut q = String::from("/v1/import/scan?");
+                    if let Some(d) = &device {
+                        q.push_str(&format!("device={}", seg(&d.to_string_lossy())));
+                    }
+                    if let Some(d) = &dir {
+                        q.push_str(&format!("dir={}", seg(&d.to_string_lossy())));
+                    }
+                    let found: Vec<ImportCandidate> = c.get(&q)?;
+                    out.show(&found, |found| {
+                        if found.is_empty() {
+                            println!("no pools found");
+                        }
+                        for p in found {
+                            println!("pool {} (guid {}) on {}", p.name, p.guid, p.device.display());
+                            println!(
+                                "  txg {}, {} by host {}{}",
+                                p.txg,
+                                p.pool_state,
+                                p.host_id,
+                                if p.this_host { " (this daemon)" } else { "" }
+                            );
+                            if let Some(l) = &p.log_device_guid {
+                                println!("  needs its log device {l} (--log-device)");
+                            }
+                            match &p.refusal {
+                                Some(r) => println!("  not importable: {r}"),
+                                None => println!(
+                                    "  import with: strata pool import {} --{} ...",
+                                    p.name,
+                                    if device.is_some() { "device" } else { "dir" }
+                                ),
+                            }
+                        }
+                    });
+                }
+                Some(pool) => {
+                    let req = ImportPoolRequest {
+                        pool,
+                        device,
+                        dir,
+                        log_device: log_device.as_ref().map(|l| absolute(l, "--log-device")).transpose()?,
+                        new_name,
+                        force,
+                    };
+                    let p: PoolInfo = c.send("POST", "/v1/import", &req)?;
+                    out.show(&p, |p| {
+                        println!(
+                            "imported pool {} from {} (txg {})",
+                            p.name,
+                            p.device.display(),
+                            p.status.as_ref().map_or(0, |s| s.txg)
+                        )
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn state_name(s: PoolState) -> &'static str {
+    match s {
+        PoolState::Online => "ONLINE",
+        PoolState::Unavailable => "UNAVAILABLE",
+    }
+}
+
+fn ratio_text(r: f64) -> String {
+    format!("{r:.2}x")
+}
+
+pub fn print_pool(p: &PoolInfo) {
+    println!("pool      {}", p.name);
+    println!("state     {}", state_name(p.state));
+    if let Some(r) = &p.reason {
+        println!("reason    {r}");
+    }
+    println!("device    {}", p.device.display());
+    println!("log       {}", p.log_device.as_ref().map_or("in the pool".into(), |l| l.display().to_string()));
+    let Some(s) = &p.status else { return };
+    println!("guid      {}", s.guid);
+    println!("txg       {}", s.txg);
+    println!("size      {}", human(s.size_bytes));
+    let pct = if s.size_bytes > 0 { 100.0 * s.allocated_bytes as f64 / s.size_bytes as f64 } else { 0.0 };
+    println!("allocated {} ({pct:.1}%)", human(s.allocated_bytes));
+    println!("free      {}", human(s.free_bytes));
+    println!("reserved  {} (unused parts of volume reservations)", human(s.reserved_bytes));
+    println!("available {} (alert below {}%)", human(s.available_bytes), s.capacity_alert_percent);
+    println!(
+        "logical   {} (saved {} by compression and trimming, ratio {})",
+        human(s.logical_bytes),
+        human(s.saved_bytes),
+        ratio_text(s.compress_ratio)
+    );
+    if s.packs > 0 {
+        println!(
+            "packs     {} (small compressed records sharing units; {} records packed since open)",
+            s.packs, s.packed_records_written
+        );
+    }
+    if s.untracked_volumes > 0 {
+        println!("note      {} volume(s) written by an older build: savings not counted", s.untracked_volumes);
+    }
+    println!("volumes   {}", s.volumes);
+    let ms = |us: u64| us as f64 / 1000.0;
+    println!(
+        "commits   {} since open; pool lock held {:.1} ms at most, {:.1} ms the last one; {} skipped early passes",
+        s.commits.count,
+        ms(s.commits.locked_us_max),
+        ms(s.commits.locked_us_last),
+        s.commits.early_passes_skipped
+    );
+    println!(
+        "intent    {} blocks, {} logged ({} more written in place by reference); {} syncs found the log full; {} held for unsynced operations",
+        s.log_blocks_written,
+        human(s.log_bytes_written),
+        human(s.log_bytes_by_reference),
+        s.log_full_commits,
+        human(s.log_memory_bytes)
+    );
+    println!(
+        "cache     {} of {} data, {} hits",
+        human(s.data_cache_bytes),
+        human(s.data_cache_capacity_bytes),
+        s.data_cache_hits
+    );
+    for w in &s.warnings {
+        println!("WARNING   {w}");
+    }
+    if let Some(l) = &s.latched {
+        println!("STATE     READ-ONLY: {l}");
+    }
+    if s.corruptions_detected > 0 {
+        println!("errors    {} corrupt blocks detected since open (run `strata check`)", s.corruptions_detected);
+    }
+    for n in &s.open_notes {
+        println!("note      {n}");
+    }
+}

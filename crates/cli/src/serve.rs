@@ -1,0 +1,142 @@
+//! `strata serve`: the daemon's settings from, in rising order of precedence, the defaults,
+//! the config file (`--config`, else /etc/strata/strata.toml if it exists), the
+//! environment (STRATA_DATA_DIR, STRATA_SOCKET) and the flags.
+
+use crate::units::parse_size;
+use clap::Args;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+use strata_daemon::config::{self, Config};
+use strata_daemon::{ApiListen, NfsOptions, ServeOptions};
+
+/// A config error: exit 78 (EX_CONFIG), which the systemd unit does not restart on.
+pub const EXIT_CONFIG: u8 = 78;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The configuration file (default /etc/strata/strata.toml, if it exists).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where the daemon keeps its state and the default pool's image.
+    #[arg(long, env = "STRATA_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Size of the embedded default pool, made when no configuration exists (e.g. 16G).
+    #[arg(long)]
+    default_pool_size: Option<String>,
+    /// Seconds between background commits.
+    #[arg(long)]
+    txg_interval: Option<u64>,
+    /// Disable the FUSE writeback cache (every write goes to the daemon as it comes).
+    #[arg(long)]
+    no_writeback_cache: bool,
+    /// Request-handling threads of each FUSE mount (1 to 64): a request that waits
+    /// (an fsync for its log write) holds one, so many concurrent clients want more.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    fuse_threads: Option<u16>,
+    /// Serve NFS exports (NFSv3 and MOUNT) on this TCP port (see docs/nfs.md).
+    #[arg(long)]
+    nfs_port: Option<u16>,
+    /// Address of the NFS listener (127.0.0.1: this host only; 0.0.0.0 for the network).
+    #[arg(long)]
+    nfs_bind: Option<IpAddr>,
+    /// Also answer the portmapper on this port (111 lets clients find NFS without ports).
+    #[arg(long)]
+    nfs_portmap_port: Option<u16>,
+    /// Data cache of each pool (e.g. 4G, 512M, 0 for none); default a quarter of memory.
+    #[arg(long)]
+    cache_size: Option<String>,
+    /// Dirty data of each pool before writers wait for a commit (at least 16M); default
+    /// a tenth of memory, 256M to 4G. Commits start at half of it.
+    #[arg(long)]
+    dirty_limit: Option<String>,
+    /// Entries each pool's dedup table may hold (about 100 bytes of memory each); when
+    /// full, new unique records of dedup volumes are stored without an entry.
+    #[arg(long)]
+    dedup_table_max: Option<u64>,
+    /// Open POOL even though its log device is missing or damaged, at its last commit:
+    /// the sync writes acknowledged since are LOST. The pool then logs in its own
+    /// region. Repeat for several pools.
+    #[arg(long, value_name = "POOL")]
+    discard_missing_log: Vec<String>,
+    /// The group whose members administer the daemon through its socket.
+    #[arg(long)]
+    socket_group: Option<String>,
+    /// Also serve the API on TCP (IP:PORT); every request then needs a token (`strata
+    /// token create`), and TLS (--tls-cert/--tls-key) unless the address is loopback.
+    #[arg(long)]
+    tcp: Option<SocketAddr>,
+    /// TLS certificate chain (PEM) of the TCP listener.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of the TCP listener.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+/// The options the daemon runs with, or a config error (exit 78).
+pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, String> {
+    let cfg: Config = match &a.config {
+        Some(path) => config::load(path)?,
+        None => {
+            let default = PathBuf::from(config::DEFAULT_PATH);
+            if default.exists() {
+                config::load(&default)?
+            } else {
+                Config::default()
+            }
+        }
+    };
+    let mut o = ServeOptions::new(a.data_dir.unwrap_or(cfg.data_dir));
+    let mut api = ApiListen::new(socket.unwrap_or(cfg.api.socket));
+    let group = a.socket_group.unwrap_or(cfg.api.socket_group);
+    api.socket_group = (!group.is_empty()).then_some(group);
+    api.tcp = match a.tcp {
+        Some(t) => Some(t),
+        None => match &cfg.api.tcp {
+            None => None,
+            Some(t) => Some(t.trim().parse().map_err(|e| format!("api.tcp {t:?}: {e}"))?),
+        },
+    };
+    api.tls = match (a.tls_cert.or(cfg.api.tls_cert), a.tls_key.or(cfg.api.tls_key)) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err("TLS needs both a certificate and a key".into()),
+    };
+    o.api = api;
+    o.default_pool_bytes = match a.default_pool_size {
+        Some(s) => parse_size(&s).map_err(|e| format!("--default-pool-size: {e}"))?,
+        None => cfg.pools.default_pool_size.bytes(),
+    };
+    o.txg_interval = Duration::from_secs(a.txg_interval.unwrap_or(cfg.pools.txg_interval_seconds).max(1));
+    o.writeback_cache = !a.no_writeback_cache && cfg.fuse.writeback_cache;
+    o.fuse_threads = a.fuse_threads.unwrap_or(cfg.fuse.threads) as usize;
+    if let Some(c) = a.cache_size {
+        o.cache_bytes = parse_size(&c).map_err(|e| format!("--cache-size: {e}"))?;
+    } else if let Some(c) = cfg.pools.cache_size {
+        o.cache_bytes = c.bytes();
+    }
+    let dirty = match a.dirty_limit {
+        Some(d) => Some(parse_size(&d).map_err(|e| format!("--dirty-limit: {e}"))?),
+        None => cfg.pools.dirty_limit.map(|d| d.bytes()),
+    };
+    if let Some(bytes) = dirty {
+        if bytes < 16 << 20 {
+            return Err(format!("dirty limit of {bytes} bytes: at least 16M (e.g. 256M, 2G)"));
+        }
+        o.dirty_limit_bytes = bytes;
+    }
+    o.discard_missing_log = a.discard_missing_log;
+    o.dedup_table_max = a.dedup_table_max.unwrap_or(cfg.pools.dedup_table_max) as usize;
+    let nfs_cfg = cfg.nfs.clone();
+    let port = a.nfs_port.or(nfs_cfg.as_ref().map(|n| n.port));
+    o.nfs = port.map(|port| NfsOptions {
+        bind: a.nfs_bind.or(nfs_cfg.as_ref().map(|n| n.bind)).unwrap_or(IpAddr::from([127, 0, 0, 1])),
+        port,
+        portmap_port: a.nfs_portmap_port.or(nfs_cfg.as_ref().and_then(|n| n.portmap_port)),
+    });
+    if a.nfs_portmap_port.is_some() && o.nfs.is_none() {
+        return Err("--nfs-portmap-port needs --nfs-port".into());
+    }
+    Ok(o)
+}

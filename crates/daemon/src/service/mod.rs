@@ -1,0 +1,343 @@
+//! The daemon's services: pools, volumes, mounts, snapshots, exports, policies — what the
+//! control API does, with no knowledge of HTTP (crate::http turns requests into calls
+//! here and errors into statuses).
+//!
+//! State that must survive a restart — which pools (by device), mounts, exports and
+//! policies — is kept in `DATA_DIR/strata.json`, rewritten atomically (write + rename +
+//! fsync) on every change. With no state file the daemon creates the embedded default pool
+//! `default` in `DATA_DIR/default.img` (a sparse image file).
+//!
+//! A pool that cannot be opened at start (device missing, unreadable, damaged) is kept as
+//! UNAVAILABLE with the reason; every other pool is served. Its mounts and exports stay
+//! recorded and come back when it does (at the next start).
+//!
+//! A restart after `kill -9` is a crash for the pools: they reopen at their last committed
+//! txg, stale FUSE mounts left by the dead process are detached, and the volumes are
+//! mounted again where they were.
+//!
+//! Locks, in the order they are taken: `admin` (serialises changes to pools, volumes,
+//! mounts, exports and the state file) → `pools` → `unavailable` → `mounts` → `policies` →
+//! the NFS service's `records` → `next_id`. `pools`, `unavailable`, `mounts` and `policies`
+//! are held only for map look-ups and updates, never across engine calls or I/O.
+
+pub(crate) mod devcheck;
+pub(crate) mod error;
+pub(crate) mod exports;
+pub(crate) mod fsreg;
+pub(crate) mod lifecycle;
+pub(crate) mod logdev;
+pub(crate) mod mounts;
+pub(crate) mod policy;
+pub(crate) mod pools;
+pub(crate) mod quiesce;
+pub(crate) mod snapshots;
+pub(crate) mod state;
+pub(crate) mod volumes;
+
+use crate::access::{audit::History, tokens::TokenStore};
+use crate::{ServeOptions, SystemClock};
+pub use error::ApiError;
+use state::{MountRecord, PoolRecord, State};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use strata_engine::{BlockDevice, Clock, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions};
+
+pub(crate) struct PoolEntry {
+    pub pool: Arc<Pool>,
+    pub device: PathBuf,
+    /// The separate intent-log device, if the pool has one.
+    pub log_device: Option<PathBuf>,
+}
+
+/// A pool of the state file that could not be opened.
+pub(crate) struct UnavailablePool {
+    pub record: PoolRecord,
+    pub reason: String,
+}
+
+pub(crate) struct MountEntry {
+    pub pool: String,
+    pub volume: String,
+    /// None: recorded, not served (its pool is unavailable, or the daemon is stopping).
+    pub session: Option<strata_fuse::BackgroundSession>,
+}
+
+pub struct Daemon {
+    pub(crate) opts: ServeOptions,
+    pub(crate) pools: Mutex<BTreeMap<String, PoolEntry>>,
+    pub(crate) unavailable: Mutex<BTreeMap<String, UnavailablePool>>,
+    pub(crate) mounts: Mutex<BTreeMap<PathBuf, MountEntry>>,
+    /// Serialises changes to pools, volumes and mounts (and the state file).
+    pub(crate) admin: Mutex<()>,
+    /// Snapshot policies by POOL/VOLUME.
+    pub(crate) policies: Mutex<BTreeMap<String, Vec<strata_api::Schedule>>>,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) nfs: exports::NfsService,
+    pub(crate) filesystems: fsreg::FsRegistry,
+    pub(crate) tokens: TokenStore,
+    pub(crate) history: History,
+    /// This daemon's host id (DATA_DIR/host-id): recorded in the pools it has open, so
+    /// another daemon will not import them by accident.
+    pub(crate) host_id: u64,
+}
+
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
+        b = (SystemClock.now_ns() ^ ((std::process::id() as u64) << 32)).to_le_bytes();
+    }
+    u64::from_le_bytes(b) | 1
+}
+
+pub(crate) fn pool_options() -> PoolOptions {
+    let mut o = PoolOptions::new(Arc::new(SystemClock));
+    o.data_cache_bytes = crate::DATA_CACHE_BYTES.load(Ordering::Relaxed);
+    o.dirty_limit_bytes = crate::DIRTY_LIMIT_BYTES.load(Ordering::Relaxed);
+    o.dedup_table_max = crate::DEDUP_TABLE_MAX.load(Ordering::Relaxed);
+    o.host_id = HOST_ID.load(Ordering::Relaxed);
+    o
+}
+
+/// This daemon's host id, for every pool it opens (set once at start).
+static HOST_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub(crate) fn open_device(path: &Path, create_size: Option<u64>) -> Result<Arc<dyn BlockDevice>, ApiError> {
+    FileDevice::open(path, &FileDeviceOptions { direct: true, create_size })
+        .map(|d| Arc::new(d) as Arc<dyn BlockDevice>)
+        .map_err(|e| ApiError::bad_request(format!("{}: {e}", path.display()), "check the device path and permissions"))
+}
+
+/// The host id kept in `DATA_DIR/host-id` (made at the first start).
+fn load_or_make_host_id(dir: &Path) -> Result<u64, String> {
+    let path = dir.join("host-id");
+    match std::fs::read_to_string(&path) {
+        Ok(s) => u64::from_str_radix(s.trim(), 16)
+            .map_err(|_| format!("{} is damaged (not a hex number): fix or remove it", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = random_u64();
+            state::write_atomic(&path, format!("{id:016x}\n").as_bytes(), 0o644)
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+            Ok(id)
+        }
+        Err(e) => Err(format!("read {}: {e}", path.display())),
+    }
+}
+
+impl Daemon {
+    /// Open everything the state file names (pools that cannot be opened are kept as
+    /// UNAVAILABLE), remount its mounts, bring up its exports.
+    pub fn start(opts: ServeOptions) -> Result<Arc<Daemon>, String> {
+        std::fs::create_dir_all(&opts.data_dir)
+            .map_err(|e| format!("create data directory {}: {e}", opts.data_dir.display()))?;
+        let host_id = load_or_make_host_id(&opts.data_dir)?;
+        HOST_ID.store(host_id, Ordering::Relaxed);
+        let d = Arc::new(Daemon {
+            tokens: TokenStore::load(opts.data_dir.join("tokens.json"))?,
+            history: History::open(opts.data_dir.join("history.jsonl"))?,
+            opts,
+            pools: Mutex::new(BTreeMap::new()),
+            unavailable: Mutex::new(BTreeMap::new()),
+            mounts: Mutex::new(BTreeMap::new()),
+            admin: Mutex::new(()),
+            policies: Mutex::new(BTreeMap::new()),
+            stopping: AtomicBool::new(false),
+            nfs: exports::NfsService::new(),
+            filesystems: fsreg::FsRegistry::default(),
+            host_id,
+        });
+        let state = match State::load(&d.state_path())? {
+            Some(s) => s,
+            None => {
+                let image = d.opts.data_dir.join("default.img");
+                tracing::info!(image = %image.display(), "no configuration: creating the embedded default pool");
+                let req = strata_api::CreatePool {
+                    name: "default".into(),
+                    device: image,
+                    size_bytes: Some(d.opts.default_pool_bytes),
+                    checksum: None,
+                    log_device: None,
+                    force: false,
+                };
+                d.create_pool(&req).map_err(|e| format!("create the default pool: {}", e.message))?;
+                exports::NfsService::start(&d, Vec::new(), 1)?;
+                return Ok(d);
+            }
+        };
+        let mut forgot_log = false;
+        for p in &state.pools {
+            match pools::open_recorded(&d, p) {
+                Ok((pool, log_device)) => {
+                    forgot_log |= log_device.is_none() && p.log_device.is_some();
+                    d.pools.lock().expect("pools").insert(
+                        p.name.clone(),
+                        PoolEntry { pool: Arc::new(pool), device: p.device.clone(), log_device },
+                    );
+                }
+                Err(reason) => {
+                    tracing::error!(pool = %p.name, device = %p.device.display(), "pool UNAVAILABLE: {reason}");
+                    d.unavailable
+                        .lock()
+                        .expect("unavailable")
+                        .insert(p.name.clone(), UnavailablePool { record: p.clone(), reason });
+                }
+            }
+        }
+        *d.policies.lock().expect("policies") =
+            state.policies.iter().map(|p| (p.volume.clone(), p.schedules.clone())).collect();
+        for m in &state.mounts {
+            let pool_name = m.volume.split('/').next().unwrap_or("");
+            if d.unavailable.lock().expect("unavailable").contains_key(pool_name) {
+                if let Ok((p, v)) = split_volume(&m.volume) {
+                    let entry = MountEntry { pool: p.into(), volume: v.into(), session: None };
+                    d.mounts.lock().expect("mounts").insert(m.path.clone(), entry);
+                }
+                continue;
+            }
+            if let Err(e) = d.mount(&m.volume, &m.path, false) {
+                tracing::warn!(volume = %m.volume, path = %m.path.display(), "could not remount: {}", e.message);
+            }
+        }
+        exports::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
+        if forgot_log {
+            // A discarded log device is no longer the pool's: do not ask for it again.
+            d.save_state().map_err(|e| e.message)?;
+        }
+        Ok(d)
+    }
+
+    fn state_path(&self) -> PathBuf {
+        self.opts.data_dir.join("strata.json")
+    }
+
+    pub(crate) fn save_state(&self) -> Result<(), ApiError> {
+        let mut pools: Vec<PoolRecord> = self
+            .pools
+            .lock()
+            .expect("pools")
+            .iter()
+            .map(|(n, e)| PoolRecord { name: n.clone(), device: e.device.clone(), log_device: e.log_device.clone() })
+            .collect();
+        pools.extend(self.unavailable.lock().expect("unavailable").values().map(|u| u.record.clone()));
+        pools.sort_by(|a, b| a.name.cmp(&b.name));
+        let mounts = self
+            .mounts
+            .lock()
+            .expect("mounts")
+            .iter()
+            .map(|(p, m)| MountRecord { volume: format!("{}/{}", m.pool, m.volume), path: p.clone() })
+            .collect();
+        let s = State {
+            pools,
+            mounts,
+            policies: self
+                .policies
+                .lock()
+                .expect("policies")
+                .iter()
+                .map(|(v, s)| policy::PolicyRecord { volume: v.clone(), schedules: s.clone() })
+                .collect(),
+            exports: self.nfs.records(),
+            next_export_id: *self.nfs.next_id.lock().expect("export ids"),
+        };
+        s.save(&self.state_path()).map_err(|e| ApiError::internal(format!("save daemon state: {e}")))
+    }
+
+    /// The open pool `name`; an UNAVAILABLE pool is a clear error saying why.
+    pub(crate) fn pool(&self, name: &str) -> Result<Arc<Pool>, ApiError> {
+        if let Some(e) = self.pools.lock().expect("pools").get(name) {
+            return Ok(e.pool.clone());
+        }
+        if let Some(u) = self.unavailable.lock().expect("unavailable").get(name) {
+            return Err(ApiError::unavailable(
+                format!("pool {name} is UNAVAILABLE: {}", u.reason),
+                "bring its device back and restart the daemon, or forget it with `strata pool export`",
+            ));
+        }
+        Err(ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))
+    }
+
+    /// Where POOL/VOLUME is mounted, if it is.
+    pub(crate) fn mounted_at(&self, pool: &str, vol: &str) -> Option<PathBuf> {
+        self.mounts
+            .lock()
+            .expect("mounts")
+            .iter()
+            .find(|(_, m)| m.pool == pool && m.volume == vol)
+            .map(|(p, _)| p.clone())
+    }
+
+    /// Background commits until the daemon stops: every `txg_interval`, and sooner for a
+    /// pool whose dirty data passed half its limit — so that the commit happens here, not in
+    /// a writer that hit the limit. Writes go on while it writes its data (the quiescing txg,
+    /// engine quiesce.rs), into the other half. (A quarter before the quiescing txg; a
+    /// client rewriting a 1 GiB file then had nearly every byte it sent hashed and written.
+    /// Half, with prewrite passes that stop chasing: 1.26 → 2.35 GB/s of NFS writes,
+    /// docs/txg-pipeline.md.)
+    pub(crate) fn commit_loop(self: Arc<Self>) {
+        let tick = Duration::from_millis(100).min(self.opts.txg_interval);
+        let mut last: BTreeMap<String, Instant> = BTreeMap::new();
+        while !self.stopping.load(Ordering::Relaxed) {
+            std::thread::sleep(tick);
+            let pools: Vec<(String, Arc<Pool>)> =
+                self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
+            for (name, pool) in pools {
+                let since = last.entry(name.clone()).or_insert_with(Instant::now);
+                let due = since.elapsed() >= self.opts.txg_interval;
+                if !due && pool.dirty_bytes() <= pool.dirty_limit_bytes() / 2 {
+                    continue;
+                }
+                *since = Instant::now();
+                match pool.commit() {
+                    Err(e) if e.kind() != ErrorKind::ReadOnly => {
+                        tracing::error!(pool = %name, "background commit failed: {e}")
+                    }
+                    Err(_) => {}
+                    Ok(txg) => {
+                        let c = pool.status_commits();
+                        if c.locked_us_last > 1_000_000 && c.count > 0 {
+                            tracing::warn!(pool = %name, txg, locked_ms = c.locked_us_last / 1000,
+                                blocks_read = c.locked_blocks_read, "slow commit: requests waited for it");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Unmount everything and close the pools (committing). The clean way out (SIGTERM).
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.nfs.stop();
+        let paths: Vec<PathBuf> = self.mounts.lock().expect("mounts").keys().cloned().collect();
+        for p in paths {
+            // Keep the mount in the state file: it comes back at the next start.
+            let entry = self.mounts.lock().expect("mounts").remove(&p);
+            if let Some(mut e) = entry {
+                if let Some(s) = e.session.take() {
+                    if let Err(err) = s.umount_and_join() {
+                        tracing::warn!(path = %p.display(), "unmount at shutdown: {err}; detaching");
+                        mounts::detach_stale_mount(&p);
+                    }
+                }
+                self.mounts.lock().expect("mounts").insert(p, MountEntry { session: None, ..e });
+            }
+        }
+        let _ = self.save_state();
+        for (name, e) in self.pools.lock().expect("pools").iter() {
+            match e.pool.commit() {
+                Ok(txg) => tracing::info!(pool = %name, txg, "committed at shutdown"),
+                Err(err) => tracing::error!(pool = %name, "commit at shutdown failed: {err}"),
+            }
+        }
+    }
+}
+
+pub(crate) fn split_volume(spec: &str) -> Result<(&str, &str), ApiError> {
+    match spec.split_once('/') {
+        Some((p, v)) if !p.is_empty() && !v.is_empty() && !v.contains('/') => Ok((p, v)),
+        _ => Err(ApiError::bad_request(format!("volume {spec:?} is not POOL/VOLUME"), "name volumes as POOL/VOLUME")),
+    }
+}

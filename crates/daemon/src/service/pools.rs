@@ -1,0 +1,306 @@
+//! Pools: open at start, create (refusing devices that hold something), status, settings
+//! (all fields or none), the checker, and the lifecycle: destroy, export, import.
+
+use super::state::PoolRecord;
+use super::{logdev, open_device, pool_options, random_u64, ApiError, Daemon, PoolEntry};
+use std::path::Path;
+use std::sync::Arc;
+use strata_api::{CheckReport, CommitFigures, CreatePool, PoolFigures, PoolInfo, PoolState, SetPool};
+use strata_engine::{ChecksumAlgo, CreateOptions, Error, LogDeviceSpec, Pool, PoolOptions, PoolStatus};
+
+/// Open a pool of the state file; Err is the reason it is UNAVAILABLE. Also returns the
+/// log device it kept (None if it had none, or it was discarded).
+pub(crate) fn open_recorded(d: &Daemon, p: &PoolRecord) -> Result<(Pool, Option<std::path::PathBuf>), String> {
+    let dev = open_device(&p.device, None).map_err(|e| e.message)?;
+    let discard = d.opts.discard_missing_log.contains(&p.name);
+    // A log device that cannot even be opened is missing: discardable, like one whose
+    // label is gone.
+    let log = match &p.log_device {
+        None => None,
+        Some(path) => match open_device(path, None) {
+            Ok(l) => Some(l),
+            Err(_) if discard => None,
+            Err(e) => {
+                return Err(format!(
+                    "log device {}: {}; bring it back, or start with `--discard-missing-log {}` to open at \
+                     the last commit, losing the sync writes acknowledged since",
+                    path.display(),
+                    e.message,
+                    p.name
+                ))
+            }
+        },
+    };
+    let opts = PoolOptions { discard_missing_log: discard, ..pool_options() };
+    match Pool::open_with_log(dev, log, opts) {
+        Ok(pool) => {
+            for n in pool.status().open_notes {
+                tracing::warn!(pool = %p.name, "{n}");
+            }
+            tracing::info!(pool = %p.name, txg = pool.status().txg, "pool opened");
+            let kept = p.log_device.clone().filter(|_| pool.status().log_device.is_some());
+            Ok((pool, kept))
+        }
+        Err(e) if p.log_device.is_some() && log_device_refused(&e) => Err(format!(
+            "open on {} with log device {}: {e} (the daemon option is `--discard-missing-log {}`)",
+            p.device.display(),
+            p.log_device.as_deref().map_or("-".into(), |l| l.display().to_string()),
+            p.name
+        )),
+        Err(e) => Err(format!("open on {}: {e}", p.device.display())),
+    }
+}
+
+/// The engine refused a pool's log device (missing, another pool's, or a damaged label):
+/// what `--discard-missing-log` is for.
+fn log_device_refused(e: &Error) -> bool {
+    match e {
+        Error::InvalidArgument(_) => true,
+        Error::Corruption(c) => c.what == "log device label",
+        _ => false,
+    }
+}
+
+/// logical / physical, rounded to 2 decimals; 1.0 for an empty pool or volume.
+pub(crate) fn ratio(logical: u64, physical: u64) -> f64 {
+    if physical == 0 {
+        return 1.0;
+    }
+    (logical as f64 / physical as f64 * 100.0).round() / 100.0
+}
+
+pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
+    PoolFigures {
+        guid: format!("{:016x}", s.pool_guid),
+        txg: s.txg,
+        size_bytes: s.size_bytes,
+        allocated_bytes: s.allocated_bytes,
+        free_bytes: s.free_bytes,
+        held_bytes: s.held_bytes,
+        volumes: s.volumes as u64,
+        read_only: s.read_only,
+        latched: s.latched.clone(),
+        corruptions_detected: s.corruptions_detected,
+        open_notes: s.open_notes.clone(),
+        logical_bytes: s.space.logical_bytes,
+        saved_bytes: s.space.saved_bytes,
+        compress_ratio: ratio(s.space.logical_bytes, s.allocated_bytes),
+        untracked_volumes: s.space.untracked_volumes as u64,
+        reserved_bytes: s.space.reserved_bytes,
+        available_bytes: s.space.available_bytes,
+        capacity_alert_percent: s.space.capacity_alert_percent,
+        warnings: s.space.warnings.clone(),
+        compressed_blocks_written: s.space.compressed_blocks_written,
+        compression_skipped: s.space.compression_skipped,
+        zero_records_elided: s.space.zero_records_elided,
+        packs: s.space.packs,
+        packed_records_written: s.space.packed_records_written,
+        dedup_blocks: s.space.dedup_blocks,
+        dedup_saved_bytes: s.space.dedup_saved_bytes,
+        dedup_table_max: s.space.dedup_table_max,
+        log_blocks_written: s.log_blocks_written,
+        log_bytes_written: s.log_bytes_written,
+        log_bytes_by_reference: s.log_bytes_by_reference,
+        log_full_commits: s.log_full_commits,
+        log_memory_bytes: s.log_memory_bytes,
+        data_cache_bytes: s.data_cache_bytes,
+        data_cache_capacity_bytes: s.data_cache_capacity,
+        data_cache_hits: s.data_cache_hits,
+        commits: CommitFigures {
+            count: s.commits.count,
+            prewrite_us_total: s.commits.prewrite_us_total,
+            locked_us_total: s.commits.locked_us_total,
+            locked_us_max: s.commits.locked_us_max,
+            locked_us_last: s.commits.locked_us_last,
+            locked_blocks_read: s.commits.locked_blocks_read,
+            early_passes_skipped: s.commits.early_passes_skipped,
+        },
+    }
+}
+
+pub(crate) fn check_report(r: &strata_engine::CheckReport) -> CheckReport {
+    CheckReport {
+        clean: r.is_clean(),
+        txg: r.txg,
+        volumes: r.volumes,
+        snapshots: r.snapshots,
+        objects: r.objects,
+        metadata_blocks: r.metadata_blocks,
+        data_blocks: r.data_blocks,
+        referenced_bytes: r.referenced_units * 4096,
+        allocated_bytes: r.allocated_units * 4096,
+        data_bytes_verified: r.data_bytes_verified,
+        compressed_blocks: r.compressed_blocks,
+        saved_bytes: r.saved_bytes,
+        errors: r.errors.clone(),
+        notes: r.notes.clone(),
+    }
+}
+
+impl Daemon {
+    pub(crate) fn pool_info(&self, name: &str) -> Result<PoolInfo, ApiError> {
+        if let Some(u) = self.unavailable.lock().expect("unavailable").get(name) {
+            return Ok(PoolInfo {
+                name: name.into(),
+                state: PoolState::Unavailable,
+                reason: Some(u.reason.clone()),
+                device: u.record.device.clone(),
+                log_device: u.record.log_device.clone(),
+                status: None,
+            });
+        }
+        let (pool, device, log_device) = {
+            let pools = self.pools.lock().expect("pools");
+            let e =
+                pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
+            (e.pool.clone(), e.device.clone(), e.log_device.clone())
+        };
+        Ok(PoolInfo {
+            name: name.into(),
+            state: PoolState::Online,
+            reason: None,
+            device,
+            log_device,
+            status: Some(figures(&pool.status())),
+        })
+    }
+
+    /// Every pool the daemon knows, open or not, by name.
+    pub(crate) fn list_pools(&self) -> Vec<PoolInfo> {
+        let mut names: Vec<String> = self.pools.lock().expect("pools").keys().cloned().collect();
+        names.extend(self.unavailable.lock().expect("unavailable").keys().cloned());
+        names.sort();
+        names.iter().filter_map(|n| self.pool_info(n).ok()).collect()
+    }
+
+    fn name_taken(&self, name: &str) -> bool {
+        self.pools.lock().expect("pools").contains_key(name)
+            || self.unavailable.lock().expect("unavailable").contains_key(name)
+    }
+
+    /// Create a pool (`POST /v1/pools`). Refuses a device that holds a pool, a pool's log,
+    /// or — unless `force` — anything else recognisable (super::devcheck).
+    pub(crate) fn create_pool(&self, req: &CreatePool) -> Result<(), ApiError> {
+        let checksum = match req.checksum.as_deref() {
+            None | Some("blake3") => ChecksumAlgo::Blake3,
+            Some("crc32c") => ChecksumAlgo::Crc32c,
+            Some(o) => return Err(ApiError::bad_request(format!("checksum {o:?}"), "use blake3 or crc32c")),
+        };
+        if !req.device.is_absolute() {
+            return Err(ApiError::bad_request(
+                format!("device {} is not an absolute path", req.device.display()),
+                "give the full path",
+            ));
+        }
+        if !req.device.exists() && req.size_bytes.is_none() {
+            return Err(ApiError::bad_request(
+                format!("{} does not exist", req.device.display()),
+                "give size_bytes to create an image file",
+            ));
+        }
+        if self.name_taken(&req.name) {
+            return Err(ApiError::new(
+                strata_api::ErrorKind::AlreadyExists,
+                format!("pool {} exists", req.name),
+                "choose another name",
+            ));
+        }
+        let created_file = !req.device.exists();
+        if !created_file {
+            super::devcheck::refuse_foreign_data(&req.device, req.force)?;
+        }
+        // The log device first: its checks need nothing written (the pool's image file is
+        // created by opening it).
+        let log =
+            req.log_device.as_deref().map(|l| logdev::open_new_log_device(&req.device, l, req.force)).transpose()?;
+        let dev = open_device(&req.device, req.size_bytes)?;
+        let create =
+            CreateOptions { name: req.name.clone(), pool_guid: random_u64(), device_guid: random_u64(), checksum };
+        let log = log.map(|dev| LogDeviceSpec { dev, log_device_guid: random_u64() });
+        let pool = Pool::create_with_log(dev, create, log, self.pool_options()).map_err(ApiError::from)?;
+        self.pools.lock().expect("pools").insert(
+            req.name.clone(),
+            PoolEntry { pool: Arc::new(pool), device: req.device.clone(), log_device: req.log_device.clone() },
+        );
+        tracing::info!(pool = %req.name, device = %req.device.display(), "pool created");
+        self.save_state()
+    }
+
+    pub(crate) fn pool_options(&self) -> PoolOptions {
+        pool_options()
+    }
+
+    /// `PATCH /v1/pools/{pool}`: check every field, then apply them all; a failure part way
+    /// puts back what was applied.
+    pub(crate) fn set_pool(&self, name: &str, req: &SetPool) -> Result<(), ApiError> {
+        let pool = self.pool(name)?;
+        if let Some(p) = req.capacity_alert_percent {
+            if !(1..=99).contains(&p) {
+                return Err(ApiError::bad_request(format!("capacity alert of {p}%"), "use 1 to 99"));
+            }
+        }
+        let remove = req.remove_log_device == Some(true);
+        if req.log_device.is_some() && remove {
+            return Err(ApiError::bad_request(
+                "log_device and remove_log_device together",
+                "add a log device or remove one, not both",
+            ));
+        }
+        if remove && pool.status().log_device.is_none() {
+            return Err(ApiError::conflict(
+                format!("pool {name} has no log device of its own"),
+                "its intent log is in the pool: nothing to remove",
+            ));
+        }
+        let old_percent = pool.status().space.capacity_alert_percent;
+        if let Some(p) = req.capacity_alert_percent {
+            pool.set_capacity_alert(p)?;
+        }
+        let log_change = match (&req.log_device, remove) {
+            (Some(log), _) => self.add_log_device(name, log),
+            (None, true) => self.remove_log_device(name),
+            _ => Ok(()),
+        };
+        if let Err(e) = log_change {
+            if req.capacity_alert_percent.is_some() {
+                pool.set_capacity_alert(old_percent)?;
+            }
+            return Err(e);
+        }
+        pool.commit()?;
+        Ok(())
+    }
+
+    /// Give pool `name` the separate log device `log` (checked as at creation), and
+    /// remember it for the next start.
+    fn add_log_device(&self, name: &str, log: &Path) -> Result<(), ApiError> {
+        let (pool, device) = {
+            let pools = self.pools.lock().expect("pools");
+            let e = pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "strata pool list"))?;
+            (e.pool.clone(), e.device.clone())
+        };
+        let dev = logdev::open_new_log_device(&device, log, false)?;
+        pool.add_log_device(LogDeviceSpec { dev, log_device_guid: random_u64() }).map_err(ApiError::from)?;
+        if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+            e.log_device = Some(log.to_path_buf());
+        }
+        tracing::info!(pool = name, log = %log.display(), "log device added");
+        self.save_state()
+    }
+
+    /// Stop using pool `name`'s separate log device.
+    fn remove_log_device(&self, name: &str) -> Result<(), ApiError> {
+        let pool = self.pool(name)?;
+        pool.remove_log_device().map_err(ApiError::from)?;
+        if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+            e.log_device = None;
+        }
+        tracing::info!(pool = name, "log device removed; the intent log is back in the pool");
+        self.save_state()
+    }
+
+    pub(crate) fn check_pool(&self, name: &str, verify_data: bool) -> Result<CheckReport, ApiError> {
+        let r = self.pool(name)?.check(strata_engine::CheckOptions { verify_data })?;
+        Ok(check_report(&r))
+    }
+}
