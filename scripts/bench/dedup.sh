@@ -9,8 +9,10 @@
 #
 # Output: a Markdown table on stdout (docs/benchmarks/efficiency.md has the last one).
 # Environment: SCALE (20), FS_SIZE (8G), WORK (/var/tmp/strata-dedup), PG_PORT (55473),
-# STRATA_API (127.0.0.1:7462), STRATA_BIN (target/release/strata), STEP_TIMEOUT.
+# STRATA_BIN (target/release/strata), STEP_TIMEOUT. The daemon's control socket is
+# $WORK/strata/strata.sock (STRATA_SOCKET); STRATA_API (TCP) is ignored.
 set -euo pipefail
+unset STRATA_API # the CLI would talk TCP to it instead of this run's daemon's socket
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 E2E_NAME=dedup
 SCALE="${SCALE:-20}"
@@ -20,7 +22,7 @@ PG_PORT="${PG_PORT:-55473}"
 : "${STEP_TIMEOUT:=900}"
 export STEP_TIMEOUT
 export STRATA_E2E_DIR="$WORK/strata"
-export STRATA_API="${STRATA_API:-127.0.0.1:7462}"
+export STRATA_SOCKET="$STRATA_E2E_DIR/strata.sock"
 export STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 export STRATA_POOL_SIZE="$FS_SIZE"
 PG_BIN=/usr/lib/postgresql/15/bin
@@ -34,7 +36,7 @@ MNT="$WORK/mnt"
 case "$SCALE" in '' | *[!0-9]* | 0) die "SCALE=$SCALE: use a whole pgbench scale, 1 or more" ;; esac
 ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" -- postgresql-15 postgresql-contrib
 [ -x "$STRATA_BIN" ] || die "no strata binary at $STRATA_BIN (cargo build --release -p strata-cli)"
-for p in "$PG_PORT" "${STRATA_API##*:}"; do port_in_use "$p" && die "port $p is in use"; done
+port_in_use "$PG_PORT" && die "port $PG_PORT is in use"
 
 PGDATA="" STRATA_UP=0
 pg_as() { bounded runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }

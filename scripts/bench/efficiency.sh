@@ -28,9 +28,11 @@
 # MY_TABLES (8), MY_TABLE_SIZE (200000), MY_THREADS (8), MY_SECONDS (60), ZSTD_LEVEL (3),
 # STRATA_RECORD_SIZE (16K: the volumes' record size; larger records compress further, see
 # docs/efficiency.md on compaction),
-# PEERS_DIR (/var/tmp/strata-eff), PG_PORT (55472), MY_PORT (53346), STRATA_API
-# (127.0.0.1:7461), STRATA_BIN (target/release/strata), STEP_TIMEOUT.
+# PEERS_DIR (/var/tmp/strata-eff), PG_PORT (55472), MY_PORT (53346),
+# STRATA_BIN (target/release/strata), STEP_TIMEOUT. The daemon's control socket is
+# $PEERS_DIR/strata/strata.sock (STRATA_SOCKET); STRATA_API (TCP) is ignored.
 set -euo pipefail
+unset STRATA_API # the CLI would talk TCP to it instead of this run's daemon's socket
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 E2E_NAME=efficiency
 CMDLINE="$(env | grep -E '^(QUICK|ROUNDS|TARGETS|FS_SIZE|SCALE|PG_[A-Z_]+|MY_[A-Z_]+|ZSTD_LEVEL|STRATA_RECORD_SIZE|OUT_MD)=' | sort | tr '\n' ' ' || true)$0 $*"
@@ -56,7 +58,7 @@ OUT_MD="${OUT_MD:-$ROOT/docs/benchmarks/efficiency.md}"
 : "${STEP_TIMEOUT:=1800}"
 export STEP_TIMEOUT
 export STRATA_E2E_DIR="$PEERS_DIR/strata"
-export STRATA_API="${STRATA_API:-127.0.0.1:7461}"
+export STRATA_SOCKET="$STRATA_E2E_DIR/strata.sock"
 export STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 export STRATA_POOL_SIZE="$FS_SIZE"
 PG_BIN=/usr/lib/postgresql/15/bin
@@ -78,7 +80,7 @@ ensure_pkgs /sbin/mkfs.btrfs /usr/sbin/compsize -- btrfs-progs btrfs-compsize
 ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" -- postgresql-15 postgresql-contrib
 ensure_pkgs /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/bin/sysbench -- mariadb-server mariadb-client sysbench
 [ -x "$STRATA_BIN" ] || die "no strata binary at $STRATA_BIN (cargo build --release -p strata-cli)"
-for p in "$PG_PORT" "$MY_PORT" "${STRATA_API##*:}"; do port_in_use "$p" && die "port $p is in use"; done
+for p in "$PG_PORT" "$MY_PORT"; do port_in_use "$p" && die "port $p is in use"; done
 findmnt -rn -o TARGET | grep -q "^$PEERS_DIR" && die "something is mounted under $PEERS_DIR"
 rm -rf "$PEERS_DIR" && mkdir -p "$MNT" && chmod 755 "$PEERS_DIR"
 WORK="$(mktemp -d /tmp/efficiency.XXXXXX)" && chmod 755 "$WORK"

@@ -39,8 +39,8 @@
 #   OUT_JSON                  raw results (default docs/benchmarks/fuse-caching.json): {"runs": [...]}
 #   JSON_APPEND=1             add this run to the runs already in OUT_JSON (default: replace)
 #   STRATA_BIN                default target/release/strata
-#   STRATA_E2E_DIR            Strata daemon dir (default /var/tmp/strata-bench-fc)
-#   STRATA_API                daemon control API (default 127.0.0.1:7441)
+#   STRATA_E2E_DIR            Strata daemon dir (default /var/tmp/strata-bench-fc); the daemon's
+#                             control socket is $STRATA_E2E_DIR/strata.sock (STRATA_API is ignored)
 #   EXT4_DIR                  the reference directory (default /var/tmp/strata-bench-fc-ext4)
 #   PG_PORT / MY_PORT         default 55442 / 53316 (the e2e tests use 55432 / 53306)
 #   PROBE_SECONDS             seconds per sync-probe run (default 3)
@@ -48,6 +48,7 @@
 #   STEP_TIMEOUT              seconds any single step may take (default max run + 300)
 #   BENCH_KEEP_WORK=1         keep the work dir (server logs, raw tool output) on success
 set -euo pipefail
+unset STRATA_API # the CLI would talk TCP to it instead of this run's daemon's socket
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 E2E_NAME=fuse-caching
 
@@ -66,7 +67,7 @@ longest=$((PG_SECONDS > MY_SECONDS ? PG_SECONDS : MY_SECONDS))
 : "${STEP_TIMEOUT:=$((longest + 300))}"
 export STEP_TIMEOUT
 export STRATA_E2E_DIR="${STRATA_E2E_DIR:-/var/tmp/strata-bench-fc}"
-export STRATA_API="${STRATA_API:-127.0.0.1:7441}"
+export STRATA_SOCKET="$STRATA_E2E_DIR/strata.sock"
 export STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 export STRATA_POOL_SIZE="${STRATA_POOL_SIZE:-16G}"
 PG_BIN=/usr/lib/postgresql/15/bin
@@ -96,7 +97,7 @@ id mysql >/dev/null 2>&1 || die "user mysql does not exist"
 if port_in_use "$PG_PORT"; then die "port $PG_PORT is in use (set PG_PORT)"; fi
 if port_in_use "$MY_PORT"; then die "port $MY_PORT is in use (set MY_PORT)"; fi
 if "$STRATA_BIN" pool list >/dev/null 2>&1; then
-  die "a Strata daemon already answers on $STRATA_API (set STRATA_API)"
+  die "a Strata daemon already answers on $STRATA_SOCKET (another run? set STRATA_E2E_DIR)"
 fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fuse-caching.XXXXXX")"

@@ -8,7 +8,10 @@
 #   scripts/bench/nfs-ab.sh BIN_A BIN_B [ROW=1m-seq-write-qd4] [SECONDS=20] [FILE_MIB=1024]
 #   ROUNDS=3 scripts/bench/nfs-ab.sh /var/tmp/strata-base target/release/strata
 # Rows: as nfs.sh (4k-rand-qd1 ... 1m-seq-read-qd4). Needs libnfs-dev (installed if missing).
+# Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-nfs-ab); each daemon's control socket is
+# strata.sock in it (STRATA_SOCKET; STRATA_API, TCP, is ignored).
 set -euo pipefail
+unset STRATA_API # the CLI would talk TCP to it instead of the daemon's socket
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 BIN_A BIN_B [ROW] [SECONDS] [FILE_MIB]" >&2; exit 2; }
 bins=("$(realpath "$1")" "$(realpath "$2")"); row="${3:-1m-seq-write-qd4}"; secs="${4:-20}"; mib="${5:-1024}"
@@ -25,6 +28,7 @@ esac
   { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnfs-dev >/dev/null; }
 work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-nfs-ab}"
 rm -rf "$work"; mkdir -p "$work"
+export STRATA_SOCKET="$work/strata.sock" # serve listens on it, the CLI calls go to it
 gcc -O2 -Wall -o "$work/nfsload" scripts/bench/nfs/nfsload.c -lnfs
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cpu_ticks() { awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
@@ -32,14 +36,14 @@ pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; true' EXIT
 
 one() { # $1 = label, $2 = binary
-  local sport api url out t0 t1
-  rm -rf "$work/strata"; sport="$(free_port)"; api="127.0.0.1:$(free_port)"
-  STRATA_API="$api" "$2" serve --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
+  local sport url out t0 t1
+  rm -rf "$work/strata"; sport="$(free_port)"
+  "$2" serve --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
     >"$work/strata-$1.log" 2>&1 &
   pid=$!
-  for _ in $(seq 100); do STRATA_API="$api" "$2" pool list >/dev/null 2>&1 && break; sleep 0.1; done
-  STRATA_API="$api" "$2" volume create default/bench >/dev/null
-  STRATA_API="$api" "$2" export nfs default/bench --no-root-squash >/dev/null
+  for _ in $(seq 100); do "$2" pool list >/dev/null 2>&1 && break; sleep 0.1; done
+  "$2" volume create default/bench >/dev/null
+  "$2" export nfs default/bench --no-root-squash >/dev/null
   url="nfs://127.0.0.1/default/bench?nfsport=$sport&mountport=$sport"
   "$work/nfsload" "$url" /bench.dat "$mib" 1048576 0 4 0.1 seq >/dev/null
   sleep 10
@@ -49,7 +53,7 @@ one() { # $1 = label, $2 = binary
   out="$("$work/nfsload" "$url" /bench.dat "$mib" "$bs" "$rd" "$qd" "$secs" "$mode")"
   t1="$(cpu_ticks)"
   local commits
-  commits="$(STRATA_API="$api" "$2" pool status default 2>/dev/null | grep -iE 'commit' | tr -s ' ' | paste -sd ';' || true)"
+  commits="$("$2" pool status default 2>/dev/null | grep -iE 'commit' | tr -s ' ' | paste -sd ';' || true)"
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
   printf '%s: %s steal=%s%% | %s\n' "$1" "$out" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { split(a, x); split(b, y);
     d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }')" "$commits"

@@ -11,7 +11,10 @@
 #                                           # and the settling still run)
 # Needs root, Debian packages nfs-ganesha nfs-ganesha-vfs libnfs-dev (installed if missing).
 # Takes the machine: ~ROUNDS × 2 × 6 rows × (SECONDS + 8 s to settle) plus the fills.
+# Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-nfs); Strata's control socket is
+# strata.sock in it (STRATA_SOCKET; STRATA_API, TCP, is ignored).
 set -euo pipefail
+unset STRATA_API # the CLI would talk TCP to it instead of the daemon's socket
 cd "$(dirname "$0")/../.."
 secs="${1:-20}"; mib="${2:-1024}"; rounds="${ROUNDS:-1}"
 case "$rounds" in '' | *[!0-9]* | 0) echo "ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2 ;; esac
@@ -35,6 +38,7 @@ if [ ${#need[@]} -gt 0 ]; then apt-get update -qq; DEBIAN_FRONTEND=noninteractiv
 cargo build --release -p strata-cli --quiet
 bin="$PWD/target/release/strata"
 rm -rf "$work"; mkdir -p "$work"
+export STRATA_SOCKET="$work/strata.sock" # serve listens on it, the CLI calls go to it
 gcc -O2 -Wall -o "$work/nfsload" scripts/bench/nfs/nfsload.c -lnfs
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -48,13 +52,13 @@ cleanup() {
 trap cleanup EXIT
 
 # --- Strata: its own pool image (same size as ganesha's ext4 image), release build.
-sport="$(free_port)"; api="127.0.0.1:$(free_port)"
-STRATA_API="$api" "$bin" serve --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
+sport="$(free_port)"
+"$bin" serve --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
   >"$work/strata.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do STRATA_API="$api" "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; done
-STRATA_API="$api" "$bin" volume create default/bench >/dev/null
-STRATA_API="$api" "$bin" export nfs default/bench --no-root-squash >/dev/null
+for _ in $(seq 100); do "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; done
+"$bin" volume create default/bench >/dev/null
+"$bin" export nfs default/bench --no-root-squash >/dev/null
 strata_url="nfs://127.0.0.1/default/bench?nfsport=$sport&mountport=$sport"
 
 # --- nfs-ganesha: VFS FSAL over ext4 in a loop image; NFSv3 only, no NLM/RQUOTA.

@@ -54,12 +54,13 @@
 #   MY_SECONDS*      (15; QUICK 3)                          MY_THREADS "1 4 8 16 32 64"
 #   MY_LARGE_TABLES (4) MY_LARGE_TABLE_SIZE* (500000; QUICK 20000) MY_LARGE_THREADS (8)
 #   MY_LARGE_SECONDS* (MY_SECONDS)
-#   PG_PORT / MY_PORT   55462 / 53336       STRATA_API  127.0.0.1:7451
+#   PG_PORT / MY_PORT   55462 / 53336       (Strata's control socket: PEERS_DIR/strata/strata.sock)
 #   STRATA_BIN       target/release/strata  OUT_DIR  docs/benchmarks/peers
 #   LABEL            free text put at the top of results.md (e.g. "PRELIMINARY ...")
 #   STEP_TIMEOUT     seconds any single step may take (default: longest run + 600)
 #   KEEP_WORK=1      keep the work dir on success too
 set -euo pipefail
+unset STRATA_API # the CLI would talk TCP to it instead of this run's daemon's socket
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/scripts/bench/peers"
 E2E_NAME=peers
@@ -103,7 +104,7 @@ longest=$((longest > FIO_SECONDS ? longest : FIO_SECONDS))
 : "${STEP_TIMEOUT:=$((longest + 600))}"
 export STEP_TIMEOUT
 export STRATA_E2E_DIR="${STRATA_E2E_DIR:-$PEERS_DIR/strata}"
-export STRATA_API="${STRATA_API:-127.0.0.1:7451}"
+export STRATA_SOCKET="$STRATA_E2E_DIR/strata.sock"
 export STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 export STRATA_POOL_SIZE="$FS_SIZE"
 export STRATA_SERVE_ARGS="${STRATA_SERVE_ARGS:-}"
@@ -156,7 +157,6 @@ esac
 # ------------------------------------------------------------------------------ refuse if busy
 if port_in_use "$PG_PORT"; then die "port $PG_PORT is in use (set PG_PORT)"; fi
 if port_in_use "$MY_PORT"; then die "port $MY_PORT is in use (set MY_PORT)"; fi
-if port_in_use "${STRATA_API##*:}"; then die "port ${STRATA_API##*:} (STRATA_API=$STRATA_API) is in use"; fi
 if findmnt -rn -o TARGET | grep -q "^$PEERS_DIR\(/\|$\)"; then
   die "something is mounted under $PEERS_DIR: $(findmnt -rn -o TARGET | grep "^$PEERS_DIR" | tr '\n' ' ')"
 fi

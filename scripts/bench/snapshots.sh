@@ -15,8 +15,10 @@
 #
 # Environment: FILL_SMALL_GIB / FILL_LARGE_GIB (1 / 20), SNAPS (500), PG_SECONDS (60),
 # CLONE_GIB (10), LAT_SNAPS (20 snapshots per size), OUT (docs/benchmarks/snapshots.md),
-# PARTS (default "1 2 3": which of the three to run)
+# PARTS (default "1 2 3": which of the three to run). The daemon's control socket is
+# /var/tmp/strata-bench-snap/strata.sock (STRATA_SOCKET); STRATA_API (TCP) is ignored.
 set -euo pipefail
+unset STRATA_API # the CLI would talk TCP to it instead of this run's daemon's socket
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 E2E_NAME=bench-snapshots
@@ -36,7 +38,8 @@ PARTS="${PARTS:-1 2 3}"
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT="${OUT:-$ROOT/docs/benchmarks/snapshots.md}"
 PG_BIN=/usr/lib/postgresql/15/bin
-export STRATA_E2E_DIR=/var/tmp/strata-bench-snap STRATA_API=127.0.0.1:7451 STRATA_POOL_SIZE=40G
+export STRATA_E2E_DIR=/var/tmp/strata-bench-snap STRATA_POOL_SIZE=40G
+export STRATA_SOCKET="$STRATA_E2E_DIR/strata.sock"
 export STRATA_BIN="$ROOT/target/release/strata"
 [ "$(id -u)" -eq 0 ] || die "run as root"
 ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" -- postgresql-15 postgresql-contrib
@@ -106,7 +109,7 @@ for gib in "$FILL_SMALL_GIB" "$FILL_LARGE_GIB"; do
   row "| $used GiB | $(grep . "$STRATA_E2E_DIR/lat" | stats) |"
   pg_stop "$vol"
   "$STRATA_BIN" unmount "$M/$vol" >/dev/null
-  "$STRATA_BIN" volume delete "default/$vol" >/dev/null # room for the next part
+  "$STRATA_BIN" volume delete --recursive "default/$vol" >/dev/null # and its snapshots: room for the next part
   port=$((port + 1))
 done
 fi

@@ -108,6 +108,9 @@ enum Command {
     },
     /// Who the daemon takes you for, and your role.
     Whoami,
+    /// Print the control API's OpenAPI document (as docs/openapi.json holds it).
+    #[command(hide = true)]
+    Openapi,
 }
 
 /// How results are printed: JSON, or the human form.
@@ -130,10 +133,14 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     if let Command::Serve(args) = cli.command {
         return serve_daemon(args, cli.socket);
     }
+    if let Command::Openapi = cli.command {
+        print!("{}", strata_daemon::openapi_document());
+        return Ok(ExitCode::SUCCESS);
+    }
     let socket = cli.socket.clone().unwrap_or_else(|| PathBuf::from(strata_daemon::DEFAULT_SOCKET));
     let c = Client::new(socket, cli.api.clone(), cli.token.clone(), cli.ca_cert.clone())?;
     match cli.command {
-        Command::Serve(_) => unreachable!("handled above"),
+        Command::Serve(_) | Command::Openapi => unreachable!("handled above"),
         Command::Pool(cmd) => pool::run(&c, &out, cmd)?,
         Command::Volume(cmd) => volume::run(&c, &out, cmd)?,
         Command::Snapshot(cmd) => snapshot::run_snapshot(cmd, &c, &out)?,

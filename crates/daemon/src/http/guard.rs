@@ -27,8 +27,17 @@ use strata_engine::Clock;
 /// Where a connection came from (set by the listener, server.rs).
 #[derive(Debug, Clone)]
 pub(crate) enum Peer {
-    Unix { uid: u32, gid: u32, pid: Option<i32> },
-    Tcp { addr: SocketAddr, hosts: Arc<Vec<String>> },
+    Unix {
+        uid: u32,
+        gid: u32,
+        pid: Option<i32>,
+    },
+    /// `hosts`: the names a request's Host may use; None with TLS (the certificate check
+    /// already binds the name a browser used to this daemon).
+    Tcp {
+        addr: SocketAddr,
+        hosts: Option<Arc<Vec<String>>>,
+    },
 }
 
 pub(crate) struct Guard {
@@ -69,7 +78,7 @@ fn refuse(kind: ErrorKind, message: impl Into<String>, hint: &str) -> ApiError {
 fn browser_checks(req: &Request, peer: &Peer, mutating: bool) -> Result<(), ApiError> {
     let h = req.headers();
     let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if let Peer::Tcp { hosts, .. } = peer {
+    if let Peer::Tcp { hosts: Some(hosts), .. } = peer {
         if !hosts.iter().any(|a| a.eq_ignore_ascii_case(host)) {
             return Err(refuse(
                 ErrorKind::PermissionDenied,

@@ -199,7 +199,7 @@ pub(crate) async fn serve(bound: Bound, app: Router) {
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let peer = Peer::Tcp { addr, hosts: hosts.clone() };
+                let peer = Peer::Tcp { addr, hosts: tls.is_none().then(|| hosts.clone()) };
                 let (app, tls) = (app.clone(), tls.clone());
                 tokio::spawn(async move {
                     match tls {
