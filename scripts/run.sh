@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 data_dir="${STRATA_DATA_DIR:-/var/lib/strata}"
 mnt="${STRATA_DEMO_MOUNT:-/mnt/strata/demo}"
-export STRATA_API="${STRATA_API:-127.0.0.1:7420}"
+# The daemon's control socket (root and the `strata` group may use it).
+export STRATA_SOCKET="${STRATA_SOCKET:-/run/strata/strata.sock}"
+unset STRATA_API
 
 need=()
 command -v cc >/dev/null || need+=(build-essential)
@@ -15,6 +17,7 @@ command -v fusermount3 >/dev/null || need+=(fuse3)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+getent group strata >/dev/null || groupadd --system strata
 cargo build --release -p strata-cli --quiet
 strata="$PWD/target/release/strata"
 mkdir -p "$data_dir"
@@ -36,7 +39,7 @@ echo
 "$strata" volume list
 cat <<MSG
 
-Strata is running: daemon API on $STRATA_API (pid $(cat "$data_dir/strata.pid" 2>/dev/null || echo '?')),
+Strata is running: daemon API on the socket $STRATA_SOCKET (pid $(cat "$data_dir/strata.pid" 2>/dev/null || echo '?')),
 pool 'default' in $data_dir/default.img, volume default/demo mounted at $mnt.
 
 Look next:
@@ -44,6 +47,9 @@ Look next:
   $strata volume create default/pgdata --size 50G && $strata mount default/pgdata /mnt/strata/pgdata
   $strata check default                        verify every checksum and invariant
   $strata pool status default --json
+  $strata history                              every change, who made it, what came of it
+  usermod -aG strata USER                      let USER administer Strata (root-equivalent)
+  scripts/install.sh                           install as a systemd service (/etc/strata/strata.toml)
   tail -f $data_dir/strata.log                 the daemon's log
   kill \$(cat $data_dir/strata.pid)              clean stop (commits and unmounts; mounts return at next start)
 Docs: README.md, docs/api.md (control API), docs/engine-format.md (on-disk format).

@@ -16,6 +16,15 @@ command -v mariadbd >/dev/null || need+=(mariadb-server mariadb-client)
 command -v sysbench >/dev/null || need+=(sysbench)
 python3 -m pytest --version >/dev/null 2>&1 || need+=(python3-pytest)
 command -v nfs-ls >/dev/null || need+=(libnfs-utils libnfs-dev python3-venv python3-dev)
+command -v openssl >/dev/null || need+=(openssl)
+# What `pool create` must recognise on a device before formatting it: the probe's tests
+# make real file systems, partition tables and labels with these (device_probe.rs).
+for t in mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.f2fs:f2fs-tools \
+         mkfs.vfat:dosfstools mkfs.exfat:exfatprogs mkntfs:ntfs-3g sfdisk:fdisk sgdisk:gdisk \
+         mksquashfs:squashfs-tools xorriso:xorriso cryptsetup:cryptsetup-bin make-bcache:bcache-tools \
+         shellcheck:shellcheck; do
+  command -v "${t%%:*}" >/dev/null || need+=("${t##*:}")
+done
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq
@@ -52,5 +61,9 @@ scripts/e2e/nfs.sh
 echo "== MariaDB snapshots: quiesced snapshot under sysbench, clone beside the source, restore"
 scripts/e2e/mariadb-snapshots.sh
 
+echo "== install script and shipped configuration"
+bash -n scripts/install.sh
+shellcheck -S warning scripts/install.sh scripts/run.sh scripts/test.sh
+
 echo "== unit, property, crash, fault and daemon tests"
-cargo nextest run --workspace --no-fail-fast --failure-output final
+STRATA_REQUIRE_PROBE_TOOLS=1 cargo nextest run --workspace --no-fail-fast --failure-output final
