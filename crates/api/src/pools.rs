@@ -37,6 +37,8 @@ pub struct PoolInfo {
 pub struct PoolFigures {
     /// The pool's unique id (hex), as `pool import` takes it.
     pub guid: String,
+    /// How the engine opened the device: its path and I/O mode, e.g. `/dev/sdb (O_DIRECT)`.
+    pub device_io: String,
     pub txg: u64,
     pub size_bytes: u64,
     pub allocated_bytes: u64,

@@ -271,7 +271,10 @@ pub fn print_pool(p: &PoolInfo) {
     if let Some(r) = &p.reason {
         println!("reason    {r}");
     }
-    println!("device    {}", p.device.display());
+    match &p.status {
+        Some(s) => println!("device    {}", s.device_io),
+        None => println!("device    {}", p.device.display()),
+    }
     println!("log       {}", p.log_device.as_ref().map_or("in the pool".into(), |l| l.display().to_string()));
     let Some(s) = &p.status else { return };
     println!("guid      {}", s.guid);

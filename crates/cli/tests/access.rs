@@ -115,6 +115,11 @@ fn tcp_needs_a_token_and_each_role_may_do_only_its_part() {
     assert_eq!(st, 201, "{body}");
     assert_eq!(op("POST", "/v1/pools/default/volumes/opvol/snapshots", r#"{"name":"s"}"#).0, 201);
 
+    // Names in paths are percent-decoded ("de%66ault" is "default").
+    let (st, body) =
+        http(&addr, "GET", "/v1/pools/de%66ault/volumes/opvol", &[("Authorization", &bearer(&operator))], "");
+    assert_eq!(st, 200, "{body}");
+
     // The admin may create pools.
     let (st, body) = http(&addr, "POST", "/v1/pools", &[("Authorization", &bearer(&admin)), json], &create_pool);
     assert_eq!(st, 201, "{body}");

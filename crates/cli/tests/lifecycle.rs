@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const MIB: u64 = 1 << 20;
@@ -74,10 +74,7 @@ fn ends(path: &Path) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn is_mounted(path: &Path) -> bool {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(s(path)))
+    std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().any(|l| l.split(' ').nth(4) == Some(s(path)))
 }
 
 /// The pool named `name` in `pool list --json`, if listed.
@@ -109,7 +106,7 @@ fn pool_create_refuses_a_device_with_data_unless_forced() {
     d.ok(&["pool", "create", "p", "--device", s(&ext4), "--force"]);
     let p = d.json(&["pool", "status", "p"]);
     assert_eq!(p["state"], "ONLINE", "{p}");
-    assert_eq!(p["size_bytes"].as_u64().unwrap() <= 64 * MIB, true, "{p}");
+    assert!(p["size_bytes"].as_u64().unwrap() <= 64 * MIB, "{p}");
     assert_ne!(ends(&ext4).0, before.0, "the forced create wrote its labels");
     d.ok(&["volume", "create", "p/v"]);
     // A device holding a Strata pool is never formatted over, even with --force.
@@ -124,12 +121,7 @@ fn pool_create_refuses_a_device_with_data_unless_forced() {
         f.seek(SeekFrom::Start(offset)).unwrap();
         f.write_all(&[0x5a]).unwrap();
     }
-    refused(
-        &d,
-        &["pool", "create", "t", "--device", s(&tail)],
-        4,
-        &[&format!("holds non-zero data at byte {offset}")],
-    );
+    refused(&d, &["pool", "create", "t", "--device", s(&tail)], 4, &[&format!("holds non-zero data at byte {offset}")]);
     assert_eq!(bytes_at(&tail, offset, 1), [0x5a]);
 
     // An existing file of zeros holds nothing: no --force needed.
@@ -213,6 +205,8 @@ fn export_on_one_daemon_and_import_on_another_keeps_everything() {
     live.push(("after", random_bytes(6, 12345)));
     write_files(&mnt, &live);
     a.ok(&["clone", "create", "tank/db@s1", "tank/c"]);
+    // Not while a volume is mounted (unless --force).
+    refused(&a, &["pool", "export", "tank"], 4, &[&format!("pool tank is in use: tank/db mounted at {}", s(&mnt))]);
     a.ok(&["unmount", s(&mnt)]);
     let guid = a.json(&["pool", "status", "tank"])["guid"].clone();
     let volumes = a.json(&["volume", "list", "tank"]);
@@ -404,7 +398,12 @@ fn destroy_needs_confirmation_and_refuses_a_pool_in_use() {
     d.ok(&["snapshot", "create", "p/v@s"]);
 
     refused(&d, &["pool", "destroy", "p"], 2, &["destroying pool p erases every volume", "--yes"]);
-    refused(&d, &["pool", "destroy", "p", "--yes"], 4, &[&format!("pool p is in use: p/v mounted at {}", s(&mnt)), "--force"]);
+    refused(
+        &d,
+        &["pool", "destroy", "p", "--yes"],
+        4,
+        &[&format!("pool p is in use: p/v mounted at {}", s(&mnt)), "--force"],
+    );
     // Refusals changed nothing.
     assert_eq!(listed_pool(&d, "p").unwrap()["state"], "ONLINE");
     assert!(is_mounted(&mnt));
@@ -437,7 +436,7 @@ fn destroy_needs_confirmation_and_refuses_a_pool_in_use() {
 #[test]
 fn volume_guard_rails() {
     let dir = temp_dir("lc-guard");
-    let d = Daemon::start(&dir);
+    let mut d = Daemon::start(&dir);
     d.ok(&["volume", "create", "default/v", "--size", "1G"]);
     let mnt = dir.join("mnt");
     d.ok(&["mount", "default/v", s(&mnt)]);
@@ -484,6 +483,9 @@ fn volume_guard_rails() {
     refused(&d, &["volume", "set", "default/v", "--size", "3G", "--sync", "sometimes"], 2, &["sometimes"]);
     assert_eq!(d.json(&["volume", "show", "default/v"]), v, "a refused PATCH changed the volume");
     // And after a restart, still as it was.
+    assert!(d.stop().success(), "{}", d.log());
+    d.spawn();
+    assert_eq!(d.json(&["volume", "show", "default/v"]), v, "after a restart");
     let check = d.json(&["check", "default"]);
     assert_eq!(check["clean"], true, "{check}");
 }
@@ -536,9 +538,19 @@ fn history_records_a_scripted_session() {
             ("POST /v1/pools", "/v1/pools", 201, "ok"),
             ("POST /v1/pools/{pool}/volumes", "/v1/pools/hist/volumes", 201, "ok"),
             ("POST /v1/pools/{pool}/volumes/{volume}/snapshots", "/v1/pools/hist/volumes/v/snapshots", 201, "ok"),
-            ("DELETE /v1/pools/{pool}/volumes/{volume}", "/v1/pools/hist/volumes/v", 409, refusal.as_str()),
-            ("DELETE /v1/pools/{pool}/volumes/{volume}", "/v1/pools/hist/volumes/v", 409, refusal.as_str()),
-            ("DELETE /v1/pools/{pool}/volumes/{volume}", "/v1/pools/hist/volumes/v", 200, "ok"),
+            (
+                "DELETE /v1/pools/{pool}/volumes/{volume}",
+                "/v1/pools/hist/volumes/v?recursive=false",
+                409,
+                refusal.as_str()
+            ),
+            (
+                "DELETE /v1/pools/{pool}/volumes/{volume}",
+                "/v1/pools/hist/volumes/v?recursive=false",
+                409,
+                refusal.as_str()
+            ),
+            ("DELETE /v1/pools/{pool}/volumes/{volume}", "/v1/pools/hist/volumes/v?recursive=true", 200, "ok"),
             ("POST /v1/pools/{pool}/volumes", "/v1/pools/default/volumes", 201, "ok"),
         ],
         "{h:#}"
@@ -550,7 +562,12 @@ fn history_records_a_scripted_session() {
     assert!(rows[6].2.contains("\"name\":\"other\""), "{}", rows[6].2);
     // The human form shows the same.
     let human = d.ok(&["history"]);
-    assert!(human.contains("uid 0 (root) [DELETE /v1/pools/{pool}/volumes/{volume}] /v1/pools/hist/volumes/v -> 409"), "{human}");
+    assert!(
+        human.contains(&format!(
+            "uid 0 (root) [DELETE /v1/pools/{{pool}}/volumes/{{volume}}] /v1/pools/hist/volumes/v?recursive=false -> 409 {refusal}"
+        )),
+        "{human}"
+    );
 
     // By pool: only that pool's entries (its creation included).
     let of = |pool: &str| -> Vec<Value> { d.json(&["history", pool]).as_array().unwrap().clone() };

@@ -149,7 +149,8 @@ fn peer_name(peer: &Peer) -> String {
 pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let mutating = !matches!(method, Method::GET | Method::HEAD);
-    let target = req.uri().path().to_string();
+    // The path with its query: `?recursive=true`, `?force=true` are part of what was asked.
+    let target = req.uri().path_and_query().map_or_else(|| req.uri().path().to_string(), |pq| pq.as_str().to_string());
     let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
     let operation = format!("{method} {}", route.as_deref().unwrap_or(&target));
     let Some(peer) = req.extensions().get::<Peer>().cloned() else {
@@ -209,7 +210,7 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
             return r;
         }
     };
-    let request = (!bytes.is_empty()).then(|| {
+    let request = (!bytes.is_empty() && &bytes[..] != b"{}").then(|| {
         let s = String::from_utf8_lossy(&bytes);
         s.chars().take(1024).collect::<String>()
     });

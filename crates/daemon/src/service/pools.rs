@@ -72,6 +72,7 @@ pub(crate) fn ratio(logical: u64, physical: u64) -> f64 {
 pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
     PoolFigures {
         guid: format!("{:016x}", s.pool_guid),
+        device_io: s.device.clone(),
         txg: s.txg,
         size_bytes: s.size_bytes,
         allocated_bytes: s.allocated_bytes,
