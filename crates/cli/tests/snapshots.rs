@@ -2,7 +2,9 @@
 //! mounts. Needs root and /dev/fuse.
 
 mod common;
+
 use common::*;
+use serde_json::Value;
 use std::path::Path;
 
 fn write(path: &Path, data: &str) {
@@ -150,6 +152,13 @@ fn snapshot_restore_clone_and_their_errors() {
         .filter_map(|s| s["name"].as_str().filter(|n| n.starts_with("auto-fast-")).map(String::from))
         .collect();
     assert_eq!(autos.len(), 2, "retention keeps two: {autos:?}\n{}", d.log());
+    // The policy's own snapshots and expiries are in the history, with the schedule as caller.
+    let h = d.json(&["history", "default"]);
+    let by_policy: Vec<&Value> =
+        h.as_array().unwrap().iter().filter(|e| e["caller"] == "daemon (snapshot policy fast)").collect();
+    assert!(by_policy.iter().any(|e| e["operation"].as_str().unwrap().starts_with("POST")), "{h}");
+    assert!(by_policy.iter().any(|e| e["operation"].as_str().unwrap().starts_with("DELETE")), "{h}");
+    assert!(by_policy.iter().all(|e| e["result"] == "ok"), "{h}");
     for a in &autos {
         d.ok(&["snapshot", "delete", &format!("default/wal@{a}")]);
     }

@@ -92,13 +92,18 @@ fn run_schedule(d: &Daemon, pool: &str, vol: &str, s: &Schedule, now_ns: u64) ->
         n += 1;
         name = format!("{base}-{n}");
     }
-    super::snapshots::create(d, pool, &[vol.to_string()], &name, None)?;
+    let taken = super::snapshots::create(d, pool, &[vol.to_string()], &name, None);
+    record(d, s, "POST", &format!("/v1/pools/{pool}/volumes/{vol}/snapshots/{name}"), &taken);
+    taken?;
     mine.push((u64::MAX, now_ns, name));
     let excess = mine.len().saturating_sub(s.keep as usize);
     let _g = d.admin.lock().expect("admin");
     for (_, _, old) in mine.iter().take(excess) {
         match p.delete_snapshot(vol, old) {
-            Ok(()) => tracing::info!(pool, volume = vol, snapshot = old, "policy: expired snapshot deleted"),
+            Ok(()) => {
+                tracing::info!(pool, volume = vol, snapshot = old, "policy: expired snapshot deleted");
+                record(d, s, "DELETE", &format!("/v1/pools/{pool}/volumes/{vol}/snapshots/{old}"), &Ok(()));
+            }
             Err(e) if e.kind() == ErrorKind::Busy => {
                 tracing::warn!(pool, volume = vol, snapshot = old, "policy: kept past retention: {e}")
             }
@@ -106,6 +111,23 @@ fn run_schedule(d: &Daemon, pool: &str, vol: &str, s: &Schedule, now_ns: u64) ->
         }
     }
     Ok(())
+}
+
+/// The daemon's own changes go into the history too, with the schedule as the caller.
+fn record<T>(d: &Daemon, s: &Schedule, method: &str, target: &str, r: &Result<T, ApiError>) {
+    use strata_engine::Clock;
+    d.history.record(&strata_api::HistoryEntry {
+        time_ns: crate::SystemClock.now_ns(),
+        caller: format!("daemon (snapshot policy {})", s.name),
+        operation: format!("{method} /v1/pools/{{pool}}/volumes/{{volume}}/snapshots/{{snapshot}}"),
+        target: target.into(),
+        request: None,
+        status: if r.is_ok() { 200 } else { 500 },
+        result: match r {
+            Ok(_) => "ok".into(),
+            Err(e) => e.message.clone(),
+        },
+    });
 }
 
 impl Daemon {

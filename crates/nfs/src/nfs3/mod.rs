@@ -206,3 +206,32 @@ pub(crate) fn dispatch(req: &mut Request<'_>) -> Handled {
         _ => Ok(crate::rpc::accepted_reply(req.xid, AcceptStat::ProcUnavail, 0)),
     }
 }
+
+/// Attributes and identities for the permission tests of access.rs and setattr.rs.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::export::Identity;
+    use strata_fs::Attr;
+
+    pub(crate) fn attr(mode: u32, uid: u32, gid: u32) -> Attr {
+        Attr {
+            ino: 5,
+            size: 0,
+            blocks: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            crtime_ns: 0,
+            mode,
+            nlink: 1,
+            uid,
+            gid,
+            rdev: 0,
+            blksize: 4096,
+        }
+    }
+
+    pub(crate) fn who(uid: u32, gid: u32, groups: &[u32]) -> Identity {
+        Identity { uid, gid, groups: groups.to_vec() }
+    }
+}

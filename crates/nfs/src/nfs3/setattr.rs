@@ -166,27 +166,7 @@ mod tests {
     const DIR: u32 = libc::S_IFDIR;
     const LNK: u32 = libc::S_IFLNK;
 
-    fn attr(mode: u32, uid: u32, gid: u32) -> Attr {
-        Attr {
-            ino: 5,
-            size: 0,
-            blocks: 0,
-            atime_ns: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            crtime_ns: 0,
-            mode,
-            nlink: 1,
-            uid,
-            gid,
-            rdev: 0,
-            blksize: 4096,
-        }
-    }
-
-    fn who(uid: u32, gid: u32, groups: &[u32]) -> Identity {
-        Identity { uid, gid, groups: groups.to_vec() }
-    }
+    use super::super::test_support::{attr, who};
 
     const NONE: Sattr =
         Sattr { mode: None, uid: None, gid: None, size: None, atime: SetTime::Keep, mtime: SetTime::Keep };
