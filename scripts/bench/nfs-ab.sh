@@ -38,7 +38,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; true' EXIT
 one() { # $1 = label, $2 = binary
   local sport url out t0 t1
   rm -rf "$work/strata"; sport="$(free_port)"
-  "$2" serve --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
+  "$2" serve --config /dev/null --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
     >"$work/strata-$1.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do "$2" pool list >/dev/null 2>&1 && break; sleep 0.1; done

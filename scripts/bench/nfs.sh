@@ -53,7 +53,7 @@ trap cleanup EXIT
 
 # --- Strata: its own pool image (same size as ganesha's ext4 image), release build.
 sport="$(free_port)"
-"$bin" serve --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
+"$bin" serve --config /dev/null --data-dir "$work/strata" --default-pool-size 8G --nfs-port "$sport" \
   >"$work/strata.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; done

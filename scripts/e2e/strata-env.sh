@@ -4,18 +4,22 @@
 # Source it for the functions, or run it:  strata-env.sh crash   (what CRASH_CMD runs)
 #
 #   STRATA_E2E_DIR   working directory (daemon data, log, pid)  default /var/tmp/strata-e2e
-#   STRATA_SOCKET    the daemon's control socket                default $STRATA_E2E_DIR/strata.sock
+#   STRATA_SOCKET    the daemon's control socket: always $STRATA_E2E_DIR/strata.sock, set
+#                    (and exported) by strata_start, since scripts change STRATA_E2E_DIR
+#                    after sourcing this file
 #   STRATA_BIN       the strata binary                          default target/debug/strata
 set -euo pipefail
 : "${STRATA_E2E_DIR:=/var/tmp/strata-e2e}"
-: "${STRATA_SOCKET:=$STRATA_E2E_DIR/strata.sock}"
+STRATA_SOCKET="$STRATA_E2E_DIR/strata.sock"
 : "${STRATA_BIN:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/target/debug/strata}"
 export STRATA_E2E_DIR STRATA_SOCKET STRATA_BIN
 unset STRATA_API  # the e2e daemons are reached through their socket
 
 strata_start() {
+  export STRATA_SOCKET="$STRATA_E2E_DIR/strata.sock"
   mkdir -p "$STRATA_E2E_DIR"
-  "$STRATA_BIN" serve --data-dir "$STRATA_E2E_DIR/data" --default-pool-size "${STRATA_POOL_SIZE:-8G}" \
+  # --config /dev/null: never the machine's /etc/strata/strata.toml.
+  "$STRATA_BIN" serve --config /dev/null --data-dir "$STRATA_E2E_DIR/data" --default-pool-size "${STRATA_POOL_SIZE:-8G}" \
       ${STRATA_SERVE_ARGS:-} >>"$STRATA_E2E_DIR/daemon.log" 2>&1 &
   echo $! >"$STRATA_E2E_DIR/daemon.pid"
   local i
@@ -59,7 +63,8 @@ strata_stop() {
 # kernel has already dropped the request (the caller was killed or interrupted, as the
 # crash tests do on purpose); nothing is lost by it.
 strata_log_clean() {
-  if grep -E ' ERROR ' "$STRATA_E2E_DIR/daemon.log" | grep -v 'Failed to send FUSE reply: No such file or directory'; then
+  # The level column only: a refused request's message may quote a database's "ERROR 2002".
+  if grep -E '^[0-9TZ:.-]+ +ERROR ' "$STRATA_E2E_DIR/daemon.log" | grep -v 'Failed to send FUSE reply: No such file or directory'; then
     echo "unexpected ERROR lines in $STRATA_E2E_DIR/daemon.log"; return 1
   fi
 }

@@ -41,8 +41,11 @@ impl Daemon {
     /// Start the daemon with extra `strata serve` arguments.
     pub fn spawn_with(&mut self, extra: &[&str]) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("daemon.log")).unwrap();
+        // Never the machine's /etc/strata/strata.toml: a test daemon is configured by its flags.
+        let config: &[&str] = if extra.contains(&"--config") { &[] } else { &["--config", "/dev/null"] };
         let child = Command::new(BIN)
             .args(["serve", "--data-dir", self.dir.join("data").to_str().unwrap(), "--default-pool-size", "256M"])
+            .args(config)
             .args(extra)
             .env("STRATA_SOCKET", &self.socket)
             .env_remove("STRATA_API")
