@@ -115,6 +115,30 @@ fn tcp_needs_a_token_and_each_role_may_do_only_its_part() {
     assert_eq!(st, 201, "{body}");
     assert_eq!(op("POST", "/v1/pools/default/volumes/opvol/snapshots", r#"{"name":"s"}"#).0, 201);
 
+    // Operators mount only under the mount roots: a mount decides what appears at a host
+    // path (/root/.ssh, /etc/cron.d), even through a symbolic link or "..".
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let link = std::path::PathBuf::from(format!("/mnt/strata-it-link-{}", std::process::id()));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let inside = format!("/mnt/strata-it-op-{}", std::process::id());
+    for path in [
+        outside.join("m").display().to_string(),
+        link.join("m").display().to_string(),
+        format!("{inside}/../../etc/strata-it"),
+        "/mnt".to_string(),
+    ] {
+        let (st, body) = op("POST", "/v1/mounts", &format!(r#"{{"volume":"default/opvol","path":"{path}"}}"#));
+        assert_eq!(st, 403, "operator mount at {path}: {body}");
+    }
+    std::fs::remove_file(&link).unwrap();
+    let (st, body) = op("POST", "/v1/mounts", &format!(r#"{{"volume":"default/opvol","path":"{inside}"}}"#));
+    assert_eq!(st, 201, "{body}");
+    let (st, body) = op("DELETE", "/v1/mounts", &format!(r#"{{"path":"{inside}"}}"#));
+    assert_eq!(st, 200, "{body}");
+    let _ = std::fs::remove_dir(&inside);
+
     // Names in paths are percent-decoded ("de%66ault" is "default").
     let (st, body) =
         http(&addr, "GET", "/v1/pools/de%66ault/volumes/opvol", &[("Authorization", &bearer(&operator))], "");

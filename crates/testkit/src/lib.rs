@@ -2,7 +2,8 @@
 //!
 //! - [`SimDisk`]: an in-memory [`BlockDevice`](strata_engine::BlockDevice) that records
 //!   writes and flushes, builds crash images, and injects read/write/flush errors and bit rot.
-//! - [`SimRng`]: a small seeded generator, so every random test prints its seed and replays.
+//! - [`SimRng`]: a small seeded generator, so every random test prints its seed and replays
+//!   ([`run_seeds`]).
 //! - [`model`]: obviously-right reference models and a reader that captures a pool's
 //!   visible state for comparison.
 
@@ -12,7 +13,7 @@ pub mod simdisk;
 pub mod workload;
 
 pub use rng::SimRng;
-pub use simdisk::{CrashMode, SimDisk};
+pub use simdisk::{CrashMode, PowerLost, SimDisk};
 
 use std::sync::Arc;
 use strata_engine::{ChecksumAlgo, CreateOptions, ManualClock, PoolOptions};
@@ -43,4 +44,38 @@ pub fn seed_from_env(default: u64) -> u64 {
 /// Iterations for a randomized test: `STRATA_ITERS` if set, else `default`.
 pub fn iters_from_env(default: u64) -> u64 {
     std::env::var("STRATA_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// Whether `STRATA_SEED` is set: a run replays one seed, so assertions about what many
+/// seeds covered do not apply.
+pub fn replaying_seed() -> bool {
+    std::env::var("STRATA_SEED").is_ok()
+}
+
+/// Run a randomized test `f` once per seed: `default_base`, `default_base + 1`, ...
+/// (`STRATA_ITERS` seeds, else `default_iters`), or only `STRATA_SEED` if set. A seed that
+/// fails (panics) is named, with how to replay it.
+pub fn run_seeds(name: &str, default_base: u64, default_iters: u64, f: impl Fn(u64)) {
+    let base = seed_from_env(default_base);
+    let iters = if replaying_seed() { 1 } else { iters_from_env(default_iters) };
+    for i in 0..iters {
+        let seed = base.wrapping_add(i);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed))).is_err() {
+            panic!("{name} failed with seed {seed}: replay with STRATA_SEED={seed}");
+        }
+    }
+}
+
+/// Whether an engine error is the simulated power failure of a [`SimDisk`] (an I/O error
+/// whose source is [`PowerLost`]) rather than anything else: an injected EIO, corruption,
+/// no space, a refusal. Crash tests stop at the power failure and fail on anything else.
+pub fn is_power_failure(e: &strata_engine::Error) -> bool {
+    matches!(e, strata_engine::Error::Io { source, .. } if simdisk::is_power_lost(source))
+}
+
+/// Assert that `e` is the simulated power failure of `disk`, and that the disk did refuse
+/// an I/O for lack of power: any other error is a failure of the test, with its seed.
+pub fn assert_power_failure(e: &strata_engine::Error, disk: &SimDisk, seed: u64, during: &str) {
+    assert!(is_power_failure(e), "seed {seed}: {during} failed, and not because the power went: {e}");
+    assert!(disk.refused_ios() > 0, "seed {seed}: {during} returned a power failure the disk never produced: {e}");
 }

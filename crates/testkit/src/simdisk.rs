@@ -9,11 +9,14 @@
 //!
 //! Power loss mid-run: `set_crash_after(n)` lets `n` more write/flush operations succeed,
 //! then fails every later I/O, as if the machine died there; the crash image is then taken
-//! of the state at that instant.
+//! of the state at that instant. Those I/Os fail with an error that carries [`PowerLost`],
+//! so tests tell the power failure apart from every other error
+//! ([`crate::is_power_failure`]), and the disk counts them ([`SimDisk::refused_ios`]).
 //!
 //! Faults: `fail_writes`/`fail_flushes` fail the next n operations (EIO) without crashing;
 //! `fail_reads_in` fails reads overlapping a range; `rot` flips a bit in both images.
 
+use std::fmt;
 use std::io;
 use std::sync::Mutex;
 use strata_engine::BlockDevice;
@@ -42,6 +45,8 @@ struct State {
     read_fail: Option<(u64, u64)>,
     flushes: u64,
     writes: u64,
+    /// I/Os refused because the power was off.
+    refused: u64,
 }
 
 pub struct SimDisk {
@@ -51,6 +56,39 @@ pub struct SimDisk {
 
 fn eio(what: &str) -> io::Error {
     io::Error::other(format!("simulated I/O error: {what}"))
+}
+
+/// The source of every I/O error a [`SimDisk`] returns once its power is off (and of no
+/// other): what [`crate::is_power_failure`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerLost;
+
+impl fmt::Display for PowerLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("simulated I/O error: device lost power")
+    }
+}
+
+impl std::error::Error for PowerLost {}
+
+/// Whether `e` is the error a [`SimDisk`] returns after losing power.
+pub fn is_power_lost(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<PowerLost>())
+}
+
+impl State {
+    fn powered_off(&self) -> bool {
+        self.crash_at.is_some_and(|c| self.ops >= c)
+    }
+
+    /// Refuse an I/O if the power is off (and count it).
+    fn check_power(&mut self) -> io::Result<()> {
+        if self.powered_off() {
+            self.refused += 1;
+            return Err(io::Error::other(PowerLost));
+        }
+        Ok(())
+    }
 }
 
 impl SimDisk {
@@ -74,6 +112,7 @@ impl SimDisk {
                 read_fail: None,
                 flushes: 0,
                 writes: 0,
+                refused: 0,
             }),
         }
     }
@@ -99,9 +138,16 @@ impl SimDisk {
         s.crash_at = Some(s.ops + n);
     }
 
+    /// Whether the power is off: the operations `set_crash_after` allowed have all been
+    /// used (the next I/O, if any, fails).
     pub fn has_crashed(&self) -> bool {
-        let s = self.st();
-        s.crash_at.is_some_and(|c| s.ops >= c)
+        self.st().powered_off()
+    }
+
+    /// I/Os (reads, writes, flushes) refused because the power was off: more than zero
+    /// means the engine really hit the power failure, not just that the power is off.
+    pub fn refused_ios(&self) -> u64 {
+        self.st().refused
     }
 
     pub fn fail_writes(&self, n: u32) {
@@ -173,10 +219,8 @@ impl BlockDevice for SimDisk {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let s = self.st();
-        if s.crash_at.is_some_and(|c| s.ops >= c) {
-            return Err(eio("device lost power"));
-        }
+        let mut s = self.st();
+        s.check_power()?;
         let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= s.current.len() as u64);
         let Some(end) = end else {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the simulated disk"));
@@ -192,9 +236,7 @@ impl BlockDevice for SimDisk {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut s = self.st();
-        if s.crash_at.is_some_and(|c| s.ops >= c) {
-            return Err(eio("device lost power"));
-        }
+        s.check_power()?;
         assert!(
             offset.is_multiple_of(self.sector as u64) && buf.len().is_multiple_of(self.sector),
             "the engine issues sector-aligned writes only"
@@ -216,9 +258,7 @@ impl BlockDevice for SimDisk {
 
     fn flush(&self) -> io::Result<()> {
         let mut s = self.st();
-        if s.crash_at.is_some_and(|c| s.ops >= c) {
-            return Err(eio("device lost power"));
-        }
+        s.check_power()?;
         s.ops += 1;
         if s.fail_flushes > 0 && s.flushes_before_failing > 0 {
             s.flushes_before_failing -= 1;

@@ -2,8 +2,11 @@
 //! (the checker recounts every entry against every tree, snapshot and deadlist) through
 //! copies, overwrites, snapshots, clones, restores, deletes and crashes; the table's memory
 //! bound; pools that cannot dedup refuse it clearly.
+//!
+//! The randomized tests print a failing seed; replay with STRATA_SEED=<seed>.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use strata_engine::format::features::INCOMPAT_DEDUP;
 use strata_engine::format::label::{LabelPhys, LABEL_PHYS_SIZE};
@@ -13,7 +16,7 @@ use strata_engine::{
     VolumeOptions,
 };
 use strata_testkit::{
-    iters_from_env, seed_from_env, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
+    assert_power_failure, replaying_seed, run_seeds, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
 };
 
 const RS: usize = 16384;
@@ -141,10 +144,8 @@ fn a_crc32c_pool_refuses_dedup_and_says_why() {
 /// live volume reads back as its model.
 #[test]
 fn reference_counts_stay_exact_under_random_interleavings() {
-    let base = seed_from_env(0xDED2_0000);
-    let mut splits = 0;
-    for i in 0..iters_from_env(12) {
-        let seed = base + i;
+    let splits = AtomicU64::new(0);
+    run_seeds("reference_counts_stay_exact_under_random_interleavings", 0xDED2_0000, 12, |seed| {
         let mut rng = SimRng::new(seed);
         let (_disk, pool) = new_pool(128 << 20, test_pool_options());
         let empty = pool.status().allocated_bytes;
@@ -197,26 +198,35 @@ fn reference_counts_stay_exact_under_random_interleavings() {
                 83..=90 if !snaps.is_empty() => {
                     let k = rng.below(snaps.len() as u64) as usize;
                     let (v, s, _) = snaps[k].clone();
-                    if pool.delete_snapshot(&v, &s).is_ok() {
-                        snaps.remove(k);
+                    // Refused (Busy) only while clones depend on it.
+                    match pool.delete_snapshot(&v, &s) {
+                        Ok(()) => {
+                            snaps.remove(k);
+                        }
+                        Err(e) if e.kind() == ErrorKind::Busy => {}
+                        Err(e) => panic!("seed {seed}: delete {v}@{s}: {e}"),
                     }
                 }
                 91..=92 if vol.starts_with('c') => {
                     // Detach a clone: its shared records are rewritten, and become references
                     // to the same blocks (the contents are the same).
                     match pool.split_clone(&vol) {
-                        Ok(_) => splits += 1,
+                        Ok(_) => {
+                            splits.fetch_add(1, Ordering::Relaxed);
+                        }
                         Err(e) if e.kind() == ErrorKind::Busy => {} // it has snapshots
                         Err(e) if e.to_string().contains("not a clone") => {} // split already
                         Err(e) => panic!("seed {seed}: split {vol}: {e}"),
                     }
                 }
-                93..=94 if model.len() > 1 => {
-                    if pool.delete_volume(&vol).is_ok() {
+                93..=94 if model.len() > 1 => match pool.delete_volume(&vol) {
+                    Ok(()) => {
                         model.remove(&vol);
                         snaps.retain(|(v, _, _)| *v != vol);
                     }
-                }
+                    Err(e) if e.kind() == ErrorKind::Busy => {} // clones of its snapshots
+                    Err(e) => panic!("seed {seed}: delete volume {vol}: {e}"),
+                },
                 _ => {
                     pool.commit().unwrap();
                     assert_clean(&pool, &format!("seed {seed} step {step}"));
@@ -230,21 +240,38 @@ fn reference_counts_stay_exact_under_random_interleavings() {
             assert!(pool.read(vid, ObjectId(1), 0, content.len()).unwrap() == *content, "seed {seed}: volume {name}");
         }
         // Delete everything (clones before their origins' snapshots): all space returns.
-        for (v, s, _) in snaps.iter().rev() {
-            let _ = pool.delete_snapshot(v, s);
-        }
+        // Refusals (Busy: something still depends on it) are retried in the next pass; any
+        // other error fails.
+        let delete_snapshots = |snaps: &mut Vec<(String, String, Vec<u8>)>| {
+            for k in (0..snaps.len()).rev() {
+                let (v, s, _) = &snaps[k];
+                match pool.delete_snapshot(v, s) {
+                    Ok(()) => {
+                        snaps.remove(k);
+                    }
+                    Err(e) if e.kind() == ErrorKind::Busy => {}
+                    Err(e) => panic!("seed {seed}: delete {v}@{s}: {e}"),
+                }
+            }
+        };
+        delete_snapshots(&mut snaps);
         for _ in 0..3 {
             let names: Vec<String> = model.keys().cloned().collect();
             for name in names {
-                if pool.delete_volume(&name).is_ok() {
-                    model.remove(&name);
+                match pool.delete_volume(&name) {
+                    Ok(()) => {
+                        model.remove(&name);
+                        snaps.retain(|(v, _, _)| *v != name);
+                    }
+                    Err(e) if e.kind() == ErrorKind::Busy => {}
+                    Err(e) => panic!("seed {seed}: delete volume {name}: {e}"),
                 }
             }
-            for (v, s, _) in snaps.iter().rev() {
-                let _ = pool.delete_snapshot(v, s);
-            }
+            delete_snapshots(&mut snaps);
         }
         assert!(model.is_empty(), "seed {seed}: volumes left {:?}", model.keys());
+        let left: Vec<String> = snaps.iter().map(|(v, s, _)| format!("{v}@{s}")).collect();
+        assert!(left.is_empty(), "seed {seed}: snapshots left {left:?}");
         for _ in 0..3 {
             pool.commit().unwrap();
         }
@@ -255,19 +282,19 @@ fn reference_counts_stay_exact_under_random_interleavings() {
             "seed {seed}: {} bytes left",
             pool.status().allocated_bytes
         );
-    }
-    if std::env::var("STRATA_SEED").is_err() {
+    });
+    if !replaying_seed() {
+        let splits = splits.load(Ordering::Relaxed);
         assert!(splits > 0, "no clone was split in any seed: the interleavings miss clone splits");
     }
 }
 
 /// Power fails at a random device operation while dedup references are made and dropped:
-/// the image reopens at an acknowledged state with exact counts.
+/// the image reopens at an acknowledged state with exact counts. The power failure is the
+/// only error the workload may meet, and every run meets it.
 #[test]
 fn crash_while_deduplicating_reopens_at_a_committed_state() {
-    let base = seed_from_env(0xDED3_0000);
-    for i in 0..iters_from_env(40) {
-        let seed = base + i;
+    run_seeds("crash_while_deduplicating_reopens_at_a_committed_state", 0xDED3_0000, 40, |seed| {
         let mut rng = SimRng::new(seed);
         let disk = Arc::new(SimDisk::new(48 << 20, 512));
         let pool = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
@@ -278,14 +305,17 @@ fn crash_while_deduplicating_reopens_at_a_committed_state() {
         let mut history = vec![image.clone()];
         let mut acked = 0;
         let crash_at = rng.below(12);
-        for round in 0..12 {
+        // Twelve rounds, then more until the power has gone (it goes within 40 device
+        // operations of `crash_at`: a commit alone has more).
+        for round in 0..100 {
             if round == crash_at {
                 disk.set_crash_after(rng.below(40));
             }
             let n = rng.range(1, 16) as usize;
             let at = rng.below(30) as usize * RS;
             let bytes = pages(&mut rng, n, 5);
-            if pool.write(vol, obj, at as u64, &bytes).is_err() {
+            if let Err(e) = pool.write(vol, obj, at as u64, &bytes) {
+                assert_power_failure(&e, &disk, seed, &format!("write in round {round}"));
                 break;
             }
             if image.len() < at + bytes.len() {
@@ -293,10 +323,18 @@ fn crash_while_deduplicating_reopens_at_a_committed_state() {
             }
             image[at..at + bytes.len()].copy_from_slice(&bytes);
             history.push(image.clone());
-            if rng.chance(25) && pool.create_snapshots(&["db"], &format!("s{round}")).is_err() {
-                break;
+            if rng.chance(25) {
+                // A snapshot commits the txg: the write above is acknowledged with it.
+                match pool.create_snapshots(&["db"], &format!("s{round}")) {
+                    Ok(_) => acked = history.len() - 1,
+                    Err(e) => {
+                        assert_power_failure(&e, &disk, seed, &format!("snapshot in round {round}"));
+                        break;
+                    }
+                }
             }
-            if pool.commit().is_err() {
+            if let Err(e) = pool.commit() {
+                assert_power_failure(&e, &disk, seed, &format!("commit in round {round}"));
                 break;
             }
             acked = history.len() - 1;
@@ -304,6 +342,7 @@ fn crash_while_deduplicating_reopens_at_a_committed_state() {
                 break;
             }
         }
+        assert!(disk.has_crashed(), "seed {seed}: the run ended without losing power");
         let mode = *rng.pick(&[CrashMode::Random, CrashMode::DropUnflushed, CrashMode::KeepAll]);
         let crashed = disk.crash_image(mode, &mut rng);
         drop(pool);
@@ -321,5 +360,5 @@ fn crash_while_deduplicating_reopens_at_a_committed_state() {
         pool.commit().unwrap();
         let r = pool.check(CheckOptions::default()).unwrap();
         assert!(r.is_clean(), "seed {seed}: after more work: {:#?}", r.errors);
-    }
+    });
 }

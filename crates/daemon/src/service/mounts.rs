@@ -2,7 +2,7 @@
 //! mounts a dead daemon left behind.
 
 use super::{split_volume, ApiError, Daemon, MountEntry};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use strata_api::MountInfo;
 
 impl Daemon {
@@ -126,5 +126,53 @@ pub(crate) fn detach_stale_mount(path: &Path) {
                 tracing::info!(path = %path.display(), "detached a stale mount left by a previous daemon");
             }
         }
+    }
+}
+
+/// Where callers below admin may mount. A mount decides what appears at a path of the
+/// host: at /root/.ssh or /etc/cron.d a volume an operator filled (over NFS, say) would
+/// give them root. Admins may mount anywhere (they are root-equivalent anyway).
+pub(crate) const OPERATOR_MOUNT_ROOTS: &[&str] = &["/mnt", "/srv", "/data", "/var/lib/postgresql", "/var/lib/mysql"];
+
+/// Refuse a mount point outside OPERATOR_MOUNT_ROOTS, judged on the path with `..` and
+/// symbolic links resolved (its longest existing ancestor canonicalized).
+pub(crate) fn check_operator_mount_path(path: &Path) -> Result<(), ApiError> {
+    let refuse = || {
+        ApiError::new(
+            strata_api::ErrorKind::PermissionDenied,
+            format!("an operator may not mount at {}", path.display()),
+            &format!("mount under {} (or ask an admin)", OPERATOR_MOUNT_ROOTS.join(", ")),
+        )
+    };
+    if !path.is_absolute() {
+        return Err(ApiError::bad_request(
+            format!("mount point {} is not absolute", path.display()),
+            "give a full path",
+        ));
+    }
+    // The longest existing ancestor, canonicalized, plus the components that do not exist yet.
+    let mut existing = path.to_path_buf();
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    while !existing.exists() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = parent.to_path_buf();
+            }
+            _ => return Err(refuse()),
+        }
+    }
+    let mut real: PathBuf = existing.canonicalize().map_err(|_| refuse())?;
+    for c in rest.iter().rev() {
+        if c == ".." || c == "." {
+            return Err(refuse());
+        }
+        real.push(c);
+    }
+    let inside = OPERATOR_MOUNT_ROOTS.iter().any(|root| real.starts_with(root) && real != Path::new(root));
+    if inside {
+        Ok(())
+    } else {
+        Err(refuse())
     }
 }

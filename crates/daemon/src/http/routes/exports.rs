@@ -1,11 +1,12 @@
 //! /v1/mounts and /v1/exports.
 
 use super::D;
+use crate::access::Caller;
 use crate::http::blocking;
 use crate::http::extract::{Body, Path};
 use crate::service::{split_volume, ApiError, Daemon};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use std::sync::Arc;
 use strata_api::*;
 use utoipa_axum::router::OpenApiRouter;
@@ -24,12 +25,20 @@ async fn list_mounts(d: D) -> Result<Json<Vec<MountInfo>>, ApiError> {
     blocking(&d, |d| Ok(d.list_mounts())).await.map(Json)
 }
 
-/// Mount a volume through FUSE at an empty directory of the daemon's host.
+/// Mount a volume through FUSE at an empty directory of the daemon's host (an operator:
+/// under /mnt, /srv, /data, /var/lib/postgresql or /var/lib/mysql only).
 #[utoipa::path(post, path = "/v1/mounts", tag = "mounts", security(("token" = ["operator"])),
     request_body = MountRequest, responses((status = 201, body = MountInfo)))]
-async fn mount(d: D, Body(req): Body<MountRequest>) -> Result<(StatusCode, Json<MountInfo>), ApiError> {
+async fn mount(
+    d: D,
+    Extension(caller): Extension<Caller>,
+    Body(req): Body<MountRequest>,
+) -> Result<(StatusCode, Json<MountInfo>), ApiError> {
     blocking(&d, move |d| {
         split_volume(&req.volume)?;
+        if caller.role < Role::Admin {
+            crate::service::mounts::check_operator_mount_path(&req.path)?;
+        }
         let _g = d.admin.lock().expect("admin");
         d.mount(&req.volume, &req.path, true)?;
         Ok(MountInfo { volume: req.volume, path: req.path, active: true })
