@@ -254,6 +254,14 @@ fn other_local_users_are_refused_on_the_socket() {
     d.fails(&["volume", "show", "default/x"], "not found");
     // Root is an admin.
     assert!(d.ok(&["whoami"]).contains("(admin)"));
+    // A mounted volume's set-user-id files and device nodes give nobody anything on this host.
+    d.ok(&["volume", "create", "default/m"]);
+    let m = dir.join("m");
+    d.ok(&["mount", "default/m", m.to_str().unwrap()]);
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info.lines().find(|l| l.split(' ').nth(4) == Some(m.to_str().unwrap())).expect("the mount");
+    let opts = line.split(' ').nth(5).unwrap();
+    assert!(opts.contains("nosuid") && opts.contains("nodev"), "{line}");
 }
 
 #[test]

@@ -490,8 +490,11 @@ pub fn mount(fs: Arc<VolumeFs>, mountpoint: &Path, opts: MountOptions) -> std::i
         MountOption::Subtype("strata".into()),
         MountOption::DefaultPermissions,
         MountOption::RW,
-        MountOption::Dev,
-        MountOption::Suid,
+        // Files of a volume may be written by others than the host's root (NFS clients with
+        // no_root_squash, operators who export volumes): a set-user-id binary or a device
+        // node on the mount must not become root on this host. Databases need neither.
+        MountOption::NoDev,
+        MountOption::NoSuid,
     ];
     config.acl = SessionACL::All;
     config.n_threads = Some(opts.threads.max(1));

@@ -4,22 +4,28 @@
 //! show exactly the model — live volumes and every snapshot, read through read-only views —
 //! and at checkpoints the checker must find the pool consistent with the space adding up
 //! (tree sizes, deadlists, volume totals, space map). Crash images taken in the middle of
-//! these operations must open at the state before or after the operation, and check clean.
+//! these operations must open at the state before or after the operation, and check clean;
+//! once the operation has returned Ok (it commits), only the state after it. The power
+//! failure is the only error the crashing step may meet.
 //!
 //! Replay a failure with STRATA_SEED=<seed>; scale with STRATA_ITERS=<n>.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use strata_engine::{BlockDevice, CheckOptions, ErrorKind, Pool, VolumeId, VolumeOptions};
-use strata_testkit::model::{capture, capture_volume, PoolModel, VolumeModel};
+use strata_engine::{BlockDevice, CheckOptions, ErrorKind, ObjectId, Pool, VolumeId, VolumeOptions};
+use strata_testkit::model::{capture, capture_volume, ObjectModel, PoolModel, VolumeModel};
 use strata_testkit::workload::object_op;
 use strata_testkit::{
-    iters_from_env, seed_from_env, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
+    assert_power_failure, replaying_seed, run_seeds, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
 };
+
+/// The seeds of every randomized test here start at this one (or STRATA_SEED).
+const SEED_BASE: u64 = 0x5A95_0000;
 
 type SnapKey = (String, String);
 
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq)]
 struct Model {
     vols: BTreeMap<String, VolumeModel>,
     /// The snapshot each live volume descends from.
@@ -270,7 +276,11 @@ impl World {
                 self.doing(format!("delete volume {vol}"));
                 let pinned = self.m.volume_pinned(&vol);
                 if pinned {
-                    refused(self.pool.delete_volume(&vol), ErrorKind::Busy, &format!("delete of volume {vol} with clones"))?;
+                    refused(
+                        self.pool.delete_volume(&vol),
+                        ErrorKind::Busy,
+                        &format!("delete of volume {vol} with clones"),
+                    )?;
                     return Ok(format!("refused delete of volume {vol}"));
                 }
                 let mut next = self.m.clone();
@@ -362,10 +372,10 @@ impl World {
         let view = self.pool.open_snapshot_view(&s.0, &s.1)?;
         let mut want = self.m.snaps[s].0.clone();
         let got = capture_volume(&self.pool, view, want.record_size);
-        let refused = self.pool.write(view, ObjectId(1), 0, b"x");
+        let write = self.pool.write(view, ObjectId(1), 0, b"x");
         self.pool.close_snapshot_view(view);
         let got = got?;
-        refused(refused, ErrorKind::ReadOnly, &format!("a write to a view of snapshot {s:?}"))?;
+        refused(write, ErrorKind::ReadOnly, &format!("a write to a view of snapshot {s:?}"))?;
         want.record_size = got.record_size;
         let a = PoolModel { volumes: [(format!("{}@{}", s.0, s.1), want)].into() };
         let b = PoolModel { volumes: [(format!("{}@{}", s.0, s.1), got)].into() };
@@ -404,13 +414,13 @@ impl World {
 
 #[test]
 fn snapshots_match_model() {
-    run_seeds("snapshots_match_model", 40, |seed| {
+    run_seeds("snapshots_match_model", SEED_BASE, 40, |seed| {
         let mut rng = SimRng::new(seed);
         let mut w = World::new(seed);
         let steps = rng.range(80, 250);
         let mut log = Vec::new();
         for i in 0..steps {
-            log.push(w.step(&mut rng, false));
+            log.push(w.step_ok(&mut rng, false));
             if std::env::var("STRATA_TRACE").is_ok() {
                 eprintln!("{}", log.last().unwrap());
             }
@@ -425,7 +435,7 @@ fn snapshots_match_model() {
         let model = w.m.clone();
         drop(w.pool);
         let pool = Pool::open(w.disk.clone() as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
-        let w = World { disk: w.disk, pool, m: model, intended: None, next: w.next };
+        let w = World::reopened(w.disk, pool, model, w.next);
         w.verify_all();
         w.check();
     });
@@ -433,11 +443,11 @@ fn snapshots_match_model() {
 
 #[test]
 fn deleting_every_snapshot_and_clone_returns_all_space() {
-    run_seeds("deleting_every_snapshot_and_clone_returns_all_space", 20, |seed| {
+    run_seeds("deleting_every_snapshot_and_clone_returns_all_space", SEED_BASE, 20, |seed| {
         let mut rng = SimRng::new(seed);
         let mut w = World::new(seed);
         for _ in 0..rng.range(60, 150) {
-            w.step(&mut rng, false);
+            w.step_ok(&mut rng, false);
         }
         // Delete clones first (newest first), then every snapshot, then every volume.
         while let Some(v) = w.m.vols.keys().rev().find(|v| !w.m.volume_pinned(v)).cloned() {
@@ -460,45 +470,95 @@ fn deleting_every_snapshot_and_clone_returns_all_space() {
     });
 }
 
+/// How the crashing steps fell: [acknowledged (returned Ok) with the state changed, power
+/// failed inside the operation and the state before it was found, inside and the state
+/// after it found].
+static CRASH_OUTCOMES: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
 #[test]
 fn crash_during_snapshot_operations_lands_before_or_after() {
-    run_seeds("crash_during_snapshot_operations_lands_before_or_after", 60, |seed| {
+    run_seeds("crash_during_snapshot_operations_lands_before_or_after", SEED_BASE, 60, |seed| {
         let mut rng = SimRng::new(seed);
         let mut w = World::new(seed);
         for _ in 0..rng.range(10, 60) {
-            w.step(&mut rng, true);
+            w.step_ok(&mut rng, true);
         }
         w.pool.commit().unwrap();
-        // One more step, with the disk crashing somewhere inside it.
+        // One more step, with the power failing somewhere inside it (or after it).
         let before = w.m.clone();
-        let ops = w.disk.op_count();
-        w.disk.set_crash_after(ops + rng.range(1, 40));
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut rng2 = SimRng::new(seed ^ 0xABCD);
-            w.step(&mut rng2, true);
-        }));
-        let candidates = [Some(before), Some(w.m.clone()), w.intended.take()];
+        w.disk.set_crash_after(rng.range(1, 40));
+        let mut rng2 = SimRng::new(seed ^ 0xABCD);
+        let r = w.step(&mut rng2, true);
+        let inside = match &r {
+            Ok(_) => false,
+            Err(e) => {
+                assert_power_failure(e, &w.disk, seed, &w.doing);
+                true
+            }
+        };
+        // What the pool may show after the crash, given what was acknowledged.
+        let allowed: Vec<(&str, Model)> = match w.pending.take() {
+            // Acknowledged (or never got to the call that commits it): the model now.
+            None => vec![("the acknowledged state", w.m.clone())],
+            Some(p) => {
+                assert!(inside, "seed {seed}: {} returned Ok without being acknowledged", w.doing);
+                let mut v = vec![("the state before", before.clone()), ("the state after", p.after)];
+                v.extend(p.between.map(|b| ("the state between", b)));
+                v
+            }
+        };
+        let doing = w.doing.clone();
         let mode = *rng.pick(&[CrashMode::DropUnflushed, CrashMode::Random, CrashMode::KeepAll]);
         let image = w.disk.crash_image(mode, &mut rng);
-        drop(r);
         std::mem::forget(w.pool); // the machine died: no clean close
         let disk = Arc::new(SimDisk::from_image(image, 512));
-        let pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
+        let pool = Pool::open(disk.clone() as Arc<dyn BlockDevice>, test_pool_options())
+            .unwrap_or_else(|e| panic!("seed {seed}: after a crash in {doing}, the pool does not open: {e}"));
         let r = pool.check(CheckOptions::default()).unwrap();
-        assert!(r.is_clean(), "checker after crash: {:#?}", r.errors);
-        let mut w = World { disk, pool, m: Model::default(), intended: None, next: 1000 };
-        let found = candidates.into_iter().flatten().find(|m| {
-            w.m = m.clone();
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.verify_all())).is_ok()
-        });
-        assert!(found.is_some(), "after a crash the pool shows neither the state before nor after the step");
+        assert!(r.is_clean(), "seed {seed}: checker after a crash in {doing}: {:#?}", r.errors);
+        let mut w = World::reopened(disk, pool, Model::default(), 1000);
+        let mut differences = Vec::new();
+        let mut found = None;
+        for (what, m) in allowed {
+            w.m = m;
+            match w.compare().unwrap() {
+                None => {
+                    found = Some(what);
+                    break;
+                }
+                Some(d) => differences.push(format!("not {what}: {d}")),
+            }
+        }
+        let Some(found) = found else {
+            panic!(
+                "seed {seed}: after a crash {} {doing} ({mode:?}), the pool shows no state the model allows: {differences:?}",
+                if inside { "inside" } else { "after" }
+            );
+        };
+        // Count the crashes whose outcome shows something: the state changed.
+        let outcome = match found {
+            _ if w.m == before => None,
+            "the acknowledged state" => Some(0),
+            "the state before" => Some(1),
+            _ => Some(2),
+        };
+        if let Some(o) = outcome {
+            CRASH_OUTCOMES[o].fetch_add(1, Ordering::Relaxed);
+        }
         // And it goes on working.
         for _ in 0..20 {
-            w.step(&mut rng, false);
+            w.step_ok(&mut rng, false);
         }
         w.check();
         w.verify_all();
     });
+    // The crashes must have hit inside operations, landing on both sides, and after
+    // acknowledged ones; otherwise the test proves less than it claims.
+    let o: Vec<u64> = CRASH_OUTCOMES.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    if !replaying_seed() {
+        assert!(o.iter().all(|&n| n > 0), "crash outcomes {o:?}: [acknowledged, inside before, inside after]");
+    }
+    eprintln!("crash outcomes [acknowledged, inside landing before, inside landing after]: {o:?}");
 }
 
 #[test]
