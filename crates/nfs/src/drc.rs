@@ -99,6 +99,14 @@ impl ReplyCache {
         }
     }
 
+    /// The call ran into a fault and has no reply to keep: a retransmission runs it again.
+    pub(crate) fn abandon(&self, key: Key) {
+        let mut c = self.inner.lock().expect("reply cache");
+        if matches!(c.entries.get(&key), Some(Entry::Running)) {
+            c.entries.remove(&key);
+        }
+    }
+
     /// Retransmissions answered from the cache so far.
     #[cfg(test)]
     pub(crate) fn replays(&self) -> u64 {

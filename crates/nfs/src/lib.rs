@@ -25,7 +25,9 @@ pub mod xdr;
 pub use export::{Cidr, Export, ExportPolicy, ExportTable, Identity, Squash, ANON_ID};
 pub use handle::{HandleKey, HANDLE_BYTES};
 pub use nfs3::MAX_IO_BYTES;
-pub use server::{NfsServer, ServerConfig, PROG_MOUNT, PROG_NFS, PROG_PORTMAP};
+pub use server::{
+    failpoint_panic_on_xid, NfsServer, ServerConfig, MAX_CONNECTIONS, PROG_MOUNT, PROG_NFS, PROG_PORTMAP,
+};
 
 use std::net::IpAddr;
 use std::sync::Arc;

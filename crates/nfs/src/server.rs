@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::{self, BufReader, Write};
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -63,6 +63,19 @@ impl ServerConfig {
     }
 }
 
+/// Failpoint `nfs.dispatch.panic`: the request with this xid panics inside the server
+/// (0: off). For the tests of the failure policy; never set in production.
+static FAILPOINT_PANIC_XID: AtomicU32 = AtomicU32::new(0);
+
+#[doc(hidden)]
+pub fn failpoint_panic_on_xid(xid: u32) {
+    FAILPOINT_PANIC_XID.store(xid, Ordering::Relaxed);
+}
+
+/// Connections served at once; one more is closed at accept (each costs a reader thread
+/// and up to `max_in_flight` records of memory). Far above what database hosts open.
+pub const MAX_CONNECTIONS: usize = 1024;
+
 /// State shared by every connection and worker.
 pub(crate) struct Shared {
     pub exports: Arc<ExportTable>,
@@ -79,6 +92,8 @@ pub(crate) struct Shared {
     conns: Mutex<Vec<TcpStream>>,
     /// Replies of non-idempotent calls, for retransmissions (drc.rs).
     pub replies: crate::drc::ReplyCache,
+    /// Connections whose reader runs (at most MAX_CONNECTIONS).
+    live_conns: AtomicUsize,
 }
 
 const REFUSALS_LOGGED: usize = 4096;
@@ -157,6 +172,7 @@ impl NfsServer {
             stopping: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             replies: Default::default(),
+            live_conns: AtomicUsize::new(0),
         });
         let (tx, rx) = sync_channel::<Job>(cfg.workers * 4);
         let rx = Arc::new(Mutex::new(rx));
@@ -208,6 +224,12 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_fli
             }
         };
         let (Ok(peer), Ok(read_half)) = (s.peer_addr(), s.try_clone()) else { continue };
+        if shared.live_conns.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            shared.live_conns.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(client = %peer, "NFS connection refused: {MAX_CONNECTIONS} connections are open");
+            let _ = s.shutdown(Shutdown::Both);
+            continue;
+        }
         let _ = s.set_nodelay(true);
         if let Ok(c) = s.try_clone() {
             let mut conns = shared.conns.lock().expect("connections");
@@ -224,11 +246,13 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_fli
             in_flight: Mutex::new(0),
             done: Condvar::new(),
         });
-        let (tx, shared) = (tx.clone(), shared.clone());
+        let (tx, for_reader) = (tx.clone(), shared.clone());
         let spawned = std::thread::Builder::new()
             .name("nfs-conn".into())
-            .spawn(move || reader(read_half, conn, tx, shared, max_in_flight));
+            .spawn(move || reader(read_half, conn, tx, for_reader, max_in_flight));
         if let Err(e) = spawned {
+            // The reader never ran, so its guard never took the count back.
+            shared.live_conns.fetch_sub(1, Ordering::SeqCst);
             tracing::warn!(client = %peer, "NFS connection dropped: cannot start its reader: {e}");
         }
     }
@@ -416,6 +440,14 @@ unsafe impl ReadUninit for BufReader<SocketIn> {
 }
 
 fn reader(stream: TcpStream, conn: Arc<Conn>, tx: SyncSender<Job>, shared: Arc<Shared>, max_in_flight: usize) {
+    /// The connection counts against MAX_CONNECTIONS until its reader ends, however it ends.
+    struct Live(Arc<Shared>);
+    impl Drop for Live {
+        fn drop(&mut self) {
+            self.0.live_conns.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _live = Live(shared.clone());
     let mut r = BufReader::with_capacity(64 << 10, SocketIn { stream, want: 0, lowat: 1, spin: false });
     // What the socket still owes of a fragment: its length less what the buffer holds.
     let expect = |r: &mut BufReader<SocketIn>, len: usize| {
@@ -557,14 +589,38 @@ pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<rp
             }
         }
     }
-    let mut req = Request { xid, proc_: call.proc_, cred: call.cred, args: call.args, peer, shared };
-    let handled = match (prog, vers) {
-        (PROG_NFS, 3) => nfs3::dispatch(&mut req),
-        (PROG_MOUNT, 3) => mount::dispatch(&mut req),
-        (PROG_PORTMAP, 2) => portmap::dispatch(&mut req),
-        (PROG_NFS, _) | (PROG_MOUNT, _) => Ok(rpc::prog_mismatch(xid, 3, 3)),
-        (PROG_PORTMAP, _) => Ok(rpc::prog_mismatch(xid, 2, 2)),
-        _ => Ok(rpc::accepted_reply(xid, AcceptStat::ProgUnavail, 0)),
+    let proc_ = call.proc_;
+    let mut req = Request { xid, proc_, cred: call.cred, args: call.args, peer, shared };
+    // A panic in a handler ends this request with SYSTEM_ERR, not the worker (which would
+    // be gone for good) nor the daemon. DESIGN.md's failure policy: a request handler's
+    // panic ends that request.
+    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if FAILPOINT_PANIC_XID.load(Ordering::Relaxed) == xid && xid != 0 {
+            panic!("failpoint nfs.dispatch.panic (xid {xid})");
+        }
+        match (prog, vers) {
+            (PROG_NFS, 3) => nfs3::dispatch(&mut req),
+            (PROG_MOUNT, 3) => mount::dispatch(&mut req),
+            (PROG_PORTMAP, 2) => portmap::dispatch(&mut req),
+            (PROG_NFS, _) | (PROG_MOUNT, _) => Ok(rpc::prog_mismatch(xid, 3, 3)),
+            (PROG_PORTMAP, _) => Ok(rpc::prog_mismatch(xid, 2, 2)),
+            _ => Ok(rpc::accepted_reply(xid, AcceptStat::ProgUnavail, 0)),
+        }
+    }));
+    let handled = match handled {
+        Ok(h) => h,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            tracing::error!(client = %peer, prog, proc_, xid, "NFS request failed inside the server: {what}; answered SYSTEM_ERR");
+            if let Some(key) = cache_key {
+                shared.replies.abandon(key);
+            }
+            return Some(rpc::finish_record(rpc::accepted_reply(xid, AcceptStat::SystemErr, 0)));
+        }
     };
     let reply = handled.unwrap_or_else(|_| rpc::accepted_reply(xid, AcceptStat::GarbageArgs, 0));
     let record = rpc::finish_record(reply);
@@ -587,5 +643,6 @@ pub(crate) fn test_shared(exports: Arc<ExportTable>, key: HandleKey) -> Shared {
         stopping: AtomicBool::new(false),
         conns: Mutex::new(Vec::new()),
         replies: Default::default(),
+        live_conns: AtomicUsize::new(0),
     }
 }

@@ -210,3 +210,65 @@ fn a_write_sent_at_once_on_a_fresh_connection_is_answered() {
     assert_eq!(read_back(&mut first, &fh, 49 * 200_000, 200_000), data);
     server.stop();
 }
+
+/// A request whose handler panics is answered SYSTEM_ERR; the workers survive it (more
+/// panicking requests than workers, then ordinary ones are still answered), its reply is
+/// not cached (a retransmission runs again), and the connection goes on.
+#[test]
+fn a_panicking_request_ends_that_request_only() {
+    let (server, mut c, fh) = setup();
+    let panicking: u32 = 0x7eed_beef;
+    strata_nfs::failpoint_panic_on_xid(panicking);
+    for _ in 0..20 {
+        // NFS NULL with the failpoint's xid, 20 times: more than the 16 workers.
+        let body = call_record(panicking, NFS, 3, 0, 0, 0, &[]);
+        let mut rec = (0x8000_0000u32 | body.len() as u32).to_be_bytes().to_vec();
+        rec.extend_from_slice(&body);
+        c.s.write_all(&rec).expect("send");
+        let (xid, reply) = c.reply();
+        assert_eq!(xid, panicking);
+        // reply: mark, xid, REPLY, MSG_ACCEPTED, verf (flavor, empty body), accept_stat.
+        let stat = u32::from_be_bytes(reply[reply.len() - 4..].try_into().expect("stat"));
+        assert_eq!(stat, 5, "SYSTEM_ERR");
+    }
+    strata_nfs::failpoint_panic_on_xid(0);
+    assert_eq!(read_back(&mut c, &fh, 0, 0), Vec::<u8>::new(), "the connection and the workers go on");
+    let data = pattern(3, 4096);
+    let r = c.call(NFS, 7, &write_args(&fh, 0, &data));
+    assert_eq!(Decoder::new(&r).u32(), Ok(0), "WRITE after the panics");
+    assert_eq!(read_back(&mut c, &fh, 0, 4096), data);
+    drop(server);
+}
+
+/// Connections are capped: one past MAX_CONNECTIONS is closed at once; when one closes, a
+/// new one is served again.
+#[test]
+fn connections_are_capped() {
+    let (server, mut first, _) = setup();
+    let mut open = Vec::new();
+    for _ in 1..strata_nfs::MAX_CONNECTIONS {
+        open.push(TcpStream::connect(server.local_addr()).expect("connect"));
+    }
+    let mut over = Client::connect(&server);
+    let (_, rec) = over.record(NFS, 0, &[]);
+    let _ = over.s.write_all(&rec);
+    let mut buf = [0u8; 4];
+    let refused = matches!(over.s.read(&mut buf), Ok(0) | Err(_));
+    assert!(refused, "a connection past the cap was served");
+    assert_eq!(first.call(NFS, 0, &[]), Vec::<u8>::new(), "the connections within the cap are served");
+    drop(open.pop());
+    // The server notices the close when its reader ends: retry for a while.
+    let start = std::time::Instant::now();
+    loop {
+        let mut c = Client::connect(&server);
+        let (_, rec) = c.record(NFS, 0, &[]);
+        let _ = c.s.write_all(&rec);
+        let mut mark = [0u8; 4];
+        if c.s.read_exact(&mut mark).is_ok() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no connection served after one closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+}
