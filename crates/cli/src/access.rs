@@ -36,7 +36,7 @@ pub fn run_token(c: &Client, out: &Out, cmd: TokenCmd) -> Result<(), Failure> {
         TokenCmd::List => {
             let ts: Vec<TokenInfo> = c.get("/v1/tokens")?;
             out.show(&ts, |ts| {
-                println!("{:<24} {:<9} {:<20} {}", "NAME", "ROLE", "CREATED", "BY");
+                println!("{:<24} {:<9} {:<20} BY", "NAME", "ROLE", "CREATED");
                 for t in ts {
                     println!(
                         "{:<24} {:<9} {:<20} {}",

@@ -40,7 +40,7 @@ pub enum ExportCmd {
 }
 
 fn print_exports(rows: &[ExportInfo]) {
-    println!("{:>4}  {:<24} {:<5} {:<6} {:<8}  {}", "ID", "VOLUME", "MODE", "SQUASH", "SERVED", "CLIENTS");
+    println!("{:>4}  {:<24} {:<5} {:<6} {:<8}  CLIENTS", "ID", "VOLUME", "MODE", "SQUASH", "SERVED");
     for r in rows {
         println!(
             "{:>4}  {:<24} {:<5} {:<6} {:<8}  {}",

@@ -155,7 +155,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Mount { volume: None, dir: None } => {
             let v: Vec<strata_api::MountInfo> = c.get("/v1/mounts")?;
             out.show(&v, |v| {
-                println!("{:<28} {}", "VOLUME", "PATH");
+                println!("{:<28} PATH", "VOLUME");
                 for m in v {
                     let note = if m.active { "" } else { "  (waiting for its pool)" };
                     println!("{:<28} {}{note}", m.volume, m.path.display());

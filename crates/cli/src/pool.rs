@@ -118,8 +118,8 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
             let pools: Vec<PoolInfo> = c.get("/v1/pools")?;
             out.show(&pools, |pools| {
                 println!(
-                    "{:<16} {:<11} {:>10} {:>10} {:>10} {:>8}  {}",
-                    "POOL", "STATE", "SIZE", "ALLOC", "FREE", "VOLUMES", "DEVICE"
+                    "{:<16} {:<11} {:>10} {:>10} {:>10} {:>8}  DEVICE",
+                    "POOL", "STATE", "SIZE", "ALLOC", "FREE", "VOLUMES"
                 );
                 for p in pools {
                     let (size, alloc, free, vols) = match &p.status {

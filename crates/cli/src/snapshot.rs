@@ -106,8 +106,8 @@ pub fn split_snapshot(spec: &str) -> Result<(&str, &str, &str), String> {
 
 fn print_snapshots(rows: &[SnapshotInfo]) {
     println!(
-        "{:<36} {:>8} {:>10} {:>10} {:>10}  {:<20} {}",
-        "SNAPSHOT", "TXG", "REFER", "WRITTEN", "UNIQUE", "CREATED", "CLONES"
+        "{:<36} {:>8} {:>10} {:>10} {:>10}  {:<20} CLONES",
+        "SNAPSHOT", "TXG", "REFER", "WRITTEN", "UNIQUE", "CREATED"
     );
     for s in rows {
         println!(

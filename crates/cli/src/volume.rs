@@ -159,8 +159,8 @@ fn ratio_text(r: Option<f64>) -> String {
 
 fn print_volumes(rows: &[VolumeInfo]) {
     println!(
-        "{:<28} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8} {:>9}  {}",
-        "VOLUME", "RECORD", "USED", "LOGICAL", "LIMIT", "RATIO", "COMPRESS", "SYNC", "MOUNTED AT"
+        "{:<28} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8} {:>9}  MOUNTED AT",
+        "VOLUME", "RECORD", "USED", "LOGICAL", "LIMIT", "RATIO", "COMPRESS", "SYNC"
     );
     for v in rows {
         let limit = if v.size_bytes > 0 { human(v.size_bytes) } else { "-".into() };

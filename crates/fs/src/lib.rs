@@ -386,10 +386,10 @@ impl VolumeFs {
                 return err(libc::EISDIR);
             }
         }
-        Ok(self.pool.read_shared(self.vol, ObjectId(ino), offset, size as usize).map_err(|e| match e.kind() {
+        self.pool.read_shared(self.vol, ObjectId(ino), offset, size as usize).map_err(|e| match e.kind() {
             ErrorKind::NotFound => FsError::new(libc::ENOENT),
             _ => e.into(),
-        })?)
+        })
     }
 
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {

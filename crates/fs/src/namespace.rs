@@ -381,10 +381,8 @@ impl VolumeFs {
         let (pa, na, ia, mut ai) = a;
         let (pb, nb, ib) = b;
         let mut bi = self.load(t, ib)?;
-        if pa != pb {
-            if ai.is_dir() && self.is_within(t, pb, ia)? || bi.is_dir() && self.is_within(t, pa, ib)? {
-                return err(libc::EINVAL);
-            }
+        if pa != pb && (ai.is_dir() && self.is_within(t, pb, ia)? || bi.is_dir() && self.is_within(t, pa, ib)?) {
+            return err(libc::EINVAL);
         }
         t.kv_put(self.vol, &dir_key(pa, na), &encode_entry(ib, bi.dtype()))?;
         t.kv_put(self.vol, &dir_key(pb, nb), &encode_entry(ia, ai.dtype()))?;

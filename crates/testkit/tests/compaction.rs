@@ -235,7 +235,7 @@ fn crash_while_packing_reopens_at_a_committed_state() {
         let size = pool.object_size(vol, obj).unwrap() as usize;
         let got = pool.read(vol, obj, 0, size).unwrap();
         assert!(
-            history[acked..].iter().any(|h| *h == got),
+            history[acked..].contains(&got),
             "seed {seed}: contents at txg {txg} ({size} bytes) are no state since the last acknowledged commit"
         );
     }

@@ -219,7 +219,7 @@ impl fmt::Display for Size {
     /// The shortest exact spelling: "16G", "1536M", "100".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-            if self.0 != 0 && self.0 % (1u64 << shift) == 0 {
+            if self.0 != 0 && self.0.is_multiple_of(1u64 << shift) {
                 return write!(f, "{}{unit}", self.0 >> shift);
             }
         }

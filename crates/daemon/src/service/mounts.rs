@@ -141,7 +141,7 @@ pub(crate) fn check_operator_mount_path(path: &Path) -> Result<(), ApiError> {
         ApiError::new(
             strata_api::ErrorKind::PermissionDenied,
             format!("an operator may not mount at {}", path.display()),
-            &format!("mount under {} (or ask an admin)", OPERATOR_MOUNT_ROOTS.join(", ")),
+            format!("mount under {} (or ask an admin)", OPERATOR_MOUNT_ROOTS.join(", ")),
         )
     };
     if !path.is_absolute() {
