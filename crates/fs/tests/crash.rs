@@ -63,7 +63,7 @@ fn resolve(fs: &VolumeFs, path: &str) -> Option<u64> {
 /// One random operation; errno failures are part of the game, I/O failures end the run.
 fn op(rng: &mut SimRng, fs: &VolumeFs) -> Result<(), i32> {
     let who = Caller { uid: 0, gid: 0 };
-    let Some(dir) = resolve(fs, rng.pick(&DIRS[..])) else { return Ok(()) };
+    let Some(dir) = resolve(fs, rng.pick::<&str>(&DIRS[..])) else { return Ok(()) };
     let name = rng.pick(&NAMES[..]).as_bytes();
     let r = match rng.below(100) {
         0..=14 => fs.mknod(who, dir, name, libc::S_IFREG | 0o644, 0).map(|_| ()),
@@ -77,13 +77,13 @@ fn op(rng: &mut SimRng, fs: &VolumeFs) -> Result<(), i32> {
             _ => Ok(()),
         },
         45..=59 => {
-            let Some(to) = resolve(fs, rng.pick(&DIRS[..])) else { return Ok(()) };
+            let Some(to) = resolve(fs, rng.pick::<&str>(&DIRS[..])) else { return Ok(()) };
             let flags = if rng.chance(10) { strata_fs::RENAME_EXCHANGE } else { 0 };
             fs.rename(dir, name, to, rng.pick(&NAMES[..]).as_bytes(), flags)
         }
         60..=66 => match fs.lookup(dir, name) {
             Ok(a) => {
-                let Some(to) = resolve(fs, rng.pick(&DIRS[..])) else { return Ok(()) };
+                let Some(to) = resolve(fs, rng.pick::<&str>(&DIRS[..])) else { return Ok(()) };
                 fs.link(a.ino, to, rng.pick(&NAMES[..]).as_bytes()).map(|_| ())
             }
             Err(_) => Ok(()),
