@@ -37,6 +37,9 @@ cargo fmt --all -- --check
 echo "== build"
 cargo build --workspace --all-targets --quiet
 
+echo "== clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
 echo "== fuzz (short run of every on-disk decoder and of damaged pool images)"
 scripts/fuzz.sh "${STRATA_FUZZ_SECONDS:-20}"
 
