@@ -43,7 +43,7 @@ fn pages(rng: &mut SimRng, n: usize, kinds: u64) -> Vec<u8> {
     for _ in 0..n {
         let k = rng.below(kinds);
         let mut page = SimRng::new(1000 + k).bytes(RS);
-        if k % 2 == 0 {
+        if k.is_multiple_of(2) {
             page[RS / 4..].fill(b' '); // compressible: lz4 and zstd store it smaller
         }
         out.extend(page);
@@ -352,7 +352,7 @@ fn crash_while_deduplicating_reopens_at_a_committed_state() {
         assert!(r.is_clean(), "seed {seed}: {:#?}", r.errors);
         let size = pool.object_size(vol, obj).unwrap() as usize;
         let got = pool.read(vol, obj, 0, size).unwrap();
-        assert!(history[acked..].iter().any(|h| *h == got), "seed {seed}: contents are no state since the last ack");
+        assert!(history[acked..].contains(&got), "seed {seed}: contents are no state since the last ack");
         // Life goes on: more references and frees, still exact.
         let bytes = pages(&mut rng, 20, 5);
         pool.write(vol, obj, 0, &bytes).unwrap();
