@@ -49,13 +49,13 @@ scripts/loop-smoke.sh
 echo "== POSIX behaviour through a FUSE mount"
 scripts/e2e/posix.sh
 
-echo "== PostgreSQL 15 on a Strata volume, with kill -9 of the daemon"
+echo "== PostgreSQL 15 on a Strata volume: the daemon killed under load, intent-log replay asserted"
 scripts/e2e/postgres.sh
 
 echo "== PostgreSQL snapshots: group snapshot under load, clone beside the source, restore"
 scripts/e2e/postgres-snapshots.sh
 
-echo "== MariaDB on a Strata volume (TR-4722 sysbench), with kill -9 of the daemon"
+echo "== MariaDB on a Strata volume (TR-4722 sysbench): the daemon killed under load, intent-log replay asserted"
 scripts/e2e/mariadb.sh
 
 echo "== NFSv3 through libnfs clients (every procedure, errors, restart)"

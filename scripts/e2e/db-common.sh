@@ -7,8 +7,30 @@
 # Contract common to both scripts (see each script's header for its own knobs):
 #   DB_DIR     existing directory on the storage under test (required); the database's data
 #              directory and its WAL / redo logs go inside it.
-#   CRASH_CMD  shell command run with `bash -c` after the database has been kill -9'd, to
-#              crash/restart the storage (default: "sync"). Bounded by CRASH_TIMEOUT seconds.
+#
+# The crash is a power failure that hits the storage first, while the database is committing
+# (power_failure below): 1. the storage process (STORAGE_PID_FILE) is frozen with SIGSTOP,
+# so nothing the database does from that instant reaches it; 2. every database process is
+# kill -9'd (one blocked in a request to the frozen storage dies when the storage does);
+# 3. CRASH_CMD must kill the storage process: if it is still alive afterwards the run FAILS;
+# 4. once the database and its load are gone, RESTART_CMD brings the storage back, and may
+# check its own recovery (a non-zero exit FAILS the run). So the commits acknowledged just
+# before the crash are only as durable as the storage's synchronous path (for Strata: the
+# intent log, whose replay `strata-env.sh recover` requires). There is no default for any
+# of the three: a run that crashes nothing proves nothing.
+#   STORAGE_PID_FILE  file holding the pid of the storage process (required; read at the crash)
+#   CRASH_CMD  shell command (`bash -c`) that kills the storage process (required), e.g.
+#              "scripts/e2e/strata-env.sh kill". Bounded by CRASH_TIMEOUT seconds.
+#   RESTART_CMD  shell command that brings the storage back after the crash (required), e.g.
+#              "scripts/e2e/strata-env.sh recover". Bounded by CRASH_TIMEOUT seconds.
+#   PRE_CRASH_CMD  optional shell command run under load PRE_CRASH_LEAD seconds (default 3)
+#              before the crash, which then comes at least 1 s after it returned, e.g.
+#              "scripts/e2e/strata-env.sh commit": everything before is committed, the commits
+#              acknowledged after it are in the intent log only. Bounded by CRASH_TIMEOUT.
+#   E2E_SELFTEST_LATE_CRASH=N  negative self-test: the old, wrong order — the database is
+#              killed first and the storage only N seconds later, after the load stopped. With
+#              a storage that commits within N seconds (Strata: --txg-interval below N) nothing
+#              is left for the intent log, and RESTART_CMD (the replay check) must FAIL.
 #   STEP_TIMEOUT  seconds any single step may take before the script fails (default 600).
 #   E2E_KEEP_WORK=1  keep the private work dir (logs, sockets, client-side ack logs) on success
 #              (it is always kept on failure).
@@ -169,14 +191,108 @@ require_db_dir() {
 # port_in_use PORT: true if something accepts TCP connections on 127.0.0.1:PORT.
 port_in_use() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
-# run_crash_cmd: run $CRASH_CMD (bounded) and report how long it took.
-run_crash_cmd() {
-  local t0 rc=0
+# require_crash_setup: refuse to run without a real crash (see the contract above): checked
+# before anything is installed or started.
+: "${E2E_SELFTEST_LATE_CRASH:=0}"
+require_crash_setup() {
+  [ -n "${CRASH_CMD:-}" ] ||
+    die "CRASH_CMD is not set: a command that kills the storage process (e.g. scripts/e2e/strata-env.sh kill); there is no default"
+  [ -n "${RESTART_CMD:-}" ] ||
+    die "RESTART_CMD is not set: a command that brings the storage back after the crash (e.g. scripts/e2e/strata-env.sh recover); there is no default"
+  [ -n "${STORAGE_PID_FILE:-}" ] ||
+    die "STORAGE_PID_FILE is not set: the file holding the pid of the storage process the crash must kill"
+  storage_pid
+}
+
+# storage_pid: set STORAGE_PID to the pid in STORAGE_PID_FILE, which must be a live process.
+storage_pid() {
+  STORAGE_PID="$(head -n 1 "$STORAGE_PID_FILE" 2>/dev/null | tr -d ' ')" || true
+  [[ "$STORAGE_PID" =~ ^[0-9]+$ ]] || die "STORAGE_PID_FILE=$STORAGE_PID_FILE holds no pid"
+  is_alive "$STORAGE_PID" ||
+    die "the storage process $STORAGE_PID (STORAGE_PID_FILE=$STORAGE_PID_FILE) is not running"
+}
+
+# run_hook NAME: run the shell command in variable NAME (bounded by CRASH_TIMEOUT), its output
+# in the log and in $WORK/NAME.out; FAIL if it fails.
+run_hook() {
+  local name="$1" t0 rc=0
+  local cmd="${!name}"
+  t0="$(now_s)"
+  log "running $name: $cmd"
+  timeout "${CRASH_TIMEOUT}" bash -c "$cmd" >"$WORK/$name.out" 2>&1 || rc=$?
+  sed 's/^/    /' "$WORK/$name.out"
+  [ "$rc" -eq 0 ] || die "$name failed (exit $rc; 124 = timed out after ${CRASH_TIMEOUT}s): $cmd"
+  log "$name done in $(elapsed_since "$t0")s"
+}
+
+# crash_wait SECONDS: wait until SECONDS into the load (the crash point); PRE_CRASH_CMD, if
+# set, runs PRE_CRASH_LEAD seconds before it, and the crash point moves if needed so that it
+# comes at least 1 s after PRE_CRASH_CMD returned (a slow commit must not leave the storage
+# no time to log acknowledged commits on top of it).
+: "${PRE_CRASH_LEAD:=3}"
+crash_wait() {
+  local after="$1" t0 rest
+  t0="$(now_s)"
+  if [ -z "${PRE_CRASH_CMD:-}" ]; then
+    nap "$after"
+    return 0
+  fi
+  [ "$PRE_CRASH_LEAD" -lt "$after" ] || die "PRE_CRASH_LEAD ($PRE_CRASH_LEAD) must be less than the crash point ($after s)"
+  nap "$((after - PRE_CRASH_LEAD))"
+  run_hook PRE_CRASH_CMD
+  rest="$(awk -v a="$t0" -v b="$(now_s)" -v s="$after" 'BEGIN { r = s - (b - a); printf "%.1f", (r < 1 ? 1 : r) }')"
+  nap "$rest"
+}
+
+# A storage process this script froze and has not seen die: thawed (SIGCONT) on the way out,
+# so that a failed run leaves nothing hanging (cleanup calls thaw_storage first).
+STORAGE_FROZEN=""
+thaw_storage() {
+  if [ -n "$STORAGE_FROZEN" ]; then
+    kill -CONT "$STORAGE_FROZEN" 2>/dev/null || true
+    STORAGE_FROZEN=""
+  fi
+}
+
+# power_failure: the crash, storage first (see the contract above), while the load runs. The
+# sourcing script provides db_kill (SIGSTOP + SIGKILL of every database process, without
+# waiting: one blocked in a request to the frozen storage dies only when the storage does)
+# and db_reap (wait until they are all gone). Sets CRASH_T (when the storage froze) and
+# CRASH_SECS (how long CRASH_CMD took).
+power_failure() {
+  local spid t0
+  storage_pid
+  spid="$STORAGE_PID"
+  if [ "$E2E_SELFTEST_LATE_CRASH" -gt 0 ]; then
+    warn "SELFTEST: the database is killed first and the storage ${E2E_SELFTEST_LATE_CRASH}s later; the intent-log replay check must FAIL"
+    db_kill
+    db_reap
+    nap "$E2E_SELFTEST_LATE_CRASH"
+  fi
+  kill -STOP "$spid" || die "cannot freeze the storage process $spid"
+  STORAGE_FROZEN="$spid"
+  CRASH_T="$(now_s)"
+  log "power failure: storage process $spid frozen (SIGSTOP); nothing more reaches the storage"
+  [ "$E2E_SELFTEST_LATE_CRASH" -gt 0 ] || db_kill
   t0="$(now_s)"
   log "running CRASH_CMD: $CRASH_CMD"
+  local rc=0
   timeout "${CRASH_TIMEOUT}" bash -c "$CRASH_CMD" || rc=$?
+  CRASH_SECS="$(elapsed_since "$t0")"
+  # (A CRASH_CMD may return as soon as it sent its signal: the process gets 10 s to be gone.)
+  local i=0
+  while is_alive "$spid" && [ "$i" -lt 50 ]; do
+    sleep 0.2
+    i=$((i + 1))
+  done
+  if is_alive "$spid"; then
+    thaw_storage
+    die "CRASH_CMD (exit $rc) did not crash the storage: its process $spid is still alive: $CRASH_CMD"
+  fi
+  STORAGE_FROZEN=""
   [ "$rc" -eq 0 ] || die "CRASH_CMD failed (exit $rc; 124 = timed out after ${CRASH_TIMEOUT}s): $CRASH_CMD"
-  log "CRASH_CMD done in $(elapsed_since "$t0")s"
+  log "CRASH_CMD done in ${CRASH_SECS}s: storage process $spid is gone"
+  [ "$E2E_SELFTEST_LATE_CRASH" -gt 0 ] || db_reap
 }
 
 # verify_acked EXPECTED ACTUAL: both files hold lines "CLIENT SEQ" (whitespace-separated).

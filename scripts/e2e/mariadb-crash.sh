@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end crash test: MariaDB (Debian 12: 10.11) + sysbench on the storage under test.
 #
-#   DB_DIR=/mnt/strata/vol1 CRASH_CMD='...' bash scripts/e2e/mariadb-crash.sh
+#   DB_DIR=/mnt/strata/vol1 STORAGE_PID_FILE=... CRASH_CMD='...' RESTART_CMD='...' \
+#     bash scripts/e2e/mariadb-crash.sh           (scripts/e2e/mariadb.sh: on Strata)
 #
 # What it does:
 #   1. installs mariadb-server + sysbench if missing;
@@ -13,9 +14,13 @@
 #   3. sysbench oltp_read_write, NetApp TR-4722 parameters (--tables=2 --table-size=10000):
 #      prepare, then a $DURATION s run with $THREADS threads in the background, and next to it a
 #      small acknowledged-commit writer (sysbench Lua script, $ACK_THREADS threads, see below);
-#   4. after $CRASH_AFTER s: kill -9 mariadbd (a power failure), `bash -c "$CRASH_CMD"` (for
-#      Strata: kill -9 the daemon and remount), restart mariadbd on the same datadir, wait for
-#      InnoDB crash recovery, then checks:
+#   4. after $CRASH_AFTER s, while the load is committing, a power failure that hits the
+#      storage first (db-common.sh, power_failure): the storage process is frozen (SIGSTOP),
+#      mariadbd is SIGSTOP'd and SIGKILL'd, `bash -c "$CRASH_CMD"` kills the storage process
+#      (for Strata: kill -9 the daemon; the run FAILS if it is still alive), then `bash -c
+#      "$RESTART_CMD"` brings the storage back (for Strata: restart the daemon, which
+#      remounts, and require that it replayed its intent log), then mariadbd restarts on the
+#      same datadir and does InnoDB crash recovery; checks:
 #        - every commit the ack writer saw succeed is present (lost commit = FAIL);
 #        - CHECK TABLE ... EXTENDED on every sysbench table, and mariadb-check --all-databases
 #          --extended: anything but OK = FAIL;
@@ -31,10 +36,13 @@
 # after recovery every logged (t, seq) must be in `acked`, and the only rows allowed beyond them
 # are one in-flight commit per thread (COMMIT durable, reply lost in the crash).
 #
-# Environment (all optional except DB_DIR):
+# Environment (all optional except DB_DIR, STORAGE_PID_FILE, CRASH_CMD and RESTART_CMD):
 #   DB_DIR            existing directory on the storage under test (required)
-#   CRASH_CMD         storage crash/restart command, run with bash -c (default: sync)
-#   CRASH_TIMEOUT     seconds CRASH_CMD may take (default 180)
+#   STORAGE_PID_FILE, CRASH_CMD, RESTART_CMD (required), PRE_CRASH_CMD, PRE_CRASH_LEAD
+#                     (optional): the storage crash, see db-common.sh (for Strata,
+#                     PRE_CRASH_CMD commits PRE_CRASH_LEAD s before it, which also makes
+#                     durable what mariadb-install-db wrote without fsync: the Aria tables)
+#   CRASH_TIMEOUT     seconds CRASH_CMD, RESTART_CMD or PRE_CRASH_CMD may take (default 180)
 #   TABLES / TABLE_SIZE   sysbench tables and rows per table (default 2 / 10000, TR-4722)
 #   THREADS           sysbench oltp_read_write threads (default 4)
 #   ACK_THREADS       acknowledged-commit writer threads (default 2)
@@ -54,6 +62,7 @@
 #   E2E_KEEP_WORK=1   keep the work dir (error log, sysbench output, ack logs) on success
 #   E2E_SELFTEST_DROP_ACKED=N  negative self-test: delete the N oldest acked rows after recovery,
 #                     before verification; the run must then FAIL with "LOST COMMITS".
+#   E2E_SELFTEST_LATE_CRASH=N  negative self-test of the replay check (db-common.sh).
 # mariadbd runs as user mysql, so DB_DIR must be reachable by that user (a FUSE mount needs
 # allow_other) and the storage must support chown.
 set -euo pipefail
@@ -73,12 +82,12 @@ BUFFER_POOL="${BUFFER_POOL:-128M}"
 REDO_LOG_SIZE="${REDO_LOG_SIZE:-8M}"
 REQUIRE_O_DIRECT="${REQUIRE_O_DIRECT:-1}"
 MARIADB_EXTRA_ARGS="${MARIADB_EXTRA_ARGS:-}"
-CRASH_CMD="${CRASH_CMD:-sync}"
 CRASH_TIMEOUT="${CRASH_TIMEOUT:-180}"
 START_TIMEOUT="${START_TIMEOUT:-180}"
 E2E_SELFTEST_DROP_ACKED="${E2E_SELFTEST_DROP_ACKED:-0}"
 MARIADBD=/usr/sbin/mariadbd
 [ "$CRASH_AFTER" -lt "$DURATION" ] || die "CRASH_AFTER ($CRASH_AFTER) must be less than DURATION ($DURATION)"
+require_crash_setup
 
 T_START="$(now_s)"
 [ "$(id -u)" -eq 0 ] || die "run as root (installs packages, starts mariadbd as user mysql)"
@@ -107,6 +116,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   set +e
+  thaw_storage
   kill_nap
   local p
   for p in "$SB_PID" "$ACK_PID"; do
@@ -288,7 +298,7 @@ ACK_DIR="$ACK_DIR" sb "$WORK/acked.lua" run --threads="$ACK_THREADS" --time="$DU
 ACK_PID=$!
 add_failure_log "$WORK/sysbench-crash.out"
 add_failure_log "$WORK/ackwriter-crash.out"
-nap "$CRASH_AFTER"
+crash_wait "$CRASH_AFTER"
 for p in "$SB_PID" "$ACK_PID"; do
   is_alive "$p" ||
     die "a sysbench process ended before the crash point (see its output below)"
@@ -297,27 +307,35 @@ done
 check_fd_o_direct
 
 # ---------------------------------------------------------------- 3. crash
-log "power failure: kill -9 mariadbd $MYSQLD_PID"
-KILL_T="$(now_s)"
-kill -KILL "$MYSQLD_PID"
-# (stderr hidden: bash's "Killed" job notice for its own child)
-{ wait_pid_gone "$MYSQLD_PID" 30; } 2>/dev/null || die "mariadbd survived kill -9 for 30s"
-MYSQLD_PID=""
+# db_kill: the database's half of the power failure, without waiting (db_reap): in a crash,
+# a mariadbd thread blocked in a request to the frozen storage dies only with the storage.
+db_kill() {
+  kill -STOP "$MYSQLD_PID" 2>/dev/null || true
+  kill -KILL "$MYSQLD_PID" 2>/dev/null || true
+}
+db_reap() {
+  # (stderr hidden: bash's "Killed" job notice for its own child)
+  { wait_pid_gone "$MYSQLD_PID" 30; } 2>/dev/null || die "mariadbd survived kill -9 for 30s"
+  log "killed mariadbd $MYSQLD_PID"
+  MYSQLD_PID=""
+}
+is_alive "$MYSQLD_PID" || die "mariadbd is not running at the crash point"
+power_failure
 wait_bg "$SB_PID" 60
 SB_RC=$WAIT_BG_RC
 SB_PID=""
 wait_bg "$ACK_PID" 60
 ACK_RC=$WAIT_BG_RC
 ACK_PID=""
-LOAD_SECS="$(awk -v a="$LOAD_T0" -v b="$KILL_T" 'BEGIN { printf "%.1f", b - a }')"
+LOAD_SECS="$(awk -v a="$LOAD_T0" -v b="$CRASH_T" 'BEGIN { printf "%.1f", b - a }')"
 log "sysbench exited with status $SB_RC, ack writer with $ACK_RC (non-zero = lost connection, as expected)"
 if [ "$SB_RC" -eq 0 ] || [ "$ACK_RC" -eq 0 ]; then
   die "a sysbench run exited 0: the crash did not hit the running load"
 fi
 [ "$ACK_RC" -ne 124 ] || warn "the ack writer had to be killed"
 
-run_crash_cmd
-wait_for "$MYDATA to be back after CRASH_CMD" 120 test -f "$MYDATA/ibdata1"
+run_hook RESTART_CMD
+wait_for "$MYDATA to be back after RESTART_CMD" 120 test -f "$MYDATA/ibdata1"
 
 # ---------------------------------------------------------------- 4. recover + verify
 log "restarting mariadbd on the same datadir (crash recovery)"
@@ -405,6 +423,7 @@ echo "================ mariadb-crash: PASS ================"
 echo "data dir:               $MYDATA (O_DIRECT, flush_log_at_trx_commit=1, prepare ${PREPARE_SECS}s)"
 echo "crashed run:            ${TPS_CRASH:-?} tps (interval reports), killed after ${LOAD_SECS}s; ack writer: $ACKED_VERIFIED commits"
 echo "acked verified:         $ACKED_VERIFIED present, 0 lost; $ACKED_INFLIGHT in-flight commit(s) durable"
+echo "storage crash:          frozen ${LOAD_SECS}s into the load, CRASH_CMD ${CRASH_SECS}s; restart: $(tail -n 1 "$WORK/RESTART_CMD.out")"
 echo "crash recovery:         ${START_SECS}s"
 echo "CHECK TABLE / check:    OK ($TABLES sbtest tables + acked; mariadb-check $MC_TABLES tables); innochecksum: $N_TS tablespaces OK"
 echo "run after recovery:     ${TPS_AFTER} tps (${VERIFY_DURATION}s, $THREADS threads, $TABLES x $TABLE_SIZE rows)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end crash test: PostgreSQL 15 on the storage under test.
 #
-#   DB_DIR=/mnt/strata/vol1 CRASH_CMD='...' bash scripts/e2e/postgres-crash.sh
+#   DB_DIR=/mnt/strata/vol1 STORAGE_PID_FILE=... CRASH_CMD='...' RESTART_CMD='...' \
+#     bash scripts/e2e/postgres-crash.sh          (scripts/e2e/postgres.sh: on Strata)
 #
 # What it does:
 #   1. installs postgresql-15 + postgresql-contrib if missing;
@@ -11,9 +12,13 @@
 #      $PG_PORT (TCP is not listened on);
 #   3. pgbench -i -s $SCALE, then pgbench with $CLIENTS clients for $DURATION s in the background,
 #      running a TPC-B-like custom script that also records every transaction in table `acked`;
-#   4. after $CRASH_AFTER s: SIGSTOP + SIGKILL of the postmaster and all its children at once (a
-#      power failure), then `bash -c "$CRASH_CMD"` (for Strata: kill -9 the daemon and remount),
-#      then restarts PostgreSQL on the same data dir and waits for crash recovery, then checks:
+#   4. after $CRASH_AFTER s, while pgbench is committing, a power failure that hits the storage
+#      first (db-common.sh, power_failure): the storage process is frozen (SIGSTOP), the
+#      postmaster and all its children are SIGSTOP'd and SIGKILL'd at once, `bash -c
+#      "$CRASH_CMD"` kills the storage process (for Strata: kill -9 the daemon; the run FAILS
+#      if it is still alive), then `bash -c "$RESTART_CMD"` brings the storage back (for
+#      Strata: restart the daemon, which remounts, and require that it replayed its intent
+#      log), then PostgreSQL restarts on the same data dir and does crash recovery; checks:
 #        - every transaction pgbench saw COMMIT succeed for is present (see below);
 #        - TPC-B invariants (sum of account = teller = branch balances = sum of history deltas,
 #          one history row per acked row) i.e. no torn/partial transaction;
@@ -35,10 +40,12 @@
 #   `acked` are compared with that expected set: a missing row = a lost acknowledged commit = FAIL;
 #   any row other than one in-flight row per client = FAIL.
 #
-# Environment (all optional except DB_DIR):
+# Environment (all optional except DB_DIR, STORAGE_PID_FILE, CRASH_CMD and RESTART_CMD):
 #   DB_DIR            existing directory on the storage under test (required)
-#   CRASH_CMD         storage crash/restart command, run with bash -c (default: sync)
-#   CRASH_TIMEOUT     seconds CRASH_CMD may take (default 180)
+#   STORAGE_PID_FILE, CRASH_CMD, RESTART_CMD (required), PRE_CRASH_CMD, PRE_CRASH_LEAD
+#                     (optional): the storage crash, see db-common.sh (for Strata,
+#                     PRE_CRASH_CMD commits PRE_CRASH_LEAD s before it)
+#   CRASH_TIMEOUT     seconds CRASH_CMD, RESTART_CMD or PRE_CRASH_CMD may take (default 180)
 #   SCALE             pgbench scale factor (default 5, ~75 MB)
 #   CLIENTS           pgbench clients (default 4); JOBS pgbench threads (default 2)
 #   DURATION          seconds of the crashed pgbench run (default 20)
@@ -50,6 +57,7 @@
 #   E2E_KEEP_WORK=1   keep the work dir (server log, pgbench logs) on success
 #   E2E_SELFTEST_DROP_ACKED=N  negative self-test: delete the N oldest acked rows after recovery,
 #                     before verification; the run must then FAIL with "LOST COMMITS".
+#   E2E_SELFTEST_LATE_CRASH=N  negative self-test of the replay check (db-common.sh).
 # The database server runs as user postgres, so DB_DIR must be reachable by that user (a FUSE
 # mount needs allow_other) and the storage must support chown/chmod (initdb checks 0700 mode).
 set -euo pipefail
@@ -65,13 +73,13 @@ JOBS="${JOBS:-2}"
 DURATION="${DURATION:-20}"
 CRASH_AFTER="${CRASH_AFTER:-10}"
 VERIFY_DURATION="${VERIFY_DURATION:-10}"
-CRASH_CMD="${CRASH_CMD:-sync}"
 CRASH_TIMEOUT="${CRASH_TIMEOUT:-180}"
 START_TIMEOUT="${START_TIMEOUT:-180}"
 E2E_SELFTEST_DROP_ACKED="${E2E_SELFTEST_DROP_ACKED:-0}"
 DBNAME=e2e
 [ "$JOBS" -le "$CLIENTS" ] || JOBS="$CLIENTS"
 [ "$CRASH_AFTER" -lt "$DURATION" ] || die "CRASH_AFTER ($CRASH_AFTER) must be less than DURATION ($DURATION)"
+require_crash_setup
 
 T_START="$(now_s)"
 [ "$(id -u)" -eq 0 ] || die "run as root (installs packages, runs the server as user postgres)"
@@ -98,6 +106,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   set +e
+  thaw_storage
   kill_nap
   if [ -n "$BENCH_PID" ] && kill -0 "$BENCH_PID" 2>/dev/null; then
     kill -TERM "$BENCH_PID" 2>/dev/null
@@ -136,21 +145,34 @@ pg_running() {
   [ -n "$pid" ] && is_alive "$pid" && grep -q postgres "/proc/$pid/cmdline" 2>/dev/null
 }
 
-# kill_postmaster_tree: power failure. Freeze the postmaster (so it cannot fork) and all its
-# children, then SIGKILL them all in one call, then wait until every one is gone.
-kill_postmaster_tree() {
-  local pm kids p
-  pm="$(postmaster_pid)"
-  [ -n "$pm" ] || die "no postmaster.pid in $PGDATA"
-  kill -STOP "$pm" 2>/dev/null || true
+# db_kill: the database's half of the power failure. Freeze the postmaster $PM_PID (so it
+# cannot fork) and all its children, then SIGKILL them all in one call; no waiting (db_reap):
+# in a crash a process blocked in a request to the frozen storage dies only with the storage.
+# PM_PID is read from postmaster.pid beforehand, while the storage still answers.
+PM_PID=""
+KILLED_PIDS=()
+db_kill() {
+  local kids
+  kill -STOP "$PM_PID" 2>/dev/null || true
   # shellcheck disable=SC2207
-  kids=($(pgrep -P "$pm" || true))
+  kids=($(pgrep -P "$PM_PID" || true))
   [ "${#kids[@]}" -eq 0 ] || kill -STOP "${kids[@]}" 2>/dev/null || true
-  kill -KILL "$pm" "${kids[@]}" 2>/dev/null || true
-  for p in "$pm" "${kids[@]}"; do
+  kill -KILL "$PM_PID" "${kids[@]}" 2>/dev/null || true
+  KILLED_PIDS=("$PM_PID" "${kids[@]}")
+}
+db_reap() {
+  local p
+  for p in "${KILLED_PIDS[@]}"; do
     wait_pid_gone "$p" 30 || die "postgres process $p survived kill -9 for 30s"
   done
-  KILLED_PROCS=$((1 + ${#kids[@]}))
+  log "killed ${#KILLED_PIDS[@]} postgres processes"
+}
+# kill_postmaster_tree: the same at once, for a postmaster left over or in the way.
+kill_postmaster_tree() {
+  PM_PID="$(postmaster_pid)"
+  [ -n "$PM_PID" ] || die "no postmaster.pid in $PGDATA"
+  db_kill
+  db_reap
 }
 
 start_pg() {
@@ -236,25 +258,24 @@ pgbench_ -n -c "$CLIENTS" -j "$JOBS" -T "$DURATION" -s "$SCALE" -D seq=0 -f "$WO
   -l --log-prefix="$WORK/pgbench_log" -P 5 "$DBNAME" >"$WORK/pgbench-crash.out" 2>&1 &
 BENCH_PID=$!
 add_failure_log "$WORK/pgbench-crash.out"
-nap "$CRASH_AFTER"
+crash_wait "$CRASH_AFTER"
 is_alive "$BENCH_PID" ||
   die "pgbench ended before the crash point (see its output below)"
 
 # ---------------------------------------------------------------- 3. crash
-log "power failure: kill -9 postmaster $(postmaster_pid) and its children"
-KILL_T="$(now_s)"
-kill_postmaster_tree
-log "killed $KILLED_PROCS postgres processes"
+PM_PID="$(postmaster_pid)"
+if [ -z "$PM_PID" ] || ! is_alive "$PM_PID"; then die "no running postmaster at the crash point"; fi
+power_failure
 wait_bg "$BENCH_PID" 60
 BENCH_RC=$WAIT_BG_RC
 BENCH_PID=""
-LOAD_SECS="$(awk -v a="$BENCH_T0" -v b="$KILL_T" 'BEGIN { printf "%.1f", b - a }')"
+LOAD_SECS="$(awk -v a="$BENCH_T0" -v b="$CRASH_T" 'BEGIN { printf "%.1f", b - a }')"
 log "pgbench exited with status $BENCH_RC (2 = clients aborted by the crash, as expected)"
 [ "$BENCH_RC" -ne 124 ] || warn "pgbench had to be killed; its log may miss acknowledged transactions"
 [ "$BENCH_RC" -ne 0 ] || die "pgbench exited 0: the crash did not hit the running load"
 
-run_crash_cmd
-wait_for "$PGDATA to be back after CRASH_CMD" 120 test -f "$PGDATA/PG_VERSION"
+run_hook RESTART_CMD
+wait_for "$PGDATA to be back after RESTART_CMD" 120 test -f "$PGDATA/PG_VERSION"
 
 # ---------------------------------------------------------------- 4. recover + verify
 log "restarting PostgreSQL on the same data dir (crash recovery)"
@@ -327,6 +348,7 @@ echo "================ postgres-crash: PASS ================"
 echo "data dir:               $PGDATA (checksums on, scale $SCALE, pgbench -i ${INIT_SECS}s)"
 echo "crashed run:            ~${TPS_CRASH} tps ($ACKED_VERIFIED commits acknowledged in ${LOAD_SECS}s, $CLIENTS clients)"
 echo "acked verified:         $ACKED_VERIFIED present, 0 lost; $ACKED_INFLIGHT in-flight commit(s) durable"
+echo "storage crash:          frozen ${LOAD_SECS}s into the load, CRASH_CMD ${CRASH_SECS}s; restart: $(tail -n 1 "$WORK/RESTART_CMD.out")"
 echo "crash recovery:         ${START_SECS}s ($REDO_LINE)"
 echo "invariants / amcheck:   OK / OK;  pg_checksums: $(grep -m1 'Bad checksums' "$WORK/checksums.out" | tr -s ' ' || true)"
 echo "run after recovery:     ${TPS_AFTER} tps (${VERIFY_DURATION}s, $CLIENTS clients)"
