@@ -74,7 +74,10 @@ strata_kill() {
   kill -STOP "$pid" 2>/dev/null || { echo "strata daemon $pid is not running"; return 1; }
   kill -KILL "$pid"
   for i in $(seq 1 600); do
-    if ! kill -0 "$pid" 2>/dev/null || [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = Z ]; then
+    # Gone, or a zombie with no thread left (the leader shows Z while its other threads
+    # still exit, holding the socket and the mounts).
+    if ! kill -0 "$pid" 2>/dev/null || { [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = Z ] &&
+        [ "$(ls "/proc/$pid/task" 2>/dev/null | wc -l)" -le 1 ]; }; then
       echo "strata: daemon $pid killed with SIGKILL" >>"$STRATA_E2E_DIR/daemon.log"
       return 0
     fi

@@ -103,8 +103,15 @@ fn bind_socket(path: &Path, gid: Option<u32>) -> Result<std::os::unix::net::Unix
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     }
     if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(format!("{} is in use: another daemon is running (stop it first)", path.display()));
+        // A daemon killed a moment ago may still hold its socket while its last threads
+        // exit (the kernel queues connections until the descriptor closes): give it a few
+        // seconds before calling the socket another daemon's.
+        let start = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(path).is_ok() {
+            if start.elapsed() > Duration::from_secs(5) {
+                return Err(format!("{} is in use: another daemon is running (stop it first)", path.display()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
         std::fs::remove_file(path).map_err(|e| format!("remove the stale socket {}: {e}", path.display()))?;
     }
