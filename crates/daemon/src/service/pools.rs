@@ -218,17 +218,13 @@ impl Daemon {
         let create =
             CreateOptions { name: req.name.clone(), pool_guid: random_u64(), device_guid: random_u64(), checksum };
         let log = log.map(|dev| LogDeviceSpec { dev, log_device_guid: random_u64() });
-        let pool = Pool::create_with_log(dev, create, log, self.pool_options()).map_err(ApiError::from)?;
+        let pool = Pool::create_with_log(dev, create, log, pool_options()).map_err(ApiError::from)?;
         self.pools.lock().expect("pools").insert(
             req.name.clone(),
             PoolEntry { pool: Arc::new(pool), device: req.device.clone(), log_device: req.log_device.clone() },
         );
         tracing::info!(pool = %req.name, device = %req.device.display(), "pool created");
         self.save_state()
-    }
-
-    pub(crate) fn pool_options(&self) -> PoolOptions {
-        pool_options()
     }
 
     /// `PATCH /v1/pools/{pool}`: check every field, then apply them all; a failure part way
