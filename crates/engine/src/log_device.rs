@@ -240,7 +240,7 @@ impl Pool {
         let mut p = self.lock();
         p.writable()?;
         while p.ilog.in_flight {
-            p = self.log_done.wait(p).unwrap_or_else(|e| e.into_inner());
+            p = self.latch_if_poisoned(self.log_done.wait(p));
         }
         p.writable()?;
         p.commit_always()?;

@@ -40,7 +40,7 @@ impl Pool {
                 return Ok(());
             }
             if p.ilog.in_flight {
-                p = self.log_done.wait(p).unwrap_or_else(|e| e.into_inner());
+                p = self.latch_if_poisoned(self.log_done.wait(p));
                 continue;
             }
             if p.catalog_dirty || !p.ilog.fits(target) {

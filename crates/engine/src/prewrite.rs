@@ -90,7 +90,12 @@ impl PrewriteBatch {
     /// Issue the batch's writes if nobody has (or wait until whoever is has finished).
     /// An error means a write failed: like a failed commit write, the pool must latch.
     pub(crate) fn complete(&self, dev: &dyn BlockDevice) -> Result<()> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // A panic while it was being written (`done` set, the writes not all issued) leaves
+        // nothing to trust: fail, and the commit or prewrite that asked latches the pool.
+        let Ok(mut st) = self.state.lock() else {
+            let panicked = std::io::Error::other("a thread panicked while writing them");
+            return Err(Error::io("write prewritten blocks", panicked));
+        };
         if !st.done {
             st.done = true;
             let blocks = std::mem::take(&mut st.blocks);

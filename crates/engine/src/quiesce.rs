@@ -50,7 +50,7 @@ impl Pool {
         if p.quiescing {
             self.waiting_on_commit.fetch_add(1, Ordering::Relaxed);
             while p.quiescing {
-                p = self.settled.wait(p).unwrap_or_else(|e| e.into_inner());
+                p = self.latch_if_poisoned(self.settled.wait(p));
             }
             self.waiting_on_commit.fetch_sub(1, Ordering::Relaxed);
         }
@@ -60,9 +60,34 @@ impl Pool {
     /// The pool's lock even while a commit quiesces: for reads, data writes and the
     /// commit itself.
     pub(crate) fn lock_raw(&self) -> MutexGuard<'_, PoolInner> {
-        // A panic while holding the lock is a bug; the state it left is still the last
-        // committed one on disk, so keep serving rather than poisoning every later call.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.latch_if_poisoned(self.inner.lock())
+    }
+
+    /// The pool's lock from a lock or a condition-variable wait. If a thread panicked while
+    /// holding it, the pool latches read-only (STYLE.md "Concurrency and failure", DESIGN.md
+    /// §3.8): the panic may have left the in-memory state half updated, and no commit may
+    /// write that. The device still holds the last committed txg, which reopening returns
+    /// to. Reads go on (as `status` must, to say why): a read of what the open txg changed
+    /// may see the interrupted operation's partial effect, never anything on disk. The
+    /// poison is cleared once the latch records it: every later call sees the latch.
+    pub(crate) fn latch_if_poisoned<'a>(
+        &'a self,
+        locked: std::sync::LockResult<MutexGuard<'a, PoolInner>>,
+    ) -> MutexGuard<'a, PoolInner> {
+        locked.unwrap_or_else(|poisoned| {
+            let mut p = poisoned.into_inner();
+            let why = format!(
+                "a thread panicked while holding the pool lock (see the log for the panic); memory may be \
+                 half updated, the device holds txg {}",
+                p.txg_synced
+            );
+            p.latched = Some(match p.latched.take() {
+                None => why,
+                Some(first) => format!("{first}; then {why}"),
+            });
+            self.inner.clear_poison();
+            p
+        })
     }
 
     /// A [`Txn`] that runs even while a commit writes its data: for reads, data writes
@@ -84,6 +109,8 @@ impl Pool {
     /// freeze. Until [`QuiescingTxg::finish`], data writes and reads go on and belong to the
     /// next txg; every other change waits. One commit at a time: a second waits here.
     pub fn begin_commit(&self) -> Result<QuiescingTxg<'_>> {
+        // The gate guards no data: a panic under the pool's lock latches there
+        // (`latch_if_poisoned`), one while writing a prewrite batch fails the batch.
         let gate = self.commit_gate.lock().unwrap_or_else(|p| p.into_inner());
         let t0 = Instant::now();
         // Another pass only while they converge: one that finds more than half of what the
