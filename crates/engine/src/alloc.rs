@@ -33,7 +33,7 @@
 
 use crate::dedup::{DedupTable, DEDUP_TABLE_MAX_DEFAULT};
 use crate::device::BlockDevice;
-use crate::error::{Corruption, Error, Result};
+use crate::error::{Corruption, Error, Result, SpaceReason};
 use crate::format::space::{PackPhys, PACK_UNITS_MAX};
 use crate::format::spacemap::{SpacemapChunkPhys, BITS_PER_CHUNK, CHUNK_BITS_BYTES, CHUNK_SLOT_SIZE};
 use crate::format::{BlockPtr, UNIT_SIZE};
@@ -386,10 +386,10 @@ impl Allocator {
         assert!(count > 0 && count <= BITS_PER_CHUNK);
         let total = self.geo.data_units;
         if self.geo.data_units - self.unavailable_units < count {
-            return Err(Error::NoSpace(format!(
-                "pool has {} free units, need {count}",
-                total - self.unavailable_units
-            )));
+            return Err(Error::no_space(
+                SpaceReason::Pool,
+                format!("pool has {} free units, need {count}", total - self.unavailable_units),
+            ));
         }
         let mut u = self.cursor % total;
         let mut scanned = 0u64;
@@ -424,7 +424,7 @@ impl Allocator {
                 }
             }
         }
-        Err(Error::NoSpace(format!("no run of {count} free units (pool fragmented or full)")))
+        Err(Error::no_space(SpaceReason::Pool, format!("no run of {count} free units (pool fragmented or full)")))
     }
 
     /// Free `count` units at `addr`, released in txg `txg`; reusable from txg + DEFER_TXGS.

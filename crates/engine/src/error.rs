@@ -22,6 +22,7 @@ pub enum ErrorKind {
     /// The name is taken: pick another name or delete the existing one.
     AlreadyExists,
     /// The pool is out of space (or a volume at its quota): free space, then retry.
+    /// [`Error::space_reason`] says which limit was met.
     NoSpace,
     /// A device read, write or flush failed: check the device, then reopen the pool.
     Io,
@@ -63,6 +64,34 @@ impl fmt::Display for Corruption {
     }
 }
 
+/// Which limit a [`Error::NoSpace`] met; front ends map it (a volume's size limit is a quota,
+/// EDQUOT; everything else is ENOSPC), never the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceReason {
+    /// The pool is full (or what is left is held for other volumes' reservations): free
+    /// space or grow the pool.
+    Pool,
+    /// The volume is at its size limit (`quota_bytes`): free space in it or raise the limit.
+    Quota,
+    /// A reservation cannot be honoured by the pool: lower it, free space or grow the pool.
+    Reservation,
+    /// The volume has as many snapshots as it may have: delete old ones first.
+    Snapshots,
+}
+
+/// A [`Error::NoSpace`]: which limit was met, and the message shown to people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoSpace {
+    pub reason: SpaceReason,
+    pub message: String,
+}
+
+impl fmt::Display for NoSpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid argument: {0}")]
@@ -72,7 +101,7 @@ pub enum Error {
     #[error("already exists: {0}")]
     AlreadyExists(String),
     #[error("no space left: {0}")]
-    NoSpace(String),
+    NoSpace(NoSpace),
     #[error("I/O error while trying to {context}: {source}")]
     Io {
         context: &'static str,
@@ -108,6 +137,18 @@ impl Error {
         }
     }
 
+    /// Which limit a `NoSpace` met; `None` for every other error.
+    pub fn space_reason(&self) -> Option<SpaceReason> {
+        match self {
+            Error::NoSpace(n) => Some(n.reason),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn no_space(reason: SpaceReason, message: impl Into<String>) -> Error {
+        Error::NoSpace(NoSpace { reason, message: message.into() })
+    }
+
     pub(crate) fn io(context: &'static str, source: std::io::Error) -> Error {
         Error::Io { context, source }
     }
@@ -124,3 +165,19 @@ impl From<Corruption> for Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_space_keeps_its_kind_message_and_reason() {
+        for reason in [SpaceReason::Pool, SpaceReason::Quota, SpaceReason::Reservation, SpaceReason::Snapshots] {
+            let e = Error::no_space(reason, "volume v is at its size limit of 4096 bytes");
+            assert_eq!(e.kind(), ErrorKind::NoSpace);
+            assert_eq!(e.space_reason(), Some(reason));
+            assert_eq!(e.to_string(), "no space left: volume v is at its size limit of 4096 bytes");
+        }
+        assert_eq!(Error::invalid("size limit").space_reason(), None);
+    }
+}

@@ -43,7 +43,7 @@ pub use clock::{Clock, ManualClock};
 pub use clone::SplitStats;
 pub use compress::CompressionPolicy;
 pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
-pub use error::{Corruption, Error, ErrorKind, Result};
+pub use error::{Corruption, Error, ErrorKind, NoSpace, Result, SpaceReason};
 pub use format::uberblock::HostState;
 pub use format::ChecksumAlgo;
 pub use host_state::{read_pool_identity, PoolIdentity};

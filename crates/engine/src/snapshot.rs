@@ -17,7 +17,7 @@
 //! Deadlist entries live in the catalog tree under `[0x03] ++ deadlist ++ birth ++ addr`, so
 //! "entries born after txg t" is one key range.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SpaceReason};
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::{BlockKind, BlockPtr, SECTOR_SIZE};
@@ -486,9 +486,10 @@ impl Pool {
             }
             let count = p.snapshots.values().filter(|s| s.rec.volume == vid.0).count();
             if count >= SNAPSHOTS_PER_VOLUME_MAX {
-                return Err(Error::NoSpace(format!(
-                    "volume {v} has {count} snapshots, the most it may have; delete old ones first"
-                )));
+                return Err(Error::no_space(
+                    SpaceReason::Snapshots,
+                    format!("volume {v} has {count} snapshots, the most it may have; delete old ones first"),
+                ));
             }
             ids.push(vid);
         }

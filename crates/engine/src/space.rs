@@ -22,7 +22,7 @@
 use crate::alloc::Allocator;
 use crate::compress::CompressionPolicy;
 use crate::error::Corruption;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SpaceReason};
 use crate::format::features::{INCOMPAT_COMPRESSION, INCOMPAT_DEDUP, INCOMPAT_PACKS};
 use crate::format::space::{
     DedupPhys, PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_DEDUP, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE,
@@ -218,14 +218,17 @@ impl PoolInner {
         };
         let available = self.alloc.available_units().saturating_sub(others);
         if need > available {
-            return Err(Error::NoSpace(format!(
-                "cannot reserve {bytes} bytes for volume {name} in pool {}: it needs {} more bytes, only {} are \
-                 available (after other reservations and the pool's slop); free space, lower the reservation \
-                 or grow the pool",
-                self.label.pool_name,
-                need * UNIT_SIZE,
-                available * UNIT_SIZE
-            )));
+            return Err(Error::no_space(
+                SpaceReason::Reservation,
+                format!(
+                    "cannot reserve {bytes} bytes for volume {name} in pool {}: it needs {} more bytes, only {} are \
+                     available (after other reservations and the pool's slop); free space, lower the reservation \
+                     or grow the pool",
+                    self.label.pool_name,
+                    need * UNIT_SIZE,
+                    available * UNIT_SIZE
+                ),
+            ));
         }
         Ok(())
     }

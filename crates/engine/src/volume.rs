@@ -13,7 +13,7 @@
 //! becomes dirty, so a full pool reports NoSpace to the writer, not to the commit.
 
 use crate::alloc::Allocator;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SpaceReason};
 use crate::format::node::KEY_MAX;
 use crate::format::records::{valid_record_size, DnodePhys, VolumeRecordPhys, ATTR_MAX};
 use crate::format::{BlockKind, BlockPtr, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
@@ -426,23 +426,26 @@ impl VolumeState {
         if self.rec.quota_bytes > 0 {
             let want = self.rec.used_sectors * SECTOR_SIZE + (self.reserved_units() + units) * UNIT_SIZE;
             if want > self.rec.quota_bytes {
-                return Err(Error::NoSpace(format!(
-                    "volume {} is at its size limit of {} bytes",
-                    self.name, self.rec.quota_bytes
-                )));
+                return Err(Error::no_space(
+                    SpaceReason::Quota,
+                    format!("volume {} is at its size limit of {} bytes", self.name, self.rec.quota_bytes),
+                ));
             }
         }
         // Other volumes' unused reservations are not ours to take; our own is (it is part of
         // what the allocator counts as available).
         let available = alloc.available_units().saturating_sub(self.held_for_others_units);
         if units > available || !alloc.reserve(units) {
-            return Err(Error::NoSpace(format!(
-                "pool has {} bytes available{}, volume {} needs {} more",
-                available * UNIT_SIZE,
-                if self.held_for_others_units > 0 { " outside other volumes' reservations" } else { "" },
-                self.name,
-                units * UNIT_SIZE
-            )));
+            return Err(Error::no_space(
+                SpaceReason::Pool,
+                format!(
+                    "pool has {} bytes available{}, volume {} needs {} more",
+                    available * UNIT_SIZE,
+                    if self.held_for_others_units > 0 { " outside other volumes' reservations" } else { "" },
+                    self.name,
+                    units * UNIT_SIZE
+                ),
+            ));
         }
         self.reserved_units += units;
         Ok(())

@@ -32,7 +32,7 @@ pub use strata_engine::SyncPolicy;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use strata_engine::{Clock, Error, ErrorKind, ObjectId, Pool, Txn, VolumeId};
+use strata_engine::{Clock, Error, ErrorKind, ObjectId, Pool, SpaceReason, Txn, VolumeId};
 
 /// An errno for the front end, with the engine's reason when there is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,9 @@ impl From<Error> for FsError {
             ErrorKind::InvalidArgument => libc::EINVAL,
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::AlreadyExists => libc::EEXIST,
-            ErrorKind::NoSpace if e.to_string().contains("size limit") => libc::EDQUOT,
+            // A volume's size limit is a quota; a full pool, a reservation the pool cannot
+            // honour or a volume's last snapshot are all "no space".
+            ErrorKind::NoSpace if e.space_reason() == Some(SpaceReason::Quota) => libc::EDQUOT,
             ErrorKind::NoSpace => libc::ENOSPC,
             ErrorKind::Io | ErrorKind::Corruption => libc::EIO,
             ErrorKind::ReadOnly => libc::EROFS,
@@ -548,5 +550,23 @@ impl VolumeFs {
             files_free: u32::MAX as u64 / 2,
             name_max: NAME_MAX as u32,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_engine::NoSpace;
+
+    /// The errno follows the reason, never the message: a message that mentions a size limit
+    /// is ENOSPC unless the reason is the volume's quota.
+    #[test]
+    fn no_space_maps_by_reason() {
+        let errno =
+            |reason, message: &str| FsError::from(Error::NoSpace(NoSpace { reason, message: message.into() })).errno;
+        assert_eq!(errno(SpaceReason::Quota, "volume v is full"), libc::EDQUOT);
+        for reason in [SpaceReason::Pool, SpaceReason::Reservation, SpaceReason::Snapshots] {
+            assert_eq!(errno(reason, "reservation exceeds its size limit"), libc::ENOSPC, "{reason:?}");
+        }
     }
 }

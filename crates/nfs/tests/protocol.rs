@@ -6,9 +6,12 @@ mod common;
 use common::*;
 use strata_nfs::xdr::{Decoder, Encoder};
 use strata_nfs::Squash;
+use strata_testkit::SimRng;
 
 const OK: u32 = 0;
 const NOENT: u32 = 2;
+const NOSPC: u32 = 28;
+const DQUOT: u32 = 69;
 const ACCES: u32 = 13;
 const EXIST: u32 = 17;
 const ROFS: u32 = 30;
@@ -254,4 +257,33 @@ fn retransmissions_get_the_first_reply() {
     assert_eq!(status(&results(&other_client)), NOENT, "another client's call is its own");
     let rec2 = call_record(0x5eee, NFS, 3, 12, 0, 0, &rm.buf);
     assert_eq!(status(&results(&w.server.process(localhost(), &rec2).expect("a reply"))), NOENT, "a new xid runs");
+}
+
+/// WRITEs of incompressible data to a new file on export a until one fails; its status.
+fn fill(w: &World, limit: u64) -> u32 {
+    let (_, root) = w.mnt(localhost(), "/test/a");
+    let (st, fh) = create(w, &root, "big", 0, [0; 8], 0);
+    assert_eq!(st, OK);
+    let mut rng = SimRng::new(3);
+    let mut off = 0u64;
+    loop {
+        let (st, _, _) = write(w, &fh, off, &rng.bytes(64 << 10), 0);
+        if st != OK {
+            return st;
+        }
+        off += 64 << 10;
+        assert!(off < limit, "wrote {off} bytes without running out of space");
+    }
+}
+
+#[test]
+fn a_volume_at_its_size_limit_answers_dquot() {
+    let w = world_sized(64 << 20, 2 << 20);
+    assert_eq!(fill(&w, 8 << 20), DQUOT);
+}
+
+#[test]
+fn a_full_pool_answers_nospc() {
+    let w = world_sized(32 << 20, 0);
+    assert_eq!(fill(&w, 64 << 20), NOSPC);
 }

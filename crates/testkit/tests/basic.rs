@@ -1,7 +1,7 @@
 //! Round trips through create → write → commit → reopen → read, and the checker's verdict.
 
 use std::sync::Arc;
-use strata_engine::{BlockDevice, CheckOptions, ErrorKind, ObjectId, Pool, VolumeOptions};
+use strata_engine::{BlockDevice, CheckOptions, ErrorKind, ObjectId, Pool, SpaceReason, VolumeOptions};
 use strata_testkit::{model, test_create_options, test_pool_options, SimDisk};
 
 fn new_pool(size: u64) -> (Arc<SimDisk>, Pool) {
@@ -138,6 +138,7 @@ fn full_pool_reports_no_space_and_recovers() {
         assert!(written < 64 << 20, "a 24 MiB pool cannot take 64 MiB");
     };
     assert_eq!(err.kind(), ErrorKind::NoSpace, "{err}");
+    assert_eq!(err.space_reason(), Some(SpaceReason::Pool), "{err}");
     pool.commit().expect("the pool commits what it accepted");
     assert_clean(&pool);
     // Free space, and writing works again.
@@ -157,6 +158,7 @@ fn volume_quota_is_enforced() {
     let obj = pool.create_object(vol, b"").unwrap();
     let e = pool.write(vol, obj, 0, &vec![1u8; 2 << 20]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace);
+    assert_eq!(e.space_reason(), Some(SpaceReason::Quota), "{e}");
     assert!(e.to_string().contains("size limit"), "{e}");
 }
 

@@ -10,7 +10,9 @@ use strata_engine::format::label::{LabelPhys, LABEL_PHYS_SIZE};
 use strata_engine::format::node::IndirectPhys;
 use strata_engine::format::{BlockKind, BlockPtr, ChecksumAlgo, Compression, LABEL_SIZE, UNIT_SIZE};
 use strata_engine::pipeline::BlockIo;
-use strata_engine::{BlockDevice, CheckOptions, CompressionPolicy, ErrorKind, Pool, VolumeId, VolumeOptions};
+use strata_engine::{
+    BlockDevice, CheckOptions, CompressionPolicy, ErrorKind, Pool, SpaceReason, VolumeId, VolumeOptions,
+};
 use strata_testkit::workload::compressible;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk, SimRng};
 
@@ -263,6 +265,7 @@ fn reservations_are_honoured_and_refused_when_they_cannot_fit() {
     let size = pool.status().size_bytes;
     let e = pool.create_volume("huge", &VolumeOptions { reservation_bytes: size, ..Default::default() }).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+    assert_eq!(e.space_reason(), Some(SpaceReason::Reservation), "{e}");
     assert!(e.to_string().contains("cannot reserve"), "{e}");
     assert!(pool.volume_id("huge").is_err(), "a refused volume is not created");
     let e = pool
@@ -286,6 +289,7 @@ fn reservations_are_honoured_and_refused_when_they_cannot_fit() {
             Ok(()) => off += 1 << 20,
             Err(e) => {
                 assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+                assert_eq!(e.space_reason(), Some(SpaceReason::Pool), "{e}");
                 assert!(e.to_string().contains("other volumes' reservations"), "{e}");
                 break;
             }
@@ -302,6 +306,7 @@ fn reservations_are_honoured_and_refused_when_they_cannot_fit() {
     assert!(pool.set_reservation(thin, 8 << 20).is_ok(), "thin already uses more than 8 MiB");
     let e = pool.set_reservation(thick, 60 << 20).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoSpace);
+    assert_eq!(e.space_reason(), Some(SpaceReason::Reservation), "{e}");
     // Persisted in the catalog; the checker knows the entries.
     drop(pool);
     let pool = reopen(&disk);

@@ -32,11 +32,18 @@ pub fn policy(clients: &[&str], read_only: bool, squash: Squash) -> ExportPolicy
 
 /// Exports: 1 = /test/a (read-write, 127.0.0.0/8), 2 = /test/b (read-only, 127.0.0.1).
 pub fn world() -> World {
-    let dev = Arc::new(SimDisk::new(256 << 20, 4096));
+    world_sized(256 << 20, 0)
+}
+
+/// `world()` on a disk of `disk_bytes`, volume a limited to `quota_bytes` (0: no limit).
+pub fn world_sized(disk_bytes: u64, quota_bytes: u64) -> World {
+    let dev = Arc::new(SimDisk::new(disk_bytes, 4096));
     let pool = Arc::new(Pool::create(dev, test_create_options(1), test_pool_options()).expect("create pool"));
     let exports = Arc::new(ExportTable::new());
     for (id, name, ro) in [(1u32, "a", false), (2, "b", true)] {
-        let vol = pool.create_volume(name, &VolumeOptions::default()).expect("create volume");
+        let quota_bytes = if ro { 0 } else { quota_bytes };
+        let vol =
+            pool.create_volume(name, &VolumeOptions { quota_bytes, ..Default::default() }).expect("create volume");
         let fs =
             VolumeFs::mount(pool.clone(), vol, Arc::new(strata_engine::ManualClock::new(1)), Caller { uid: 0, gid: 0 })
                 .expect("mount");
