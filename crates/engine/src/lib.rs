@@ -28,6 +28,7 @@ pub mod log_device;
 mod log_sync;
 pub mod pipeline;
 pub mod pool;
+pub mod pool_status;
 pub mod prewrite;
 mod quiesce;
 pub mod restore;

@@ -25,7 +25,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 mod freeze;
+mod pack;
+mod read_plan;
 pub(crate) use freeze::Frozen;
+use pack::{dedup_records, pack_records};
+use read_plan::{Piece, Source};
+pub use read_plan::{ReadPlan, SharedBytes};
 
 pub(crate) const KEY_DNODE: u8 = 0x01;
 const KEY_USER: u8 = 0x80;
@@ -919,82 +924,6 @@ impl VolumeState {
     }
 }
 
-/// References to blocks of the dedup table for the records it holds (`dedup.rs`):
-/// per record (as `compressed`), its pointer if it is one, and the sectors they are charged.
-fn dedup_records(
-    alloc: &mut Allocator,
-    inputs: &[&[u8]],
-    compressed: &[Option<(crate::format::Compression, Vec<u8>)>],
-    lsizes: &[usize],
-    txg: u64,
-) -> (Vec<Option<BlockPtr>>, u64) {
-    let mut placed = vec![None; compressed.len()];
-    let mut sectors = 0;
-    for (i, c) in compressed.iter().enumerate() {
-        let (algo, stored) = match c {
-            Some((algo, bytes)) => (*algo, bytes.as_slice()),
-            None => (crate::format::Compression::None, inputs[i]),
-        };
-        let hash = crate::format::ChecksumAlgo::Blake3.compute(stored);
-        if let Some(bp) = alloc.ddt.reference(&hash, lsizes[i], algo, txg) {
-            sectors += bp.sectors();
-            placed[i] = Some(bp);
-        }
-    }
-    (placed, sectors)
-}
-
-/// Pack the records not `placed` yet whose compressed form is small (`pipeline::packable`)
-/// when the pool packs, entering them in the dedup table if `dedup`: fills in their
-/// pointers and returns the sectors they are charged.
-fn pack_records(
-    io: &BlockIo,
-    alloc: &mut Allocator,
-    compressed: &[Option<(crate::format::Compression, Vec<u8>)>],
-    lsizes: &[usize],
-    txg: u64,
-    placed: &mut [Option<BlockPtr>],
-    dedup: bool,
-) -> Result<u64> {
-    if !io.packing() {
-        return Ok(0);
-    }
-    let small: Vec<(usize, crate::format::Compression, &[u8])> = compressed
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| placed[*i].is_none())
-        .filter_map(|(i, c)| c.as_ref().map(|(algo, b)| (i, *algo, b.as_slice())))
-        .filter(|(_, _, b)| crate::pipeline::packable(b.len()))
-        .collect();
-    let sizes: Vec<usize> = small.iter().map(|(_, _, b)| b.len()).collect();
-    let mut sectors = 0;
-    for (first, count, units) in crate::pipeline::plan_packs(&sizes) {
-        let members = &small[first..first + count];
-        let items: Vec<crate::pipeline::PackItem<'_>> = members
-            .iter()
-            .map(|&(i, compression, stored)| crate::pipeline::PackItem {
-                stored,
-                compression,
-                lsize: lsizes[i],
-                checksum: io.checksum_algo().compute(stored),
-            })
-            .collect();
-        // A pack needs its units in one run: on a fragmented pool that may fail where the
-        // records' own units would not, so the rest are written one by one instead.
-        let bps = match io.write_pack(alloc, &items, units, txg) {
-            Ok(bps) => bps,
-            Err(Error::NoSpace(_)) => break,
-            Err(e) => return Err(e),
-        };
-        for (&(i, _, _), mut bp) in members.iter().zip(bps) {
-            sectors += bp.sectors();
-            bp.dedup = dedup && alloc.ddt.add(&bp, txg);
-            placed[i] = Some(bp);
-        }
-    }
-    Ok(sectors)
-}
-
 /// What a data block saves against storing its whole record raw: lsize − occupied bytes
 /// (compression and zero-tail trimming). Zero for holes and metadata.
 pub(crate) fn data_saved_bytes(bp: &BlockPtr) -> u64 {
@@ -1018,91 +947,6 @@ enum Placement {
 /// the tree above it (one indirect block serves up to 256 records; B+tree nodes far more).
 fn record_units(dn: &DnodePhys) -> u64 {
     dn.record_size as u64 / UNIT_SIZE + 1
-}
-
-/// A read resolved under the pool's lock, with its device reads still to do.
-pub struct ReadPlan {
-    /// Bytes the read returns (the range clipped at the object's end).
-    pub len: usize,
-    pieces: Vec<Piece>,
-}
-
-/// One record's share of a read.
-struct Piece {
-    in_record: usize,
-    len: usize,
-    source: Source,
-}
-
-enum Source {
-    Zeros,
-    Memory(Arc<Vec<u8>>),
-    Device(BlockPtr),
-}
-
-/// Part of a read's result that stays in the buffer holding it (a dirty record, a cached
-/// record, or shared zeros): a server sends it from there (`Pool::read_shared`) instead
-/// of copying it into its reply first.
-#[derive(Clone)]
-pub struct SharedBytes {
-    buf: Arc<Vec<u8>>,
-    range: std::ops::Range<usize>,
-}
-
-impl SharedBytes {
-    pub fn as_slice(&self) -> &[u8] {
-        &self.buf[self.range.clone()]
-    }
-
-    pub fn len(&self) -> usize {
-        self.range.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.range.is_empty()
-    }
-
-    /// `pieces` in one buffer.
-    pub fn concat(pieces: &[SharedBytes]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(pieces.iter().map(SharedBytes::len).sum());
-        for p in pieces {
-            out.extend_from_slice(p.as_slice());
-        }
-        out
-    }
-
-    /// Bytes of its own (a copy made elsewhere).
-    pub fn owned(bytes: Vec<u8>) -> SharedBytes {
-        let range = 0..bytes.len();
-        SharedBytes { buf: Arc::new(bytes), range }
-    }
-
-    /// `len` zero bytes (at most the largest record, which is all a piece spans).
-    fn zeros(len: usize) -> SharedBytes {
-        static ZEROS: std::sync::OnceLock<Arc<Vec<u8>>> = std::sync::OnceLock::new();
-        let buf = ZEROS.get_or_init(|| Arc::new(vec![0; crate::format::records::MAX_RECORD_SIZE as usize])).clone();
-        debug_assert!(len <= buf.len());
-        SharedBytes { buf, range: 0..len }
-    }
-}
-
-impl ReadPlan {
-    /// The read's bytes as pieces of the buffers that hold them — dirty records, the data
-    /// cache, shared zeros; no copy — doing the device reads (no lock needed: blocks are
-    /// immutable, and a freed block is not reused until two more txgs have committed; a
-    /// read that raced with that fails its checksum and the caller retries under the lock).
-    pub fn finish_shared(&self, io: &BlockIo) -> Result<Vec<SharedBytes>> {
-        let mut out = Vec::with_capacity(self.pieces.len());
-        for p in &self.pieces {
-            let range = p.in_record..p.in_record + p.len;
-            out.push(match &p.source {
-                Source::Zeros => SharedBytes::zeros(p.len),
-                Source::Memory(rec) => SharedBytes { buf: rec.clone(), range },
-                Source::Device(bp) => SharedBytes { buf: io.read_data(bp)?, range },
-            });
-        }
-        Ok(out)
-    }
 }
 
 pub fn validate_record_size(rs: u32) -> Result<()> {

@@ -1,0 +1,93 @@
+//! A read planned under the pool's lock and finished outside it: which part of each
+//! record comes from memory (dirty or cached records), from zeros (holes), or from the
+//! device — and the result as shared pieces of those buffers, not a copy.
+
+use crate::error::Result;
+use crate::format::BlockPtr;
+use crate::pipeline::BlockIo;
+use std::sync::Arc;
+
+/// A read resolved under the pool's lock, with its device reads still to do.
+pub struct ReadPlan {
+    /// Bytes the read returns (the range clipped at the object's end).
+    pub len: usize,
+    pub(super) pieces: Vec<Piece>,
+}
+
+/// One record's share of a read.
+pub(super) struct Piece {
+    pub(super) in_record: usize,
+    pub(super) len: usize,
+    pub(super) source: Source,
+}
+
+pub(super) enum Source {
+    Zeros,
+    Memory(Arc<Vec<u8>>),
+    Device(BlockPtr),
+}
+
+/// Part of a read's result that stays in the buffer holding it (a dirty record, a cached
+/// record, or shared zeros): a server sends it from there (`Pool::read_shared`) instead
+/// of copying it into its reply first.
+#[derive(Clone)]
+pub struct SharedBytes {
+    buf: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
+}
+
+impl SharedBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+
+    /// `pieces` in one buffer.
+    pub fn concat(pieces: &[SharedBytes]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(pieces.iter().map(SharedBytes::len).sum());
+        for p in pieces {
+            out.extend_from_slice(p.as_slice());
+        }
+        out
+    }
+
+    /// Bytes of its own (a copy made elsewhere).
+    pub fn owned(bytes: Vec<u8>) -> SharedBytes {
+        let range = 0..bytes.len();
+        SharedBytes { buf: Arc::new(bytes), range }
+    }
+
+    /// `len` zero bytes (at most the largest record, which is all a piece spans).
+    fn zeros(len: usize) -> SharedBytes {
+        static ZEROS: std::sync::OnceLock<Arc<Vec<u8>>> = std::sync::OnceLock::new();
+        let buf = ZEROS.get_or_init(|| Arc::new(vec![0; crate::format::records::MAX_RECORD_SIZE as usize])).clone();
+        debug_assert!(len <= buf.len());
+        SharedBytes { buf, range: 0..len }
+    }
+}
+
+impl ReadPlan {
+    /// The read's bytes as pieces of the buffers that hold them — dirty records, the data
+    /// cache, shared zeros; no copy — doing the device reads (no lock needed: blocks are
+    /// immutable, and a freed block is not reused until two more txgs have committed; a
+    /// read that raced with that fails its checksum and the caller retries under the lock).
+    pub fn finish_shared(&self, io: &BlockIo) -> Result<Vec<SharedBytes>> {
+        let mut out = Vec::with_capacity(self.pieces.len());
+        for p in &self.pieces {
+            let range = p.in_record..p.in_record + p.len;
+            out.push(match &p.source {
+                Source::Zeros => SharedBytes::zeros(p.len),
+                Source::Memory(rec) => SharedBytes { buf: rec.clone(), range },
+                Source::Device(bp) => SharedBytes { buf: io.read_data(bp)?, range },
+            });
+        }
+        Ok(out)
+    }
+}
