@@ -23,7 +23,7 @@
 //! still fall back past that root if what it points to is damaged.
 
 use crate::device::BlockDevice;
-use crate::error::{Corruption, Error, Result};
+use crate::error::{Error, Result};
 use crate::format::features::COMPAT_HOST_STATE;
 use crate::format::label::{LabelPhys, LABEL_MAGIC};
 use crate::format::logdev::LOG_DEVICE_MAGIC;
@@ -65,16 +65,7 @@ pub fn read_pool_identity(dev: &dyn BlockDevice) -> Result<PoolIdentity> {
     let label = read_label_for_identity(dev)?;
     let (roots, problems) = txg::scan_ring(dev, label.pool_guid)?;
     let Some(root) = roots.first() else {
-        return Err(Error::Corruption(Corruption::new(
-            "uberblock ring",
-            None,
-            format!(
-                "pool {} on {} has no valid root (creation never completed, or the rings are destroyed){}",
-                label.pool_name,
-                dev.describe(),
-                if problems.is_empty() { String::new() } else { format!(": {}", problems.join("; ")) }
-            ),
-        )));
+        return Err(txg::no_valid_root(&label.pool_name, dev, &problems));
     };
     Ok(PoolIdentity {
         name: label.pool_name,

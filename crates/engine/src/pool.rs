@@ -542,16 +542,7 @@ impl Pool {
         }
         match last_err {
             Some(e) => Err(e),
-            None => Err(Error::Corruption(crate::error::Corruption::new(
-                "uberblock ring",
-                None,
-                format!(
-                    "pool {} on {} has no valid root (creation never completed, or the rings are destroyed){}",
-                    label.pool_name,
-                    dev.describe(),
-                    if notes.is_empty() { String::new() } else { format!(": {}", notes.join("; ")) }
-                ),
-            ))),
+            None => Err(txg::no_valid_root(&label.pool_name, dev.as_ref(), &notes)),
         }
     }
 

@@ -65,6 +65,19 @@ pub fn scan_ring(dev: &dyn BlockDevice, pool_guid: u64) -> Result<(Vec<Uberblock
     Ok((found, problems))
 }
 
+/// The error for a pool none of whose roots verifies (`problems`: what the ring scan met).
+pub(crate) fn no_valid_root(pool_name: &str, dev: &dyn BlockDevice, problems: &[String]) -> Error {
+    Error::Corruption(crate::error::Corruption::new(
+        "uberblock ring",
+        None,
+        format!(
+            "pool {pool_name} on {} has no valid root (creation never completed, or the rings are destroyed){}",
+            dev.describe(),
+            if problems.is_empty() { String::new() } else { format!(": {}", problems.join("; ")) }
+        ),
+    ))
+}
+
 /// Steps 3–5 of the commit: flush, write uberblock to both rings, flush.
 pub fn write_root(dev: &dyn BlockDevice, alloc: &mut Allocator, ub: &UberblockPhys) -> Result<()> {
     dev.flush().map_err(|e| Error::io("flush blocks of the txg", e))?;
