@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    strata_engine::format::decode_all(data);
+    strata_engine::pipeline::decode_all(data);
 });

@@ -10,52 +10,38 @@
 //! The engine has no FUSE, NFS or HTTP dependency and reads neither the wall clock nor OS
 //! randomness: time comes through [`Clock`], identities through [`CreateOptions`].
 
-pub mod alloc;
-pub mod cache;
-pub mod check;
+// Foundations, usable from every layer.
 pub mod clock;
-pub mod clone;
-pub mod compress;
-pub mod dedup;
-pub mod device;
 pub mod error;
+
+// The layers, bottom up; each imports only those listed before it (tests/layers.rs).
+pub mod alloc;
+pub mod catalog;
+pub mod check;
+pub mod device;
 pub mod format;
-pub mod host_state;
-pub mod intent_log;
-mod intent_log_ref;
-mod intent_log_replay;
-pub mod log_device;
-mod log_sync;
 pub mod pipeline;
 pub mod pool;
-pub mod pool_status;
-pub mod prewrite;
-mod quiesce;
-pub mod restore;
-pub mod snapshot;
-pub mod space;
 pub mod tree;
 pub mod txg;
-pub mod txn;
-pub mod volume;
 
+pub use catalog::volume::ObjectId;
 pub use check::{CheckOptions, CheckReport};
 pub use clock::{Clock, ManualClock};
-pub use clone::SplitStats;
-pub use compress::CompressionPolicy;
 pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
 pub use error::{Corruption, Error, ErrorKind, NoSpace, Result, SpaceReason};
 pub use format::uberblock::HostState;
 pub use format::ChecksumAlgo;
-pub use host_state::{read_pool_identity, PoolIdentity};
-pub use log_device::LogDeviceSpec;
+pub use pipeline::compress::CompressionPolicy;
+pub use pool::clone::SplitStats;
+pub use pool::host_state::{read_pool_identity, PoolIdentity};
+pub use pool::log_device::LogDeviceSpec;
+pub use pool::prewrite::PrewriteStats;
+pub use pool::restore::FileRestoreStats;
+pub use pool::snapshot::{SnapshotInfo, SNAPSHOTS_PER_VOLUME_MAX};
+pub use pool::space::{PoolSpace, VolumeSpace};
+pub use pool::txn::{SpaceInfo, Txn};
 pub use pool::{
-    CommitStats, CreateOptions, Pool, PoolOptions, PoolStatus, SyncPolicy, VolumeId, VolumeInfo, VolumeOptions,
+    CommitStats, CreateOptions, Pool, PoolOptions, PoolStatus, QuiescingTxg, SyncPolicy, VolumeId, VolumeInfo,
+    VolumeOptions,
 };
-pub use prewrite::PrewriteStats;
-pub use quiesce::QuiescingTxg;
-pub use restore::FileRestoreStats;
-pub use snapshot::{SnapshotInfo, SNAPSHOTS_PER_VOLUME_MAX};
-pub use space::{PoolSpace, VolumeSpace};
-pub use txn::{SpaceInfo, Txn};
-pub use volume::ObjectId;

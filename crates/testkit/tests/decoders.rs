@@ -2,12 +2,10 @@
 //! length, and mutations (bit flips, byte stores, truncation, extension) of valid
 //! encodings — the inputs that get past the magic and checksum checks and reach the
 //! field validation. No panic, no unbounded allocation. (The coverage-guided fuzzer in
-//! fuzz/ runs the same entry point, `format::decode_all`.)
+//! fuzz/ runs the same entry point, `pipeline::decode_all`.)
 
-use strata_engine::compress::{compress, decompress, CompressionPolicy};
 use strata_engine::format::blkptr::{BlockKind, BlockPtr, ChecksumAlgo, Compression};
 use strata_engine::format::codec::Reader;
-use strata_engine::format::decode_all;
 use strata_engine::format::features::{Features, INCOMPAT_LOG_DEVICE};
 use strata_engine::format::label::LabelPhys;
 use strata_engine::format::logdev::LogDeviceLabelPhys;
@@ -16,6 +14,8 @@ use strata_engine::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecord
 use strata_engine::format::space::{PackPhys, PoolSpacePhys, VolumeSpacePhys};
 use strata_engine::format::spacemap::{SpacemapChunkPhys, CHUNK_BITS_BYTES};
 use strata_engine::format::uberblock::UberblockPhys;
+use strata_engine::pipeline::compress::{compress, decompress, CompressionPolicy};
+use strata_engine::pipeline::decode_all;
 use strata_testkit::{iters_from_env, seed_from_env, SimRng};
 
 fn bp(rng: &mut SimRng) -> BlockPtr {

@@ -23,6 +23,7 @@
 //! skipped, and the walk goes on.
 
 use crate::alloc::Allocator;
+use crate::catalog::volume::KEY_DNODE;
 use crate::error::Result;
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
@@ -33,7 +34,6 @@ use crate::format::{BlockKind, BlockPtr, Compression, SECTORS_PER_UNIT, SECTOR_S
 use crate::pipeline::BlockIo;
 use crate::pool::Pool;
 use crate::tree::blocktree;
-use crate::volume::KEY_DNODE;
 use std::collections::{BTreeMap, HashMap};
 
 mod space;

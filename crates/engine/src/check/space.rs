@@ -15,6 +15,7 @@
 //! blocks of the two largest trees and of one volume's union.
 
 use super::Checker;
+use crate::catalog::volume::KEY_DNODE;
 use crate::check::walk_btree;
 use crate::format::codec::Reader;
 use crate::format::node::BtreeNodePhys;
@@ -22,7 +23,6 @@ use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::BlockPtr;
 use crate::pipeline::BlockIo;
 use crate::tree::blocktree;
-use crate::volume::KEY_DNODE;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A tree's blocks: (address, birth txg) → (birth txg, sectors, bytes saved by
@@ -37,7 +37,10 @@ fn blocks_of(io: &BlockIo, root: &BlockPtr) -> crate::error::Result<Blocks> {
             for (_, v) in entries.iter().filter(|(k, _)| k.first() == Some(&KEY_DNODE)) {
                 let dn = DnodePhys::decode(v)?;
                 blocktree::walk(io, &dn.root, dn.levels, &mut |b, _, _| {
-                    out.insert((b.addr, b.birth_txg), (b.birth_txg, b.sectors(), crate::volume::data_saved_bytes(b)));
+                    out.insert(
+                        (b.addr, b.birth_txg),
+                        (b.birth_txg, b.sectors(), crate::catalog::volume::data_saved_bytes(b)),
+                    );
                     Ok(())
                 })?;
             }

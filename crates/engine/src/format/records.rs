@@ -71,7 +71,6 @@
 use super::codec::{Reader, Writer};
 use super::node::INDIRECT_SHIFT;
 use super::{BlockPtr, SECTORS_PER_UNIT};
-use crate::compress::CompressionPolicy;
 use crate::error::Corruption;
 
 pub const ATTR_MAX: usize = 512;
@@ -372,5 +371,45 @@ impl SnapshotRecordPhys {
             group,
             saved_bytes: saved_plus_one.checked_sub(1),
         })
+    }
+}
+
+/// Highest zstd level accepted. Levels 20-22 ("ultra") need large windows and are far too
+/// slow for a commit path; 19 is already ~50x slower than level 3.
+pub const ZSTD_LEVEL_MAX: u8 = 19;
+/// zstd's own default: most of the ratio of higher levels at a fraction of their cost.
+pub const ZSTD_LEVEL_DEFAULT: u8 = 3;
+/// How a volume compresses the data records it writes (applies to new writes only): the
+/// stored setting. What it means for a write (and parsing, names) is the pipeline's
+/// (pipeline/compress.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CompressionPolicy {
+    #[default]
+    Off,
+    Lz4,
+    /// Zstandard at `level` (1..=ZSTD_LEVEL_MAX).
+    Zstd {
+        level: u8,
+    },
+}
+
+impl CompressionPolicy {
+    /// On-disk form: (algorithm, level) as stored in bits 8-15 and 16-23 of a volume
+    /// record's flags (format/records.rs). Algorithm 0 off, 1 lz4, 2 zstd; level 0 unless zstd.
+    pub fn to_bits(self) -> (u8, u8) {
+        match self {
+            CompressionPolicy::Off => (0, 0),
+            CompressionPolicy::Lz4 => (1, 0),
+            CompressionPolicy::Zstd { level } => (2, level),
+        }
+    }
+
+    pub fn from_bits(algo: u8, level: u8) -> Option<CompressionPolicy> {
+        match (algo, level) {
+            (0, 0) => Some(CompressionPolicy::Off),
+            (1, 0) => Some(CompressionPolicy::Lz4),
+            (2, l) if (1..=ZSTD_LEVEL_MAX).contains(&l) => Some(CompressionPolicy::Zstd { level: l }),
+            _ => None,
+        }
     }
 }

@@ -19,6 +19,7 @@
 //! catalog with every commit (key space `format::space::KEY_DEDUP`), so it is exactly as
 //! crash-safe as the trees it counts; the checker recounts it.
 
+use crate::alloc::Allocator;
 use crate::error::Corruption;
 use crate::format::space::DedupPhys;
 use crate::format::{BlockKind, BlockPtr, ChecksumAlgo, Compression};
@@ -125,6 +126,17 @@ impl DedupTable {
         self.entries.insert(bp.checksum, Entry { phys, last_ref_txg: txg });
         self.dirty.insert(bp.checksum);
         true
+    }
+
+    /// Release `bp` in txg `txg`: the one way every block that may be shared is freed. A
+    /// dedup reference decrements its table entry, and only the last frees the block in
+    /// the allocator (`Allocator::free_block`). An error for a dedup pointer the table does
+    /// not hold: damage the commit must not paper over.
+    pub fn free(&mut self, alloc: &mut Allocator, bp: &BlockPtr, txg: u64) -> Result<(), Corruption> {
+        if bp.dedup && !self.release(bp)? {
+            return Ok(());
+        }
+        alloc.free_block(bp, txg)
     }
 
     /// Drop the reference `bp`. True when it was the last: the caller frees the block.

@@ -17,8 +17,8 @@ use crate::error::{Error, Result, SpaceReason};
 use crate::format::node::KEY_MAX;
 use crate::format::records::{valid_record_size, DnodePhys, VolumeRecordPhys, ATTR_MAX};
 use crate::format::{BlockKind, BlockPtr, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
+use crate::pipeline::dedup::DedupTable;
 use crate::pipeline::BlockIo;
-use crate::prewrite::Prewritten;
 use crate::tree::blocktree;
 use crate::tree::btree::BTree;
 use std::collections::{BTreeMap, HashMap};
@@ -29,6 +29,12 @@ mod pack;
 mod read_plan;
 pub(crate) use freeze::Frozen;
 use pack::{dedup_records, pack_records};
+
+/// A dirty record already written to a block of the open txg (pool/prewrite.rs).
+pub(crate) struct Prewritten {
+    pub content: Arc<Vec<u8>>,
+    pub bp: BlockPtr,
+}
 use read_plan::{Piece, Source};
 pub use read_plan::{ReadPlan, SharedBytes};
 
@@ -351,9 +357,9 @@ impl VolumeState {
     }
 
     /// Forget every prewritten block (their writes failed), freeing them.
-    pub(crate) fn drop_prewritten(&mut self, alloc: &mut Allocator, txg: u64) {
+    pub(crate) fn drop_prewritten(&mut self, alloc: &mut Allocator, ddt: &mut DedupTable, txg: u64) {
         for (_, pw) in self.prewritten.drain() {
-            alloc.free_block(&pw.bp, txg).expect("a prewritten block is ours to free");
+            ddt.free(alloc, &pw.bp, txg).expect("a prewritten block is ours to free");
         }
     }
 
@@ -754,7 +760,7 @@ impl VolumeState {
     /// trees, dnodes, then the volume tree. Returns the blocks it no longer references.
     /// What was written since the freeze stays dirty for the next txg; the live dnodes take
     /// the new block-tree roots.
-    pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, txg: u64) -> Result<Released> {
+    pub fn sync(&mut self, io: &BlockIo, alloc: &mut Allocator, ddt: &mut DedupTable, txg: u64) -> Result<Released> {
         let Frozen { records, dnodes, .. } = self.frozen.take().expect("a volume is frozen before it syncs");
         let mut dnodes: BTreeMap<ObjectId, DnodePhys> = dnodes.into_iter().collect();
         // Prewritten blocks whose record is still that content (and of this txg) are used
@@ -769,14 +775,14 @@ impl VolumeState {
                 }
                 (pw, c) => {
                     if let Some(pw) = pw {
-                        alloc.free_block(&pw.bp, txg).expect("a prewritten block is ours to free");
+                        ddt.free(alloc, &pw.bp, txg).expect("a prewritten block is ours to free");
                     }
                     (k, Placement::Content(c))
                 }
             })
             .collect();
         for (_, pw) in prewritten.drain() {
-            alloc.free_block(&pw.bp, txg).expect("a prewritten block is ours to free");
+            ddt.free(alloc, &pw.bp, txg).expect("a prewritten block is ours to free");
         }
         // Space is charged in sectors (`BlockPtr::sectors`): units of the plain blocks this
         // sync allocates (data and metadata), the sectors of the records it packs, and the
@@ -799,13 +805,13 @@ impl VolumeState {
             })
             .filter(|(t, _)| !t.is_empty())
             .unzip();
-        let compressed = crate::compress::compress_batch(self.rec.compression, &inputs);
+        let compressed = crate::pipeline::compress::compress_batch(self.rec.compression, &inputs);
         // Dedup references first (nothing to write), then packs for the small new records.
         let (mut placed, dedup_sectors) = match self.rec.dedup {
-            true => dedup_records(alloc, &inputs, &compressed, &lsizes, txg),
+            true => dedup_records(ddt, &inputs, &compressed, &lsizes, txg),
             false => (vec![None; compressed.len()], 0),
         };
-        let packed_sectors = pack_records(io, alloc, &compressed, &lsizes, txg, &mut placed, self.rec.dedup)?;
+        let packed_sectors = pack_records(io, alloc, ddt, &compressed, &lsizes, txg, &mut placed, self.rec.dedup)?;
         let mut compressed = compressed.into_iter().zip(placed);
         // A record written again since the freeze: the version this txg commits is read by
         // nobody (the volume reads the newer one; no snapshot is taken at this txg) and is
@@ -832,7 +838,7 @@ impl VolumeState {
                             (_, Some(placed)) => placed,
                             (c, None) => {
                                 let mut bp = io.write_data_compressed(alloc, &buf, txg, self.rec.compression, c)?;
-                                bp.dedup = self.rec.dedup && alloc.ddt.add(&bp, txg);
+                                bp.dedup = self.rec.dedup && ddt.add(&bp, txg);
                                 bp
                             }
                         };

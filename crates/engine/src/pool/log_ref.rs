@@ -27,14 +27,14 @@
 //! block, and *holds* the blocks' units (`Allocator::hold`) so that the commit after replay
 //! cannot reuse them: if that commit is lost, the next open replays the same log again.
 
-use crate::compress::CompressionPolicy;
+use crate::catalog::volume::ObjectId;
 use crate::error::Result;
 use crate::format::{round_up_unit, BlockPtr, ChecksumAlgo, Compression, UNIT_SIZE};
-use crate::intent_log::{RefCandidate, SyncTarget};
+use crate::pipeline::compress::CompressionPolicy;
 use crate::pipeline::trimmed;
+use crate::pool::prewrite::{register, NewBlock, PrewriteBatch, Stored};
 use crate::pool::{PoolInner, VolumeId};
-use crate::prewrite::{register, NewBlock, PrewriteBatch, Stored};
-use crate::volume::ObjectId;
+use crate::txg::intent_log::{RefCandidate, SyncTarget};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -114,7 +114,7 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
         if !p.ilog.is_pending(pr.cand.lsn) {
             continue; // written meanwhile by another sync, with its bytes
         }
-        let PoolInner { volumes, alloc, io, .. } = &mut *p;
+        let PoolInner { volumes, alloc, ddt, io, .. } = &mut *p;
         let Some(v) = volumes.get_mut(&VolumeId(pr.cand.vol)) else { continue };
         let mut bps = Vec::with_capacity(pr.records.len());
         let first = pr.cand.offset / pr.record_size;
@@ -128,7 +128,7 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
             match v.dirty_content_equal(key, chunk).filter(|_| reuse) {
                 // The record holds exactly these bytes: the commit reuses the block.
                 Some(content) => {
-                    register(v, alloc, io, key, content, bp, txg);
+                    register(v, alloc, ddt, io, key, content, bp, txg);
                 }
                 None => alloc.free_block(&bp, txg).expect("a block just allocated is ours to free"),
             }

@@ -16,13 +16,13 @@
 //! volume of its own. Work and space are proportional to what it shared (what ONTAP's
 //! FlexClone split does too); the pool's lock is held for each batch, not for the whole.
 
+use crate::catalog::volume::VolumeState;
 use crate::error::{Error, Result};
 use crate::format::records::VolumeRecordPhys;
 use crate::format::BlockPtr;
+use crate::pool::snapshot::collect_born_after;
 use crate::pool::{validate_volume_name, Pool, PoolInner, VolumeId};
-use crate::snapshot::collect_born_after;
 use crate::tree::blocktree;
-use crate::volume::VolumeState;
 use std::collections::HashSet;
 
 /// Data copied, or keys rewritten, between commits.
@@ -131,7 +131,7 @@ impl Pool {
         let dl = v.rec.deadlist;
         for bp in p.deadlist_entries(dl, 0)? {
             let PoolInner { catalog, io, .. } = &mut *p;
-            catalog.remove(io, &crate::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
+            catalog.remove(io, &crate::pool::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
         }
         let v = p.volumes.get_mut(&vid).expect("checked");
         v.rec.parent = 0;

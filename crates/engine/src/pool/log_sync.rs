@@ -2,10 +2,10 @@
 //! pool (`sync_log`) or one object (`sync_object`), with group commit, large writes by
 //! reference (intent_log_ref.rs), and a commit instead when the log is full.
 
+use crate::catalog::volume::ObjectId;
 use crate::error::{Error, Result};
-use crate::intent_log::SyncTarget;
 use crate::pool::{Pool, PoolInner, VolumeId};
-use crate::volume::ObjectId;
+use crate::txg::intent_log::SyncTarget;
 
 impl Pool {
     /// Make every operation so far durable (`sync` of the whole pool): one intent-log write
@@ -55,17 +55,17 @@ impl Pool {
                 continue;
             }
             if prepared.is_none() {
-                let cands = crate::intent_log_ref::candidates(&mut p, target);
+                let cands = crate::pool::log_ref::candidates(&mut p, target);
                 if !cands.is_empty() {
                     let algo = p.io.checksum_algo();
                     drop(p);
-                    prepared = Some(crate::intent_log_ref::prepare(cands, algo));
+                    prepared = Some(crate::pool::log_ref::prepare(cands, algo));
                     p = self.lock();
                     continue; // the log may have moved on meanwhile: check again
                 }
                 prepared = Some(Vec::new());
             }
-            let (refs, batch) = crate::intent_log_ref::place(&mut p, prepared.take().unwrap_or_default());
+            let (refs, batch) = crate::pool::log_ref::place(&mut p, prepared.take().unwrap_or_default());
             let guid = p.label.pool_guid;
             // The device the log is on: the pool's own, or the separate log device — only
             // that one is written and flushed (and the pool's, if referenced blocks went
@@ -107,7 +107,7 @@ impl Pool {
 /// A deferred write's range as the volume holds it now, for the log block being formed;
 /// zeros where the object (or the volume) no longer is.
 fn read_now(
-    volumes: &mut std::collections::BTreeMap<VolumeId, crate::volume::VolumeState>,
+    volumes: &mut std::collections::BTreeMap<VolumeId, crate::catalog::volume::VolumeState>,
     io: &crate::pipeline::BlockIo,
     vol: u64,
     obj: u64,

@@ -2,8 +2,8 @@
 //! plain values, taken under the pool's lock and handed out; nothing here is on disk.
 
 use crate::format::uberblock::HostState;
+use crate::pool::space::{PoolSpace, VolumeSpace};
 use crate::pool::{SyncPolicy, VolumeId};
-use crate::space::{PoolSpace, VolumeSpace};
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

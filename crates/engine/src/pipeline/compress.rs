@@ -25,26 +25,11 @@ use crate::error::{Error, Result};
 use crate::format::{round_up_unit, Compression, MAX_BLOCK_SIZE, UNIT_SIZE};
 use std::cell::RefCell;
 
-/// Highest zstd level accepted. Levels 20-22 ("ultra") need large windows and are far too
-/// slow for a commit path; 19 is already ~50x slower than level 3.
-pub const ZSTD_LEVEL_MAX: u8 = 19;
-/// zstd's own default: most of the ratio of higher levels at a fraction of their cost.
-pub const ZSTD_LEVEL_DEFAULT: u8 = 3;
+pub use crate::format::records::{CompressionPolicy, ZSTD_LEVEL_DEFAULT, ZSTD_LEVEL_MAX};
+
 /// Bound on the window a zstd frame may ask the decoder for: 2^20 = 1 MiB, the largest
 /// record. A frame asking for more was not written by us.
 const ZSTD_WINDOW_LOG_MAX: u32 = 20;
-
-/// How a volume compresses the data records it writes (applies to new writes only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CompressionPolicy {
-    #[default]
-    Off,
-    Lz4,
-    /// Zstandard at `level` (1..=ZSTD_LEVEL_MAX).
-    Zstd {
-        level: u8,
-    },
-}
 
 impl CompressionPolicy {
     /// Parse `off`, `lz4`, `zstd` (level 3) or `zstd-N` (N in 1..=19).
@@ -75,25 +60,6 @@ impl CompressionPolicy {
             CompressionPolicy::Off => "off".into(),
             CompressionPolicy::Lz4 => "lz4".into(),
             CompressionPolicy::Zstd { level } => format!("zstd-{level}"),
-        }
-    }
-
-    /// On-disk form: (algorithm, level) as stored in bits 8-15 and 16-23 of a volume
-    /// record's flags (format/records.rs). Algorithm 0 off, 1 lz4, 2 zstd; level 0 unless zstd.
-    pub fn to_bits(self) -> (u8, u8) {
-        match self {
-            CompressionPolicy::Off => (0, 0),
-            CompressionPolicy::Lz4 => (1, 0),
-            CompressionPolicy::Zstd { level } => (2, level),
-        }
-    }
-
-    pub fn from_bits(algo: u8, level: u8) -> Option<CompressionPolicy> {
-        match (algo, level) {
-            (0, 0) => Some(CompressionPolicy::Off),
-            (1, 0) => Some(CompressionPolicy::Lz4),
-            (2, l) if (1..=ZSTD_LEVEL_MAX).contains(&l) => Some(CompressionPolicy::Zstd { level: l }),
-            _ => None,
         }
     }
 }

@@ -5,7 +5,7 @@
 use crate::error::{Corruption, Error, Result};
 use crate::format::intent::{LogBlockPhys, LogRecord, LOG_HEADER};
 use crate::format::UNIT_SIZE;
-use crate::intent_log::{IntentLog, LogPlace};
+use crate::txg::intent_log::{IntentLog, LogPlace};
 
 impl IntentLog {
     /// The complete groups logged on top of root `root_txg`, in order.
@@ -62,7 +62,7 @@ impl crate::pool::Pool {
     pub(crate) fn replay_intent_log(&self) -> Result<()> {
         let mut p = self.lock();
         let io = p.io.clone();
-        let mut refs = crate::intent_log_ref::RefReader { io: &io, fetched: Default::default(), error: None };
+        let mut refs = crate::pool::log_ref::RefReader { io: &io, fetched: Default::default(), error: None };
         let groups = IntentLog::read(p.ilog.place(), p.label.pool_guid, p.root.txg, &mut |r| refs.verify(r))?;
         if let Some(e) = refs.error.take() {
             return Err(e);
@@ -97,9 +97,9 @@ impl crate::pool::Pool {
     }
 }
 
-fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord, refs: &crate::intent_log_ref::RefReader<'_>) -> Result<()> {
+fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord, refs: &crate::pool::log_ref::RefReader<'_>) -> Result<()> {
+    use crate::catalog::volume::ObjectId;
     use crate::pool::{PoolInner, VolumeId};
-    use crate::volume::ObjectId;
     let PoolInner { volumes, io, alloc, .. } = p;
     let vol_of = |r: &LogRecord| match r {
         LogRecord::Write { vol, .. }

@@ -10,9 +10,25 @@
 //! `PoolStatus::open_notes`. A pool opened on a fallback root rewrites its whole space map in
 //! its first txg, so versions stamped by the abandoned roots can never be picked later.
 
+pub mod clone;
+mod commit;
+pub mod host_state;
+pub mod log_device;
+mod log_ref;
+mod log_sync;
+pub mod prewrite;
+mod quiesce;
+mod read_pin;
+mod replay;
+pub mod restore;
+pub mod snapshot;
+pub mod space;
+pub mod status;
+pub mod txn;
+
 use crate::alloc::{Allocator, Geometry};
+use crate::catalog::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use crate::clock::Clock;
-use crate::compress::CompressionPolicy;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::features::{Access, Features};
@@ -20,15 +36,18 @@ use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::uberblock::{HostState, UberblockPhys};
 use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, SECTOR_SIZE, UNIT_SIZE};
-use crate::intent_log::{IntentLog, LogPlace};
-use crate::log_device::{LogAtOpen, LogDeviceSpec};
+use crate::pipeline::compress::CompressionPolicy;
+use crate::pipeline::dedup::{DedupTable, DEDUP_TABLE_MAX_DEFAULT};
 use crate::pipeline::BlockIo;
-pub use crate::pool_status::{CommitStats, PoolStatus, VolumeInfo};
-use crate::snapshot::{SnapshotState, KEY_SNAPSHOT};
+use crate::pool::log_device::{LogAtOpen, LogDeviceSpec};
+use crate::pool::snapshot::{SnapshotState, KEY_SNAPSHOT};
+pub use crate::pool::status::{CommitStats, PoolStatus, VolumeInfo};
+use crate::pool::txn::Txn;
 use crate::tree::btree::BTree;
 use crate::txg;
-use crate::txn::Txn;
-use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
+use crate::txg::intent_log::{IntentLog, LogPlace};
+pub use quiesce::QuiescingTxg;
+pub use read_pin::PinnedRead;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
@@ -78,7 +97,7 @@ impl PoolOptions {
             dirty_limit_bytes: 256 << 20,
             read_only: false,
             discard_missing_log: false,
-            dedup_table_max: crate::dedup::DEDUP_TABLE_MAX_DEFAULT,
+            dedup_table_max: crate::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT,
             host_id: 0,
         }
     }
@@ -168,6 +187,8 @@ pub struct PoolInner {
     pub dev: Arc<dyn BlockDevice>,
     pub io: Arc<BlockIo>,
     pub alloc: Allocator,
+    /// The dedup table: blocks shared by identical records, with their reference counts.
+    pub ddt: DedupTable,
     pub label: LabelPhys,
     pub catalog: BTree,
     pub volumes: BTreeMap<VolumeId, VolumeState>,
@@ -187,11 +208,11 @@ pub struct PoolInner {
     pub ilog: IntentLog,
     /// What the last commit retired from the intent log, dropped by `Pool::commit` after it
     /// releases the lock.
-    pub(crate) retired_log: crate::intent_log::RetiredGroups,
+    pub(crate) retired_log: crate::txg::intent_log::RetiredGroups,
     /// Every snapshot of every volume, by id.
     pub snapshots: BTreeMap<u64, SnapshotState>,
     /// Prewrites of the open txg (prewrite.rs); the commit completes and drains them.
-    pub(crate) prewrites: Vec<Arc<crate::prewrite::PrewriteBatch>>,
+    pub(crate) prewrites: Vec<Arc<crate::pool::prewrite::PrewriteBatch>>,
     pub commit_stats: CommitStats,
     /// The last intent-log group of the txg a commit froze (txg.rs `freeze`), until it syncs.
     pub(crate) frozen_lsn: Option<u64>,
@@ -206,6 +227,8 @@ pub struct PoolInner {
     pub(crate) host_id: u64,
     /// Set by `Pool::export`: from then on, roots say `Exported` instead of `Active`.
     pub(crate) exporting: bool,
+    /// Reads planned under the lock and reading outside it (read_pin.rs).
+    pub(crate) read_pins: Arc<read_pin::ReadPins>,
 }
 
 pub struct Pool {
@@ -343,7 +366,7 @@ impl Pool {
                         dev.describe()
                     )));
                 }
-                let place = crate::log_device::format_log_device(spec, &label)?;
+                let place = crate::pool::log_device::format_log_device(spec, &label)?;
                 label.log_device_guid = spec.log_device_guid;
                 label.features.incompat |= crate::format::features::INCOMPAT_LOG_DEVICE;
                 place
@@ -363,11 +386,8 @@ impl Pool {
         let inner = PoolInner {
             dev,
             io,
-            alloc: {
-                let mut a = Allocator::new_empty(geo);
-                a.ddt.set_max_entries(opts.dedup_table_max);
-                a
-            },
+            alloc: Allocator::new_empty(geo),
+            ddt: DedupTable::new(opts.dedup_table_max),
             label,
             catalog: BTree::new(),
             volumes: BTreeMap::new(),
@@ -385,6 +405,7 @@ impl Pool {
             log_blocks_at_commit: 0,
             host_id: opts.host_id,
             exporting: false,
+            read_pins: Arc::default(),
             latched: None,
             read_only: false,
             clock: opts.clock,
@@ -467,7 +488,7 @@ impl Pool {
                 "geometry does not match the device size",
             )));
         }
-        let log_at_open = crate::log_device::resolve(
+        let log_at_open = crate::pool::log_device::resolve(
             &label,
             LogPlace::in_pool(dev.clone(), &geo),
             log_dev,
@@ -481,8 +502,8 @@ impl Pool {
             let io =
                 Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
-                Ok((mut alloc, catalog, volumes, snapshots)) => {
-                    alloc.ddt.set_max_entries(opts.dedup_table_max);
+                Ok((mut alloc, mut ddt, catalog, volumes, snapshots)) => {
+                    ddt.set_max_entries(opts.dedup_table_max);
                     if i > 0 {
                         notes.push(format!(
                             "fell back from txg {} to txg {}: {}",
@@ -501,6 +522,7 @@ impl Pool {
                         dev,
                         io,
                         alloc,
+                        ddt,
                         label,
                         catalog,
                         volumes,
@@ -518,6 +540,7 @@ impl Pool {
                         log_blocks_at_commit: 0,
                         host_id: opts.host_id,
                         exporting: false,
+                        read_pins: Arc::default(),
                         latched: None,
                         read_only,
                         clock: opts.clock,
@@ -566,7 +589,7 @@ impl Pool {
         geo: Geometry,
         label: &LabelPhys,
         ub: &UberblockPhys,
-    ) -> Result<(Allocator, BTree, BTreeMap<VolumeId, VolumeState>, BTreeMap<u64, SnapshotState>)> {
+    ) -> Result<(Allocator, DedupTable, BTree, BTreeMap<VolumeId, VolumeState>, BTreeMap<u64, SnapshotState>)> {
         let alloc = Allocator::load(dev, geo, label.pool_guid, ub.txg)?;
         if alloc.allocated_units() != ub.allocated_units {
             return Err(Error::Corruption(crate::error::Corruption::new(
@@ -637,10 +660,11 @@ impl Pool {
                 })?;
             }
         }
-        crate::space::load(io, &catalog, &mut volumes)?;
+        crate::pool::space::load(io, &catalog, &mut volumes)?;
         let mut alloc = alloc;
-        crate::space::load_packs(io, &catalog, &mut alloc)?;
-        Ok((alloc, catalog, volumes, snapshots))
+        let mut ddt = DedupTable::new(DEDUP_TABLE_MAX_DEFAULT);
+        crate::pool::space::load_packs(io, &catalog, &mut alloc, &mut ddt)?;
+        Ok((alloc, ddt, catalog, volumes, snapshots))
     }
 
     /// Commit what is dirty and close the pool, reporting a failure to commit.
@@ -767,14 +791,14 @@ impl Pool {
         for dl in deadlists {
             for bp in p.deadlist_entries(dl, 0)? {
                 let PoolInner { catalog, io, .. } = &mut *p;
-                catalog.remove(io, &crate::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
+                catalog.remove(io, &crate::pool::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
             }
         }
         let snaps: Vec<(u64, String)> =
             p.snapshots.iter().filter(|(_, s)| s.rec.volume == id.0).map(|(sid, s)| (*sid, s.name.clone())).collect();
         for (sid, sname) in snaps {
             let PoolInner { catalog, io, .. } = &mut *p;
-            catalog.remove(io, &crate::snapshot::snapshot_key(id.0, &sname))?;
+            catalog.remove(io, &crate::pool::snapshot::snapshot_key(id.0, &sname))?;
             p.snapshots.remove(&sid);
             p.volumes.remove(&VolumeId(sid)); // an open read-only view
         }
@@ -782,12 +806,13 @@ impl Pool {
         {
             let PoolInner { catalog, io, .. } = &mut *p;
             catalog.remove(io, &key)?;
-            catalog.remove(io, &crate::space::volume_space_key(name))?;
+            catalog.remove(io, &crate::pool::space::volume_space_key(name))?;
         }
         p.catalog_released.extend(blocks);
         if let Some(mut v) = p.volumes.remove(&id) {
             let txg = p.next_txg;
-            v.drop_prewritten(&mut p.alloc, txg); // blocks of the open txg nobody will reference
+            let PoolInner { alloc, ddt, .. } = &mut *p;
+            v.drop_prewritten(alloc, ddt, txg); // blocks of the open txg nobody will reference
         }
         p.by_name.remove(name);
         p.catalog_dirty = true;
@@ -873,38 +898,24 @@ impl Pool {
     /// [`Pool::read_shared`]'s pieces. The device reads happen outside the pool's lock, so
     /// reads of many threads (and writes) proceed in parallel.
     pub fn read(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
-        Ok(crate::volume::SharedBytes::concat(&self.read_shared(vol, obj, offset, len)?))
+        Ok(crate::catalog::volume::SharedBytes::concat(&self.read_shared(vol, obj, offset, len)?))
     }
 
     /// Up to `len` bytes from `offset` (fewer past the object's end), as pieces of the
     /// buffers that hold them: no copy at all (a server sends them from there). The range
     /// is resolved under the pool's lock and its device reads done outside it
     /// (`ReadPlan`).
+    /// The bytes of a read as shared pieces of the buffers holding them (see
+    /// `ReadPlan::finish_shared`): planned under the lock, read from the device outside it,
+    /// its blocks pinned in between (read_pin.rs).
     pub fn read_shared(
         &self,
         vol: VolumeId,
         obj: ObjectId,
         offset: u64,
         len: usize,
-    ) -> Result<Vec<crate::volume::SharedBytes>> {
-        let (plan, io, txg) = {
-            let mut t = self.txn_data();
-            let plan = t.plan_read(vol, obj, offset, len)?;
-            let p = t.inner();
-            (plan, p.io.clone(), p.txg_synced)
-        };
-        match plan.finish_shared(&io) {
-            Ok(pieces) => Ok(pieces),
-            Err(e) => {
-                if !(matches!(e, Error::Corruption(_)) && self.lock().txg_synced >= txg + 2) {
-                    return Err(e);
-                }
-                // The block may have been freed and reused by commits since the plan was
-                // made: read again, all under the lock. A real corruption fails again.
-                let again = self.txn().read(vol, obj, offset, len)?;
-                Ok(vec![crate::volume::SharedBytes::owned(again)])
-            }
-        }
+    ) -> Result<Vec<crate::catalog::volume::SharedBytes>> {
+        self.plan_read(vol, obj, offset, len)?.finish()
     }
 
     pub fn truncate(&self, vol: VolumeId, obj: ObjectId, size: u64) -> Result<()> {
@@ -970,7 +981,7 @@ fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {
         sync: SyncPolicy::from_u8(v.rec.sync_policy),
         created_txg: v.rec.created_txg,
         created_ns: v.rec.created_ns,
-        space: crate::space::volume_space(v),
+        space: crate::pool::space::volume_space(v),
     }
 }
 

@@ -76,8 +76,8 @@ impl SharedBytes {
 impl ReadPlan {
     /// The read's bytes as pieces of the buffers that hold them — dirty records, the data
     /// cache, shared zeros; no copy — doing the device reads (no lock needed: blocks are
-    /// immutable, and a freed block is not reused until two more txgs have committed; a
-    /// read that raced with that fails its checksum and the caller retries under the lock).
+    /// immutable, and the caller's read pin keeps the planned blocks from being reused
+    /// until it is dropped, pool/read_pin.rs).
     pub fn finish_shared(&self, io: &BlockIo) -> Result<Vec<SharedBytes>> {
         let mut out = Vec::with_capacity(self.pieces.len());
         for p in &self.pieces {

@@ -17,13 +17,13 @@
 //! Deadlist entries live in the catalog tree under `[0x03] ++ deadlist ++ birth ++ addr`, so
 //! "entries born after txg t" is one key range.
 
+use crate::catalog::volume::{VolumeState, KEY_DNODE};
 use crate::error::{Error, Result, SpaceReason};
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::{BlockKind, BlockPtr, SECTOR_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{validate_volume_name, Pool, PoolInner, VolumeId};
-use crate::volume::{VolumeState, KEY_DNODE};
 use std::collections::{HashMap, HashSet};
 
 pub(crate) const KEY_SNAPSHOT: u8 = 0x02;

@@ -21,13 +21,13 @@
 //! copies more than `COPY_BATCH` bytes commits in between, so a crash may leave the file
 //! partly restored: run the restore again.
 
+use crate::catalog::volume::{ObjectId, VolumeState};
 use crate::error::{Corruption, Error, Result};
 use crate::format::records::VolumeRecordPhys;
 use crate::format::BlockPtr;
+use crate::pool::snapshot::{collect_born_after, deadlist_key};
 use crate::pool::{Pool, PoolInner, VolumeId};
-use crate::snapshot::{collect_born_after, deadlist_key};
 use crate::tree::blocktree;
-use crate::volume::{ObjectId, VolumeState};
 use std::collections::{BTreeSet, HashSet};
 
 /// Copied bytes held in memory before an intermediate commit.

@@ -28,12 +28,12 @@
 //! Near a full pool (less than twice the needed space available) nothing is prewritten:
 //! the commit's own reservation accounting stays exact.
 
+use crate::catalog::volume::{ObjectId, Prewritten};
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Error, Result};
 use crate::format::{round_up_unit, BlockKind, BlockPtr, Compression, UNIT_SIZE};
 use crate::pipeline::{packable, plan_packs, trimmed, PackItem};
 use crate::pool::{Pool, VolumeId};
-use crate::volume::ObjectId;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -46,12 +46,6 @@ const RUN_MAX: usize = 1 << 20;
 /// thread waits for this commit to sync (`Pool::waiting_on_commit`: a sync's log write
 /// during the frozen pass), whom a slower commit would keep waiting.
 const YIELD_EVERY_BYTES: usize = 1 << 20;
-
-/// A dirty record already written to a block of the open txg.
-pub(crate) struct Prewritten {
-    pub content: Arc<Vec<u8>>,
-    pub bp: BlockPtr,
-}
 
 /// The device writes of one prewrite; done by whoever gets to them first.
 pub(crate) struct PrewriteBatch {
@@ -132,7 +126,7 @@ struct Job {
     vol: VolumeId,
     key: (ObjectId, u64),
     content: Arc<Vec<u8>>,
-    policy: crate::compress::CompressionPolicy,
+    policy: crate::pipeline::compress::CompressionPolicy,
 }
 
 struct Prepared {
@@ -180,7 +174,7 @@ impl Pool {
         // Step 2: zero detection, compression and checksums, without the lock.
         let jobs: Vec<Job> = jobs.into_iter().filter(|j| !trimmed(&j.content).is_empty()).collect();
         let mut prepared = Vec::with_capacity(jobs.len());
-        let mut by_policy: Vec<(crate::compress::CompressionPolicy, Vec<Job>)> = Vec::new();
+        let mut by_policy: Vec<(crate::pipeline::compress::CompressionPolicy, Vec<Job>)> = Vec::new();
         for j in jobs {
             match by_policy.iter_mut().find(|(p, _)| *p == j.policy) {
                 Some((_, v)) => v.push(j),
@@ -190,7 +184,7 @@ impl Pool {
         let mut since_yield = 0;
         for (policy, group) in by_policy {
             let inputs: Vec<&[u8]> = group.iter().map(|j| trimmed(&j.content)).collect();
-            let compressed = crate::compress::compress_batch(policy, &inputs);
+            let compressed = crate::pipeline::compress::compress_batch(policy, &inputs);
             for (job, c) in group.into_iter().zip(compressed) {
                 let (compression, stored) = match c {
                     Some((algo, bytes)) => (algo, Stored::Compressed(bytes)),
@@ -216,7 +210,7 @@ impl Pool {
             }
             let mut blocks: Vec<(u64, Stored)> = Vec::with_capacity(prepared.len());
             let mut stats = PrewriteStats { found_bytes, ..Default::default() };
-            let crate::pool::PoolInner { volumes, alloc, io, .. } = &mut *p;
+            let crate::pool::PoolInner { volumes, alloc, ddt, io, .. } = &mut *p;
             // Records changed since step 1 are left to the commit (it writes the new content).
             // Records of dedup volumes whose bytes the dedup table holds become references
             // (nothing to write; the pool's checksums are BLAKE3, so a checksum is the key).
@@ -228,10 +222,10 @@ impl Pool {
                     continue;
                 }
                 let lsize = pr.job.content.len();
-                match v.rec.dedup.then(|| alloc.ddt.reference(&pr.checksum, lsize, pr.compression, txg)).flatten() {
+                match v.rec.dedup.then(|| ddt.reference(&pr.checksum, lsize, pr.compression, txg)).flatten() {
                     Some(bp) => {
                         stats.records += 1;
-                        stats.rewritten += u64::from(register(v, alloc, io, pr.job.key, pr.job.content, bp, txg));
+                        stats.rewritten += u64::from(register(v, alloc, ddt, io, pr.job.key, pr.job.content, bp, txg));
                     }
                     None => fresh.push(pr),
                 }
@@ -246,8 +240,8 @@ impl Pool {
                 let Some(mut bp) = new.allocate(alloc, io, txg, checksum_algo, pr.job.policy) else { break };
                 stats.records += 1;
                 stats.bytes += bp.units() * UNIT_SIZE;
-                bp.dedup = v.rec.dedup && alloc.ddt.add(&bp, txg);
-                stats.rewritten += u64::from(register(v, alloc, io, pr.job.key, pr.job.content, bp, txg));
+                bp.dedup = v.rec.dedup && ddt.add(&bp, txg);
+                stats.rewritten += u64::from(register(v, alloc, ddt, io, pr.job.key, pr.job.content, bp, txg));
                 blocks.push((bp.addr, pr.stored));
             }
             // Small compressed records go into packs (compaction), each pack one block.
@@ -269,8 +263,8 @@ impl Pool {
                 for (pr, mut bp) in members.into_iter().zip(bps) {
                     let v = volumes.get_mut(&pr.job.vol).expect("filtered above");
                     stats.records += 1;
-                    bp.dedup = v.rec.dedup && alloc.ddt.add(&bp, txg);
-                    stats.rewritten += u64::from(register(v, alloc, io, pr.job.key, pr.job.content, bp, txg));
+                    bp.dedup = v.rec.dedup && ddt.add(&bp, txg);
+                    stats.rewritten += u64::from(register(v, alloc, ddt, io, pr.job.key, pr.job.content, bp, txg));
                 }
                 stats.bytes += units * UNIT_SIZE;
                 blocks.push((addr, Stored::Compressed(buf)));
@@ -312,14 +306,14 @@ impl NewBlock<'_> {
         io: &crate::pipeline::BlockIo,
         txg: u64,
         checksum_algo: crate::format::ChecksumAlgo,
-        policy: crate::compress::CompressionPolicy,
+        policy: crate::pipeline::compress::CompressionPolicy,
     ) -> Option<BlockPtr> {
         let psize = self.stored.bytes().len();
         let units = round_up_unit(psize as u64) / UNIT_SIZE;
         let addr = alloc.allocate(units).ok()?;
         if self.compression != Compression::None {
             io.stats.compressed_blocks_written.fetch_add(1, Ordering::Relaxed);
-        } else if policy != crate::compress::CompressionPolicy::Off {
+        } else if policy != crate::pipeline::compress::CompressionPolicy::Off {
             io.stats.compression_skipped.fetch_add(1, Ordering::Relaxed);
         }
         io.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
@@ -345,8 +339,9 @@ impl NewBlock<'_> {
 /// likely read again (the cache shares the record's buffer). An earlier prewrite of the
 /// record, since changed, is freed: nobody references it (returns true then).
 pub(crate) fn register(
-    v: &mut crate::volume::VolumeState,
+    v: &mut crate::catalog::volume::VolumeState,
     alloc: &mut crate::alloc::Allocator,
+    ddt: &mut crate::pipeline::dedup::DedupTable,
     io: &crate::pipeline::BlockIo,
     key: (ObjectId, u64),
     content: Arc<Vec<u8>>,
@@ -356,7 +351,7 @@ pub(crate) fn register(
     io.cache_data(&bp, content.clone());
     match v.prewritten.insert(key, Prewritten { content, bp }) {
         Some(old) => {
-            alloc.free_block(&old.bp, txg).expect("a prewritten block is ours to free");
+            ddt.free(alloc, &old.bp, txg).expect("a prewritten block is ours to free");
             true
         }
         None => false,

@@ -10,6 +10,10 @@
 //!   than txg F + 2 (ZFS's TXG_DEFER_SIZE). Until then the roots F - 1 and F still find their
 //!   blocks intact, which is what lets opening fall back one root past a damaged newest one.
 //!
+//! Read pins (pool/read_pin.rs) extend the hold: while a read planned in open txg P is in
+//! flight outside the pool's lock, nothing freed in txg P or later is released
+//! (`set_oldest_read_pin`), so the blocks that read planned are not reused under it.
+//!
 //! The holds live in memory only. After a crash the pool reopens at some root R; units
 //! freed in R are then reusable at once, so fallback *past* R (to R - 1) is no longer
 //! guaranteed during the first txg after the reopen. Fallback is verified (every block is
@@ -31,7 +35,6 @@
 //! other on the device. A linear scan: fine for pools of a few TiB (bitmap 32 MiB/TiB);
 //! a per-chunk free count skips full chunks.
 
-use crate::dedup::{DedupTable, DEDUP_TABLE_MAX_DEFAULT};
 use crate::device::BlockDevice;
 use crate::error::{Corruption, Error, Result, SpaceReason};
 use crate::format::space::{PackPhys, PACK_UNITS_MAX};
@@ -107,6 +110,9 @@ pub struct Allocator {
     dirty_chunks: BTreeSet<u64>,
     /// (txg freed in, unit, count) held back from reuse.
     held: VecDeque<(u64, u64, u64)>,
+    /// The open txg of the oldest read in flight (pool/read_pin.rs): what was freed in it or
+    /// later stays held.
+    oldest_read_pin: Option<u64>,
     cursor: u64,
     reserved_units: u64,
     /// The pack table: pack address → units and live records.
@@ -116,8 +122,6 @@ pub struct Allocator {
     /// Units allocated for blocks that are not packs, ever (the commit's accounting takes
     /// differences of it: packed records are charged their sectors instead).
     plain_units_allocated: u64,
-    /// The dedup table: blocks shared by identical records, with their reference counts.
-    pub(crate) ddt: DedupTable,
     /// (address, birth txg) of blocks freed since the data cache last forgot them
     /// (`BlockIo::forget`, when their txg commits): a freed block is never read again.
     freed_keys: Vec<(u64, u64)>,
@@ -151,13 +155,13 @@ impl Allocator {
             chunk_pending: Vec::new(),
             dirty_chunks: (0..geo.spacemap_chunks).collect(),
             held: VecDeque::new(),
+            oldest_read_pin: None,
             cursor: 0,
             reserved_units: 0,
             packs: BTreeMap::new(),
             dirty_packs: BTreeSet::new(),
             freed_keys: Vec::new(),
             plain_units_allocated: 0,
-            ddt: DedupTable::new(DEDUP_TABLE_MAX_DEFAULT),
         }
     }
 
@@ -312,15 +316,12 @@ impl Allocator {
         self.packs.len()
     }
 
-    /// Release `bp` in txg `txg`: the one way every block is freed. A dedup reference
-    /// decrements its table entry, and only the last frees the block; a packed record
+    /// Free `bp`'s space in txg `txg`: the last reference to it is gone. A packed record
     /// decrements its pack, whose units are freed with its last record. Returns an error
-    /// for a packed or dedup pointer that no pack or entry holds: damage the commit must
-    /// not paper over.
+    /// for a packed pointer that no pack holds: damage the commit must not paper over.
+    /// Blocks that may be deduplicated are released through their table
+    /// (`pipeline::dedup::DedupTable::free`), which calls this for the last reference.
     pub fn free_block(&mut self, bp: &BlockPtr, txg: u64) -> std::result::Result<(), Corruption> {
-        if bp.dedup && !self.ddt.release(bp)? {
-            return Ok(());
-        }
         self.freed_keys.push((bp.addr, bp.birth_txg));
         if !bp.packed {
             self.free(bp.addr, bp.units(), txg);
@@ -450,13 +451,20 @@ impl Allocator {
         }
     }
 
-    /// Txg `txg` is durable: release holds that have served their time.
+    /// The open txg of the oldest read planned under the pool's lock and still reading
+    /// outside it, if any: `txg_synced` releases nothing freed in it or later.
+    pub fn set_oldest_read_pin(&mut self, txg: Option<u64>) {
+        self.oldest_read_pin = txg;
+    }
+
+    /// Txg `txg` is durable: release holds that have served their time (and that no read
+    /// in flight may still need).
     pub fn txg_synced(&mut self, txg: u64) {
         for (c, slot, t) in self.chunk_pending.drain(..) {
             self.chunk_current[c as usize] = Some((slot, t));
         }
         while let Some(&(freed, unit, count)) = self.held.front() {
-            if freed + DEFER_TXGS > txg + 1 {
+            if freed + DEFER_TXGS > txg + 1 || self.oldest_read_pin.is_some_and(|pin| freed >= pin) {
                 break;
             }
             self.held.pop_front();

@@ -20,8 +20,8 @@
 //! and the last chase ran under the lock: writes stalled for 1.3–1.9 s per commit.
 
 use crate::error::{Error, Result};
+use crate::pool::txn::Txn;
 use crate::pool::{Pool, PoolInner};
-use crate::txn::Txn;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 use std::time::Instant;

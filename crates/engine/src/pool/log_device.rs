@@ -20,8 +20,8 @@ use crate::error::{Corruption, Error, Result};
 use crate::format::features::INCOMPAT_LOG_DEVICE;
 use crate::format::label::LabelPhys;
 use crate::format::logdev::{LogDeviceLabelPhys, LOG_DEVICE_LABEL_SIZE, MIN_LOG_DEVICE_SIZE};
-use crate::intent_log::LogPlace;
 use crate::pool::{Pool, PoolInner};
+use crate::txg::intent_log::LogPlace;
 use std::sync::Arc;
 
 /// A log device for a new pool.

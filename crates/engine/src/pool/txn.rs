@@ -12,12 +12,12 @@
 //! [`Pool::with_space_retry`]: crate::Pool::with_space_retry
 
 use crate::alloc::Allocator;
+use crate::catalog::volume::{ObjectId, ReadPlan, VolumeState};
 use crate::error::{Error, Result};
 use crate::format::intent::LogRecord;
 use crate::format::{BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{PoolInner, SyncPolicy, VolumeId};
-use crate::volume::{ObjectId, ReadPlan, VolumeState};
 use std::sync::MutexGuard;
 
 pub struct Txn<'a> {
@@ -74,7 +74,7 @@ impl<'a> Txn<'a> {
         }
         let PoolInner { volumes, io, alloc, .. } = &mut *self.p;
         let held = if write && volumes.values().any(|v| v.reservation_bytes > 0) {
-            crate::space::held_for_others(volumes, vol)
+            crate::pool::space::held_for_others(volumes, vol)
         } else {
             0
         };
@@ -98,7 +98,7 @@ impl<'a> Txn<'a> {
         // count as free (they are, within seconds, and writers wait for them).
         let used = (self.p.alloc.allocated_units() + self.p.alloc.reserved_units()) * UNIT_SIZE;
         // Other volumes' unused reservations are not free for this one (space.rs).
-        let held = crate::space::held_for_others(&self.p.volumes, vol) * UNIT_SIZE;
+        let held = crate::pool::space::held_for_others(&self.p.volumes, vol) * UNIT_SIZE;
         let free = size.saturating_sub(used).saturating_sub(held);
         let (v, _, _) = self.vol_mut(vol, false)?;
         Ok(SpaceInfo {

@@ -5,12 +5,13 @@
 use crate::alloc::Allocator;
 use crate::error::{Error, Result};
 use crate::format::BlockPtr;
+use crate::pipeline::dedup::DedupTable;
 use crate::pipeline::BlockIo;
 
 /// References to blocks of the dedup table for the records it holds (`dedup.rs`):
 /// per record (as `compressed`), its pointer if it is one, and the sectors they are charged.
 pub(super) fn dedup_records(
-    alloc: &mut Allocator,
+    ddt: &mut DedupTable,
     inputs: &[&[u8]],
     compressed: &[Option<(crate::format::Compression, Vec<u8>)>],
     lsizes: &[usize],
@@ -24,7 +25,7 @@ pub(super) fn dedup_records(
             None => (crate::format::Compression::None, inputs[i]),
         };
         let hash = crate::format::ChecksumAlgo::Blake3.compute(stored);
-        if let Some(bp) = alloc.ddt.reference(&hash, lsizes[i], algo, txg) {
+        if let Some(bp) = ddt.reference(&hash, lsizes[i], algo, txg) {
             sectors += bp.sectors();
             placed[i] = Some(bp);
         }
@@ -38,6 +39,7 @@ pub(super) fn dedup_records(
 pub(super) fn pack_records(
     io: &BlockIo,
     alloc: &mut Allocator,
+    ddt: &mut DedupTable,
     compressed: &[Option<(crate::format::Compression, Vec<u8>)>],
     lsizes: &[usize],
     txg: u64,
@@ -76,7 +78,7 @@ pub(super) fn pack_records(
         };
         for (&(i, _, _), mut bp) in members.iter().zip(bps) {
             sectors += bp.sectors();
-            bp.dedup = dedup && alloc.ddt.add(&bp, txg);
+            bp.dedup = dedup && ddt.add(&bp, txg);
             placed[i] = Some(bp);
         }
     }

@@ -18,9 +18,24 @@
 //! nothing needs invalidating. Data records enter when read, and when a prewrite writes them
 //! (the record's own buffer, shared: no copy). See docs/commits-and-caching.md.
 
+pub mod cache;
+pub mod compress;
+pub mod dedup;
+
+/// Run every decoder a read may meet over `bytes`: the on-disk structures
+/// (`format::decode_all`) and the payload decoders of compressed data records (bounded
+/// output, errors not panics). The fuzz targets' entry point; returns how many accepted it.
+pub fn decode_all(bytes: &[u8]) -> usize {
+    let mut ok = crate::format::decode_all(bytes);
+    for algo in [crate::format::Compression::Lz4, crate::format::Compression::Zstd] {
+        for lsize in [4096u32, 65536] {
+            ok += compress::decompress(algo, bytes, lsize).is_ok() as usize;
+        }
+    }
+    ok
+}
+
 use crate::alloc::{Allocator, Geometry};
-use crate::cache::BlockCache;
-use crate::compress::CompressionPolicy;
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Corruption, Error, Result};
 use crate::format::node::{BtreeNodePhys, IndirectPhys};
@@ -28,6 +43,8 @@ use crate::format::space::PACK_UNITS_MAX;
 use crate::format::{
     round_up_sector, round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE, UNIT_SIZE,
 };
+use crate::pipeline::cache::BlockCache;
+use crate::pipeline::compress::CompressionPolicy;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -277,7 +294,7 @@ impl BlockIo {
         txg: u64,
         policy: CompressionPolicy,
     ) -> Result<BlockPtr> {
-        let compressed = crate::compress::compress(policy, trimmed(payload));
+        let compressed = crate::pipeline::compress::compress(policy, trimmed(payload));
         self.write_data_compressed(alloc, payload, txg, policy, compressed)
     }
 
@@ -430,7 +447,7 @@ impl BlockIo {
         }
         // The checksum matched, so these are the bytes that were written; a payload that
         // still does not decode (or decodes past lsize) is corruption all the same.
-        crate::compress::decompress(bp.compression, stored, bp.lsize).map_err(|detail| {
+        crate::pipeline::compress::decompress(bp.compression, stored, bp.lsize).map_err(|detail| {
             self.corrupt(Corruption::new(
                 what,
                 Some(bp.addr),

@@ -20,7 +20,7 @@
 //! a pool holds; cache the sum if pools reach thousands of thick volumes.
 
 use crate::alloc::Allocator;
-use crate::compress::CompressionPolicy;
+use crate::catalog::volume::VolumeState;
 use crate::error::Corruption;
 use crate::error::{Error, Result, SpaceReason};
 use crate::format::features::{INCOMPAT_COMPRESSION, INCOMPAT_DEDUP, INCOMPAT_PACKS};
@@ -28,10 +28,11 @@ use crate::format::space::{
     DedupPhys, PackPhys, PoolSpacePhys, VolumeSpacePhys, KEY_DEDUP, KEY_PACK, KEY_POOL_SPACE, KEY_VOLUME_SPACE,
 };
 use crate::format::{SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
+use crate::pipeline::compress::CompressionPolicy;
+use crate::pipeline::dedup::DedupTable;
 use crate::pipeline::BlockIo;
 use crate::pool::{Pool, PoolInner, VolumeId};
 use crate::tree::btree::BTree;
-use crate::volume::VolumeState;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
@@ -66,6 +67,9 @@ pub struct PoolSpace {
     pub reserved_bytes: u64,
     /// Free for any volume: size − allocated − held frees − dirty data − unused reservations.
     pub available_bytes: u64,
+    /// Freed but not reusable yet: held for the deferral window (alloc/mod.rs) or by reads in
+    /// flight (read_pin.rs); returns to `available_bytes` as commits go by.
+    pub held_bytes: u64,
     pub capacity_alert_percent: u8,
     /// Conditions an operator should act on (capacity below the alert threshold).
     pub warnings: Vec<String>,
@@ -147,7 +151,7 @@ pub(crate) fn load(io: &BlockIo, catalog: &BTree, volumes: &mut BTreeMap<VolumeI
 }
 
 /// Read the pack table and the dedup table in `catalog` into the allocator (opening a pool).
-pub(crate) fn load_packs(io: &BlockIo, catalog: &BTree, alloc: &mut Allocator) -> Result<()> {
+pub(crate) fn load_packs(io: &BlockIo, catalog: &BTree, alloc: &mut Allocator, ddt: &mut DedupTable) -> Result<()> {
     let mut packs = Vec::new();
     scan(io, catalog, KEY_PACK, |k, v| {
         let addr = PackPhys::addr_of_key(k)
@@ -163,7 +167,7 @@ pub(crate) fn load_packs(io: &BlockIo, catalog: &BTree, alloc: &mut Allocator) -
         entries.push((hash, DedupPhys::decode(v)?));
         Ok(())
     })?;
-    alloc.ddt.load(entries);
+    ddt.load(entries);
     Ok(())
 }
 
@@ -279,7 +283,7 @@ impl PoolInner {
         let busy = self.alloc.allocated_units() + self.alloc.held_units() + self.alloc.reserved_units() + reserved;
         let available = self.label.data_units.saturating_sub(busy) * UNIT_SIZE;
         let saved: u64 = self.volumes.values().filter_map(|v| v.rec.saved_bytes).sum::<u64>()
-            + self.alloc.ddt.saved_sectors() * SECTOR_SIZE;
+            + self.ddt.saved_sectors() * SECTOR_SIZE;
         let mut warnings = Vec::new();
         let percent = self.capacity_alert_percent().unwrap_or_else(|e| {
             warnings.push(format!("capacity alert setting unreadable ({e}); using {CAPACITY_ALERT_DEFAULT_PERCENT}%"));
@@ -302,15 +306,16 @@ impl PoolInner {
             untracked_volumes: self.volumes.values().filter(|v| v.rec.saved_bytes.is_none()).count(),
             reserved_bytes: reserved * UNIT_SIZE,
             available_bytes: available,
+            held_bytes: self.alloc.held_units() * UNIT_SIZE,
             capacity_alert_percent: percent,
             warnings,
             compressed_blocks_written: stats.compressed_blocks_written.load(Ordering::Relaxed),
             compression_skipped: stats.compression_skipped.load(Ordering::Relaxed),
             zero_records_elided: stats.zero_records_elided.load(Ordering::Relaxed),
             packs: self.alloc.pack_count() as u64,
-            dedup_blocks: self.alloc.ddt.len() as u64,
-            dedup_saved_bytes: self.alloc.ddt.saved_sectors() * SECTOR_SIZE,
-            dedup_table_max: self.alloc.ddt.max_entries() as u64,
+            dedup_blocks: self.ddt.len() as u64,
+            dedup_saved_bytes: self.ddt.saved_sectors() * SECTOR_SIZE,
+            dedup_table_max: self.ddt.max_entries() as u64,
             packed_records_written: stats.packed_records_written.load(Ordering::Relaxed),
         }
     }
