@@ -81,7 +81,7 @@ impl ServeOptions {
             cache_bytes: default_cache_bytes(),
             dirty_limit_bytes: default_dirty_limit_bytes(),
             discard_missing_log: Vec::new(),
-            dedup_table_max: strata_engine::dedup::DEDUP_TABLE_MAX_DEFAULT,
+            dedup_table_max: strata_engine::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT,
         }
     }
 }
@@ -92,7 +92,7 @@ pub(crate) static DATA_CACHE_BYTES: std::sync::atomic::AtomicU64 = std::sync::at
 pub(crate) static DIRTY_LIMIT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(256 << 20);
 /// Entries of each pool's dedup table (`serve --dedup-table-max`).
 pub(crate) static DEDUP_TABLE_MAX: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(strata_engine::dedup::DEDUP_TABLE_MAX_DEFAULT);
+    std::sync::atomic::AtomicUsize::new(strata_engine::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT);
 
 fn mem_total_bytes() -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;

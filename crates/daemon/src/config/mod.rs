@@ -40,7 +40,7 @@ pub const DIRTY_LIMIT_MIN_BYTES: u64 = 16 << 20;
 pub const POOL_SIZE_MIN_BYTES: u64 = 16 << 20;
 
 /// Entries of each pool's dedup table by default
-/// (`strata_engine::dedup::DEDUP_TABLE_MAX_DEFAULT`, repeated for the same reason).
+/// (`strata_engine::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT`, repeated for the same reason).
 pub const DEDUP_TABLE_MAX_DEFAULT: u64 = 256 * 1024;
 
 /// FUSE request threads per mount by default (`strata_fuse::DEFAULT_THREADS`).

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use strata_engine::format::logdev::MIN_LOG_DEVICE_SIZE;
-use strata_engine::log_device::read_log_device_label;
+use strata_engine::pool::log_device::read_log_device_label;
 use strata_engine::{BlockDevice, Pool, PoolOptions};
 
 /// Open `log` as the log device of a new pool on `device`: it must exist, be another file
