@@ -27,7 +27,7 @@ mod snapdir;
 pub use inode::{Attr, InodePhys};
 pub use namespace::{DirEntry, SetAttr, RENAME_EXCHANGE, RENAME_NOREPLACE};
 pub use snapdir::{is_snapshot_ino, FileRestore, SNAPDIR_INO, SNAPSHOT_DIR_NAME};
-pub use strata_engine::volume::SharedBytes;
+pub use strata_engine::catalog::volume::SharedBytes;
 pub use strata_engine::SyncPolicy;
 
 use std::collections::HashMap;

@@ -364,13 +364,13 @@ fn log_regions_are_zeroed_when_made() {
 
     let log = junk(MIN_LOG_DEVICE_SIZE);
     pool.add_log_device(LogDeviceSpec { dev: dyn_dev(&log), log_device_guid: LOG_GUID }).unwrap();
-    let ld = strata_engine::log_device::read_log_device_label(log.as_ref()).unwrap();
+    let ld = strata_engine::pool::log_device::read_log_device_label(log.as_ref()).unwrap();
     assert!(zeroed(&log, ld.region_offset, ld.region_bytes), "added log device region not zeroed");
     drop(pool);
 
     let (disk, log) = (junk(32 << 20), junk(MIN_LOG_DEVICE_SIZE));
     let spec = LogDeviceSpec { dev: dyn_dev(&log), log_device_guid: LOG_GUID };
     Pool::create_with_log(dyn_dev(&disk), test_create_options(8), Some(spec), test_pool_options()).unwrap();
-    let ld = strata_engine::log_device::read_log_device_label(log.as_ref()).unwrap();
+    let ld = strata_engine::pool::log_device::read_log_device_label(log.as_ref()).unwrap();
     assert!(zeroed(&log, ld.region_offset, ld.region_bytes), "log device region not zeroed at create");
 }
