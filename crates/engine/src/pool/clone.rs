@@ -44,52 +44,53 @@ impl Pool {
 
     /// Several clones in one txg: (volume, snapshot, new name) each.
     pub fn clone_volumes(&self, list: &[(&str, &str, &str)]) -> Result<Vec<VolumeId>> {
-        let mut p = self.lock();
-        p.writable()?;
-        let mut plan = Vec::new();
-        for (i, (volume, name, new_name)) in list.iter().enumerate() {
-            validate_volume_name(new_name)?;
-            if p.by_name.contains_key(*new_name) || list[..i].iter().any(|(_, _, n)| n == new_name) {
-                return Err(Error::AlreadyExists(format!("volume {new_name} in pool {}", p.label.pool_name)));
+        self.commit_then(|p| {
+            p.writable()?;
+            let mut plan = Vec::new();
+            for (i, (volume, name, new_name)) in list.iter().enumerate() {
+                validate_volume_name(new_name)?;
+                if p.by_name.contains_key(*new_name) || list[..i].iter().any(|(_, _, n)| n == new_name) {
+                    return Err(Error::AlreadyExists(format!("volume {new_name} in pool {}", p.label.pool_name)));
+                }
+                let vid = p.volume_id(volume)?;
+                plan.push((vid, p.snapshot_id(vid, name)?, new_name.to_string()));
             }
-            let vid = p.volume_id(volume)?;
-            plan.push((vid, p.snapshot_id(vid, name)?, new_name.to_string()));
-        }
-        let mut ids = Vec::new();
-        for (vid, sid, new_name) in plan {
-            let s = p.snapshots[&sid].rec.clone();
-            let src = p.volumes[&vid].rec.clone();
-            let id = VolumeId(p.new_id());
-            let dl = p.new_id();
-            let rec = VolumeRecordPhys {
-                id: id.0,
-                record_size: src.record_size,
-                sync_policy: src.sync_policy,
-                tree_root: s.tree_root,
-                next_object_id: s.next_object_id,
-                used_sectors: s.referenced_sectors,
-                created_txg: p.next_txg,
-                created_ns: p.clock.now_ns(),
-                quota_bytes: src.quota_bytes,
-                parent: sid,
-                deadlist: dl,
-                written_sectors: 0,
-                origin: sid,
-                total_sectors: 0,
-                compression: src.compression,
-                saved_bytes: s.saved_bytes,
-                dedup: src.dedup,
-            };
-            let mut v = VolumeState::new(new_name.clone(), rec);
-            v.parent_txg = s.txg;
-            v.dirty = true;
-            p.volumes.insert(id, v);
-            p.by_name.insert(new_name, id);
-            ids.push(id);
-        }
-        p.catalog_dirty = true;
-        p.commit_always()?;
-        Ok(ids)
+            let mut ids = Vec::new();
+            for (vid, sid, new_name) in plan {
+                let s = p.snapshots[&sid].rec.clone();
+                let src = p.volumes[&vid].rec.clone();
+                let id = VolumeId(p.new_id());
+                let dl = p.new_id();
+                let rec = VolumeRecordPhys {
+                    id: id.0,
+                    record_size: src.record_size,
+                    sync_policy: src.sync_policy,
+                    tree_root: s.tree_root,
+                    next_object_id: s.next_object_id,
+                    used_sectors: s.referenced_sectors,
+                    created_txg: p.next_txg,
+                    created_ns: p.clock.now_ns(),
+                    quota_bytes: src.quota_bytes,
+                    parent: sid,
+                    deadlist: dl,
+                    written_sectors: 0,
+                    origin: sid,
+                    total_sectors: 0,
+                    compression: src.compression,
+                    saved_bytes: s.saved_bytes,
+                    dedup: src.dedup,
+                };
+                let mut v = VolumeState::new(new_name.clone(), rec);
+                v.parent_txg = s.txg;
+                v.dirty = true;
+                p.volumes.insert(id, v);
+                p.by_name.insert(new_name, id);
+                ids.push(id);
+            }
+            p.catalog_dirty = true;
+            p.commit_always()?;
+            Ok(ids)
+        })
     }
 
     /// Copy what clone `name` shares with its origin and detach it (see the module comment).

@@ -105,6 +105,14 @@ impl Pool {
         self.begin_commit()?.finish()
     }
 
+    /// Commit (the quiescing commit: the dirty data is written without the lock), then run
+    /// `f` under the lock on the synced pool. Snapshots, clones, restores and deletes go
+    /// through here, so they stall writers only for what was written while the commit
+    /// quiesced, not for all the data dirty when they were asked for.
+    pub(crate) fn commit_then<T>(&self, f: impl FnOnce(&mut PoolInner) -> Result<T>) -> Result<T> {
+        self.begin_commit()?.finish_then(|p, _| f(p))
+    }
+
     /// Steps 1 and 2 of a commit (see the module comment): prewrite passes, then the
     /// freeze. Until [`QuiescingTxg::finish`], data writes and reads go on and belong to the
     /// next txg; every other change waits. One commit at a time: a second waits here.
@@ -240,6 +248,14 @@ impl QuiescingTxg<'_> {
     /// then sync the txg. Returns the txg now durable. Dropped instead, it syncs the txg
     /// under the lock (its data included).
     pub fn finish(self) -> Result<u64> {
+        self.finish_then(|_, txg| Ok(txg))
+    }
+
+    /// `finish`, then `then` under the same hold of the lock, with the txg synced: for an
+    /// administrative change (snapshot, clone, restore, delete) that must see everything
+    /// committed and commits itself (`PoolInner::commit_always`) — only what was written
+    /// while the commit quiesced is then synced under the lock, not all the dirty data.
+    pub(crate) fn finish_then<T>(self, then: impl FnOnce(&mut PoolInner, u64) -> Result<T>) -> Result<T> {
         let pool = self.pool;
         let mut in_vain = false;
         if self.settle.armed {
@@ -262,11 +278,12 @@ impl QuiescingTxg<'_> {
             let read = p.io.stats.blocks_read.load(Ordering::Relaxed) - read0;
             p.commit_stats.record(prewrite, t1.elapsed(), read);
         }
+        let out = r.and_then(|txg| then(&mut p, txg));
         let retired = std::mem::take(&mut p.retired_log);
         drop(p);
         drop(self);
         drop(retired);
-        r
+        out
     }
 }
 

@@ -53,63 +53,66 @@ impl Pool {
     /// Restore several volumes, each to its own snapshot, in one txg: all or none (the
     /// volumes of a group snapshot: a database's data and log).
     pub fn restore_volumes(&self, list: &[(&str, &str)]) -> Result<()> {
-        let mut p = self.lock();
-        p.writable()?;
-        p.commit()?;
-        let mut plan = Vec::new();
-        for (volume, name) in list {
-            let vid = p.volume_id(volume)?;
-            if plan.iter().any(|(v, _, _): &(VolumeId, u64, Vec<BlockPtr>)| *v == vid) {
-                return Err(Error::invalid(format!("volume {volume} named twice")));
+        self.commit_then(|p| {
+            p.writable()?;
+            // What was written while the commit quiesced (the replaced head must hold no
+            // dirty or prewritten records): little, so synced under the lock.
+            p.commit()?;
+            let mut plan = Vec::new();
+            for (volume, name) in list {
+                let vid = p.volume_id(volume)?;
+                if plan.iter().any(|(v, _, _): &(VolumeId, u64, Vec<BlockPtr>)| *v == vid) {
+                    return Err(Error::invalid(format!("volume {volume} named twice")));
+                }
+                let sid = p.snapshot_id(vid, name)?;
+                let head = &p.volumes[&vid];
+                let mut freed = Vec::new();
+                collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
+                let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
+                if sectors != head.rec.written_sectors {
+                    return Err(Corruption::new(
+                        "volume record",
+                        None,
+                        format!(
+                            "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {}; run `strata check`",
+                            head.rec.written_sectors
+                        ),
+                    )
+                    .into());
+                }
+                plan.push((vid, sid, freed));
             }
-            let sid = p.snapshot_id(vid, name)?;
-            let head = &p.volumes[&vid];
-            let mut freed = Vec::new();
-            collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
-            let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
-            if sectors != head.rec.written_sectors {
-                return Err(Corruption::new(
-                    "volume record",
-                    None,
-                    format!(
-                        "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {}; run `strata check`",
-                        head.rec.written_sectors
-                    ),
-                )
-                .into());
+            for (vid, sid, freed) in plan {
+                let old = p.volumes[&vid].rec.clone();
+                for bp in p.deadlist_entries(old.deadlist, 0)? {
+                    let PoolInner { catalog, io, .. } = &mut *p;
+                    catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
+                }
+                let s = p.snapshots[&sid].rec.clone();
+                let dl = p.new_id();
+                let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
+                let rec = VolumeRecordPhys {
+                    tree_root: s.tree_root,
+                    next_object_id: old.next_object_id.max(s.next_object_id),
+                    used_sectors: s.referenced_sectors,
+                    parent: sid,
+                    deadlist: dl,
+                    written_sectors: 0,
+                    total_sectors: old.total_sectors - sectors,
+                    saved_bytes: s.saved_bytes,
+                    ..old
+                };
+                let name = p.volumes[&vid].name.clone();
+                let mut v = VolumeState::new(name, rec);
+                v.parent_txg = s.txg;
+                v.dirty = true;
+                p.volumes.insert(vid, v);
+                p.catalog_released.extend(freed);
             }
-            plan.push((vid, sid, freed));
-        }
-        for (vid, sid, freed) in plan {
-            let old = p.volumes[&vid].rec.clone();
-            for bp in p.deadlist_entries(old.deadlist, 0)? {
-                let PoolInner { catalog, io, .. } = &mut *p;
-                catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
-            }
-            let s = p.snapshots[&sid].rec.clone();
-            let dl = p.new_id();
-            let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
-            let rec = VolumeRecordPhys {
-                tree_root: s.tree_root,
-                next_object_id: old.next_object_id.max(s.next_object_id),
-                used_sectors: s.referenced_sectors,
-                parent: sid,
-                deadlist: dl,
-                written_sectors: 0,
-                total_sectors: old.total_sectors - sectors,
-                saved_bytes: s.saved_bytes,
-                ..old
-            };
-            let name = p.volumes[&vid].name.clone();
-            let mut v = VolumeState::new(name, rec);
-            v.parent_txg = s.txg;
-            v.dirty = true;
-            p.volumes.insert(vid, v);
-            p.catalog_released.extend(freed);
-        }
-        p.catalog_dirty = true;
-        p.commit_always()?;
-        Ok(())
+            p.catalog_dirty = true;
+            p.commit_always()?;
+            Ok(())
+        })
     }
 
     /// Make object `obj` of volume `vol` hold exactly the data (and size) of object `src` of

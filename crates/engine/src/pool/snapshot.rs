@@ -473,38 +473,39 @@ impl Pool {
         if volumes.is_empty() {
             return Err(Error::invalid("a snapshot needs at least one volume"));
         }
-        let mut p = self.lock();
-        p.writable()?;
-        let mut ids = Vec::new();
-        for v in volumes {
-            let vid = p.volume_id(v)?;
-            if ids.contains(&vid) {
-                return Err(Error::invalid(format!("volume {v} named twice")));
+        self.commit_then(|p| {
+            p.writable()?;
+            let mut ids = Vec::new();
+            for v in volumes {
+                let vid = p.volume_id(v)?;
+                if ids.contains(&vid) {
+                    return Err(Error::invalid(format!("volume {v} named twice")));
+                }
+                if p.snapshot_id(vid, name).is_ok() {
+                    return Err(Error::AlreadyExists(format!("snapshot {v}@{name}")));
+                }
+                let count = p.snapshots.values().filter(|s| s.rec.volume == vid.0).count();
+                if count >= SNAPSHOTS_PER_VOLUME_MAX {
+                    return Err(Error::no_space(
+                        SpaceReason::Snapshots,
+                        format!("volume {v} has {count} snapshots, the most it may have; delete old ones first"),
+                    ));
+                }
+                ids.push(vid);
             }
-            if p.snapshot_id(vid, name).is_ok() {
-                return Err(Error::AlreadyExists(format!("snapshot {v}@{name}")));
+            let group = if ids.len() > 1 { p.new_id() } else { 0 };
+            let mut sids = Vec::new();
+            for vid in &ids {
+                let sid = p.new_id();
+                let v = p.volumes.get_mut(vid).expect("resolved above");
+                v.pending_snapshots.push((sid, name.to_string(), group));
+                v.dirty = true;
+                sids.push(sid);
             }
-            let count = p.snapshots.values().filter(|s| s.rec.volume == vid.0).count();
-            if count >= SNAPSHOTS_PER_VOLUME_MAX {
-                return Err(Error::no_space(
-                    SpaceReason::Snapshots,
-                    format!("volume {v} has {count} snapshots, the most it may have; delete old ones first"),
-                ));
-            }
-            ids.push(vid);
-        }
-        let group = if ids.len() > 1 { p.new_id() } else { 0 };
-        let mut sids = Vec::new();
-        for vid in &ids {
-            let sid = p.new_id();
-            let v = p.volumes.get_mut(vid).expect("resolved above");
-            v.pending_snapshots.push((sid, name.to_string(), group));
-            v.dirty = true;
-            sids.push(sid);
-        }
-        p.catalog_dirty = true;
-        p.commit_always()?;
-        sids.into_iter().map(|sid| p.snapshot_info(sid)).collect()
+            p.catalog_dirty = true;
+            p.commit_always()?;
+            sids.into_iter().map(|sid| p.snapshot_info(sid)).collect()
+        })
     }
 
     /// Snapshots of `volume` (all volumes if None), oldest first.
@@ -530,12 +531,13 @@ impl Pool {
 
     /// Delete a snapshot, freeing exactly the blocks only it held.
     pub fn delete_snapshot(&self, volume: &str, name: &str) -> Result<()> {
-        let mut p = self.lock();
-        p.writable()?;
-        let vid = p.volume_id(volume)?;
-        p.delete_snapshot(vid, name)?;
-        p.commit_always()?;
-        Ok(())
+        self.commit_then(|p| {
+            p.writable()?;
+            let vid = p.volume_id(volume)?;
+            p.delete_snapshot(vid, name)?;
+            p.commit_always()?;
+            Ok(())
+        })
     }
 
     /// A read-only volume id through which snapshot `volume@name` can be read with the
