@@ -45,6 +45,8 @@ pub struct PoolFigures {
     pub free_bytes: u64,
     /// Freed in the last txgs, reusable shortly (deferred frees).
     pub held_bytes: u64,
+    /// Of deleted volumes, still to be freed by the coming commits (async destroy).
+    pub destroying_bytes: u64,
     pub volumes: u64,
     pub read_only: bool,
     /// Why the pool refuses writes, if it latched after an I/O error.

@@ -283,6 +283,9 @@ pub fn print_pool(p: &PoolInfo) {
     let pct = if s.size_bytes > 0 { 100.0 * s.allocated_bytes as f64 / s.size_bytes as f64 } else { 0.0 };
     println!("allocated {} ({pct:.1}%)", human(s.allocated_bytes));
     println!("free      {}", human(s.free_bytes));
+    if s.destroying_bytes > 0 {
+        println!("freeing   {} of deleted volumes (returns over the next commits)", human(s.destroying_bytes));
+    }
     println!("reserved  {} (unused parts of volume reservations)", human(s.reserved_bytes));
     println!("available {} (alert below {}%)", human(s.available_bytes), s.capacity_alert_percent);
     println!(

@@ -63,15 +63,15 @@ fn a_pinned_read_finds_its_blocks_after_they_are_freed_and_the_pool_wraps() {
     let got: Vec<u8> = read.finish().unwrap().iter().flat_map(|p| p.as_slice().to_vec()).collect();
     assert!(got == original, "the pinned read returned other bytes than those it planned");
     assert_eq!(pool.status().corruptions_detected, 0);
-    assert!(pool.status().space.held_bytes >= original.len() as u64, "the pinned blocks stay held");
+    assert!(pool.status().held_bytes >= original.len() as u64, "the pinned blocks stay held");
 
     // Once the pin is dropped, commits release what it held and B can grow again.
-    let held_pinned = pool.status().space.held_bytes;
+    let held_pinned = pool.status().held_bytes;
     drop(read);
     assert_eq!(pool.reads_in_flight(), 0);
     pool.commit_for_space().unwrap();
     pool.commit_for_space().unwrap();
-    let held_after = pool.status().space.held_bytes;
+    let held_after = pool.status().held_bytes;
     assert!(held_after < held_pinned, "held space returns once the read is done: {held_pinned} → {held_after}");
     pool.write(vol, b, off, &pattern(0x78, RECORD)).unwrap();
     pool.commit().unwrap();

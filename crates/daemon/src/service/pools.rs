@@ -78,6 +78,7 @@ pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
         allocated_bytes: s.allocated_bytes,
         free_bytes: s.free_bytes,
         held_bytes: s.held_bytes,
+        destroying_bytes: s.space.destroying_bytes,
         volumes: s.volumes as u64,
         read_only: s.read_only,
         latched: s.latched.clone(),

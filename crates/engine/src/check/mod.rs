@@ -25,6 +25,7 @@
 use crate::alloc::Allocator;
 use crate::catalog::volume::KEY_DNODE;
 use crate::error::Result;
+use crate::format::destroy::{parse_destroy_key, DestroyPhys, DestroyTreePhys, KEY_DESTROY};
 use crate::format::node::BtreeNodePhys;
 use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::space::{
@@ -36,7 +37,10 @@ use crate::pool::Pool;
 use crate::tree::blocktree;
 use std::collections::{BTreeMap, HashMap};
 
+mod destroy;
 mod space;
+
+use destroy::DestroyEntry;
 
 #[derive(Debug, Clone, Copy)]
 pub struct CheckOptions {
@@ -528,6 +532,7 @@ impl Pool {
         let mut deadlist_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut max_vol_id = 0;
         let mut space_entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut destroy_queue: BTreeMap<u64, DestroyEntry> = BTreeMap::new();
         let catalog_sectors =
             c.btree(&root.catalog_root, "catalog", &mut |c: &mut Checker, k: &[u8], v: &[u8]| match k.first() {
                 Some(0x01) => match (std::str::from_utf8(&k[1..]), VolumeRecordPhys::decode(v)) {
@@ -547,6 +552,19 @@ impl Pool {
                     _ => c.err(format!("catalog entry {k:02x?}: malformed snapshot key")),
                 },
                 Some(0x03) if k.len() == 25 => deadlist_entries.push((k.to_vec(), v.to_vec())),
+                Some(&KEY_DESTROY) => match parse_destroy_key(k) {
+                    Some((id, 0)) => match DestroyPhys::decode(v) {
+                        Ok(h) => destroy_queue.entry(id).or_default().0 = Some(h),
+                        Err(e) => c.err(format!("catalog entry {k:02x?}: {e}")),
+                    },
+                    Some((id, slot)) => match DestroyTreePhys::decode(v) {
+                        Ok(t) => {
+                            destroy_queue.entry(id).or_default().1.insert(slot, t);
+                        }
+                        Err(e) => c.err(format!("catalog entry {k:02x?}: {e}")),
+                    },
+                    None => c.err(format!("catalog entry {k:02x?}: malformed destroy queue key")),
+                },
                 Some(&KEY_VOLUME_SPACE) | Some(&KEY_POOL_SPACE) => space_entries.push((k.to_vec(), v.to_vec())),
                 Some(&KEY_PACK) => match (PackPhys::addr_of_key(k), PackPhys::decode(v)) {
                     (Some(addr), Ok(pack)) => {
@@ -581,11 +599,13 @@ impl Pool {
         for (name, rec) in &snaps {
             c.volume_tree(&format!("snapshot {}@{name}", rec.volume), &rec.tree_root, rec.next_object_id);
         }
+        let (destroy_sectors, queued_deadlists) = c.destroy_queue(&destroy_queue, p.label.features.ro_compat);
         c.report.volumes = vols.len() as u64;
         c.report.snapshots = snaps.len() as u64;
         let pack_slack = c.check_packs();
         let dedup_extra = c.check_dedup();
-        space::check(&mut c, &vols, &snaps, &deadlist_entries, catalog_sectors + pack_slack, dedup_extra);
+        let unowned = catalog_sectors + pack_slack + destroy_sectors;
+        space::check(&mut c, &vols, &snaps, &deadlist_entries, &queued_deadlists, unowned, dedup_extra);
         // The space map as committed with this root, read back from the device.
         match Allocator::load(p.dev.as_ref(), geo, p.label.pool_guid, root.txg) {
             Ok(on_disk) => {

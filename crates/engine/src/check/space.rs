@@ -67,7 +67,9 @@ pub(super) fn check(
     vols: &[(String, VolumeRecordPhys)],
     snaps: &[(String, SnapshotRecordPhys)],
     deadlist_entries: &[(Vec<u8>, Vec<u8>)],
-    // The catalog's nodes and the free sectors inside packs.
+    // Deadlists of deleted volumes' trees still in the destroy queue (freed with it).
+    queued_deadlists: &HashSet<u64>,
+    // The catalog's nodes, the free sectors inside packs and the destroy queue's blocks.
     unowned_sectors: u64,
     // Sectors of dedup references beyond each shared block's first.
     dedup_extra_sectors: u64,
@@ -119,7 +121,8 @@ pub(super) fn check(
             Err(e) => c.err(format!("deadlist entry {k:02x?}: {e}")),
         }
     }
-    let owned: HashSet<u64> = trees.iter().map(|t| t.deadlist).filter(|d| *d != 0).collect();
+    let mut owned: HashSet<u64> = trees.iter().map(|t| t.deadlist).filter(|d| *d != 0).collect();
+    owned.extend(queued_deadlists);
     for dl in deadlists.keys().filter(|d| !owned.contains(d)) {
         c.err(format!("deadlist {dl} belongs to no volume or snapshot (leaked entries)"));
     }

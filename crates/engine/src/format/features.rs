@@ -12,7 +12,7 @@
 
 /// Feature bits this build understands, per mask.
 pub const KNOWN_COMPAT: u64 = COMPAT_HOST_STATE;
-pub const KNOWN_RO_COMPAT: u64 = 0;
+pub const KNOWN_RO_COMPAT: u64 = RO_COMPAT_ASYNC_DESTROY;
 pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_DEDUP | INCOMPAT_LOG_DEVICE;
 
 /// Data records may be stored compressed (lz4, zstd) and volume records carry a compression
@@ -51,6 +51,14 @@ pub const INCOMPAT_LOG_DEVICE: u64 = 1 << 16;
 /// it says the pool has been used by host-aware builds, whose import checks apply to it.
 /// Bit 16: the txg and intent-log features take bits from 16 up, in every mask.
 pub const COMPAT_HOST_STATE: u64 = 1 << 16;
+
+/// Deleted volumes are freed over several commits: the catalog holds a destroy queue
+/// (`format::destroy`, pool/destroy.rs) whose blocks are allocated but in no volume. A
+/// read-only-compatible feature: an older build reads the pool fine, but its writes would
+/// never free the queue's blocks and its checker would call them leaked. Set in the labels
+/// before the first commit that writes a queue entry; kept. Bit 24: the catalog features
+/// take bits from 24 up.
+pub const RO_COMPAT_ASYNC_DESTROY: u64 = 1 << 24;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Features {

@@ -25,6 +25,7 @@
 
 pub mod blkptr;
 pub mod codec;
+pub mod destroy;
 pub mod features;
 pub mod intent;
 pub mod label;
@@ -94,5 +95,7 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     ok += space::PoolSpacePhys::decode(bytes).is_ok() as usize;
     ok += space::PackPhys::decode(bytes).is_ok() as usize;
     ok += space::DedupPhys::decode(bytes).is_ok() as usize;
+    ok += destroy::DestroyPhys::decode(bytes).is_ok() as usize;
+    ok += destroy::DestroyTreePhys::decode(bytes).is_ok() as usize;
     ok
 }

@@ -61,11 +61,14 @@ impl PoolInner {
     }
 
     pub(crate) fn could_free_space(&self) -> bool {
-        self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty || v.is_frozen())
+        self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty || v.is_frozen()) || self.destroy_pending()
     }
 
     pub(crate) fn is_dirty(&self) -> bool {
-        self.catalog_dirty || self.volumes.values().any(|v| v.dirty || v.is_frozen()) || self.alloc.has_dirty_chunks()
+        self.catalog_dirty
+            || self.volumes.values().any(|v| v.dirty || v.is_frozen())
+            || self.alloc.has_dirty_chunks()
+            || self.destroy_pending()
     }
 
     /// Take the open txg's changes out of the live state for the commit (volume/freeze.rs):
@@ -147,6 +150,8 @@ impl PoolInner {
             let v = &volumes[&vid];
             catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
         }
+        // A deleted volume's next blocks (destroy.rs): before the catalog is written.
+        self.destroy_step(txg)?;
         let PoolInner { io, alloc, catalog, ddt, .. } = self;
         // Frees come before the catalog is written: freeing a packed record changes the
         // pack table, which the catalog holds. (Freed units are held back from reuse, so the

@@ -12,6 +12,7 @@
 
 pub mod clone;
 mod commit;
+pub(crate) mod destroy;
 pub mod host_state;
 pub mod log_device;
 mod log_ref;
@@ -86,6 +87,8 @@ pub struct PoolOptions {
     /// 0 records no host, as builds before host states did; it is the default so that
     /// tools and tests are unchanged. A daemon sets its own (`DATA_DIR/host-id`).
     pub host_id: u64,
+    /// Blocks a commit frees of a deleted volume (destroy.rs); the rest waits for the next.
+    pub destroy_frees_per_txg: usize,
 }
 
 impl PoolOptions {
@@ -97,6 +100,7 @@ impl PoolOptions {
             dirty_limit_bytes: 256 << 20,
             read_only: false,
             discard_missing_log: false,
+            destroy_frees_per_txg: destroy::DESTROY_FREES_PER_TXG_DEFAULT,
             dedup_table_max: crate::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT,
             host_id: 0,
         }
@@ -227,6 +231,10 @@ pub struct PoolInner {
     pub(crate) host_id: u64,
     /// Set by `Pool::export`: from then on, roots say `Exported` instead of `Active`.
     pub(crate) exporting: bool,
+    /// Deleted volumes whose blocks are being freed, by volume id (destroy.rs).
+    pub(crate) destroying: BTreeMap<u64, destroy::Destroying>,
+    /// `PoolOptions::destroy_frees_per_txg`.
+    pub(crate) destroy_frees_per_txg: usize,
     /// Reads planned under the lock and reading outside it (read_pin.rs).
     pub(crate) read_pins: Arc<read_pin::ReadPins>,
 }
@@ -242,6 +250,17 @@ pub struct Pool {
     /// Threads waiting in `lock` for a commit in flight to sync (a sync's log write, say):
     /// while there are any, the commit keeps the CPU (prewrite.rs `YIELD_EVERY_BYTES`).
     pub(crate) waiting_on_commit: std::sync::atomic::AtomicUsize,
+}
+
+/// What opening reads from a root: the space map, dedup table, catalog, volumes,
+/// snapshots and the destroy queue.
+struct LoadedRoot {
+    alloc: Allocator,
+    ddt: DedupTable,
+    catalog: BTree,
+    volumes: BTreeMap<VolumeId, VolumeState>,
+    snapshots: BTreeMap<u64, SnapshotState>,
+    destroying: BTreeMap<u64, destroy::Destroying>,
 }
 
 pub(crate) fn volume_key(name: &str) -> Vec<u8> {
@@ -414,6 +433,8 @@ impl Pool {
             ilog: IntentLog::new(place, 0),
             retired_log: Default::default(),
             snapshots: BTreeMap::new(),
+            destroying: BTreeMap::new(),
+            destroy_frees_per_txg: opts.destroy_frees_per_txg,
             root: UberblockPhys {
                 txg: 0,
                 pool_guid: create.pool_guid,
@@ -502,7 +523,7 @@ impl Pool {
             let io =
                 Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
             match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
-                Ok((mut alloc, mut ddt, catalog, volumes, snapshots)) => {
+                Ok(LoadedRoot { mut alloc, mut ddt, catalog, volumes, snapshots, destroying }) => {
                     ddt.set_max_entries(opts.dedup_table_max);
                     if i > 0 {
                         notes.push(format!(
@@ -550,6 +571,8 @@ impl Pool {
                         ilog: IntentLog::new(place, ub.txg),
                         retired_log: Default::default(),
                         snapshots,
+                        destroying,
+                        destroy_frees_per_txg: opts.destroy_frees_per_txg,
                     };
                     let pool = Pool::from_inner(inner);
                     pool.start_packing()?;
@@ -589,7 +612,7 @@ impl Pool {
         geo: Geometry,
         label: &LabelPhys,
         ub: &UberblockPhys,
-    ) -> Result<(Allocator, DedupTable, BTree, BTreeMap<VolumeId, VolumeState>, BTreeMap<u64, SnapshotState>)> {
+    ) -> Result<LoadedRoot> {
         let alloc = Allocator::load(dev, geo, label.pool_guid, ub.txg)?;
         if alloc.allocated_units() != ub.allocated_units {
             return Err(Error::Corruption(crate::error::Corruption::new(
@@ -664,7 +687,8 @@ impl Pool {
         let mut alloc = alloc;
         let mut ddt = DedupTable::new(DEDUP_TABLE_MAX_DEFAULT);
         crate::pool::space::load_packs(io, &catalog, &mut alloc, &mut ddt)?;
-        Ok((alloc, ddt, catalog, volumes, snapshots))
+        let destroying = destroy::load(io, &catalog)?;
+        Ok(LoadedRoot { alloc, ddt, catalog, volumes, snapshots, destroying })
     }
 
     /// Commit what is dirty and close the pool, reporting a failure to commit.
@@ -734,6 +758,7 @@ impl Pool {
             space: p.pool_space(),
             host_id: p.root.host_id,
             pool_state: p.root.pool_state,
+            features: p.label.features,
         }
     }
 
@@ -782,18 +807,14 @@ impl Pool {
     }
 
     /// Delete a volume with its snapshots and everything in them (refused while clones
-    /// depend on its snapshots).
+    /// depend on its snapshots). The volume is gone at once; its blocks are freed by the
+    /// following commits (destroy.rs), `PoolSpace::destroying_bytes` counting down.
     pub fn delete_volume(&self, name: &str) -> Result<()> {
         let mut p = self.lock();
         p.writable()?;
         let id = p.volume_id(name)?;
-        let (blocks, deadlists) = p.volume_blocks_for_delete(id)?;
-        for dl in deadlists {
-            for bp in p.deadlist_entries(dl, 0)? {
-                let PoolInner { catalog, io, .. } = &mut *p;
-                catalog.remove(io, &crate::pool::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
-            }
-        }
+        p.refuse_delete_with_clones(id)?;
+        p.queue_destroy(id)?;
         let snaps: Vec<(u64, String)> =
             p.snapshots.iter().filter(|(_, s)| s.rec.volume == id.0).map(|(sid, s)| (*sid, s.name.clone())).collect();
         for (sid, sname) in snaps {
@@ -808,7 +829,6 @@ impl Pool {
             catalog.remove(io, &key)?;
             catalog.remove(io, &crate::pool::space::volume_space_key(name))?;
         }
-        p.catalog_released.extend(blocks);
         if let Some(mut v) = p.volumes.remove(&id) {
             let txg = p.next_txg;
             let PoolInner { alloc, ddt, .. } = &mut *p;

@@ -121,6 +121,8 @@ impl Pool {
         // (`latch_if_poisoned`), one while writing a prewrite batch fails the batch.
         let gate = self.commit_gate.lock().unwrap_or_else(|p| p.into_inner());
         let t0 = Instant::now();
+        // A deleted volume's blocks are walked here, without the lock (destroy.rs).
+        self.prepare_destroy();
         // Another pass only while they converge: one that finds more than half of what the
         // last one wrote writes nothing and the freeze takes it all — against a client
         // rewriting its data as fast as it is written, each pass would write everything again.

@@ -424,9 +424,8 @@ impl PoolInner {
         Ok(())
     }
 
-    /// Everything volume `vol` holds that was born in it (its head and all its snapshots),
-    /// for deleting the volume. Refuses while clones depend on its snapshots.
-    pub(crate) fn volume_blocks_for_delete(&mut self, vol: VolumeId) -> Result<(Vec<BlockPtr>, Vec<u64>)> {
+    /// Refuse to delete volume `vol` while clones depend on its snapshots.
+    pub(crate) fn refuse_delete_with_clones(&self, vol: VolumeId) -> Result<()> {
         let snaps: Vec<u64> = self.snapshots.iter().filter(|(_, s)| s.rec.volume == vol.0).map(|(id, _)| *id).collect();
         let mut clones = Vec::new();
         for sid in &snaps {
@@ -450,18 +449,7 @@ impl PoolInner {
                 clones.join(", ")
             )));
         }
-        let head = &self.volumes[&vol];
-        let origin_txg = self.snapshot_txg(head.rec.origin);
-        let mut seen = HashSet::new();
-        let mut blocks = Vec::new();
-        collect_born_after(&self.io, &head.rec.tree_root, origin_txg, &mut seen, &mut blocks)?;
-        let mut dls = vec![head.rec.deadlist];
-        for sid in &snaps {
-            let s = &self.snapshots[sid];
-            collect_born_after(&self.io, &s.rec.tree_root, origin_txg, &mut seen, &mut blocks)?;
-            dls.push(s.rec.deadlist);
-        }
-        Ok((blocks, dls))
+        Ok(())
     }
 }
 

@@ -67,9 +67,9 @@ pub struct PoolSpace {
     pub reserved_bytes: u64,
     /// Free for any volume: size − allocated − held frees − dirty data − unused reservations.
     pub available_bytes: u64,
-    /// Freed but not reusable yet: held for the deferral window (alloc/mod.rs) or by reads in
-    /// flight (read_pin.rs); returns to `available_bytes` as commits go by.
-    pub held_bytes: u64,
+    /// Still to be freed of deleted volumes (pool/destroy.rs): allocated, in no volume;
+    /// goes to `PoolStatus::held_bytes`, then `available_bytes`, over the next commits.
+    pub destroying_bytes: u64,
     pub capacity_alert_percent: u8,
     /// Conditions an operator should act on (capacity below the alert threshold).
     pub warnings: Vec<String>,
@@ -299,6 +299,7 @@ impl PoolInner {
                 size
             ));
         }
+        warnings.extend(self.destroy_warnings());
         let stats = &self.io.stats;
         PoolSpace {
             logical_bytes: allocated + saved,
@@ -306,7 +307,7 @@ impl PoolInner {
             untracked_volumes: self.volumes.values().filter(|v| v.rec.saved_bytes.is_none()).count(),
             reserved_bytes: reserved * UNIT_SIZE,
             available_bytes: available,
-            held_bytes: self.alloc.held_units() * UNIT_SIZE,
+            destroying_bytes: self.destroying_bytes(),
             capacity_alert_percent: percent,
             warnings,
             compressed_blocks_written: stats.compressed_blocks_written.load(Ordering::Relaxed),

@@ -57,7 +57,8 @@ pub struct PoolStatus {
     pub txg: u64,
     pub size_bytes: u64,
     pub allocated_bytes: u64,
-    /// Freed in the last txgs, reusable shortly (deferred frees).
+    /// Freed in the last txgs, reusable shortly (deferred frees; longer while a read that
+    /// planned them is in flight, read_pin.rs).
     pub held_bytes: u64,
     pub free_bytes: u64,
     pub volumes: usize,
@@ -75,6 +76,8 @@ pub struct PoolStatus {
     /// open read-write with a host id, that host and `Active`.
     pub host_id: u64,
     pub pool_state: HostState,
+    /// The feature flags in the pool's labels (format/features.rs).
+    pub features: crate::format::features::Features,
 }
 
 /// Commit timings since the pool was opened. `locked` is the part that holds the pool's
