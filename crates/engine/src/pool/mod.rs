@@ -1,9 +1,28 @@
 //! The pool: one device, one allocator, one commit point, and the catalog of volumes.
 //!
-//! `Pool` is the engine's public face. All state sits behind one mutex: simple and
-//! obviously race-free, at the price of serialising operations on different volumes. The
-//! front ends measure where that lock hurts before it is split (per volume state is
-//! already separate, see `volume.rs`).
+//! `Pool` is the engine's public face. Its state (`PoolInner`) sits behind one mutex:
+//! simple and obviously race-free, at the price of serialising operations on different
+//! volumes; the quiescing commit (quiesce.rs), prewrite (prewrite.rs), log writes
+//! (log_sync.rs) and pinned reads (read_pin.rs) do their device I/O without it.
+//!
+//! Locking (OpenZFS spa_misc.c style): every lock and flag of the engine, what it
+//! protects, and the order. Take them only in this order; a leaf is never held while
+//! taking anything else.
+//!
+//! | # | lock | protects | taken |
+//! |---|------|----------|-------|
+//! | 1 | `Pool::commit_gate` (Mutex<()>) | one `begin_commit`..`finish` at a time, and the destroy walk (destroy.rs) | before 2 |
+//! | 2 | `Pool::inner` (Mutex<PoolInner>), "the pool lock" | everything in `PoolInner`: catalog, volumes, snapshots, destroy queue, txg numbers, allocator, dedup table, intent log state, health | `lock()` also waits out a quiescing commit; `lock_raw()` and `txn_data()` do not |
+//! | 2a | `PoolInner::quiescing` (flag under 2) | while set, only data writes, attribute changes and reads may use the live state; everything else waits in `lock()` on `Pool::settled` | set by `begin_commit`, cleared by `finish` / `Settle` |
+//! | 2b | `PoolInner::ilog.in_flight` (flag under 2) | one intent-log block write outside the lock at a time; others wait on `Pool::log_done` | log_sync.rs |
+//! | 3 | `PrewriteBatch::state` (Mutex) | a batch's device writes: issued once, by the prewriter or by the commit that needs them | under 2 (the commit) or alone (the prewriter) |
+//! | leaf | `BlockIo::{batch, cache, data_cache}` (Mutex each) | the pipeline's pending combined writes, metadata cache, data cache | with or without 2; never two at once |
+//! | leaf | `ReadPins::pins` (Mutex) | reads in flight and the txg each pins | under 2 (pin, commit) or alone (unpin) |
+//! | — | `Pool::waiting_on_commit` (AtomicUsize) | a hint: threads waiting for a commit to sync | relaxed, no lock |
+//!
+//! Condition variables: `Pool::settled` (with 2: a quiescing commit settled) and
+//! `Pool::log_done` (with 2: an intent-log write finished). A panic while 2 is held latches
+//! the pool read-only (`latch_if_poisoned`, docs/failure-policy.md).
 //!
 //! Opening scans both uberblock rings and takes the newest root whose space map and catalog
 //! verify; if the newest does not, it falls back to older ones and says so in
