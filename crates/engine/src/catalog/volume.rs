@@ -102,9 +102,8 @@ pub struct VolumeState {
     pub parent_txg: u64,
     /// Snapshots to take when this txg syncs: (snapshot id, name, group id).
     pub pending_snapshots: Vec<(u64, String, u64)>,
-    /// A read-only view of a snapshot (`.snapshot/NAME`), never written or synced.
-    pub read_only_view: bool,
-    /// Opens of that view not yet closed.
+    /// As a read-only view of a snapshot (`.snapshot/NAME`, `PoolInner::views`): opens not
+    /// yet closed.
     pub view_refs: u32,
     /// Records to point at existing blocks (or holes) when the txg syncs: a single-file
     /// restore re-acquiring blocks of a snapshot (see restore.rs). Only ever set on a volume
@@ -146,7 +145,6 @@ impl VolumeState {
             dirty: false,
             parent_txg: 0,
             pending_snapshots: Vec::new(),
-            read_only_view: false,
             view_refs: 0,
             shared_records: BTreeMap::new(),
             frozen: None,

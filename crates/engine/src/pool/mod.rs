@@ -232,6 +232,9 @@ pub struct PoolInner {
     /// What the last commit retired from the intent log, dropped by `Pool::commit` after it
     /// releases the lock.
     pub(crate) retired_log: crate::txg::intent_log::RetiredGroups,
+    /// Open read-only views of snapshots (`Pool::open_snapshot_view`), by snapshot id: not
+    /// volumes, never dirty, never committed.
+    pub(crate) views: BTreeMap<VolumeId, VolumeState>,
     /// Every snapshot of every volume, by id.
     pub snapshots: BTreeMap<u64, SnapshotState>,
     /// Prewrites of the open txg (prewrite.rs); the commit completes and drains them.
@@ -452,6 +455,7 @@ impl Pool {
             ilog: IntentLog::new(place, 0),
             retired_log: Default::default(),
             snapshots: BTreeMap::new(),
+            views: BTreeMap::new(),
             destroying: BTreeMap::new(),
             destroy_frees_per_txg: opts.destroy_frees_per_txg,
             root: UberblockPhys {
@@ -590,6 +594,7 @@ impl Pool {
                         ilog: IntentLog::new(place, ub.txg),
                         retired_log: Default::default(),
                         snapshots,
+                        views: BTreeMap::new(),
                         destroying,
                         destroy_frees_per_txg: opts.destroy_frees_per_txg,
                     };
@@ -767,7 +772,7 @@ impl Pool {
             allocated_bytes: allocated,
             held_bytes: held,
             free_bytes: size - allocated - held,
-            volumes: p.volumes.values().filter(|v| !v.read_only_view).count(),
+            volumes: p.volumes.len(),
             read_only: p.read_only,
             latched: p.latched.clone(),
             corruptions_detected: p.io.stats.corruptions_detected.load(Ordering::Relaxed),
@@ -840,7 +845,7 @@ impl Pool {
             let PoolInner { catalog, io, .. } = &mut *p;
             catalog.remove(io, &crate::pool::snapshot::snapshot_key(id.0, &sname))?;
             p.snapshots.remove(&sid);
-            p.volumes.remove(&VolumeId(sid)); // an open read-only view
+            p.views.remove(&VolumeId(sid)); // an open read-only view
         }
         let key = volume_key(name);
         {
@@ -864,11 +869,14 @@ impl Pool {
 
     pub fn volumes(&self) -> Vec<VolumeInfo> {
         let p = self.lock_raw();
-        p.volumes.iter().filter(|(_, v)| !v.read_only_view).map(|(id, v)| info(&p, *id, v)).collect()
+        p.volumes.iter().map(|(id, v)| info(&p, *id, v)).collect()
     }
 
     pub fn volume_info(&self, vol: VolumeId) -> Result<VolumeInfo> {
         let p = self.lock_raw();
+        if let Some(view) = p.views.get(&vol) {
+            return Ok(VolumeInfo { read_only: true, ..info(&p, vol, view) });
+        }
         let v = p.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         Ok(info(&p, vol, v))
     }
@@ -1011,7 +1019,7 @@ fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {
         total_bytes: v.rec.total_sectors * SECTOR_SIZE,
         parent_snapshot: snapshot_name(v.rec.parent),
         origin: snapshot_name(v.rec.origin),
-        read_only: v.read_only_view,
+        read_only: false,
         name: v.name.clone(),
         id,
         record_size: v.rec.record_size,

@@ -127,16 +127,16 @@ impl Pool {
     ) -> Result<FileRestoreStats> {
         let mut p = self.lock();
         p.writable()?;
-        if !p.volumes.get(&view).is_some_and(|v| v.read_only_view) {
+        if !p.views.contains_key(&view) {
             return Err(Error::invalid(format!("volume id {} is not an open snapshot view", view.0)));
         }
-        if p.volumes.get(&vol).is_none_or(|v| v.read_only_view) {
+        if !p.volumes.contains_key(&vol) {
             return Err(Error::NotFound(format!("volume id {}", vol.0)));
         }
         p.commit()?;
         let src_dn = {
-            let PoolInner { volumes, io, .. } = &mut *p;
-            volumes.get_mut(&view).expect("checked").dnode_phys(io, src)?
+            let PoolInner { views, io, .. } = &mut *p;
+            views.get_mut(&view).expect("checked").dnode_phys(io, src)?
         };
         let rs = src_dn.record_size;
         let reshape = {

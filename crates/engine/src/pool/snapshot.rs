@@ -181,12 +181,8 @@ impl PoolInner {
     }
 
     pub(crate) fn children(&self, id: u64) -> Vec<Child> {
-        let mut out: Vec<Child> = self
-            .volumes
-            .iter()
-            .filter(|(_, v)| !v.read_only_view && v.rec.parent == id)
-            .map(|(vid, _)| Child::Head(*vid))
-            .collect();
+        let mut out: Vec<Child> =
+            self.volumes.iter().filter(|(_, v)| v.rec.parent == id).map(|(vid, _)| Child::Head(*vid)).collect();
         out.extend(self.snapshots.iter().filter(|(_, s)| s.rec.parent == id).map(|(sid, _)| Child::Snap(*sid)));
         out
     }
@@ -409,7 +405,7 @@ impl PoolInner {
         };
         self.catalog.remove(&self.io, &snapshot_key(vol.0, name))?;
         self.snapshots.remove(&id);
-        self.volumes.remove(&VolumeId(id)); // an open read-only view of it
+        self.views.remove(&VolumeId(id)); // an open read-only view of it
         let v = self.volumes.get_mut(&vol).expect("snapshot's volume");
         v.rec.total_sectors = v.rec.total_sectors.checked_sub(sectors(&freed)).ok_or_else(|| {
             Error::Corruption(crate::error::Corruption::new(
@@ -558,21 +554,19 @@ impl Pool {
                 saved_bytes: s.saved_bytes,
                 dedup: src.dedup,
             };
-            let mut v = VolumeState::new(format!("{volume}@{name}"), rec);
-            v.read_only_view = true;
-            p.volumes.insert(view, v);
+            p.views.insert(view, VolumeState::new(format!("{volume}@{name}"), rec));
         }
-        p.volumes.get_mut(&view).expect("inserted above").view_refs += 1;
+        p.views.get_mut(&view).expect("inserted above").view_refs += 1;
         Ok(view)
     }
 
     /// Close one open of a view; the last close releases it.
     pub fn close_snapshot_view(&self, view: VolumeId) {
         let mut p = self.lock();
-        if let Some(v) = p.volumes.get_mut(&view).filter(|v| v.read_only_view) {
+        if let Some(v) = p.views.get_mut(&view) {
             v.view_refs = v.view_refs.saturating_sub(1);
             if v.view_refs == 0 {
-                p.volumes.remove(&view);
+                p.views.remove(&view);
             }
         }
     }

@@ -72,16 +72,19 @@ impl<'a> Txn<'a> {
         if write {
             self.p.writable()?;
         }
-        let PoolInner { volumes, io, alloc, .. } = &mut *self.p;
+        let PoolInner { volumes, views, io, alloc, .. } = &mut *self.p;
+        if let Some(view) = views.get_mut(&vol) {
+            if write {
+                return Err(Error::ReadOnly(format!("snapshot {} is read-only", view.name)));
+            }
+            return Ok((view, io, alloc));
+        }
         let held = if write && volumes.values().any(|v| v.reservation_bytes > 0) {
             crate::pool::space::held_for_others(volumes, vol)
         } else {
             0
         };
         let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-        if write && v.read_only_view {
-            return Err(Error::ReadOnly(format!("snapshot {} is read-only", v.name)));
-        }
         v.held_for_others_units = held;
         Ok((v, io, alloc))
     }
