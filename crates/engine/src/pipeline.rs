@@ -28,8 +28,9 @@ use crate::format::space::PACK_UNITS_MAX;
 use crate::format::{
     round_up_sector, round_up_unit, BlockKind, BlockPtr, ChecksumAlgo, Compression, MAX_BLOCK_SIZE, UNIT_SIZE,
 };
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::Mutex;
+use std::sync::Arc;
 
 #[derive(Debug, Default)]
 pub struct IoStats {

@@ -25,13 +25,14 @@ use crate::log_device::{LogAtOpen, LogDeviceSpec};
 use crate::pipeline::BlockIo;
 pub use crate::pool_status::{CommitStats, PoolStatus, VolumeInfo};
 use crate::snapshot::{SnapshotState, KEY_SNAPSHOT};
+use crate::sync::atomic::Ordering;
+use crate::sync::{Condvar, Mutex};
 use crate::tree::btree::BTree;
 use crate::txg;
 use crate::txn::Txn;
 use crate::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
@@ -218,7 +219,9 @@ pub struct Pool {
     pub(crate) settled: Condvar,
     /// Threads waiting in `lock` for a commit in flight to sync (a sync's log write, say):
     /// while there are any, the commit keeps the CPU (prewrite.rs `YIELD_EVERY_BYTES`).
-    pub(crate) waiting_on_commit: std::sync::atomic::AtomicUsize,
+    pub(crate) waiting_on_commit: crate::sync::atomic::AtomicUsize,
+    /// Named places where tests stop or fail a thread (failpoint.rs).
+    pub(crate) failpoints: crate::failpoint::Failpoints,
 }
 
 pub(crate) fn volume_key(name: &str) -> Vec<u8> {

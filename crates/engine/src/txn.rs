@@ -17,8 +17,8 @@ use crate::format::intent::LogRecord;
 use crate::format::{BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{PoolInner, SyncPolicy, VolumeId};
+use crate::sync::MutexGuard;
 use crate::volume::{ObjectId, ReadPlan, VolumeState};
-use std::sync::MutexGuard;
 
 pub struct Txn<'a> {
     p: MutexGuard<'a, PoolInner>,
