@@ -23,8 +23,9 @@
 //! iterations free blocks into bitmaps, sum, or are sorted first: docs/simulator.md).
 //!
 //! Lock order: `Pool::commit_gate`, then `Pool::inner` (the pool's lock), then a
-//! `PrewriteBatch`'s state or the block I/O's caches; `Failpoints`' own lock is taken
-//! with none of them held but the caches' never (failpoint.rs).
+//! `PrewriteBatch`'s state or the block I/O's batch and caches (pipeline.rs). A failpoint's
+//! own lock (failpoint.rs) is taken with none of these held, except `commit_gate` at
+//! `commit.freeze_to_sync`; a paused failpoint therefore never holds up the pool's lock.
 
 #[cfg(not(strata_sim))]
 pub use std::sync::{Condvar, LockResult, Mutex, MutexGuard, PoisonError};
