@@ -66,7 +66,10 @@ scripts/e2e/mariadb-snapshots.sh
 
 echo "== install script and shipped configuration"
 bash -n scripts/install.sh
-shellcheck -S warning scripts/install.sh scripts/run.sh scripts/test.sh
+shellcheck -S warning scripts/install.sh scripts/run.sh scripts/test.sh scripts/sim.sh
 
 echo "== unit, property, crash, fault and daemon tests"
 STRATA_REQUIRE_PROBE_TOOLS=1 cargo nextest run --workspace --no-fail-fast --failure-output final
+
+echo "== deterministic simulator: a short seeded run (docs/simulator.md)"
+scripts/sim.sh

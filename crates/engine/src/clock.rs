@@ -1,7 +1,7 @@
 //! Time, injected. The engine never reads the wall clock itself (DESIGN.md §2) so that a
 //! seeded simulation replays exactly; the daemon passes a system clock, tests a manual one.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 pub trait Clock: Send + Sync {
     /// Nanoseconds since the Unix epoch.

@@ -1,11 +1,13 @@
 //! Strata's storage engine: a crash-safe copy-on-write pool of volumes and objects.
 //!
-//! Layers, bottom up (DESIGN.md §2), one module each:
-//! `device` (BlockDevice, file-backed) → `alloc` (free space, space map, deferred frees) →
-//! `pipeline` (checksum, allocate, write; read, verify) → `tree` (CoW B+tree and per-object
-//! block trees) → `txg` (commit protocol, uberblock ring) → `volume` + `pool` (catalog,
-//! objects, key-value space) → `check` (the offline checker). `format` holds every on-disk
-//! structure.
+//! Layers, bottom up (DESIGN.md §2), one folder each: `format` (every on-disk structure)
+//! → `device` (BlockDevice, file-backed) → `alloc` (free space, space map, deferred frees)
+//! → `pipeline` (compress, checksum, dedup, allocate, write; read, verify, caches) → `tree`
+//! (CoW B+tree and per-object block trees) → `txg` (commit protocol, uberblock ring, intent
+//! log) → `catalog` (volumes: records, object sets, dirty state) → `pool` (the public
+//! face: commits, snapshots, clones, restores, destroy, intent-log sync and replay) →
+//! `check` (the offline checker). Each imports only the layers before it and the
+//! foundations (`error`, `clock`, `sync`, `failpoint`); `tests/layers.rs` fails otherwise.
 //!
 //! The engine has no FUSE, NFS or HTTP dependency and reads neither the wall clock nor OS
 //! randomness: time comes through [`Clock`], identities through [`CreateOptions`].
@@ -13,8 +15,10 @@
 // Foundations, usable from every layer.
 pub mod clock;
 pub mod error;
+pub mod failpoint;
+pub mod sync;
 
-// The layers, bottom up; each imports only those listed before it (tests/layers.rs).
+// The layers (in their order above; rustfmt sorts these lines).
 pub mod alloc;
 pub mod catalog;
 pub mod check;

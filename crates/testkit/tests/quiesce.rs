@@ -2,10 +2,18 @@
 //! writes its data while writes go on, then syncs. What the txg holds is exactly the state
 //! at the freeze; writes made meanwhile are read back at once, belong to the next txg, and
 //! are durable through the intent log once synced; every other change waits for the sync.
+//!
+//! Waiting and not waiting are proved with the engine's failpoints, not with sleeps: a
+//! commit is held at `commit.freeze_to_sync` (or between `begin_commit` and `finish`), a
+//! data write must complete meanwhile, and a change that must wait is seen waiting
+//! (`Pool::waiting_on_commit`) and not done until the gate opens. Crash cases check every
+//! crash image: only the flushed writes, all of them, and torn and reordered ones
+//! (CrashMode::Random with several seeds).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use strata_engine::failpoint::{self, COMMIT_FREEZE_TO_SYNC, PREWRITE_HANDOFF};
 use strata_engine::{BlockDevice, CheckOptions, Pool, VolumeId};
 use strata_testkit::{model, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng};
 
@@ -22,15 +30,45 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) | 1).collect()
 }
 
-/// The pool as a crash now would leave it (only flushed writes survive), reopened.
-fn after_crash(disk: &SimDisk, seed: u64) -> Pool {
-    let image = disk.crash_image(CrashMode::DropUnflushed, &mut SimRng::new(seed));
-    Pool::open(Arc::new(SimDisk::from_image(image, 512)) as Arc<dyn BlockDevice>, test_pool_options()).unwrap()
+/// Every pool a crash now could leave, reopened: only the flushed writes, all of them, and
+/// torn and reordered unflushed writes (three draws).
+fn after_crash(disk: &SimDisk, seed: u64) -> Vec<(String, Pool)> {
+    let mut modes = vec![(CrashMode::DropUnflushed, seed), (CrashMode::KeepAll, seed)];
+    modes.extend((0..3).map(|i| (CrashMode::Random, seed * 10 + i)));
+    modes
+        .into_iter()
+        .map(|(mode, s)| {
+            let image = disk.crash_image(mode, &mut SimRng::new(s));
+            let pool =
+                Pool::open(Arc::new(SimDisk::from_image(image, 512)) as Arc<dyn BlockDevice>, test_pool_options())
+                    .unwrap_or_else(|e| panic!("the {mode:?} image (rng {s}) does not open: {e}"));
+            (format!("{mode:?} image (rng {s})"), pool)
+        })
+        .collect()
 }
 
 fn assert_clean(pool: &Pool) {
     let r = pool.check(CheckOptions::default()).expect("check runs");
     assert!(r.is_clean(), "checker found: {:#?}", r.errors);
+}
+
+/// Wait (yielding, never sleeping a fixed time) until `cond` holds; fail after 20 s, naming
+/// what did not happen.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what} never happened");
+        std::thread::yield_now();
+    }
+}
+
+/// Run `f` on another thread and wait for it: a data write must not wait for the commit
+/// held meanwhile (if it did, the test would otherwise hang instead of failing).
+fn completes_while_held<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).expect("the test waits"));
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what} waited for the commit held between freeze and sync"))
 }
 
 #[test]
@@ -61,22 +99,23 @@ fn writes_during_a_commit_are_read_back_and_belong_to_the_next_txg() {
     let live_state = model::capture(&pool).unwrap();
 
     // A crash now finds the txg as it was at the freeze: the later writes were never synced.
-    let crashed = after_crash(&disk, 1);
-    assert_eq!(crashed.committed_root().txg, synced);
-    let got = model::capture(&crashed).unwrap();
-    assert_eq!(got, frozen_state, "{:?}", got.diff(&frozen_state));
-    assert_clean(&crashed);
-    drop(crashed);
+    for (image, crashed) in after_crash(&disk, 1) {
+        assert_eq!(crashed.committed_root().txg, synced, "{image}");
+        let got = model::capture(&crashed).unwrap();
+        assert_eq!(got, frozen_state, "{image}: {:?}", got.diff(&frozen_state));
+        assert_clean(&crashed);
+    }
 
     // The next commit takes them; the live dnode kept its new size and attribute.
     assert_eq!(pool.read(vol, obj, 0, 11 * RS).unwrap(), want);
     assert_eq!(pool.get_attr(vol, obj).unwrap(), b"v2");
     pool.commit().unwrap();
     assert_clean(&pool);
-    let reopened = after_crash(&disk, 2);
-    let got = model::capture(&reopened).unwrap();
-    assert_eq!(got, live_state, "{:?}", got.diff(&live_state));
-    assert_clean(&reopened);
+    for (image, reopened) in after_crash(&disk, 2) {
+        let got = model::capture(&reopened).unwrap();
+        assert_eq!(got, live_state, "{image}: {:?}", got.diff(&live_state));
+        assert_clean(&reopened);
+    }
 }
 
 #[test]
@@ -86,10 +125,21 @@ fn a_sync_after_the_commit_logs_the_writes_made_during_it() {
     pool.sync_log().unwrap(); // commits the new volume: the log needs it in a root
     pool.write(vol, obj, 0, &pattern(1, 4 * RS)).unwrap();
     pool.sync_object(vol, obj).unwrap();
+    pool.write(vol, obj, 4 * RS as u64, &pattern(9, RS)).unwrap();
     let pool = Arc::new(pool);
-    let txg = pool.begin_commit().unwrap();
-    pool.write(vol, obj, RS as u64, &pattern(7, RS)).unwrap();
-    pool.write(vol, obj, 4 * RS as u64 + 7, b"appended while the commit ran").unwrap();
+    // A commit, held once it has frozen its txg.
+    let gate = pool.failpoints().pause(COMMIT_FREEZE_TO_SYNC);
+    let committer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.commit().unwrap())
+    };
+    gate.wait_arrivals(1);
+    // Data writes go on meanwhile.
+    let p = pool.clone();
+    completes_while_held("a data write", move || {
+        p.write(vol, obj, RS as u64, &pattern(7, RS)).unwrap();
+        p.write(vol, obj, 5 * RS as u64 + 7, b"appended while the commit ran").unwrap();
+    });
     // An fsync asked for meanwhile waits for the commit, then logs what it needs.
     let fsynced = Arc::new(AtomicBool::new(false));
     let syncer = {
@@ -99,16 +149,21 @@ fn a_sync_after_the_commit_logs_the_writes_made_during_it() {
             fsynced.store(true, Ordering::SeqCst);
         })
     };
-    std::thread::sleep(Duration::from_millis(100));
+    wait_until("the fsync waiting for the commit", || pool.waiting_on_commit() == 1 || fsynced.load(Ordering::SeqCst));
     assert!(!fsynced.load(Ordering::SeqCst), "a log write waits while the commit quiesces");
-    txg.finish().unwrap();
+    assert_eq!(gate.arrivals(), 1, "the commit is still held");
+    gate.open();
+    let synced = committer.join().unwrap();
     syncer.join().unwrap();
+    assert!(fsynced.load(Ordering::SeqCst));
     let want = model::capture(&pool).unwrap();
     // Crash with root N durable and the log holding only the groups made after its freeze.
-    let crashed = after_crash(&disk, 3);
-    let got = model::capture(&crashed).unwrap();
-    assert_eq!(got, want, "{:?}", got.diff(&want));
-    assert_clean(&crashed);
+    for (image, crashed) in after_crash(&disk, 3) {
+        assert_eq!(crashed.committed_root().txg, synced + 1, "{image}: replay commits once");
+        let got = model::capture(&crashed).unwrap();
+        assert_eq!(got, want, "{image}: {:?}", got.diff(&want));
+        assert_clean(&crashed);
+    }
 }
 
 #[test]
@@ -118,7 +173,12 @@ fn other_changes_wait_for_the_sync_and_then_apply() {
     pool.write(vol, obj, 0, &pattern(1, 6 * RS)).unwrap();
     pool.kv_put(vol, b"name", b"obj").unwrap();
     let pool = Arc::new(pool);
-    let txg = pool.begin_commit().unwrap();
+    let gate = pool.failpoints().pause(COMMIT_FREEZE_TO_SYNC);
+    let committer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.commit().unwrap())
+    };
+    gate.wait_arrivals(1);
     let done = Arc::new(AtomicBool::new(false));
     let changer = {
         let (pool, done) = (pool.clone(), done.clone());
@@ -132,11 +192,17 @@ fn other_changes_wait_for_the_sync_and_then_apply() {
         })
     };
     // Meanwhile a data write goes through, and reads of keys and sizes answer.
-    pool.write(vol, obj, 3 * RS as u64, &pattern(4, RS)).unwrap();
-    assert_eq!(pool.kv_get(vol, b"name").unwrap().as_deref(), Some(&b"obj"[..]));
-    std::thread::sleep(Duration::from_millis(100));
+    let p = pool.clone();
+    let name = completes_while_held("a data write and a key read", move || {
+        p.write(vol, obj, 3 * RS as u64, &pattern(4, RS)).unwrap();
+        assert_eq!(p.object_size(vol, obj).unwrap(), 6 * RS as u64);
+        p.kv_get(vol, b"name").unwrap()
+    });
+    assert_eq!(name.as_deref(), Some(&b"obj"[..]));
+    wait_until("the truncate waiting for the commit", || pool.waiting_on_commit() == 1 || done.load(Ordering::SeqCst));
     assert!(!done.load(Ordering::SeqCst), "a truncate waits while the commit quiesces");
-    txg.finish().unwrap();
+    gate.open();
+    committer.join().unwrap();
     let made = changer.join().unwrap();
     let want = pattern(1, RS + 5);
     assert_eq!(pool.read(vol, obj, 0, 6 * RS).unwrap(), want, "the truncate came after the write");
@@ -145,9 +211,59 @@ fn other_changes_wait_for_the_sync_and_then_apply() {
     pool.commit().unwrap();
     assert_clean(&pool);
     let state = model::capture(&pool).unwrap();
-    let reopened = after_crash(&disk, 4);
-    assert_eq!(model::capture(&reopened).unwrap(), state);
-    assert_clean(&reopened);
+    for (image, reopened) in after_crash(&disk, 4) {
+        assert_eq!(model::capture(&reopened).unwrap(), state, "{image}");
+        assert_clean(&reopened);
+    }
+}
+
+/// A commit that comes while a prewrite is held after handing its batch over (blocks
+/// allocated, not yet written) writes the batch itself before its root: every crash image
+/// holds the data the root points at.
+#[test]
+fn a_commit_writes_a_prewrite_batch_handed_over_but_not_yet_written() {
+    let (disk, pool, vol) = new_pool(16);
+    let obj = pool.create_object(vol, b"").unwrap();
+    pool.write(vol, obj, 0, &pattern(3, 8 * RS)).unwrap();
+    let pool = Arc::new(pool);
+    let gate = pool.failpoints().pause(PREWRITE_HANDOFF);
+    let prewriter = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.prewrite().unwrap())
+    };
+    gate.wait_arrivals(1);
+    let p = pool.clone();
+    completes_while_held("a commit", move || p.commit().unwrap());
+    let want = model::capture(&pool).unwrap();
+    for (image, crashed) in after_crash(&disk, 16) {
+        let got = model::capture(&crashed).unwrap_or_else(|e| panic!("{image}: {e}"));
+        assert_eq!(got, want, "{image}: {:?}", got.diff(&want));
+        assert_clean(&crashed);
+    }
+    gate.open();
+    assert!(prewriter.join().unwrap().records > 0, "the held prewrite had records to write");
+    assert_clean(&pool);
+}
+
+/// An error between the freeze and the sync fails the commit and latches the pool: the
+/// device keeps the last commit, which reopening returns to.
+#[test]
+fn an_error_between_freeze_and_sync_latches_and_keeps_the_last_commit() {
+    let (disk, pool, vol) = new_pool(17);
+    let obj = pool.create_object(vol, b"").unwrap();
+    pool.write(vol, obj, 0, &pattern(1, 2 * RS)).unwrap();
+    pool.commit().unwrap();
+    let committed = model::capture(&pool).unwrap();
+    pool.write(vol, obj, 0, &pattern(2, 2 * RS)).unwrap();
+    pool.failpoints().fail(COMMIT_FREEZE_TO_SYNC, 0, 1);
+    let e = pool.commit().unwrap_err();
+    assert!(failpoint::is_injected(&e), "{e}");
+    assert!(pool.status().latched.is_some(), "the pool latches");
+    assert!(pool.write(vol, obj, 0, b"x").is_err(), "and takes no more writes");
+    for (image, crashed) in after_crash(&disk, 17) {
+        assert_eq!(model::capture(&crashed).unwrap(), committed, "{image}");
+        assert_clean(&crashed);
+    }
 }
 
 #[test]
@@ -162,7 +278,9 @@ fn a_commit_dropped_before_it_finished_syncs_its_txg() {
     drop(txg);
     // Durable now, without the write made during it, which the pool still serves;
     // truncates and the like may run again.
-    assert_eq!(model::capture(&after_crash(&disk, 5)).unwrap(), frozen_state);
+    for (image, crashed) in after_crash(&disk, 5) {
+        assert_eq!(model::capture(&crashed).unwrap(), frozen_state, "{image}");
+    }
     assert_eq!(model::capture(&pool).unwrap(), live_state);
     pool.truncate(vol, obj, RS as u64).unwrap();
     pool.write(vol, obj, 3 * RS as u64, b"x").unwrap();
@@ -172,9 +290,10 @@ fn a_commit_dropped_before_it_finished_syncs_its_txg() {
     want.resize(3 * RS, 0);
     want.push(b'x');
     assert_eq!(pool.read(vol, obj, 0, 4 * RS).unwrap(), want);
-    let crashed = after_crash(&disk, 6);
-    assert_eq!(crashed.read(vol, obj, 0, 4 * RS).unwrap(), want);
-    assert_clean(&crashed);
+    for (image, crashed) in after_crash(&disk, 6) {
+        assert_eq!(crashed.read(vol, obj, 0, 4 * RS).unwrap(), want, "{image}");
+        assert_clean(&crashed);
+    }
 }
 
 /// A writer rewriting a file while commits run back to back, with fsyncs between: a crash
@@ -213,8 +332,9 @@ fn concurrent_rewrites_and_commits_lose_no_synced_write() {
         }
         if round % 50 == 49 {
             // A crash right now, with commits running: every synced write is durable.
-            let crashed = after_crash(&disk, round as u64);
-            assert_eq!(crashed.read(vol, obj, 0, file.len()).unwrap(), file, "crash after round {round}");
+            for (image, crashed) in after_crash(&disk, round as u64) {
+                assert_eq!(crashed.read(vol, obj, 0, file.len()).unwrap(), file, "{image} after round {round}");
+            }
         }
     }
     pool.sync_object(vol, obj).unwrap();
@@ -222,9 +342,10 @@ fn concurrent_rewrites_and_commits_lose_no_synced_write() {
     let commits = committer.join().unwrap();
     assert!(commits > 0);
     assert_eq!(pool.read(vol, obj, 0, file.len()).unwrap(), file);
-    let crashed = after_crash(&disk, 7);
-    assert_eq!(crashed.read(vol, obj, 0, file.len()).unwrap(), file, "after {commits} commits");
-    assert_clean(&crashed);
+    for (image, crashed) in after_crash(&disk, 7) {
+        assert_eq!(crashed.read(vol, obj, 0, file.len()).unwrap(), file, "{image} after {commits} commits");
+        assert_clean(&crashed);
+    }
     assert_clean(&pool);
 }
 
@@ -303,9 +424,10 @@ fn commits_under_a_rewriting_writer(seed: u64, fsync: bool) -> u64 {
     pool.commit().unwrap();
     assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), pattern(last, LEN));
     assert_clean(&pool);
-    let reopened = after_crash(&sim, seed);
-    let vol = reopened.volume_id("db").unwrap();
-    assert_eq!(reopened.read(vol, obj, 0, LEN).unwrap(), pattern(last, LEN));
+    for (image, reopened) in after_crash(&sim, seed) {
+        let vol = reopened.volume_id("db").unwrap();
+        assert_eq!(reopened.read(vol, obj, 0, LEN).unwrap(), pattern(last, LEN), "{image}");
+    }
     pool.status_commits().early_passes_skipped
 }
 
@@ -357,7 +479,8 @@ fn a_txg_of_rewrites_skips_early_passes_at_its_first_commit() {
     want.extend_from_slice(&pattern(6, LEN));
     assert_eq!(pool.read(vol, obj, 0, 2 * LEN).unwrap(), want);
     assert_clean(&pool);
-    let reopened = after_crash(&sim, 43);
-    let vol = reopened.volume_id("db").unwrap();
-    assert_eq!(reopened.read(vol, obj, 0, 2 * LEN).unwrap(), want);
+    for (image, reopened) in after_crash(&sim, 43) {
+        let vol = reopened.volume_id("db").unwrap();
+        assert_eq!(reopened.read(vol, obj, 0, 2 * LEN).unwrap(), want, "{image}");
+    }
 }

@@ -851,7 +851,7 @@ impl VolumeState {
                     }
                     Placement::Content(Some(_)) => {
                         // Zero detection: an all-zero record the application wrote is a hole.
-                        io.stats.zero_records_elided.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        io.stats.zero_records_elided.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
                         BlockPtr::HOLE
                     }
                     Placement::Content(None) => BlockPtr::HOLE,

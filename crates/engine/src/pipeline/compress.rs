@@ -115,12 +115,12 @@ pub fn compress_batch(policy: CompressionPolicy, inputs: &[&[u8]]) -> Vec<Option
     if policy == CompressionPolicy::Off {
         return vec![None; inputs.len()];
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARALLEL_MAX_THREADS);
+    let threads = crate::sync::thread::available_parallelism().min(PARALLEL_MAX_THREADS);
     if threads < 2 || inputs.len() < PARALLEL_MIN_RECORDS {
         return inputs.iter().map(|d| compress(policy, d)).collect();
     }
     let chunk = inputs.len().div_ceil(threads);
-    std::thread::scope(|scope| {
+    crate::sync::thread::scope(|scope| {
         let handles: Vec<_> = inputs
             .chunks(chunk)
             .map(|part| scope.spawn(move || part.iter().map(|d| compress(policy, d)).collect::<Vec<_>>()))

@@ -45,8 +45,9 @@ use crate::format::{
 };
 use crate::pipeline::cache::BlockCache;
 use crate::pipeline::compress::CompressionPolicy;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::Mutex;
+use std::sync::Arc;
 
 #[derive(Debug, Default)]
 pub struct IoStats {

@@ -236,7 +236,7 @@ impl Pool {
     }
 
     /// The pool's lock, with nothing in flight in the log and everything committed.
-    fn drained_log(&self) -> Result<std::sync::MutexGuard<'_, PoolInner>> {
+    fn drained_log(&self) -> Result<crate::sync::MutexGuard<'_, PoolInner>> {
         let mut p = self.lock();
         p.writable()?;
         while p.ilog.in_flight {

@@ -81,17 +81,20 @@ impl Pool {
             // to complete or free.
             let (block, at) = taken?;
             drop(p);
-            let r = match &batch {
-                Some(b) => b.complete(pool_dev.as_ref()).and_then(|()| {
-                    if separate {
-                        pool_dev.flush().map_err(|e| Error::io("flush referenced log data", e))
-                    } else {
-                        Ok(())
-                    }
-                }),
-                None => Ok(()),
-            }
-            .and_then(|()| dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e)));
+            let r = self
+                .failpoints
+                .hit(crate::failpoint::LOG_WRITE_UNLOCKED)
+                .and_then(|()| match &batch {
+                    Some(b) => b.complete(pool_dev.as_ref()).and_then(|()| {
+                        if separate {
+                            pool_dev.flush().map_err(|e| Error::io("flush referenced log data", e))
+                        } else {
+                            Ok(())
+                        }
+                    }),
+                    None => Ok(()),
+                })
+                .and_then(|()| dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e)));
             p = self.lock();
             p.ilog.written();
             if let Err(e) = r {

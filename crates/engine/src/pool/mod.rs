@@ -63,14 +63,15 @@ use crate::pool::log_device::{LogAtOpen, LogDeviceSpec};
 use crate::pool::snapshot::{SnapshotState, KEY_SNAPSHOT};
 pub use crate::pool::status::{CommitStats, PoolStatus, VolumeInfo};
 use crate::pool::txn::Txn;
+use crate::sync::atomic::Ordering;
+use crate::sync::{Condvar, Mutex};
 use crate::tree::btree::BTree;
 use crate::txg;
 use crate::txg::intent_log::{IntentLog, LogPlace};
 pub use quiesce::QuiescingTxg;
 pub use read_pin::PinnedRead;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
@@ -271,7 +272,9 @@ pub struct Pool {
     pub(crate) settled: Condvar,
     /// Threads waiting in `lock` for a commit in flight to sync (a sync's log write, say):
     /// while there are any, the commit keeps the CPU (prewrite.rs `YIELD_EVERY_BYTES`).
-    pub(crate) waiting_on_commit: std::sync::atomic::AtomicUsize,
+    pub(crate) waiting_on_commit: crate::sync::atomic::AtomicUsize,
+    /// Named places where tests stop or fail a thread (failpoint.rs).
+    pub(crate) failpoints: crate::failpoint::Failpoints,
 }
 
 /// What opening reads from a root: the space map, dedup table, catalog, volumes,

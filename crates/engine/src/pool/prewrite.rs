@@ -34,8 +34,9 @@ use crate::error::{Error, Result};
 use crate::format::{round_up_unit, BlockKind, BlockPtr, Compression, UNIT_SIZE};
 use crate::pipeline::{packable, plan_packs, trimmed, PackItem};
 use crate::pool::{Pool, VolumeId};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use crate::sync::atomic::Ordering;
+use crate::sync::Mutex;
+use std::sync::Arc;
 
 /// Largest single device write of a batch (as the pipeline's combined writes).
 const RUN_MAX: usize = 1 << 20;
@@ -54,7 +55,9 @@ pub(crate) struct PrewriteBatch {
 
 struct BatchState {
     done: bool,
-    failed: Option<std::io::ErrorKind>,
+    /// How its writes failed (kind and message), for every later caller of `complete`:
+    /// the cause travels with the error (a power failure stays recognisable as one).
+    failed: Option<(std::io::ErrorKind, String)>,
     /// (address, stored bytes), sorted by address.
     blocks: Vec<(u64, Stored)>,
 }
@@ -94,12 +97,15 @@ impl PrewriteBatch {
             st.done = true;
             let blocks = std::mem::take(&mut st.blocks);
             if let Err(e) = write_runs(dev, &blocks) {
-                st.failed = Some(e.kind());
+                st.failed = Some((e.kind(), e.to_string()));
                 return Err(Error::io("write prewritten blocks", e));
             }
         }
-        match st.failed {
-            Some(kind) => Err(Error::io("write prewritten blocks", std::io::Error::from(kind))),
+        match &st.failed {
+            Some((kind, why)) => {
+                let e = std::io::Error::new(*kind, format!("an earlier attempt failed: {why}"));
+                Err(Error::io("write prewritten blocks", e))
+            }
             None => Ok(()),
         }
     }
@@ -195,7 +201,7 @@ impl Pool {
                 if since_yield >= YIELD_EVERY_BYTES {
                     since_yield = 0;
                     if self.waiting_on_commit.load(Ordering::Relaxed) == 0 {
-                        std::thread::yield_now();
+                        crate::sync::thread::yield_now();
                     }
                 }
                 prepared.push(Prepared { job, stored, compression, checksum });
@@ -274,8 +280,11 @@ impl Pool {
             (batch, stats)
         };
         // Step 4: the writes and a flush, without the lock (the commit's flush is then short).
-        let done = batch
-            .complete(dev.as_ref())
+        // The batch is the commit's now: a commit that comes first writes it itself.
+        let done = self
+            .failpoints
+            .hit(crate::failpoint::PREWRITE_HANDOFF)
+            .and_then(|()| batch.complete(dev.as_ref()))
             .and_then(|()| dev.flush().map_err(|e| Error::io("flush prewritten blocks", e)));
         if let Err(e) = done {
             let mut p = self.lock_raw();

@@ -22,8 +22,8 @@
 use crate::error::{Error, Result};
 use crate::pool::txn::Txn;
 use crate::pool::{Pool, PoolInner};
-use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
+use crate::sync::atomic::Ordering;
+use crate::sync::{Condvar, LockResult, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// A prewrite pass that wrote at least this much may be followed by another.
@@ -36,11 +36,12 @@ const SKIP_EARLY_PASSES: u8 = 3;
 impl Pool {
     pub(crate) fn from_inner(inner: PoolInner) -> Pool {
         Pool {
-            inner: std::sync::Mutex::new(inner),
-            log_done: std::sync::Condvar::new(),
-            commit_gate: std::sync::Mutex::new(()),
-            settled: std::sync::Condvar::new(),
-            waiting_on_commit: std::sync::atomic::AtomicUsize::new(0),
+            inner: Mutex::new(inner),
+            log_done: Condvar::new(),
+            commit_gate: Mutex::new(()),
+            settled: Condvar::new(),
+            waiting_on_commit: crate::sync::atomic::AtomicUsize::new(0),
+            failpoints: Default::default(),
         }
     }
 
@@ -72,7 +73,7 @@ impl Pool {
     /// poison is cleared once the latch records it: every later call sees the latch.
     pub(crate) fn latch_if_poisoned<'a>(
         &'a self,
-        locked: std::sync::LockResult<MutexGuard<'a, PoolInner>>,
+        locked: LockResult<MutexGuard<'a, PoolInner>>,
     ) -> MutexGuard<'a, PoolInner> {
         locked.unwrap_or_else(|poisoned| {
             let mut p = poisoned.into_inner();
@@ -88,6 +89,18 @@ impl Pool {
             self.inner.clear_poison();
             p
         })
+    }
+
+    /// The pool's failpoints (failpoint.rs): tests and the simulator arm them to hold a
+    /// thread at a named place or make it fail there.
+    pub fn failpoints(&self) -> &crate::failpoint::Failpoints {
+        &self.failpoints
+    }
+
+    /// Threads waiting in the pool's lock for the commit in flight to sync (see the module
+    /// comment): a test sees that a change waits without sleeping.
+    pub fn waiting_on_commit(&self) -> usize {
+        self.waiting_on_commit.load(Ordering::Relaxed)
     }
 
     /// A [`Txn`] that runs even while a commit writes its data: for reads, data writes
@@ -261,6 +274,15 @@ impl QuiescingTxg<'_> {
         let pool = self.pool;
         let mut in_vain = false;
         if self.settle.armed {
+            // Frozen under the lock, not yet written: writers go on, other changes wait. An
+            // error here is the frozen pass's: the pool latches and the txg is not synced.
+            if let Err(e) = pool.failpoints.hit(crate::failpoint::COMMIT_FREEZE_TO_SYNC) {
+                let mut p = pool.lock_raw();
+                if p.latched.is_none() {
+                    p.latched = Some(format!("commit of txg {} failed: {e}", p.next_txg));
+                }
+                return Err(e);
+            }
             let frozen = pool.prewrite()?;
             // In vain: what the early passes prepared was mostly changed again, before
             // they placed it or after (the frozen pass wrote it a second time).

@@ -18,8 +18,9 @@ use crate::catalog::volume::{ObjectId, ReadPlan, SharedBytes};
 use crate::error::Result;
 use crate::pipeline::BlockIo;
 use crate::pool::{Pool, VolumeId};
+use crate::sync::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The pins in flight, by open txg. Its lock is a leaf: taken under the pool's lock (pin,
 /// and the commit reading the oldest) or alone (unpin), never the other way round.
@@ -29,7 +30,7 @@ pub(crate) struct ReadPins {
 }
 
 impl ReadPins {
-    fn pins(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, usize>> {
+    fn pins(&self) -> MutexGuard<'_, BTreeMap<u64, usize>> {
         // The map is updated by single inserts and removes: a panic elsewhere cannot leave
         // it half-changed, so a poisoned lock is still a consistent map.
         self.pins.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -32,9 +32,9 @@ use crate::pipeline::compress::CompressionPolicy;
 use crate::pipeline::dedup::DedupTable;
 use crate::pipeline::BlockIo;
 use crate::pool::{Pool, PoolInner, VolumeId};
+use crate::sync::atomic::Ordering;
 use crate::tree::btree::BTree;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 /// Warn when less than this share of the pool is available: NetApp's guidance for flash
 /// aggregates (keep 10% free so that copy-on-write always finds room and stays fast).

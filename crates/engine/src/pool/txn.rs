@@ -18,7 +18,7 @@ use crate::format::intent::LogRecord;
 use crate::format::{BlockPtr, UNIT_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{PoolInner, SyncPolicy, VolumeId};
-use std::sync::MutexGuard;
+use crate::sync::MutexGuard;
 
 pub struct Txn<'a> {
     p: MutexGuard<'a, PoolInner>,
