@@ -505,7 +505,7 @@ impl Pool {
     /// Verify the pool's newest committed state (not the open txg's unwritten changes).
     pub fn check(&self, opts: CheckOptions) -> Result<CheckReport> {
         let p = self.lock();
-        let root = p.root;
+        let root = p.txg.root;
         let geo = p.alloc.geometry();
         let mut c = Checker {
             io: &p.io,
@@ -513,7 +513,7 @@ impl Pool {
             root_txg: root.txg,
             referenced: vec![0; geo.data_units.div_ceil(64) as usize],
             visited: HashMap::new(),
-            report: CheckReport { txg: root.txg, notes: p.open_notes.clone(), ..Default::default() },
+            report: CheckReport { txg: root.txg, notes: p.health.open_notes.clone(), ..Default::default() },
             geo,
             compression_feature: p.label.features.incompat & crate::format::features::INCOMPAT_COMPRESSION != 0,
             packs_feature: p.label.features.incompat & crate::format::features::INCOMPAT_PACKS != 0,

@@ -49,7 +49,7 @@ impl Pool {
             let mut plan = Vec::new();
             for (i, (volume, name, new_name)) in list.iter().enumerate() {
                 validate_volume_name(new_name)?;
-                if p.by_name.contains_key(*new_name) || list[..i].iter().any(|(_, _, n)| n == new_name) {
+                if p.catalog.by_name.contains_key(*new_name) || list[..i].iter().any(|(_, _, n)| n == new_name) {
                     return Err(Error::AlreadyExists(format!("volume {new_name} in pool {}", p.label.pool_name)));
                 }
                 let vid = p.volume_id(volume)?;
@@ -57,8 +57,8 @@ impl Pool {
             }
             let mut ids = Vec::new();
             for (vid, sid, new_name) in plan {
-                let s = p.snapshots[&sid].rec.clone();
-                let src = p.volumes[&vid].rec.clone();
+                let s = p.catalog.snapshots[&sid].rec.clone();
+                let src = p.catalog.volumes[&vid].rec.clone();
                 let id = VolumeId(p.new_id());
                 let dl = p.new_id();
                 let rec = VolumeRecordPhys {
@@ -68,7 +68,7 @@ impl Pool {
                     tree_root: s.tree_root,
                     next_object_id: s.next_object_id,
                     used_sectors: s.referenced_sectors,
-                    created_txg: p.next_txg,
+                    created_txg: p.txg.next,
                     created_ns: p.clock.now_ns(),
                     quota_bytes: src.quota_bytes,
                     parent: sid,
@@ -83,11 +83,11 @@ impl Pool {
                 let mut v = VolumeState::new(new_name.clone(), rec);
                 v.parent_txg = s.txg;
                 v.dirty = true;
-                p.volumes.insert(id, v);
-                p.by_name.insert(new_name, id);
+                p.catalog.volumes.insert(id, v);
+                p.catalog.by_name.insert(new_name, id);
                 ids.push(id);
             }
-            p.catalog_dirty = true;
+            p.catalog.dirty = true;
             p.commit_always()?;
             Ok(ids)
         })
@@ -99,12 +99,17 @@ impl Pool {
             let mut p = self.lock();
             p.writable()?;
             let vid = p.volume_id(name)?;
-            let origin = p.volumes[&vid].rec.origin;
+            let origin = p.catalog.volumes[&vid].rec.origin;
             if origin == 0 {
                 return Err(Error::invalid(format!("volume {name} is not a clone: nothing to split")));
             }
-            let snaps: Vec<String> =
-                p.snapshots.values().filter(|s| s.rec.volume == vid.0).map(|s| format!("{name}@{}", s.name)).collect();
+            let snaps: Vec<String> = p
+                .catalog
+                .snapshots
+                .values()
+                .filter(|s| s.rec.volume == vid.0)
+                .map(|s| format!("{name}@{}", s.name))
+                .collect();
             if !snaps.is_empty() {
                 return Err(Error::Busy(format!(
                     "clone {name} has snapshots ({}), which share the origin's blocks too: delete them first",
@@ -120,7 +125,11 @@ impl Pool {
         let mut p = self.lock();
         p.writable()?;
         p.commit()?;
-        let v = p.volumes.get(&vid).ok_or_else(|| Error::NotFound(format!("volume {name} (deleted during split)")))?;
+        let v = p
+            .catalog
+            .volumes
+            .get(&vid)
+            .ok_or_else(|| Error::NotFound(format!("volume {name} (deleted during split)")))?;
         let mut all = Vec::new();
         collect_born_after(&p.io, &v.rec.tree_root, 0, &mut HashSet::new(), &mut all)?;
         let left = all.iter().filter(|bp| bp.birth_txg <= origin_txg).count();
@@ -131,10 +140,10 @@ impl Pool {
         }
         let dl = v.rec.deadlist;
         for bp in p.deadlist_entries(dl, 0)? {
-            let PoolInner { catalog, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
             catalog.remove(io, &crate::pool::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
         }
-        let v = p.volumes.get_mut(&vid).expect("checked");
+        let v = p.catalog.volumes.get_mut(&vid).expect("checked");
         v.rec.parent = 0;
         v.rec.origin = 0;
         v.rec.deadlist = 0;
@@ -142,7 +151,7 @@ impl Pool {
         v.rec.written_sectors = v.rec.used_sectors;
         v.rec.total_sectors = v.rec.used_sectors;
         v.dirty = true;
-        p.catalog_dirty = true;
+        p.catalog.dirty = true;
         p.commit()?;
         Ok(stats)
     }
@@ -155,14 +164,14 @@ impl Pool {
             let mut p = self.lock();
             p.writable()?;
             let ids = {
-                let PoolInner { volumes, io, .. } = &mut *p;
+                let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
                 volumes.get_mut(&vid).ok_or_else(gone)?.list_objects(io, after, 64)?
             };
             let Some(&last) = ids.last() else { return Ok(()) };
             let mut pending = 0;
             for obj in ids {
                 let (rs, size, old) = {
-                    let PoolInner { volumes, io, .. } = &mut *p;
+                    let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
                     let dn = volumes.get_mut(&vid).ok_or_else(gone)?.dnode_phys(io, obj)?;
                     let mut old: Vec<(u8, u64, BlockPtr)> = Vec::new();
                     blocktree::walk(io, &dn.root, dn.levels, &mut |bp, level, first| {
@@ -175,7 +184,7 @@ impl Pool {
                 };
                 // Old blocks stay allocated (the origin holds them) across the commits below.
                 for (level, first, bp) in old {
-                    let PoolInner { volumes, io, alloc, .. } = &mut *p;
+                    let PoolInner { io, alloc, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
                     let v = volumes.get_mut(&vid).ok_or_else(gone)?;
                     if level == 0 {
                         // Only the bytes within the object: a record past its size is zeros and
@@ -211,7 +220,7 @@ impl Pool {
         loop {
             let mut p = self.lock();
             p.writable()?;
-            let PoolInner { volumes, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
             let v = volumes.get_mut(&vid).ok_or_else(|| Error::NotFound("volume deleted during split".into()))?;
             let batch = v.tree.range(io, &start, None, BATCH_KEYS)?;
             let Some((last, _)) = batch.last() else { return Ok(()) };

@@ -24,7 +24,7 @@ impl PoolInner {
                 .map_err(|e| Error::io(context, e))
                 .and_then(|_| self.dev.flush().map_err(|e| Error::io("flush pool label", e)));
             if let Err(e) = r {
-                self.latched = Some(format!("label update failed: {e}"));
+                self.health.latched = Some(format!("label update failed: {e}"));
                 return Err(e);
             }
         }
@@ -33,23 +33,23 @@ impl PoolInner {
     }
 
     pub(crate) fn writable(&self) -> Result<()> {
-        if let Some(why) = &self.latched {
+        if let Some(why) = &self.health.latched {
             return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
         }
-        if self.read_only {
+        if self.health.read_only {
             return Err(Error::ReadOnly("opened read-only".into()));
         }
         Ok(())
     }
 
     pub(crate) fn volume_id(&self, name: &str) -> Result<VolumeId> {
-        self.by_name.get(name).copied().ok_or_else(|| {
+        self.catalog.by_name.get(name).copied().ok_or_else(|| {
             Error::NotFound(format!("volume {name} in pool {} (see `strata volume list`)", self.label.pool_name))
         })
     }
 
     pub(crate) fn dirty_bytes(&self) -> u64 {
-        self.volumes.values().map(|v| v.dirty_bytes()).sum()
+        self.catalog.volumes.values().map(|v| v.dirty_bytes()).sum()
     }
 
     /// Whether the open txg's writers rewrite their data faster than commits come: more
@@ -57,16 +57,18 @@ impl PoolInner {
     /// passes would write what is overwritten before the freeze (quiesce.rs).
     pub(crate) fn rewrites_outpace_commits(&self) -> bool {
         let dirty = self.dirty_bytes();
-        dirty > 0 && self.volumes.values().map(|v| v.rewritten_bytes()).sum::<u64>() >= dirty
+        dirty > 0 && self.catalog.volumes.values().map(|v| v.rewritten_bytes()).sum::<u64>() >= dirty
     }
 
     pub(crate) fn could_free_space(&self) -> bool {
-        self.alloc.held_units() > 0 || self.volumes.values().any(|v| v.dirty || v.is_frozen()) || self.destroy_pending()
+        self.alloc.held_units() > 0
+            || self.catalog.volumes.values().any(|v| v.dirty || v.is_frozen())
+            || self.destroy_pending()
     }
 
     pub(crate) fn is_dirty(&self) -> bool {
-        self.catalog_dirty
-            || self.volumes.values().any(|v| v.dirty || v.is_frozen())
+        self.catalog.dirty
+            || self.catalog.volumes.values().any(|v| v.dirty || v.is_frozen())
             || self.alloc.has_dirty_chunks()
             || self.destroy_pending()
     }
@@ -75,9 +77,9 @@ impl PoolInner {
     /// from here on, writes belong to the next txg, and so do the intent log's groups
     /// recorded after `frozen_lsn`.
     pub(crate) fn freeze(&mut self) {
-        assert!(self.frozen_lsn.is_none(), "one commit at a time");
-        self.frozen_lsn = Some(self.ilog.appended);
-        for v in self.volumes.values_mut().filter(|v| v.dirty) {
+        assert!(self.txg.frozen_lsn.is_none(), "one commit at a time");
+        self.txg.frozen_lsn = Some(self.ilog.appended);
+        for v in self.catalog.volumes.values_mut().filter(|v| v.dirty) {
             v.freeze();
         }
     }
@@ -85,7 +87,7 @@ impl PoolInner {
     pub(crate) fn commit(&mut self) -> Result<u64> {
         self.writable()?;
         if !self.is_dirty() {
-            return Ok(self.txg_synced);
+            return Ok(self.txg.synced);
         }
         self.commit_always()
     }
@@ -93,18 +95,18 @@ impl PoolInner {
     /// Commit even with nothing dirty: advancing the txg is what releases held frees.
     pub(crate) fn commit_always(&mut self) -> Result<u64> {
         self.writable()?;
-        let txg = self.next_txg;
+        let txg = self.txg.next;
         match self.sync(txg) {
             Ok(()) => {
-                self.txg_synced = txg;
-                self.next_txg = txg + 1;
+                self.txg.synced = txg;
+                self.txg.next = txg + 1;
                 let freed = self.alloc.take_freed_keys();
                 self.io.forget(&freed);
                 Ok(txg)
             }
             Err(e) => {
                 self.io.discard_writes();
-                self.latched = Some(format!("commit of txg {txg} failed: {e}"));
+                self.health.latched = Some(format!("commit of txg {txg} failed: {e}"));
                 Err(e)
             }
         }
@@ -113,7 +115,7 @@ impl PoolInner {
     fn sync(&mut self, txg: u64) -> Result<()> {
         // A commit under the lock freezes and syncs in one step; `Pool::commit` froze
         // earlier and wrote the frozen data meanwhile.
-        if self.frozen_lsn.is_none() {
+        if self.txg.frozen_lsn.is_none() {
             self.freeze();
         }
         // The labels name the host-state feature before the first root that uses it.
@@ -129,15 +131,16 @@ impl PoolInner {
         }
         {
             // Only frozen volumes sync; any other's prewritten blocks are nobody's.
-            let PoolInner { volumes, alloc, ddt, .. } = self;
+            let PoolInner { alloc, ddt, catalog: crate::catalog::Catalog { volumes, .. }, .. } = self;
             for v in volumes.values_mut().filter(|v| !v.is_frozen()) {
                 v.drop_prewritten(alloc, ddt, txg);
             }
         }
-        let mut released = std::mem::take(&mut self.catalog_released);
-        let dirty: Vec<VolumeId> = self.volumes.iter().filter(|(_, v)| v.is_frozen()).map(|(id, _)| *id).collect();
+        let mut released = std::mem::take(&mut self.catalog.released);
+        let dirty: Vec<VolumeId> =
+            self.catalog.volumes.iter().filter(|(_, v)| v.is_frozen()).map(|(id, _)| *id).collect();
         for vid in dirty {
-            let PoolInner { volumes, io, alloc, ddt, .. } = self;
+            let PoolInner { io, alloc, ddt, catalog: crate::catalog::Catalog { volumes, .. }, .. } = self;
             let v = volumes.get_mut(&vid).expect("listed above");
             let r = v.sync(io, alloc, ddt, txg)?;
             let dl = v.rec.deadlist;
@@ -146,13 +149,13 @@ impl PoolInner {
             }
             released.extend(r.freed);
             self.take_pending_snapshots(vid, txg)?;
-            let PoolInner { volumes, io, catalog, .. } = self;
+            let PoolInner { io, catalog: crate::catalog::Catalog { volumes, tree: catalog, .. }, .. } = self;
             let v = &volumes[&vid];
             catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
         }
         // A deleted volume's next blocks (destroy.rs): before the catalog is written.
         self.destroy_step(txg)?;
-        let PoolInner { io, alloc, catalog, ddt, .. } = self;
+        let PoolInner { io, alloc, ddt, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = self;
         // Frees come before the catalog is written: freeing a packed record changes the
         // pack table, which the catalog holds. (Freed units are held back from reuse, so the
         // catalog's new nodes cannot land on them.)
@@ -191,7 +194,7 @@ impl PoolInner {
             timestamp_ns: self.clock.now_ns(),
             catalog_root,
             allocated_units: alloc.allocated_units(),
-            next_volume_id: self.next_volume_id,
+            next_volume_id: self.catalog.next_id,
             features_incompat: self.label.features.incompat,
             host_id,
             pool_state,
@@ -202,11 +205,11 @@ impl PoolInner {
         );
         alloc.set_oldest_read_pin(self.read_pins.oldest());
         write_root(self.dev.as_ref(), alloc, &ub)?;
-        alloc.reset_reservations(self.volumes.values().map(|v| v.open_reserved_units()).sum());
-        let frozen_lsn = self.frozen_lsn.take().expect("frozen above");
+        alloc.reset_reservations(self.catalog.volumes.values().map(|v| v.open_reserved_units()).sum());
+        let frozen_lsn = self.txg.frozen_lsn.take().expect("frozen above");
         self.retired_log = self.ilog.reset(txg, frozen_lsn);
-        self.root = ub;
-        self.catalog_dirty = false;
+        self.txg.root = ub;
+        self.catalog.dirty = false;
         Ok(())
     }
 }

@@ -107,11 +107,12 @@ impl PoolInner {
     /// Take volume `vol` (its head and snapshots; clones already refused) out of the
     /// catalog and queue its blocks for freeing (see the module comment).
     pub(crate) fn queue_destroy(&mut self, vol: VolumeId) -> Result<()> {
-        let Some(head) = self.volumes.get(&vol) else { return Ok(()) };
+        let Some(head) = self.catalog.volumes.get(&vol) else { return Ok(()) };
         let after_txg = self.snapshot_txg(head.rec.origin);
         let mut trees = vec![DestroyTreePhys { root: head.rec.tree_root, deadlist: head.rec.deadlist }];
         trees.extend(
-            self.snapshots
+            self.catalog
+                .snapshots
                 .values()
                 .filter(|s| s.rec.volume == vol.0)
                 .map(|s| DestroyTreePhys { root: s.rec.tree_root, deadlist: s.rec.deadlist }),
@@ -123,12 +124,12 @@ impl PoolInner {
             label.features.ro_compat |= RO_COMPAT_ASYNC_DESTROY;
             self.rewrite_labels(label, "write pool label (enable async destroy)")?;
         }
-        self.catalog.insert(&self.io, &destroy_key(vol.0, 0), &phys.encode())?;
+        self.catalog.tree.insert(&self.io, &destroy_key(vol.0, 0), &phys.encode())?;
         for (slot, t) in (1u32..).zip(&trees) {
-            self.catalog.insert(&self.io, &destroy_key(vol.0, slot), &t.encode())?;
+            self.catalog.tree.insert(&self.io, &destroy_key(vol.0, slot), &t.encode())?;
         }
         self.destroying.insert(vol.0, Destroying { phys, trees, walk: None, stuck: None });
-        self.catalog_dirty = true;
+        self.catalog.dirty = true;
         Ok(())
     }
 
@@ -183,7 +184,7 @@ impl PoolInner {
         }
         let data_done = d.phys.freed_data as usize >= walk.data.len();
         let trees = d.trees.clone();
-        self.catalog_dirty = true;
+        self.catalog.dirty = true;
         if data_done {
             for t in &trees {
                 if done >= budget {
@@ -191,12 +192,12 @@ impl PoolInner {
                 }
                 let entries = self.deadlist_entries(t.deadlist, 0)?;
                 for bp in entries.iter().take(budget - done) {
-                    self.catalog.remove(&self.io, &deadlist_key(t.deadlist, bp.birth_txg, bp.addr))?;
+                    self.catalog.tree.remove(&self.io, &deadlist_key(t.deadlist, bp.birth_txg, bp.addr))?;
                     done += 1;
                 }
             }
         }
-        let PoolInner { destroying, alloc, ddt, catalog, io, .. } = self;
+        let PoolInner { destroying, alloc, ddt, io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = self;
         let d = destroying.get_mut(&id).expect("looked up above");
         if !data_done || done >= budget {
             catalog.insert(io, &destroy_key(id, 0), &d.phys.encode())?;

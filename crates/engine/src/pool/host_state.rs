@@ -107,7 +107,7 @@ fn read_label_for_identity(dev: &dyn BlockDevice) -> Result<LabelPhys> {
 impl PoolInner {
     /// What the next root records: `(host_id, state)`.
     pub(crate) fn host_stamp(&self) -> (u64, HostState) {
-        if self.exporting {
+        if self.health.exporting {
             (self.host_id, HostState::Exported)
         } else if self.host_id != 0 {
             (self.host_id, HostState::Active)
@@ -134,16 +134,16 @@ impl Pool {
     /// `open` returns. Read-only opens write nothing.
     pub(crate) fn record_host_at_open(&self) -> Result<()> {
         let mut p = self.lock();
-        if p.read_only {
+        if p.health.read_only {
             return Ok(());
         }
         let (host_id, state) = p.host_stamp();
-        let root = p.root;
+        let root = p.txg.root;
         if (root.host_id, root.pool_state) == (host_id, state) {
             return Ok(());
         }
         if root.pool_state == HostState::Active && root.host_id != host_id {
-            p.open_notes.push(format!(
+            p.health.open_notes.push(format!(
                 "pool was last active on host {:#x} and not exported (a crash, or opened without import \
                  checks); now {}",
                 root.host_id,
@@ -170,13 +170,13 @@ impl Pool {
             return Err(Error::ReadOnly(format!(
                 "pool {} cannot be marked exported, the device is unchanged (its newest root says {} by host \
                  {:#x}): {e}",
-                p.label.pool_name, p.root.pool_state, p.root.host_id
+                p.label.pool_name, p.txg.root.pool_state, p.txg.root.host_id
             )));
         }
         // Every root from here on says exported (also one `Drop` might still write).
-        p.exporting = true;
+        p.health.exporting = true;
         p.commit_always()?;
-        debug_assert_eq!(p.root.pool_state, HostState::Exported);
+        debug_assert_eq!(p.txg.root.pool_state, HostState::Exported);
         Ok(())
     }
 }

@@ -252,15 +252,16 @@ impl Pool {
     /// naming the device in the labels, so later syncs go to the in-pool region.
     pub(crate) fn discard_log_device(&self, why: &str) -> Result<()> {
         let mut p = self.lock();
-        let txg = p.root.txg;
-        p.open_notes
+        let txg = p.txg.root.txg;
+        p.health
+            .open_notes
             .push(format!("intent log device discarded ({why}): sync writes acknowledged after txg {txg} may be lost"));
-        if p.read_only {
-            p.open_notes.push("opened read-only: the labels still name the log device".to_string());
+        if p.health.read_only {
+            p.health.open_notes.push("opened read-only: the labels still name the log device".to_string());
             return Ok(());
         }
         p.forget_log_device()?;
-        p.open_notes.push("the pool now keeps its intent log in its own region".to_string());
+        p.health.open_notes.push("the pool now keeps its intent log in its own region".to_string());
         Ok(())
     }
 }

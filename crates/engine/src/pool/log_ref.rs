@@ -53,7 +53,7 @@ pub(crate) struct PreparedRef {
 pub(crate) fn candidates(p: &mut PoolInner, target: SyncTarget) -> Vec<(RefCandidate, u64, CompressionPolicy)> {
     let mut out = Vec::new();
     for mut c in p.ilog.ref_candidates(target) {
-        let PoolInner { volumes, io, .. } = &mut *p;
+        let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
         let Some(v) = volumes.get_mut(&VolumeId(c.vol)) else { continue };
         let Ok(dn) = v.dnode_phys(io, ObjectId(c.obj)) else { continue };
         let rs = dn.record_size as u64;
@@ -104,17 +104,17 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
         .flat_map(|pr| pr.records.iter())
         .map(|(s, _, _)| round_up_unit(s.bytes().len() as u64) / UNIT_SIZE)
         .sum();
-    if prepared.is_empty() || p.alloc.available_units() < needed * 2 || p.latched.is_some() {
+    if prepared.is_empty() || p.alloc.available_units() < needed * 2 || p.health.latched.is_some() {
         return (refs, None);
     }
-    let txg = p.next_txg;
+    let txg = p.txg.next;
     let algo = p.io.checksum_algo();
     let mut blocks = Vec::new();
     for pr in prepared {
         if !p.ilog.is_pending(pr.cand.lsn) {
             continue; // written meanwhile by another sync, with its bytes
         }
-        let PoolInner { volumes, alloc, ddt, io, .. } = &mut *p;
+        let PoolInner { alloc, ddt, io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
         let Some(v) = volumes.get_mut(&VolumeId(pr.cand.vol)) else { continue };
         let mut bps = Vec::with_capacity(pr.records.len());
         let first = pr.cand.offset / pr.record_size;

@@ -33,7 +33,7 @@ impl Pool {
         // Large writes go by reference (intent_log_ref.rs): prepared once, without the lock.
         let mut prepared = None;
         loop {
-            if let Some(why) = &p.latched {
+            if let Some(why) = &p.health.latched {
                 return Err(Error::ReadOnly(format!("{why}; reopen the pool once the device is healthy")));
             }
             if !p.ilog.needs(target, want) {
@@ -43,8 +43,8 @@ impl Pool {
                 p = self.latch_if_poisoned(self.log_done.wait(p));
                 continue;
             }
-            if p.catalog_dirty || !p.ilog.fits(target) {
-                if !p.catalog_dirty {
+            if p.catalog.dirty || !p.ilog.fits(target) {
+                if !p.catalog.dirty {
                     p.ilog.full_commits += 1;
                 }
                 // A commit also makes everything recorded durable. Through `Pool::commit`,
@@ -73,7 +73,7 @@ impl Pool {
             let dev = p.ilog.place().dev.clone();
             let separate = p.ilog.place().is_separate();
             let pool_dev = p.dev.clone();
-            let PoolInner { ilog, volumes, io, .. } = &mut *p;
+            let PoolInner { ilog, io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
             let taken = ilog.take_block(guid, target, &refs, &mut |vol, obj, offset, buf| {
                 read_now(volumes, io, vol, obj, offset, buf)
             });
@@ -98,7 +98,7 @@ impl Pool {
             p = self.lock();
             p.ilog.written();
             if let Err(e) = r {
-                p.latched = Some(format!("intent log write failed: {e}"));
+                p.health.latched = Some(format!("intent log write failed: {e}"));
                 self.log_done.notify_all();
                 return Err(e);
             }

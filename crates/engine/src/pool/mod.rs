@@ -48,6 +48,7 @@ pub mod txn;
 
 use crate::alloc::{Allocator, Geometry};
 use crate::catalog::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
+use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
@@ -68,6 +69,7 @@ use crate::sync::{Condvar, Mutex};
 use crate::tree::btree::BTree;
 use crate::txg;
 use crate::txg::intent_log::{IntentLog, LogPlace};
+use crate::txg::TxgState;
 pub use quiesce::QuiescingTxg;
 pub use read_pin::PinnedRead;
 use std::collections::BTreeMap;
@@ -77,8 +79,7 @@ const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
 pub const DEFAULT_RECORD_SIZE: u32 = 16 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct VolumeId(pub u64);
+pub use crate::catalog::VolumeId;
 
 pub struct PoolOptions {
     pub clock: Arc<dyn Clock>,
@@ -207,59 +208,54 @@ impl Default for VolumeOptions {
     }
 }
 
+/// A pool's state behind its lock, one part per layer (DESIGN.md §2): block I/O and space
+/// (device, pipeline, allocator, dedup table, labels), the txg state, the intent log, the
+/// catalog, the pool's health, and what the pool layer itself keeps.
 pub struct PoolInner {
+    // Devices, pipeline, allocator.
     pub dev: Arc<dyn BlockDevice>,
     pub io: Arc<BlockIo>,
     pub alloc: Allocator,
     /// The dedup table: blocks shared by identical records, with their reference counts.
     pub ddt: DedupTable,
     pub label: LabelPhys,
-    pub catalog: BTree,
-    pub volumes: BTreeMap<VolumeId, VolumeState>,
-    pub by_name: BTreeMap<String, VolumeId>,
-    pub txg_synced: u64,
-    pub next_txg: u64,
-    pub next_volume_id: u64,
-    pub catalog_dirty: bool,
-    pub catalog_released: Vec<BlockPtr>,
-    pub latched: Option<String>,
-    pub read_only: bool,
-    pub clock: Arc<dyn Clock>,
-    pub dirty_limit_bytes: u64,
-    pub open_notes: Vec<String>,
-    /// The newest committed root.
-    pub root: UberblockPhys,
+    // Txg + log.
+    pub txg: TxgState,
     pub ilog: IntentLog,
     /// What the last commit retired from the intent log, dropped by `Pool::commit` after it
     /// releases the lock.
     pub(crate) retired_log: crate::txg::intent_log::RetiredGroups,
-    /// Open read-only views of snapshots (`Pool::open_snapshot_view`), by snapshot id: not
-    /// volumes, never dirty, never committed.
-    pub(crate) views: BTreeMap<VolumeId, VolumeState>,
-    /// Every snapshot of every volume, by id.
-    pub snapshots: BTreeMap<u64, SnapshotState>,
+    // Catalog.
+    pub catalog: Catalog,
+    /// Deleted volumes whose blocks are being freed, by volume id (destroy.rs).
+    pub(crate) destroying: BTreeMap<u64, destroy::Destroying>,
+    // The pool.
+    pub health: Health,
+    pub clock: Arc<dyn Clock>,
+    pub dirty_limit_bytes: u64,
+    /// `PoolOptions::destroy_frees_per_txg`.
+    pub(crate) destroy_frees_per_txg: usize,
     /// Prewrites of the open txg (prewrite.rs); the commit completes and drains them.
     pub(crate) prewrites: Vec<Arc<crate::pool::prewrite::PrewriteBatch>>,
     pub commit_stats: CommitStats,
-    /// The last intent-log group of the txg a commit froze (txg.rs `freeze`), until it syncs.
-    pub(crate) frozen_lsn: Option<u64>,
-    /// A commit is writing its frozen data without the lock (quiesce.rs): only data
-    /// writes, reads and attribute changes run meanwhile; everything else waits.
-    pub(crate) quiescing: bool,
-    /// Commits that go on to skip their early prewrite passes (quiesce.rs `begin_commit`).
-    pub(crate) skip_early_passes: u8,
-    /// Intent-log blocks written as of the last commit's start (quiesce.rs).
-    pub(crate) log_blocks_at_commit: u64,
     /// `PoolOptions::host_id`: what every root this opener commits records (host_state.rs).
     pub(crate) host_id: u64,
-    /// Set by `Pool::export`: from then on, roots say `Exported` instead of `Active`.
-    pub(crate) exporting: bool,
-    /// Deleted volumes whose blocks are being freed, by volume id (destroy.rs).
-    pub(crate) destroying: BTreeMap<u64, destroy::Destroying>,
-    /// `PoolOptions::destroy_frees_per_txg`.
-    pub(crate) destroy_frees_per_txg: usize,
     /// Reads planned under the lock and reading outside it (read_pin.rs).
     pub(crate) read_pins: Arc<read_pin::ReadPins>,
+}
+
+/// Whether the pool may change, and what opening it met.
+#[derive(Default)]
+pub struct Health {
+    /// Why the pool refuses writes: a failed commit, label update or device (latched
+    /// until reopened, DESIGN.md §3.8), or a panic under the lock (quiesce.rs).
+    pub latched: Option<String>,
+    /// Opened read-only.
+    pub read_only: bool,
+    /// What opening met: skipped torn or damaged roots, fallbacks, a discarded log.
+    pub open_notes: Vec<String>,
+    /// Set by `Pool::export`: from then on, roots say `Exported` instead of `Active`.
+    pub(crate) exporting: bool,
 }
 
 pub struct Pool {
@@ -433,45 +429,37 @@ impl Pool {
             alloc: Allocator::new_empty(geo),
             ddt: DedupTable::new(opts.dedup_table_max),
             label,
-            catalog: BTree::new(),
-            volumes: BTreeMap::new(),
-            by_name: BTreeMap::new(),
-            txg_synced: 0,
-            next_txg: 1,
-            next_volume_id: 1,
-            catalog_dirty: true,
-            catalog_released: Vec::new(),
-            prewrites: Vec::new(),
-            commit_stats: CommitStats::default(),
-            frozen_lsn: None,
-            quiescing: false,
-            skip_early_passes: 0,
-            log_blocks_at_commit: 0,
-            host_id: opts.host_id,
-            exporting: false,
-            read_pins: Arc::default(),
-            latched: None,
-            read_only: false,
-            clock: opts.clock,
-            dirty_limit_bytes: opts.dirty_limit_bytes,
-            open_notes: Vec::new(),
+            txg: TxgState {
+                synced: 0,
+                root: UberblockPhys {
+                    txg: 0,
+                    pool_guid: create.pool_guid,
+                    timestamp_ns: 0,
+                    catalog_root: BlockPtr::HOLE,
+                    allocated_units: 0,
+                    next_volume_id: 1,
+                    features_incompat: 0,
+                    host_id: 0,
+                    pool_state: HostState::Unknown,
+                },
+                next: 1,
+                frozen_lsn: None,
+                quiescing: false,
+                skip_early_passes: 0,
+                log_blocks_at_commit: 0,
+            },
             ilog: IntentLog::new(place, 0),
             retired_log: Default::default(),
-            snapshots: BTreeMap::new(),
-            views: BTreeMap::new(),
+            catalog: Catalog { dirty: true, ..Catalog::new(BTree::new(), 1) },
             destroying: BTreeMap::new(),
+            health: Health::default(),
+            clock: opts.clock,
+            dirty_limit_bytes: opts.dirty_limit_bytes,
             destroy_frees_per_txg: opts.destroy_frees_per_txg,
-            root: UberblockPhys {
-                txg: 0,
-                pool_guid: create.pool_guid,
-                timestamp_ns: 0,
-                catalog_root: BlockPtr::HOLE,
-                allocated_units: 0,
-                next_volume_id: 1,
-                features_incompat: 0,
-                host_id: 0,
-                pool_state: HostState::Unknown,
-            },
+            prewrites: Vec::new(),
+            commit_stats: CommitStats::default(),
+            host_id: opts.host_id,
+            read_pins: Arc::default(),
         };
         let pool = Pool::from_inner(inner);
         pool.commit()?;
@@ -571,35 +559,27 @@ impl Pool {
                         alloc,
                         ddt,
                         label,
-                        catalog,
-                        volumes,
-                        by_name,
-                        txg_synced: ub.txg,
-                        next_txg: newest_txg.expect("roots non-empty").max(ub.txg) + 1,
-                        next_volume_id: ub.next_volume_id,
-                        catalog_dirty: false,
-                        catalog_released: Vec::new(),
-                        prewrites: Vec::new(),
-                        commit_stats: CommitStats::default(),
-                        frozen_lsn: None,
-                        quiescing: false,
-                        skip_early_passes: 0,
-                        log_blocks_at_commit: 0,
-                        host_id: opts.host_id,
-                        exporting: false,
-                        read_pins: Arc::default(),
-                        latched: None,
-                        read_only,
-                        clock: opts.clock,
-                        dirty_limit_bytes: opts.dirty_limit_bytes,
-                        open_notes: notes,
-                        root: *ub,
+                        txg: TxgState {
+                            synced: ub.txg,
+                            root: *ub,
+                            next: newest_txg.expect("roots non-empty").max(ub.txg) + 1,
+                            frozen_lsn: None,
+                            quiescing: false,
+                            skip_early_passes: 0,
+                            log_blocks_at_commit: 0,
+                        },
                         ilog: IntentLog::new(place, ub.txg),
                         retired_log: Default::default(),
-                        snapshots,
-                        views: BTreeMap::new(),
+                        catalog: Catalog { volumes, by_name, snapshots, ..Catalog::new(catalog, ub.next_volume_id) },
                         destroying,
+                        health: Health { latched: None, read_only, open_notes: notes, exporting: false },
+                        clock: opts.clock,
+                        dirty_limit_bytes: opts.dirty_limit_bytes,
                         destroy_frees_per_txg: opts.destroy_frees_per_txg,
+                        prewrites: Vec::new(),
+                        commit_stats: CommitStats::default(),
+                        host_id: opts.host_id,
+                        read_pins: Arc::default(),
                     };
                     let pool = Pool::from_inner(inner);
                     pool.start_packing()?;
@@ -627,7 +607,7 @@ impl Pool {
         let f = p.label.features.incompat;
         if f & INCOMPAT_PACKS != 0 {
             p.io.set_packing(true);
-        } else if f & INCOMPAT_COMPRESSION != 0 && !p.read_only {
+        } else if f & INCOMPAT_COMPRESSION != 0 && !p.health.read_only {
             p.enable_compression_feature()?;
         }
         Ok(())
@@ -722,7 +702,7 @@ impl Pool {
     pub fn close(self) -> Result<()> {
         let r = {
             let mut p = self.lock();
-            if p.read_only {
+            if p.health.read_only {
                 Ok(0)
             } else {
                 p.commit()
@@ -733,7 +713,7 @@ impl Pool {
 
     /// The root the pool stands on: the newest committed uberblock.
     pub fn committed_root(&self) -> UberblockPhys {
-        self.lock_raw().root
+        self.lock_raw().txg.root
     }
 
     /// Commit timings since open (also in `status`, without building all of it).
@@ -770,21 +750,21 @@ impl Pool {
             data_cache_capacity: p.io.data_cache_usage().1,
             data_cache_hits: p.io.stats.data_cache_hits.load(Ordering::Relaxed),
             commits: p.commit_stats,
-            txg: p.txg_synced,
+            txg: p.txg.synced,
             size_bytes: size,
             allocated_bytes: allocated,
             held_bytes: held,
             free_bytes: size - allocated - held,
-            volumes: p.volumes.len(),
-            read_only: p.read_only,
-            latched: p.latched.clone(),
+            volumes: p.catalog.volumes.len(),
+            read_only: p.health.read_only,
+            latched: p.health.latched.clone(),
             corruptions_detected: p.io.stats.corruptions_detected.load(Ordering::Relaxed),
             blocks_written: p.io.stats.blocks_written.load(Ordering::Relaxed),
             blocks_read: p.io.stats.blocks_read.load(Ordering::Relaxed),
-            open_notes: p.open_notes.clone(),
+            open_notes: p.health.open_notes.clone(),
             space: p.pool_space(),
-            host_id: p.root.host_id,
-            pool_state: p.root.pool_state,
+            host_id: p.txg.root.host_id,
+            pool_state: p.txg.root.pool_state,
             features: p.label.features,
         }
     }
@@ -794,15 +774,15 @@ impl Pool {
         validate_record_size(opts.record_size)?;
         let mut p = self.lock();
         p.writable()?;
-        if p.by_name.contains_key(name) {
+        if p.catalog.by_name.contains_key(name) {
             return Err(Error::AlreadyExists(format!("volume {name} in pool {}", p.label.pool_name)));
         }
         p.prepare_volume(name, opts.compression, opts.reservation_bytes, opts.quota_bytes)?;
         if opts.dedup {
             p.enable_dedup_feature()?;
         }
-        let id = VolumeId(p.next_volume_id);
-        p.next_volume_id += 1;
+        let id = VolumeId(p.catalog.next_id);
+        p.catalog.next_id += 1;
         let rec = VolumeRecordPhys {
             id: id.0,
             record_size: opts.record_size,
@@ -810,7 +790,7 @@ impl Pool {
             tree_root: BlockPtr::HOLE,
             next_object_id: 1,
             used_sectors: 0,
-            created_txg: p.next_txg,
+            created_txg: p.txg.next,
             created_ns: p.clock.now_ns(),
             quota_bytes: opts.quota_bytes,
             parent: 0,
@@ -824,9 +804,9 @@ impl Pool {
         };
         let mut v = VolumeState::new(name.to_string(), rec);
         v.dirty = true;
-        p.volumes.insert(id, v);
-        p.by_name.insert(name.to_string(), id);
-        p.catalog_dirty = true;
+        p.catalog.volumes.insert(id, v);
+        p.catalog.by_name.insert(name.to_string(), id);
+        p.catalog.dirty = true;
         if opts.reservation_bytes > 0 {
             p.store_reservation(id, opts.reservation_bytes)?;
         }
@@ -842,27 +822,32 @@ impl Pool {
         let id = p.volume_id(name)?;
         p.refuse_delete_with_clones(id)?;
         p.queue_destroy(id)?;
-        let snaps: Vec<(u64, String)> =
-            p.snapshots.iter().filter(|(_, s)| s.rec.volume == id.0).map(|(sid, s)| (*sid, s.name.clone())).collect();
+        let snaps: Vec<(u64, String)> = p
+            .catalog
+            .snapshots
+            .iter()
+            .filter(|(_, s)| s.rec.volume == id.0)
+            .map(|(sid, s)| (*sid, s.name.clone()))
+            .collect();
         for (sid, sname) in snaps {
-            let PoolInner { catalog, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
             catalog.remove(io, &crate::pool::snapshot::snapshot_key(id.0, &sname))?;
-            p.snapshots.remove(&sid);
-            p.views.remove(&VolumeId(sid)); // an open read-only view
+            p.catalog.snapshots.remove(&sid);
+            p.catalog.views.remove(&VolumeId(sid)); // an open read-only view
         }
         let key = volume_key(name);
         {
-            let PoolInner { catalog, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
             catalog.remove(io, &key)?;
             catalog.remove(io, &crate::pool::space::volume_space_key(name))?;
         }
-        if let Some(mut v) = p.volumes.remove(&id) {
-            let txg = p.next_txg;
+        if let Some(mut v) = p.catalog.volumes.remove(&id) {
+            let txg = p.txg.next;
             let PoolInner { alloc, ddt, .. } = &mut *p;
             v.drop_prewritten(alloc, ddt, txg); // blocks of the open txg nobody will reference
         }
-        p.by_name.remove(name);
-        p.catalog_dirty = true;
+        p.catalog.by_name.remove(name);
+        p.catalog.dirty = true;
         Ok(())
     }
 
@@ -872,15 +857,15 @@ impl Pool {
 
     pub fn volumes(&self) -> Vec<VolumeInfo> {
         let p = self.lock_raw();
-        p.volumes.iter().map(|(id, v)| info(&p, *id, v)).collect()
+        p.catalog.volumes.iter().map(|(id, v)| info(&p, *id, v)).collect()
     }
 
     pub fn volume_info(&self, vol: VolumeId) -> Result<VolumeInfo> {
         let p = self.lock_raw();
-        if let Some(view) = p.views.get(&vol) {
+        if let Some(view) = p.catalog.views.get(&vol) {
             return Ok(VolumeInfo { read_only: true, ..info(&p, vol, view) });
         }
-        let v = p.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        let v = p.catalog.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         Ok(info(&p, vol, v))
     }
 
@@ -1011,13 +996,13 @@ impl Pool {
 
 fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {
     let snapshot_name = |sid: u64| {
-        p.snapshots.get(&sid).map(|s| {
-            let vol = p.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
+        p.catalog.snapshots.get(&sid).map(|s| {
+            let vol = p.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
             format!("{vol}@{}", s.name)
         })
     };
     VolumeInfo {
-        snapshots: p.snapshots.values().filter(|s| s.rec.volume == id.0).count(),
+        snapshots: p.catalog.snapshots.values().filter(|s| s.rec.volume == id.0).count(),
         written_bytes: v.rec.written_sectors * SECTOR_SIZE,
         total_bytes: v.rec.total_sectors * SECTOR_SIZE,
         parent_snapshot: snapshot_name(v.rec.parent),

@@ -157,18 +157,18 @@ impl Pool {
     pub(crate) fn prewrite_within(&self, max_bytes: u64) -> Result<Option<PrewriteStats>> {
         let (txg, jobs, checksum_algo, dev) = {
             let p = self.lock_raw();
-            if p.read_only || p.latched.is_some() {
+            if p.health.read_only || p.health.latched.is_some() {
                 return Ok(Some(PrewriteStats::default()));
             }
             let mut jobs = Vec::new();
             // While a commit quiesces, only what it froze: the rest is the next txg's.
-            let frozen_only = p.frozen_lsn.is_some();
-            for (vid, v) in p.volumes.iter().filter(|(_, v)| !frozen_only || v.is_frozen()) {
+            let frozen_only = p.txg.frozen_lsn.is_some();
+            for (vid, v) in p.catalog.volumes.iter().filter(|(_, v)| !frozen_only || v.is_frozen()) {
                 for (key, content) in v.prewrite_candidates() {
                     jobs.push(Job { vol: *vid, key, content, policy: v.rec.compression });
                 }
             }
-            (p.next_txg, jobs, p.io.checksum_algo(), p.dev.clone())
+            (p.txg.next, jobs, p.io.checksum_algo(), p.dev.clone())
         };
         let found_bytes: u64 = jobs.iter().map(|j| j.content.len() as u64).sum();
         if found_bytes > max_bytes {
@@ -211,12 +211,13 @@ impl Pool {
         let needed: u64 = prepared.iter().map(|p| round_up_unit(p.stored.bytes().len() as u64) / UNIT_SIZE).sum();
         let (batch, stats) = {
             let mut p = self.lock_raw();
-            if p.next_txg != txg || p.latched.is_some() || p.alloc.available_units() < needed * 2 {
+            if p.txg.next != txg || p.health.latched.is_some() || p.alloc.available_units() < needed * 2 {
                 return Ok(Some(PrewriteStats { found_bytes, ..Default::default() }));
             }
             let mut blocks: Vec<(u64, Stored)> = Vec::with_capacity(prepared.len());
             let mut stats = PrewriteStats { found_bytes, ..Default::default() };
-            let crate::pool::PoolInner { volumes, alloc, ddt, io, .. } = &mut *p;
+            let crate::pool::PoolInner { alloc, ddt, io, catalog: crate::catalog::Catalog { volumes, .. }, .. } =
+                &mut *p;
             // Records changed since step 1 are left to the commit (it writes the new content).
             // Records of dedup volumes whose bytes the dedup table holds become references
             // (nothing to write; the pool's checksums are BLAKE3, so a checksum is the key).
@@ -289,8 +290,8 @@ impl Pool {
         if let Err(e) = done {
             let mut p = self.lock_raw();
             p.io.discard_writes();
-            if p.latched.is_none() {
-                p.latched = Some(format!("prewrite of txg {txg} failed: {e}"));
+            if p.health.latched.is_none() {
+                p.health.latched = Some(format!("prewrite of txg {txg} failed: {e}"));
             }
             return Err(e);
         }

@@ -48,9 +48,9 @@ impl Pool {
     /// The pool's lock, once no commit is quiescing (see the module comment).
     pub(crate) fn lock(&self) -> MutexGuard<'_, PoolInner> {
         let mut p = self.lock_raw();
-        if p.quiescing {
+        if p.txg.quiescing {
             self.waiting_on_commit.fetch_add(1, Ordering::Relaxed);
-            while p.quiescing {
+            while p.txg.quiescing {
                 p = self.latch_if_poisoned(self.settled.wait(p));
             }
             self.waiting_on_commit.fetch_sub(1, Ordering::Relaxed);
@@ -80,9 +80,9 @@ impl Pool {
             let why = format!(
                 "a thread panicked while holding the pool lock (see the log for the panic); memory may be \
                  half updated, the device holds txg {}",
-                p.txg_synced
+                p.txg.synced
             );
-            p.latched = Some(match p.latched.take() {
+            p.health.latched = Some(match p.health.latched.take() {
                 None => why,
                 Some(first) => format!("{first}; then {why}"),
             });
@@ -151,10 +151,10 @@ impl Pool {
         // dirty): the first commit of a rewriting client need not learn it by waste.
         let skip = {
             let mut p = self.lock_raw();
-            let synced = p.ilog.blocks_written != p.log_blocks_at_commit;
-            p.log_blocks_at_commit = p.ilog.blocks_written;
-            let skip = (p.skip_early_passes > 0 || p.rewrites_outpace_commits()) && !synced;
-            p.skip_early_passes = if synced { 0 } else { p.skip_early_passes.saturating_sub(1) };
+            let synced = p.ilog.blocks_written != p.txg.log_blocks_at_commit;
+            p.txg.log_blocks_at_commit = p.ilog.blocks_written;
+            let skip = (p.txg.skip_early_passes > 0 || p.rewrites_outpace_commits()) && !synced;
+            p.txg.skip_early_passes = if synced { 0 } else { p.txg.skip_early_passes.saturating_sub(1) };
             p.commit_stats.early_passes_skipped += u64::from(skip);
             skip
         };
@@ -177,12 +177,12 @@ impl Pool {
             let mut p = self.lock_raw();
             // A txg frozen by a commit that never finished is written as it is; what was
             // written since stays for the next one.
-            let quiesce = p.writable().is_ok() && (p.frozen_lsn.is_some() || p.is_dirty());
+            let quiesce = p.writable().is_ok() && (p.txg.frozen_lsn.is_some() || p.is_dirty());
             if quiesce {
-                if p.frozen_lsn.is_none() {
+                if p.txg.frozen_lsn.is_none() {
                     p.freeze();
                 }
-                p.quiescing = true;
+                p.txg.quiescing = true;
             }
             quiesce
         };
@@ -209,7 +209,7 @@ impl Pool {
                 Err(Error::CommitInFlight) if !wait_for_commit => wait_for_commit = true,
                 Err(Error::NoSpace(_)) if tries < 3 && t.inner().could_free_space() => {
                     tries += 1;
-                    if t.inner().quiescing {
+                    if t.inner().txg.quiescing {
                         // The commit in flight releases space as it syncs: wait for it.
                         wait_for_commit = true;
                     } else {
@@ -278,8 +278,8 @@ impl QuiescingTxg<'_> {
             // error here is the frozen pass's: the pool latches and the txg is not synced.
             if let Err(e) = pool.failpoints.hit(crate::failpoint::COMMIT_FREEZE_TO_SYNC) {
                 let mut p = pool.lock_raw();
-                if p.latched.is_none() {
-                    p.latched = Some(format!("commit of txg {} failed: {e}", p.next_txg));
+                if p.health.latched.is_none() {
+                    p.health.latched = Some(format!("commit of txg {} failed: {e}", p.txg.next));
                 }
                 return Err(e);
             }
@@ -292,11 +292,11 @@ impl QuiescingTxg<'_> {
         let prewrite = self.t0.elapsed();
         let mut p = pool.lock_raw();
         if in_vain {
-            p.skip_early_passes = SKIP_EARLY_PASSES;
+            p.txg.skip_early_passes = SKIP_EARLY_PASSES;
         }
-        p.quiescing = false;
+        p.txg.quiescing = false;
         let (t1, read0) = (Instant::now(), p.io.stats.blocks_read.load(Ordering::Relaxed));
-        let synced = p.txg_synced;
+        let synced = p.txg.synced;
         let r = p.commit();
         if matches!(r, Ok(txg) if txg != synced) {
             let read = p.io.stats.blocks_read.load(Ordering::Relaxed) - read0;
@@ -322,11 +322,11 @@ impl Drop for Settle<'_> {
     fn drop(&mut self) {
         if self.armed {
             let mut p = self.pool.lock_raw();
-            p.quiescing = false;
+            p.txg.quiescing = false;
             // A commit dropped before it synced: sync the frozen txg now, under the lock —
             // the live state must not take other changes while a frozen set waits. (After a
             // failed prewrite the pool is latched and nothing changes any more.)
-            if p.frozen_lsn.is_some() && p.writable().is_ok() {
+            if p.txg.frozen_lsn.is_some() && p.writable().is_ok() {
                 let _ = p.commit();
             }
             let retired = std::mem::take(&mut p.retired_log);

@@ -99,7 +99,7 @@ impl Pool {
         let mut t = self.txn_data();
         let plan = t.plan_read(vol, obj, offset, len)?;
         let p = t.inner();
-        let txg = p.next_txg;
+        let txg = p.txg.next;
         p.read_pins.pin(txg);
         Ok(PinnedRead { plan, io: p.io.clone(), pins: p.read_pins.clone(), txg })
     }

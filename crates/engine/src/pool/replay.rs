@@ -63,7 +63,7 @@ impl crate::pool::Pool {
         let mut p = self.lock();
         let io = p.io.clone();
         let mut refs = crate::pool::log_ref::RefReader { io: &io, fetched: Default::default(), error: None };
-        let groups = IntentLog::read(p.ilog.place(), p.label.pool_guid, p.root.txg, &mut |r| refs.verify(r))?;
+        let groups = IntentLog::read(p.ilog.place(), p.label.pool_guid, p.txg.root.txg, &mut |r| refs.verify(r))?;
         if let Some(e) = refs.error.take() {
             return Err(e);
         }
@@ -71,14 +71,14 @@ impl crate::pool::Pool {
             return Ok(());
         }
         let ops: usize = groups.iter().map(|g| g.len()).sum();
-        if p.read_only {
-            p.open_notes.push(format!(
+        if p.health.read_only {
+            p.health.open_notes.push(format!(
                 "{ops} operations in the intent log were not replayed (opened read-only): the state shown is the last commit"
             ));
             return Ok(());
         }
         // The blocks the log references stay untouched until the commit below lands.
-        let txg = p.next_txg;
+        let txg = p.txg.next;
         for r in groups.iter().flatten() {
             if let LogRecord::WriteRef { bps, .. } = r {
                 for bp in bps {
@@ -92,7 +92,7 @@ impl crate::pool::Pool {
             }
         }
         p.commit()?;
-        p.open_notes.push(format!("replayed {ops} operations ({} groups) from the intent log", groups.len()));
+        p.health.open_notes.push(format!("replayed {ops} operations ({} groups) from the intent log", groups.len()));
         Ok(())
     }
 }
@@ -100,7 +100,7 @@ impl crate::pool::Pool {
 fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord, refs: &crate::pool::log_ref::RefReader<'_>) -> Result<()> {
     use crate::catalog::volume::ObjectId;
     use crate::pool::{PoolInner, VolumeId};
-    let PoolInner { volumes, io, alloc, .. } = p;
+    let PoolInner { io, alloc, catalog: crate::catalog::Catalog { volumes, .. }, .. } = p;
     let vol_of = |r: &LogRecord| match r {
         LogRecord::Write { vol, .. }
         | LogRecord::Truncate { vol, .. }

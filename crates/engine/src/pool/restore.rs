@@ -65,7 +65,7 @@ impl Pool {
                     return Err(Error::invalid(format!("volume {volume} named twice")));
                 }
                 let sid = p.snapshot_id(vid, name)?;
-                let head = &p.volumes[&vid];
+                let head = &p.catalog.volumes[&vid];
                 let mut freed = Vec::new();
                 collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
                 let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
@@ -83,12 +83,12 @@ impl Pool {
                 plan.push((vid, sid, freed));
             }
             for (vid, sid, freed) in plan {
-                let old = p.volumes[&vid].rec.clone();
+                let old = p.catalog.volumes[&vid].rec.clone();
                 for bp in p.deadlist_entries(old.deadlist, 0)? {
-                    let PoolInner { catalog, io, .. } = &mut *p;
+                    let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
                     catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
                 }
-                let s = p.snapshots[&sid].rec.clone();
+                let s = p.catalog.snapshots[&sid].rec.clone();
                 let dl = p.new_id();
                 let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
                 let rec = VolumeRecordPhys {
@@ -102,14 +102,14 @@ impl Pool {
                     saved_bytes: s.saved_bytes,
                     ..old
                 };
-                let name = p.volumes[&vid].name.clone();
+                let name = p.catalog.volumes[&vid].name.clone();
                 let mut v = VolumeState::new(name, rec);
                 v.parent_txg = s.txg;
                 v.dirty = true;
-                p.volumes.insert(vid, v);
-                p.catalog_released.extend(freed);
+                p.catalog.volumes.insert(vid, v);
+                p.catalog.released.extend(freed);
             }
-            p.catalog_dirty = true;
+            p.catalog.dirty = true;
             p.commit_always()?;
             Ok(())
         })
@@ -127,20 +127,20 @@ impl Pool {
     ) -> Result<FileRestoreStats> {
         let mut p = self.lock();
         p.writable()?;
-        if !p.views.contains_key(&view) {
+        if !p.catalog.views.contains_key(&view) {
             return Err(Error::invalid(format!("volume id {} is not an open snapshot view", view.0)));
         }
-        if !p.volumes.contains_key(&vol) {
+        if !p.catalog.volumes.contains_key(&vol) {
             return Err(Error::NotFound(format!("volume id {}", vol.0)));
         }
         p.commit()?;
         let src_dn = {
-            let PoolInner { views, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { views, .. }, .. } = &mut *p;
             views.get_mut(&view).expect("checked").dnode_phys(io, src)?
         };
         let rs = src_dn.record_size;
         let reshape = {
-            let PoolInner { volumes, io, alloc, .. } = &mut *p;
+            let PoolInner { io, alloc, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
             let h = volumes.get_mut(&vol).expect("checked");
             let dst = h.dnode_phys(io, obj)?;
             if dst.record_size != rs {
@@ -156,13 +156,13 @@ impl Pool {
         let mut stats = FileRestoreStats::default();
         let mut pending_copy = 0u64;
         {
-            let PoolInner { volumes, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
             let h = volumes.get_mut(&vol).expect("checked");
             let size = h.dnode_phys(io, obj)?.size;
             h.set_shape(io, obj, size, rs)?;
         }
         let mut dst_dn = {
-            let PoolInner { volumes, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
             volumes.get_mut(&vol).expect("checked").dnode_phys(io, obj)?
         };
         let records: BTreeSet<u64> = {
@@ -184,24 +184,24 @@ impl Pool {
                 stats.unchanged_bytes += rs as u64;
                 continue;
             }
-            let dl = p.volumes[&vol].rec.deadlist;
+            let dl = p.catalog.volumes[&vol].rec.deadlist;
             let key = deadlist_key(dl, sbp.birth_txg, sbp.addr);
-            let shareable = !sbp.is_hole() && dl != 0 && p.catalog.get(&p.io, &key)?.is_some();
+            let shareable = !sbp.is_hole() && dl != 0 && p.catalog.tree.get(&p.io, &key)?.is_some();
             if sbp.is_hole() || shareable {
                 if shareable {
-                    let PoolInner { catalog, io, .. } = &mut *p;
+                    let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
                     catalog.remove(io, &key)?;
-                    p.catalog_dirty = true;
+                    p.catalog.dirty = true;
                     stats.shared_bytes += rs as u64;
                 }
-                let h = p.volumes.get_mut(&vol).expect("checked");
+                let h = p.catalog.volumes.get_mut(&vol).expect("checked");
                 h.shared_records.insert((obj, r), if sbp.is_hole() { BlockPtr::HOLE } else { sbp });
                 h.dirty = true;
                 continue;
             }
             let data = p.io.read_block(&sbp)?;
             {
-                let PoolInner { volumes, io, alloc, .. } = &mut *p;
+                let PoolInner { io, alloc, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
                 volumes.get_mut(&vol).expect("checked").write(io, alloc, obj, r * rs as u64, &data)?;
             }
             stats.copied_bytes += rs as u64;
@@ -210,12 +210,12 @@ impl Pool {
                 p.commit()?;
                 pending_copy = 0;
                 // The committed tree replaced the blocks of the old one: look up the rest in it.
-                let PoolInner { volumes, io, .. } = &mut *p;
+                let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
                 dst_dn = volumes.get_mut(&vol).expect("checked").dnode_phys(io, obj)?;
             }
         }
         {
-            let PoolInner { volumes, io, .. } = &mut *p;
+            let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
             volumes.get_mut(&vol).expect("checked").set_shape(io, obj, src_dn.size, rs)?;
         }
         p.commit()?;

@@ -31,10 +31,7 @@ pub(crate) const KEY_DEADLIST: u8 = 0x03;
 /// Snapshots one volume may have (ONTAP 9 allows 1,023).
 pub const SNAPSHOTS_PER_VOLUME_MAX: usize = 16384;
 
-pub struct SnapshotState {
-    pub name: String,
-    pub rec: SnapshotRecordPhys,
-}
+pub use crate::catalog::SnapshotState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotInfo {
@@ -147,8 +144,8 @@ fn collect_records_born_after(
 
 impl PoolInner {
     pub(crate) fn new_id(&mut self) -> u64 {
-        let id = self.next_volume_id;
-        self.next_volume_id += 1;
+        let id = self.catalog.next_id;
+        self.catalog.next_id += 1;
         id
     }
 
@@ -157,23 +154,26 @@ impl PoolInner {
         if id == 0 {
             0
         } else {
-            self.snapshots.get(&id).map_or(0, |s| s.rec.txg)
+            self.catalog.snapshots.get(&id).map_or(0, |s| s.rec.txg)
         }
     }
 
     pub(crate) fn snapshot_id(&self, vol: VolumeId, name: &str) -> Result<u64> {
-        self.snapshots.iter().find(|(_, s)| s.rec.volume == vol.0 && s.name == name).map(|(id, _)| *id).ok_or_else(
-            || {
-                let vname = self.volumes.get(&vol).map_or("?", |v| v.name.as_str());
+        self.catalog
+            .snapshots
+            .iter()
+            .find(|(_, s)| s.rec.volume == vol.0 && s.name == name)
+            .map(|(id, _)| *id)
+            .ok_or_else(|| {
+                let vname = self.catalog.volumes.get(&vol).map_or("?", |v| v.name.as_str());
                 Error::NotFound(format!("snapshot {vname}@{name} (see `strata snapshot list {vname}`)"))
-            },
-        )
+            })
     }
 
     fn snapshot_display(&self, id: u64) -> String {
-        match self.snapshots.get(&id) {
+        match self.catalog.snapshots.get(&id) {
             Some(s) => {
-                let v = self.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
+                let v = self.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
                 format!("{v}@{}", s.name)
             }
             None => format!("snapshot #{id}"),
@@ -182,22 +182,22 @@ impl PoolInner {
 
     pub(crate) fn children(&self, id: u64) -> Vec<Child> {
         let mut out: Vec<Child> =
-            self.volumes.iter().filter(|(_, v)| v.rec.parent == id).map(|(vid, _)| Child::Head(*vid)).collect();
-        out.extend(self.snapshots.iter().filter(|(_, s)| s.rec.parent == id).map(|(sid, _)| Child::Snap(*sid)));
+            self.catalog.volumes.iter().filter(|(_, v)| v.rec.parent == id).map(|(vid, _)| Child::Head(*vid)).collect();
+        out.extend(self.catalog.snapshots.iter().filter(|(_, s)| s.rec.parent == id).map(|(sid, _)| Child::Snap(*sid)));
         out
     }
 
     fn child_volume(&self, c: Child) -> u64 {
         match c {
             Child::Head(v) => v.0,
-            Child::Snap(s) => self.snapshots[&s].rec.volume,
+            Child::Snap(s) => self.catalog.snapshots[&s].rec.volume,
         }
     }
 
     fn child_deadlist(&self, c: Child) -> u64 {
         match c {
-            Child::Head(v) => self.volumes[&v].rec.deadlist,
-            Child::Snap(s) => self.snapshots[&s].rec.deadlist,
+            Child::Head(v) => self.catalog.volumes[&v].rec.deadlist,
+            Child::Snap(s) => self.catalog.snapshots[&s].rec.deadlist,
         }
     }
 
@@ -211,7 +211,7 @@ impl PoolInner {
         let mut start = deadlist_key(dl, first_birth, 0);
         let end = deadlist_key(dl + 1, 0, 0);
         loop {
-            let batch = self.catalog.range(&self.io, &start, Some(&end), 1024)?;
+            let batch = self.catalog.tree.range(&self.io, &start, Some(&end), 1024)?;
             let Some((last, _)) = batch.last() else { break };
             start = last.clone();
             start.push(0);
@@ -232,8 +232,8 @@ impl PoolInner {
 
     pub(crate) fn deadlist_insert(&mut self, dl: u64, bp: &BlockPtr) -> Result<()> {
         assert!(dl != 0, "a head with a parent has a deadlist");
-        self.catalog.insert(&self.io, &deadlist_key(dl, bp.birth_txg, bp.addr), &bp.encode())?;
-        self.catalog_dirty = true;
+        self.catalog.tree.insert(&self.io, &deadlist_key(dl, bp.birth_txg, bp.addr), &bp.encode())?;
+        self.catalog.dirty = true;
         Ok(())
     }
 
@@ -241,17 +241,17 @@ impl PoolInner {
     fn deadlist_take(&mut self, dl: u64, after: u64) -> Result<Vec<BlockPtr>> {
         let entries = self.deadlist_entries(dl, after)?;
         for bp in &entries {
-            self.catalog.remove(&self.io, &deadlist_key(dl, bp.birth_txg, bp.addr))?;
+            self.catalog.tree.remove(&self.io, &deadlist_key(dl, bp.birth_txg, bp.addr))?;
         }
         if !entries.is_empty() {
-            self.catalog_dirty = true;
+            self.catalog.dirty = true;
         }
         Ok(entries)
     }
 
     /// Sectors only snapshot `id` holds: what deleting it would free.
     pub(crate) fn unique_sectors(&self, id: u64) -> Result<u64> {
-        let s = &self.snapshots[&id];
+        let s = &self.catalog.snapshots[&id];
         let after = self.snapshot_txg(s.rec.parent);
         let children = self.children(id);
         match children.as_slice() {
@@ -270,14 +270,14 @@ impl PoolInner {
     }
 
     pub(crate) fn snapshot_info(&self, id: u64) -> Result<SnapshotInfo> {
-        let s = &self.snapshots[&id];
-        let volume = self.volumes.get(&VolumeId(s.rec.volume)).map_or_else(String::new, |v| v.name.clone());
+        let s = &self.catalog.snapshots[&id];
+        let volume = self.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or_else(String::new, |v| v.name.clone());
         let clones = self
             .children(id)
             .into_iter()
             .filter(|c| self.child_volume(*c) != s.rec.volume)
             .map(|c| match c {
-                Child::Head(v) => self.volumes[&v].name.clone(),
+                Child::Head(v) => self.catalog.volumes[&v].name.clone(),
                 Child::Snap(sid) => self.snapshot_display(sid),
             })
             .collect();
@@ -297,11 +297,11 @@ impl PoolInner {
 
     /// Called by the commit for each volume it synced: take the snapshots asked for.
     pub(crate) fn take_pending_snapshots(&mut self, vol: VolumeId, txg: u64) -> Result<()> {
-        let pending = std::mem::take(&mut self.volumes.get_mut(&vol).expect("synced volume").pending_snapshots);
+        let pending = std::mem::take(&mut self.catalog.volumes.get_mut(&vol).expect("synced volume").pending_snapshots);
         for (sid, name, group) in pending {
             let dl = self.new_id();
             let now = self.clock.now_ns();
-            let v = self.volumes.get_mut(&vol).expect("synced volume");
+            let v = self.catalog.volumes.get_mut(&vol).expect("synced volume");
             let rec = SnapshotRecordPhys {
                 id: sid,
                 volume: vol.0,
@@ -321,8 +321,8 @@ impl PoolInner {
             v.rec.deadlist = dl;
             v.rec.written_sectors = 0;
             v.parent_txg = txg;
-            self.catalog.insert(&self.io, &snapshot_key(vol.0, &name), &rec.encode())?;
-            self.snapshots.insert(sid, SnapshotState { name, rec });
+            self.catalog.tree.insert(&self.io, &snapshot_key(vol.0, &name), &rec.encode())?;
+            self.catalog.snapshots.insert(sid, SnapshotState { name, rec });
         }
         Ok(())
     }
@@ -335,7 +335,7 @@ impl PoolInner {
             .iter()
             .filter(|c| self.child_volume(**c) != vol.0)
             .map(|c| match c {
-                Child::Head(v) => self.volumes[v].name.clone(),
+                Child::Head(v) => self.catalog.volumes[v].name.clone(),
                 Child::Snap(s) => self.snapshot_display(*s),
             })
             .collect();
@@ -349,7 +349,7 @@ impl PoolInner {
             let names: Vec<String> = children
                 .iter()
                 .map(|c| match c {
-                    Child::Head(v) => format!("{} (its current state, restored from it)", self.volumes[v].name),
+                    Child::Head(v) => format!("{} (its current state, restored from it)", self.catalog.volumes[v].name),
                     Child::Snap(s) => self.snapshot_display(*s),
                 })
                 .collect();
@@ -359,7 +359,7 @@ impl PoolInner {
                 names.join("; ")
             )));
         }
-        let s = self.snapshots[&id].rec.clone();
+        let s = self.catalog.snapshots[&id].rec.clone();
         let after = self.snapshot_txg(s.parent);
         let freed = match children.first() {
             None => {
@@ -385,28 +385,28 @@ impl PoolInner {
                 })?;
                 match c {
                     Child::Head(v) => {
-                        let h = self.volumes.get_mut(&v).expect("child head");
+                        let h = self.catalog.volumes.get_mut(&v).expect("child head");
                         h.rec.parent = s.parent;
                         h.rec.written_sectors += gained;
                         h.parent_txg = after;
                         h.dirty = true;
                     }
                     Child::Snap(sid) => {
-                        let cs = self.snapshots.get_mut(&sid).expect("child snapshot");
+                        let cs = self.catalog.snapshots.get_mut(&sid).expect("child snapshot");
                         cs.rec.parent = s.parent;
                         cs.rec.written_sectors += gained;
                         let key = snapshot_key(cs.rec.volume, &cs.name);
                         let raw = cs.rec.encode();
-                        self.catalog.insert(&self.io, &key, &raw)?;
+                        self.catalog.tree.insert(&self.io, &key, &raw)?;
                     }
                 }
                 freed
             }
         };
-        self.catalog.remove(&self.io, &snapshot_key(vol.0, name))?;
-        self.snapshots.remove(&id);
-        self.views.remove(&VolumeId(id)); // an open read-only view of it
-        let v = self.volumes.get_mut(&vol).expect("snapshot's volume");
+        self.catalog.tree.remove(&self.io, &snapshot_key(vol.0, name))?;
+        self.catalog.snapshots.remove(&id);
+        self.catalog.views.remove(&VolumeId(id)); // an open read-only view of it
+        let v = self.catalog.volumes.get_mut(&vol).expect("snapshot's volume");
         v.rec.total_sectors = v.rec.total_sectors.checked_sub(sectors(&freed)).ok_or_else(|| {
             Error::Corruption(crate::error::Corruption::new(
                 "volume record",
@@ -415,14 +415,15 @@ impl PoolInner {
             ))
         })?;
         v.dirty = true;
-        self.catalog_released.extend(freed);
-        self.catalog_dirty = true;
+        self.catalog.released.extend(freed);
+        self.catalog.dirty = true;
         Ok(())
     }
 
     /// Refuse to delete volume `vol` while clones depend on its snapshots.
     pub(crate) fn refuse_delete_with_clones(&self, vol: VolumeId) -> Result<()> {
-        let snaps: Vec<u64> = self.snapshots.iter().filter(|(_, s)| s.rec.volume == vol.0).map(|(id, _)| *id).collect();
+        let snaps: Vec<u64> =
+            self.catalog.snapshots.iter().filter(|(_, s)| s.rec.volume == vol.0).map(|(id, _)| *id).collect();
         let mut clones = Vec::new();
         for sid in &snaps {
             for c in self.children(*sid) {
@@ -430,7 +431,7 @@ impl PoolInner {
                     clones.push(format!(
                         "{} (from {})",
                         match c {
-                            Child::Head(v) => self.volumes[&v].name.clone(),
+                            Child::Head(v) => self.catalog.volumes[&v].name.clone(),
                             Child::Snap(s) => self.snapshot_display(s),
                         },
                         self.snapshot_display(*sid)
@@ -441,7 +442,7 @@ impl PoolInner {
         if !clones.is_empty() {
             return Err(Error::Busy(format!(
                 "volume {} has clones: {}; delete or split them first",
-                self.volumes[&vol].name,
+                self.catalog.volumes[&vol].name,
                 clones.join(", ")
             )));
         }
@@ -468,7 +469,7 @@ impl Pool {
                 if p.snapshot_id(vid, name).is_ok() {
                     return Err(Error::AlreadyExists(format!("snapshot {v}@{name}")));
                 }
-                let count = p.snapshots.values().filter(|s| s.rec.volume == vid.0).count();
+                let count = p.catalog.snapshots.values().filter(|s| s.rec.volume == vid.0).count();
                 if count >= SNAPSHOTS_PER_VOLUME_MAX {
                     return Err(Error::no_space(
                         SpaceReason::Snapshots,
@@ -481,12 +482,12 @@ impl Pool {
             let mut sids = Vec::new();
             for vid in &ids {
                 let sid = p.new_id();
-                let v = p.volumes.get_mut(vid).expect("resolved above");
+                let v = p.catalog.volumes.get_mut(vid).expect("resolved above");
                 v.pending_snapshots.push((sid, name.to_string(), group));
                 v.dirty = true;
                 sids.push(sid);
             }
-            p.catalog_dirty = true;
+            p.catalog.dirty = true;
             p.commit_always()?;
             sids.into_iter().map(|sid| p.snapshot_info(sid)).collect()
         })
@@ -497,6 +498,7 @@ impl Pool {
         let p = self.lock_raw();
         let vid = volume.map(|v| p.volume_id(v)).transpose()?;
         let mut ids: Vec<(u64, u64)> = p
+            .catalog
             .snapshots
             .iter()
             .filter(|(_, s)| vid.is_none_or(|v| s.rec.volume == v.0))
@@ -532,9 +534,9 @@ impl Pool {
         let vid = p.volume_id(volume)?;
         let sid = p.snapshot_id(vid, name)?;
         let view = VolumeId(sid);
-        if !p.volumes.contains_key(&view) {
-            let s = p.snapshots[&sid].rec.clone();
-            let src = &p.volumes[&vid].rec;
+        if !p.catalog.volumes.contains_key(&view) {
+            let s = p.catalog.snapshots[&sid].rec.clone();
+            let src = &p.catalog.volumes[&vid].rec;
             let rec = VolumeRecordPhys {
                 id: sid,
                 record_size: s.record_size,
@@ -554,19 +556,19 @@ impl Pool {
                 saved_bytes: s.saved_bytes,
                 dedup: src.dedup,
             };
-            p.views.insert(view, VolumeState::new(format!("{volume}@{name}"), rec));
+            p.catalog.views.insert(view, VolumeState::new(format!("{volume}@{name}"), rec));
         }
-        p.views.get_mut(&view).expect("inserted above").view_refs += 1;
+        p.catalog.views.get_mut(&view).expect("inserted above").view_refs += 1;
         Ok(view)
     }
 
     /// Close one open of a view; the last close releases it.
     pub fn close_snapshot_view(&self, view: VolumeId) {
         let mut p = self.lock();
-        if let Some(v) = p.views.get_mut(&view) {
+        if let Some(v) = p.catalog.views.get_mut(&view) {
             v.view_refs = v.view_refs.saturating_sub(1);
             if v.view_refs == 0 {
-                p.views.remove(&view);
+                p.catalog.views.remove(&view);
             }
         }
     }

@@ -214,11 +214,11 @@ impl PoolInner {
                  lower the reservation or raise the size"
             )));
         }
-        let in_use = vol.and_then(|id| self.volumes.get(&id)).map_or(0, |v| used_units(v) + v.reserved_units());
+        let in_use = vol.and_then(|id| self.catalog.volumes.get(&id)).map_or(0, |v| used_units(v) + v.reserved_units());
         let need = reservation_units(bytes).saturating_sub(in_use);
         let others = match vol {
-            Some(id) => held_for_others(&self.volumes, id),
-            None => self.volumes.values().map(unused_reservation_units).sum(),
+            Some(id) => held_for_others(&self.catalog.volumes, id),
+            None => self.catalog.volumes.values().map(unused_reservation_units).sum(),
         };
         let available = self.alloc.available_units().saturating_sub(others);
         if need > available {
@@ -255,7 +255,7 @@ impl PoolInner {
 
     /// Record `vol`'s reservation in memory and in the catalog (0 removes it).
     pub(crate) fn store_reservation(&mut self, vol: VolumeId, bytes: u64) -> Result<()> {
-        let PoolInner { volumes, catalog, io, .. } = self;
+        let PoolInner { io, catalog: crate::catalog::Catalog { volumes, tree: catalog, .. }, .. } = self;
         let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         let key = volume_space_key(&v.name);
         if bytes == 0 {
@@ -264,12 +264,12 @@ impl PoolInner {
             catalog.insert(io, &key, &VolumeSpacePhys { reservation_bytes: bytes }.encode())?;
         }
         v.reservation_bytes = bytes;
-        self.catalog_dirty = true;
+        self.catalog.dirty = true;
         Ok(())
     }
 
     fn capacity_alert_percent(&self) -> std::result::Result<u8, String> {
-        match self.catalog.get(&self.io, &[KEY_POOL_SPACE]) {
+        match self.catalog.tree.get(&self.io, &[KEY_POOL_SPACE]) {
             Ok(None) => Ok(CAPACITY_ALERT_DEFAULT_PERCENT),
             Ok(Some(raw)) => PoolSpacePhys::decode(&raw).map(|p| p.capacity_alert_percent).map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
@@ -279,10 +279,10 @@ impl PoolInner {
     pub(crate) fn pool_space(&self) -> PoolSpace {
         let size = self.label.data_units * UNIT_SIZE;
         let allocated = self.alloc.allocated_units() * UNIT_SIZE;
-        let reserved: u64 = self.volumes.values().map(unused_reservation_units).sum();
+        let reserved: u64 = self.catalog.volumes.values().map(unused_reservation_units).sum();
         let busy = self.alloc.allocated_units() + self.alloc.held_units() + self.alloc.reserved_units() + reserved;
         let available = self.label.data_units.saturating_sub(busy) * UNIT_SIZE;
-        let saved: u64 = self.volumes.values().filter_map(|v| v.rec.saved_bytes).sum::<u64>()
+        let saved: u64 = self.catalog.volumes.values().filter_map(|v| v.rec.saved_bytes).sum::<u64>()
             + self.ddt.saved_sectors() * SECTOR_SIZE;
         let mut warnings = Vec::new();
         let percent = self.capacity_alert_percent().unwrap_or_else(|e| {
@@ -304,7 +304,7 @@ impl PoolInner {
         PoolSpace {
             logical_bytes: allocated + saved,
             saved_bytes: saved,
-            untracked_volumes: self.volumes.values().filter(|v| v.rec.saved_bytes.is_none()).count(),
+            untracked_volumes: self.catalog.volumes.values().filter(|v| v.rec.saved_bytes.is_none()).count(),
             reserved_bytes: reserved * UNIT_SIZE,
             available_bytes: available,
             destroying_bytes: self.destroying_bytes(),
@@ -327,16 +327,16 @@ impl Pool {
     pub fn set_compression(&self, vol: VolumeId, policy: CompressionPolicy) -> Result<()> {
         let mut p = self.lock();
         p.writable()?;
-        if !p.volumes.contains_key(&vol) {
+        if !p.catalog.volumes.contains_key(&vol) {
             return Err(Error::NotFound(format!("volume id {}", vol.0)));
         }
         if policy != CompressionPolicy::Off {
             p.enable_compression_feature()?;
         }
-        let v = p.volumes.get_mut(&vol).expect("checked above");
+        let v = p.catalog.volumes.get_mut(&vol).expect("checked above");
         v.rec.compression = policy;
         v.dirty = true;
-        p.catalog_dirty = true;
+        p.catalog.dirty = true;
         Ok(())
     }
 
@@ -345,16 +345,16 @@ impl Pool {
     pub fn set_dedup(&self, vol: VolumeId, on: bool) -> Result<()> {
         let mut p = self.lock();
         p.writable()?;
-        if !p.volumes.contains_key(&vol) {
+        if !p.catalog.volumes.contains_key(&vol) {
             return Err(Error::NotFound(format!("volume id {}", vol.0)));
         }
         if on {
             p.enable_dedup_feature()?;
         }
-        let v = p.volumes.get_mut(&vol).expect("checked above");
+        let v = p.catalog.volumes.get_mut(&vol).expect("checked above");
         v.rec.dedup = on;
         v.dirty = true;
-        p.catalog_dirty = true;
+        p.catalog.dirty = true;
         Ok(())
     }
 
@@ -363,7 +363,7 @@ impl Pool {
     pub fn set_reservation(&self, vol: VolumeId, bytes: u64) -> Result<()> {
         let mut p = self.lock();
         p.writable()?;
-        let v = p.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
+        let v = p.catalog.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
         let (name, quota) = (v.name.clone(), v.rec.quota_bytes);
         p.check_reservation(Some(vol), &name, bytes, quota)?;
         p.store_reservation(vol, bytes)
@@ -376,9 +376,9 @@ impl Pool {
         }
         let mut p = self.lock();
         p.writable()?;
-        let PoolInner { catalog, io, .. } = &mut *p;
+        let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
         catalog.insert(io, &[KEY_POOL_SPACE], &PoolSpacePhys { capacity_alert_percent: percent }.encode())?;
-        p.catalog_dirty = true;
+        p.catalog.dirty = true;
         Ok(())
     }
 }

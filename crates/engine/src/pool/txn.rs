@@ -62,7 +62,7 @@ impl<'a> Txn<'a> {
     ///
     /// [`Pool::txn_data`]: crate::Pool::txn_data
     fn settled(&self) -> Result<()> {
-        if self.p.quiescing {
+        if self.p.txg.quiescing {
             return Err(Error::CommitInFlight);
         }
         Ok(())
@@ -72,7 +72,7 @@ impl<'a> Txn<'a> {
         if write {
             self.p.writable()?;
         }
-        let PoolInner { volumes, views, io, alloc, .. } = &mut *self.p;
+        let PoolInner { io, alloc, catalog: crate::catalog::Catalog { volumes, views, .. }, .. } = &mut *self.p;
         if let Some(view) = views.get_mut(&vol) {
             if write {
                 return Err(Error::ReadOnly(format!("snapshot {} is read-only", view.name)));
@@ -101,7 +101,7 @@ impl<'a> Txn<'a> {
         // count as free (they are, within seconds, and writers wait for them).
         let used = (self.p.alloc.allocated_units() + self.p.alloc.reserved_units()) * UNIT_SIZE;
         // Other volumes' unused reservations are not free for this one (space.rs).
-        let held = crate::pool::space::held_for_others(&self.p.volumes, vol) * UNIT_SIZE;
+        let held = crate::pool::space::held_for_others(&self.p.catalog.volumes, vol) * UNIT_SIZE;
         let free = size.saturating_sub(used).saturating_sub(held);
         let (v, _, _) = self.vol_mut(vol, false)?;
         Ok(SpaceInfo {
@@ -118,7 +118,7 @@ impl<'a> Txn<'a> {
         v.rec.quota_bytes = quota_bytes;
         v.dirty = true;
         // Not a logged operation: the next sync commits.
-        self.p.catalog_dirty = true;
+        self.p.catalog.dirty = true;
         Ok(())
     }
 
@@ -127,7 +127,7 @@ impl<'a> Txn<'a> {
         let (v, _, _) = self.vol_mut(vol, true)?;
         v.rec.sync_policy = sync.as_u8();
         v.dirty = true;
-        self.p.catalog_dirty = true;
+        self.p.catalog.dirty = true;
         Ok(())
     }
 

@@ -88,3 +88,22 @@ pub fn write_root(dev: &dyn BlockDevice, alloc: &mut Allocator, ub: &UberblockPh
     alloc.txg_synced(ub.txg);
     Ok(())
 }
+
+/// The transaction-group state of an open pool: which txg is durable, which is open, the
+/// newest root, and where the commit in flight is (pool/quiesce.rs).
+pub struct TxgState {
+    /// The newest durable txg, and its root.
+    pub synced: u64,
+    pub root: UberblockPhys,
+    /// The open txg: what writes now belong to.
+    pub next: u64,
+    /// The last intent-log group of the txg a commit froze (`freeze`), until it syncs.
+    pub frozen_lsn: Option<u64>,
+    /// A commit is writing its frozen data without the lock (pool/quiesce.rs): only data
+    /// writes, reads and attribute changes run meanwhile; everything else waits.
+    pub quiescing: bool,
+    /// Commits that go on to skip their early prewrite passes (`begin_commit`).
+    pub skip_early_passes: u8,
+    /// Intent-log blocks written as of the last commit's start.
+    pub log_blocks_at_commit: u64,
+}
