@@ -4,7 +4,7 @@
 
 use std::io;
 use std::sync::Arc;
-use strata_engine::sync::atomic::{AtomicU64, Ordering};
+use strata_engine::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use strata_engine::sync::thread::yield_now;
 use strata_engine::BlockDevice;
 use strata_testkit::SimDisk;
@@ -21,7 +21,8 @@ impl std::fmt::Display for InjectedFault {
 
 impl std::error::Error for InjectedFault {}
 
-/// Which I/O of a run fails with an [`InjectedFault`] (counted from the device's creation).
+/// Which I/O of a run fails with an [`InjectedFault`], counted from [`SimDevice::arm`] (the
+/// end of the run's setup: a fault while the pool is created is not what a run tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     None,
@@ -40,6 +41,8 @@ pub struct SimDevice {
     flushes: AtomicU64,
     reads: AtomicU64,
     injected: AtomicU64,
+    /// Faults are injected only once armed.
+    armed: AtomicBool,
     /// FNV-1a over (kind, offset, length) of every I/O, in order.
     fingerprint: AtomicU64,
 }
@@ -53,8 +56,17 @@ impl SimDevice {
             flushes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             injected: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
             fingerprint: AtomicU64::new(0xcbf2_9ce4_8422_2325),
         }
+    }
+
+    /// Count I/Os from now on for the run's fault, and inject it when its turn comes.
+    pub fn arm(&self) {
+        for c in [&self.writes, &self.flushes, &self.reads] {
+            c.store(0, Ordering::SeqCst);
+        }
+        self.armed.store(true, Ordering::SeqCst);
     }
 
     /// Errors injected so far.
@@ -79,7 +91,7 @@ impl SimDevice {
             (Fault::Write(k), b'w') | (Fault::Flush(k), b'f') | (Fault::Read(k), b'r') => Some(k),
             _ => None,
         };
-        if fails && nth == Some(n) && !self.disk.has_crashed() {
+        if fails && nth == Some(n) && self.armed.load(Ordering::SeqCst) && !self.disk.has_crashed() {
             self.injected.fetch_add(1, Ordering::SeqCst);
             return Err(io::Error::other(InjectedFault));
         }

@@ -79,6 +79,7 @@ pub fn run(seed: u64) -> Outcome {
     am.vols.insert("a".into(), av);
     am.vol_parent.insert("a".into(), None);
     pool.commit().expect("commit the setup");
+    dev.arm();
     match trouble {
         Trouble::Failpoint(name, skip) => pool.failpoints().fail(name, skip, 1),
         _ => disk.set_crash_after(rng.below(CRASH_WITHIN_OPS)),
