@@ -5,6 +5,7 @@
 //! snapshots, the open snapshot views, the id counter, and what the next commit must write
 //! of it. The pool (pool/) owns one and orchestrates its changes and commits.
 
+pub mod snapshots;
 pub mod volume;
 
 use crate::format::records::SnapshotRecordPhys;

@@ -53,14 +53,14 @@ impl Pool {
                     return Err(Error::AlreadyExists(format!("volume {new_name} in pool {}", p.label.pool_name)));
                 }
                 let vid = p.volume_id(volume)?;
-                plan.push((vid, p.snapshot_id(vid, name)?, new_name.to_string()));
+                plan.push((vid, p.catalog.snapshot_id(vid, name)?, new_name.to_string()));
             }
             let mut ids = Vec::new();
             for (vid, sid, new_name) in plan {
                 let s = p.catalog.snapshots[&sid].rec.clone();
                 let src = p.catalog.volumes[&vid].rec.clone();
-                let id = VolumeId(p.new_id());
-                let dl = p.new_id();
+                let id = VolumeId(p.catalog.new_id());
+                let dl = p.catalog.new_id();
                 let rec = VolumeRecordPhys {
                     id: id.0,
                     record_size: src.record_size,
@@ -117,7 +117,7 @@ impl Pool {
                 )));
             }
             p.commit()?;
-            (vid, p.snapshot_txg(origin))
+            (vid, p.catalog.snapshot_txg(origin))
         };
         let mut stats = SplitStats::default();
         self.split_records(vid, origin_txg, &mut stats)?;
@@ -139,7 +139,7 @@ impl Pool {
             )));
         }
         let dl = v.rec.deadlist;
-        for bp in p.deadlist_entries(dl, 0)? {
+        for bp in p.catalog.deadlist_entries(&p.io, dl, 0)? {
             let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
             catalog.remove(io, &crate::pool::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
         }

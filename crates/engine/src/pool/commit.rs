@@ -145,7 +145,7 @@ impl PoolInner {
             let r = v.sync(io, alloc, ddt, txg)?;
             let dl = v.rec.deadlist;
             for bp in &r.dead {
-                self.deadlist_insert(dl, bp)?;
+                self.catalog.deadlist_insert(&self.io, dl, bp)?;
             }
             released.extend(r.freed);
             self.take_pending_snapshots(vid, txg)?;

@@ -108,7 +108,7 @@ impl PoolInner {
     /// catalog and queue its blocks for freeing (see the module comment).
     pub(crate) fn queue_destroy(&mut self, vol: VolumeId) -> Result<()> {
         let Some(head) = self.catalog.volumes.get(&vol) else { return Ok(()) };
-        let after_txg = self.snapshot_txg(head.rec.origin);
+        let after_txg = self.catalog.snapshot_txg(head.rec.origin);
         let mut trees = vec![DestroyTreePhys { root: head.rec.tree_root, deadlist: head.rec.deadlist }];
         trees.extend(
             self.catalog
@@ -190,7 +190,7 @@ impl PoolInner {
                 if done >= budget {
                     break;
                 }
-                let entries = self.deadlist_entries(t.deadlist, 0)?;
+                let entries = self.catalog.deadlist_entries(&self.io, t.deadlist, 0)?;
                 for bp in entries.iter().take(budget - done) {
                     self.catalog.tree.remove(&self.io, &deadlist_key(t.deadlist, bp.birth_txg, bp.addr))?;
                     done += 1;

@@ -64,7 +64,7 @@ impl Pool {
                 if plan.iter().any(|(v, _, _): &(VolumeId, u64, Vec<BlockPtr>)| *v == vid) {
                     return Err(Error::invalid(format!("volume {volume} named twice")));
                 }
-                let sid = p.snapshot_id(vid, name)?;
+                let sid = p.catalog.snapshot_id(vid, name)?;
                 let head = &p.catalog.volumes[&vid];
                 let mut freed = Vec::new();
                 collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
@@ -84,12 +84,12 @@ impl Pool {
             }
             for (vid, sid, freed) in plan {
                 let old = p.catalog.volumes[&vid].rec.clone();
-                for bp in p.deadlist_entries(old.deadlist, 0)? {
+                for bp in p.catalog.deadlist_entries(&p.io, old.deadlist, 0)? {
                     let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
                     catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
                 }
                 let s = p.catalog.snapshots[&sid].rec.clone();
-                let dl = p.new_id();
+                let dl = p.catalog.new_id();
                 let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
                 let rec = VolumeRecordPhys {
                     tree_root: s.tree_root,

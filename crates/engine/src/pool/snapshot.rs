@@ -24,10 +24,8 @@ use crate::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::{BlockKind, BlockPtr, SECTOR_SIZE};
 use crate::pipeline::BlockIo;
 use crate::pool::{validate_volume_name, Pool, PoolInner, VolumeId};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-pub(crate) const KEY_SNAPSHOT: u8 = 0x02;
-pub(crate) const KEY_DEADLIST: u8 = 0x03;
 /// Snapshots one volume may have (ONTAP 9 allows 1,023).
 pub const SNAPSHOTS_PER_VOLUME_MAX: usize = 16384;
 
@@ -52,28 +50,7 @@ pub struct SnapshotInfo {
     pub group: u64,
 }
 
-/// Who descends from a snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Child {
-    Head(VolumeId),
-    Snap(u64),
-}
-
-pub(crate) fn snapshot_key(volume: u64, name: &str) -> Vec<u8> {
-    let mut k = vec![KEY_SNAPSHOT];
-    k.extend_from_slice(&volume.to_be_bytes());
-    k.extend_from_slice(name.as_bytes());
-    k
-}
-
-pub(crate) fn deadlist_key(dl: u64, birth: u64, addr: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(25);
-    k.push(KEY_DEADLIST);
-    k.extend_from_slice(&dl.to_be_bytes());
-    k.extend_from_slice(&birth.to_be_bytes());
-    k.extend_from_slice(&addr.to_be_bytes());
-    k
-}
+pub(crate) use crate::catalog::snapshots::{deadlist_key, snapshot_key, Child, KEY_SNAPSHOT};
 
 pub fn validate_snapshot_name(name: &str) -> Result<()> {
     validate_volume_name(name).map_err(|_| {
@@ -143,142 +120,17 @@ fn collect_records_born_after(
 }
 
 impl PoolInner {
-    pub(crate) fn new_id(&mut self) -> u64 {
-        let id = self.catalog.next_id;
-        self.catalog.next_id += 1;
-        id
-    }
-
-    /// Txg of snapshot `id` (0 for none).
-    pub(crate) fn snapshot_txg(&self, id: u64) -> u64 {
-        if id == 0 {
-            0
-        } else {
-            self.catalog.snapshots.get(&id).map_or(0, |s| s.rec.txg)
-        }
-    }
-
-    pub(crate) fn snapshot_id(&self, vol: VolumeId, name: &str) -> Result<u64> {
-        self.catalog
-            .snapshots
-            .iter()
-            .find(|(_, s)| s.rec.volume == vol.0 && s.name == name)
-            .map(|(id, _)| *id)
-            .ok_or_else(|| {
-                let vname = self.catalog.volumes.get(&vol).map_or("?", |v| v.name.as_str());
-                Error::NotFound(format!("snapshot {vname}@{name} (see `strata snapshot list {vname}`)"))
-            })
-    }
-
-    fn snapshot_display(&self, id: u64) -> String {
-        match self.catalog.snapshots.get(&id) {
-            Some(s) => {
-                let v = self.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
-                format!("{v}@{}", s.name)
-            }
-            None => format!("snapshot #{id}"),
-        }
-    }
-
-    pub(crate) fn children(&self, id: u64) -> Vec<Child> {
-        let mut out: Vec<Child> =
-            self.catalog.volumes.iter().filter(|(_, v)| v.rec.parent == id).map(|(vid, _)| Child::Head(*vid)).collect();
-        out.extend(self.catalog.snapshots.iter().filter(|(_, s)| s.rec.parent == id).map(|(sid, _)| Child::Snap(*sid)));
-        out
-    }
-
-    fn child_volume(&self, c: Child) -> u64 {
-        match c {
-            Child::Head(v) => v.0,
-            Child::Snap(s) => self.catalog.snapshots[&s].rec.volume,
-        }
-    }
-
-    fn child_deadlist(&self, c: Child) -> u64 {
-        match c {
-            Child::Head(v) => self.catalog.volumes[&v].rec.deadlist,
-            Child::Snap(s) => self.catalog.snapshots[&s].rec.deadlist,
-        }
-    }
-
-    /// Deadlist entries of `dl` born after txg `after`, in (birth, addr) order.
-    pub(crate) fn deadlist_entries(&self, dl: u64, after: u64) -> Result<Vec<BlockPtr>> {
-        let mut out = Vec::new();
-        if dl == 0 {
-            return Ok(out);
-        }
-        let Some(first_birth) = after.checked_add(1) else { return Ok(out) };
-        let mut start = deadlist_key(dl, first_birth, 0);
-        let end = deadlist_key(dl + 1, 0, 0);
-        loop {
-            let batch = self.catalog.tree.range(&self.io, &start, Some(&end), 1024)?;
-            let Some((last, _)) = batch.last() else { break };
-            start = last.clone();
-            start.push(0);
-            for (k, v) in batch {
-                let bp = BlockPtr::decode_from(&mut crate::format::codec::Reader::new(&v, "deadlist entry", None))?;
-                if bp.is_hole() || k[17..25] != bp.addr.to_be_bytes() || k[9..17] != bp.birth_txg.to_be_bytes() {
-                    return Err(Error::Corruption(crate::error::Corruption::new(
-                        "deadlist",
-                        None,
-                        format!("entry {k:02x?} does not match its block pointer {bp:?}"),
-                    )));
-                }
-                out.push(bp);
-            }
-        }
-        Ok(out)
-    }
-
-    pub(crate) fn deadlist_insert(&mut self, dl: u64, bp: &BlockPtr) -> Result<()> {
-        assert!(dl != 0, "a head with a parent has a deadlist");
-        self.catalog.tree.insert(&self.io, &deadlist_key(dl, bp.birth_txg, bp.addr), &bp.encode())?;
-        self.catalog.dirty = true;
-        Ok(())
-    }
-
-    /// Remove the entries of `dl` born after `after`; returns them.
-    fn deadlist_take(&mut self, dl: u64, after: u64) -> Result<Vec<BlockPtr>> {
-        let entries = self.deadlist_entries(dl, after)?;
-        for bp in &entries {
-            self.catalog.tree.remove(&self.io, &deadlist_key(dl, bp.birth_txg, bp.addr))?;
-        }
-        if !entries.is_empty() {
-            self.catalog.dirty = true;
-        }
-        Ok(entries)
-    }
-
-    /// Sectors only snapshot `id` holds: what deleting it would free.
-    pub(crate) fn unique_sectors(&self, id: u64) -> Result<u64> {
-        let s = &self.catalog.snapshots[&id];
-        let after = self.snapshot_txg(s.rec.parent);
-        let children = self.children(id);
-        match children.as_slice() {
-            [] => Ok(s.rec.written_sectors),
-            [c] => Ok(sectors(&self.deadlist_entries(self.child_deadlist(*c), after)?)),
-            many => {
-                let mut count: HashMap<(u64, u64), (u32, u64)> = HashMap::new();
-                for c in many {
-                    for bp in self.deadlist_entries(self.child_deadlist(*c), after)? {
-                        count.entry((bp.addr, bp.birth_txg)).or_insert((0, bp.sectors())).0 += 1;
-                    }
-                }
-                Ok(count.values().filter(|(n, _)| *n as usize == many.len()).map(|(_, u)| u).sum())
-            }
-        }
-    }
-
     pub(crate) fn snapshot_info(&self, id: u64) -> Result<SnapshotInfo> {
         let s = &self.catalog.snapshots[&id];
         let volume = self.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or_else(String::new, |v| v.name.clone());
         let clones = self
+            .catalog
             .children(id)
             .into_iter()
-            .filter(|c| self.child_volume(*c) != s.rec.volume)
+            .filter(|c| self.catalog.child_volume(*c) != s.rec.volume)
             .map(|c| match c {
                 Child::Head(v) => self.catalog.volumes[&v].name.clone(),
-                Child::Snap(sid) => self.snapshot_display(sid),
+                Child::Snap(sid) => self.catalog.snapshot_display(sid),
             })
             .collect();
         Ok(SnapshotInfo {
@@ -289,7 +141,7 @@ impl PoolInner {
             created_ns: s.rec.created_ns,
             referenced_bytes: s.rec.referenced_sectors * SECTOR_SIZE,
             written_bytes: s.rec.written_sectors * SECTOR_SIZE,
-            unique_bytes: self.unique_sectors(id)? * SECTOR_SIZE,
+            unique_bytes: self.catalog.unique_sectors(&self.io, id)? * SECTOR_SIZE,
             clones,
             group: s.rec.group,
         })
@@ -299,7 +151,7 @@ impl PoolInner {
     pub(crate) fn take_pending_snapshots(&mut self, vol: VolumeId, txg: u64) -> Result<()> {
         let pending = std::mem::take(&mut self.catalog.volumes.get_mut(&vol).expect("synced volume").pending_snapshots);
         for (sid, name, group) in pending {
-            let dl = self.new_id();
+            let dl = self.catalog.new_id();
             let now = self.clock.now_ns();
             let v = self.catalog.volumes.get_mut(&vol).expect("synced volume");
             let rec = SnapshotRecordPhys {
@@ -328,15 +180,15 @@ impl PoolInner {
     }
 
     fn delete_snapshot(&mut self, vol: VolumeId, name: &str) -> Result<()> {
-        let id = self.snapshot_id(vol, name)?;
-        let children = self.children(id);
-        let display = self.snapshot_display(id);
+        let id = self.catalog.snapshot_id(vol, name)?;
+        let children = self.catalog.children(id);
+        let display = self.catalog.snapshot_display(id);
         let clones: Vec<String> = children
             .iter()
-            .filter(|c| self.child_volume(**c) != vol.0)
+            .filter(|c| self.catalog.child_volume(**c) != vol.0)
             .map(|c| match c {
                 Child::Head(v) => self.catalog.volumes[v].name.clone(),
-                Child::Snap(s) => self.snapshot_display(*s),
+                Child::Snap(s) => self.catalog.snapshot_display(*s),
             })
             .collect();
         if !clones.is_empty() {
@@ -350,7 +202,7 @@ impl PoolInner {
                 .iter()
                 .map(|c| match c {
                     Child::Head(v) => format!("{} (its current state, restored from it)", self.catalog.volumes[v].name),
-                    Child::Snap(s) => self.snapshot_display(*s),
+                    Child::Snap(s) => self.catalog.snapshot_display(*s),
                 })
                 .collect();
             return Err(Error::Busy(format!(
@@ -360,21 +212,21 @@ impl PoolInner {
             )));
         }
         let s = self.catalog.snapshots[&id].rec.clone();
-        let after = self.snapshot_txg(s.parent);
+        let after = self.catalog.snapshot_txg(s.parent);
         let freed = match children.first() {
             None => {
                 // Nothing descends from it: what was born after its parent is its alone.
                 let mut freed = Vec::new();
                 collect_born_after(&self.io, &s.tree_root, after, &mut HashSet::new(), &mut freed)?;
-                self.deadlist_take(s.deadlist, 0)?;
+                self.catalog.deadlist_take(&self.io, s.deadlist, 0)?;
                 freed
             }
             Some(&c) => {
-                let child_dl = self.child_deadlist(c);
-                let freed = self.deadlist_take(child_dl, after)?;
+                let child_dl = self.catalog.child_deadlist(c);
+                let freed = self.catalog.deadlist_take(&self.io, child_dl, after)?;
                 // What the child lacks of the new parent: the rest of D(child) and all of D(S).
-                for bp in self.deadlist_take(s.deadlist, 0)? {
-                    self.deadlist_insert(child_dl, &bp)?;
+                for bp in self.catalog.deadlist_take(&self.io, s.deadlist, 0)? {
+                    self.catalog.deadlist_insert(&self.io, child_dl, &bp)?;
                 }
                 let gained = s.written_sectors.checked_sub(sectors(&freed)).ok_or_else(|| {
                     Error::Corruption(crate::error::Corruption::new(
@@ -426,15 +278,15 @@ impl PoolInner {
             self.catalog.snapshots.iter().filter(|(_, s)| s.rec.volume == vol.0).map(|(id, _)| *id).collect();
         let mut clones = Vec::new();
         for sid in &snaps {
-            for c in self.children(*sid) {
-                if self.child_volume(c) != vol.0 {
+            for c in self.catalog.children(*sid) {
+                if self.catalog.child_volume(c) != vol.0 {
                     clones.push(format!(
                         "{} (from {})",
                         match c {
                             Child::Head(v) => self.catalog.volumes[&v].name.clone(),
-                            Child::Snap(s) => self.snapshot_display(s),
+                            Child::Snap(s) => self.catalog.snapshot_display(s),
                         },
-                        self.snapshot_display(*sid)
+                        self.catalog.snapshot_display(*sid)
                     ));
                 }
             }
@@ -466,7 +318,7 @@ impl Pool {
                 if ids.contains(&vid) {
                     return Err(Error::invalid(format!("volume {v} named twice")));
                 }
-                if p.snapshot_id(vid, name).is_ok() {
+                if p.catalog.snapshot_id(vid, name).is_ok() {
                     return Err(Error::AlreadyExists(format!("snapshot {v}@{name}")));
                 }
                 let count = p.catalog.snapshots.values().filter(|s| s.rec.volume == vid.0).count();
@@ -478,10 +330,10 @@ impl Pool {
                 }
                 ids.push(vid);
             }
-            let group = if ids.len() > 1 { p.new_id() } else { 0 };
+            let group = if ids.len() > 1 { p.catalog.new_id() } else { 0 };
             let mut sids = Vec::new();
             for vid in &ids {
-                let sid = p.new_id();
+                let sid = p.catalog.new_id();
                 let v = p.catalog.volumes.get_mut(vid).expect("resolved above");
                 v.pending_snapshots.push((sid, name.to_string(), group));
                 v.dirty = true;
@@ -511,7 +363,7 @@ impl Pool {
     pub fn snapshot(&self, volume: &str, name: &str) -> Result<SnapshotInfo> {
         let p = self.lock_raw();
         let vid = p.volume_id(volume)?;
-        let id = p.snapshot_id(vid, name)?;
+        let id = p.catalog.snapshot_id(vid, name)?;
         p.snapshot_info(id)
     }
 
@@ -532,7 +384,7 @@ impl Pool {
     pub fn open_snapshot_view(&self, volume: &str, name: &str) -> Result<VolumeId> {
         let mut p = self.lock();
         let vid = p.volume_id(volume)?;
-        let sid = p.snapshot_id(vid, name)?;
+        let sid = p.catalog.snapshot_id(vid, name)?;
         let view = VolumeId(sid);
         if !p.catalog.volumes.contains_key(&view) {
             let s = p.catalog.snapshots[&sid].rec.clone();
