@@ -36,6 +36,7 @@ pub mod host_state;
 pub mod log_device;
 mod log_ref;
 mod log_sync;
+mod open;
 pub mod prewrite;
 mod quiesce;
 mod read_pin;
@@ -46,36 +47,32 @@ pub mod space;
 pub mod status;
 pub mod txn;
 
-use crate::alloc::{Allocator, Geometry};
+use crate::alloc::Allocator;
 use crate::catalog::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
-use crate::format::features::{Access, Features};
-use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
-use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
-use crate::format::uberblock::{HostState, UberblockPhys};
-use crate::format::{BlockPtr, ChecksumAlgo, LABEL_SIZE, MIN_DEVICE_SIZE, SECTOR_SIZE, UNIT_SIZE};
+use crate::format::label::LabelPhys;
+use crate::format::records::VolumeRecordPhys;
+use crate::format::uberblock::UberblockPhys;
+use crate::format::{BlockPtr, ChecksumAlgo, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::compress::CompressionPolicy;
-use crate::pipeline::dedup::{DedupTable, DEDUP_TABLE_MAX_DEFAULT};
+use crate::pipeline::dedup::DedupTable;
 use crate::pipeline::BlockIo;
-use crate::pool::log_device::{LogAtOpen, LogDeviceSpec};
-use crate::pool::snapshot::{SnapshotState, KEY_SNAPSHOT};
 pub use crate::pool::status::{CommitStats, PoolStatus, VolumeInfo};
 use crate::pool::txn::Txn;
 use crate::sync::atomic::Ordering;
 use crate::sync::{Condvar, Mutex};
-use crate::tree::btree::BTree;
-use crate::txg;
-use crate::txg::intent_log::{IntentLog, LogPlace};
+use crate::txg::intent_log::IntentLog;
 use crate::txg::TxgState;
+pub(crate) use open::read_label;
 pub use quiesce::QuiescingTxg;
 pub use read_pin::PinnedRead;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-const KEY_VOLUME: u8 = 0x01;
+pub(crate) const KEY_VOLUME: u8 = 0x01;
 pub const VOLUME_NAME_MAX: usize = 255;
 pub const DEFAULT_RECORD_SIZE: u32 = 16 * 1024;
 
@@ -273,17 +270,6 @@ pub struct Pool {
     pub(crate) failpoints: crate::failpoint::Failpoints,
 }
 
-/// What opening reads from a root: the space map, dedup table, catalog, volumes,
-/// snapshots and the destroy queue.
-struct LoadedRoot {
-    alloc: Allocator,
-    ddt: DedupTable,
-    catalog: BTree,
-    volumes: BTreeMap<VolumeId, VolumeState>,
-    snapshots: BTreeMap<u64, SnapshotState>,
-    destroying: BTreeMap<u64, destroy::Destroying>,
-}
-
 pub(crate) fn volume_key(name: &str) -> Vec<u8> {
     let mut k = vec![KEY_VOLUME];
     k.extend_from_slice(name.as_bytes());
@@ -306,398 +292,7 @@ pub fn validate_volume_name(name: &str) -> Result<()> {
     }
 }
 
-pub(crate) fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String>)> {
-    let mut notes = Vec::new();
-    let mut buf = vec![0u8; LABEL_PHYS_SIZE];
-    let mut first_err = None;
-    for idx in 0..2u64 {
-        let addr = idx * LABEL_SIZE;
-        if let Err(e) = dev.read_at(&mut buf, addr) {
-            return Err(Error::io("read pool label", e));
-        }
-        match LabelPhys::decode(&buf, addr) {
-            Ok(l) => {
-                if idx == 1 {
-                    notes.push(format!(
-                        "label 0 unusable ({}); used label 1",
-                        first_err.as_ref().expect("label 0 failed")
-                    ));
-                }
-                return Ok((l, notes));
-            }
-            Err(c) => {
-                if first_err.is_none() {
-                    first_err = Some(c);
-                }
-            }
-        }
-    }
-    let c = first_err.expect("both labels failed");
-    Err(Error::Corruption(crate::error::Corruption::new(
-        "pool label",
-        Some(0),
-        format!("no valid label on {} ({}): not a Strata pool, or both labels are damaged", dev.describe(), c.detail),
-    )))
-}
-
 impl Pool {
-    /// Make a new pool on `dev`, destroying whatever the device held.
-    pub fn create(dev: Arc<dyn BlockDevice>, create: CreateOptions, opts: PoolOptions) -> Result<Pool> {
-        Pool::create_with_log(dev, create, None, opts)
-    }
-
-    /// Make a new pool on `dev` whose intent log lives on a separate log device (`log`),
-    /// or in `dev`'s own region (`None`, the same as [`Pool::create`]).
-    pub fn create_with_log(
-        dev: Arc<dyn BlockDevice>,
-        create: CreateOptions,
-        log: Option<LogDeviceSpec>,
-        opts: PoolOptions,
-    ) -> Result<Pool> {
-        if create.name.is_empty() || create.name.len() > POOL_NAME_MAX || create.name.contains(['/', '@', '\0']) {
-            return Err(Error::invalid(format!("pool name {:?}: 1-{POOL_NAME_MAX} bytes, no '/', '@'", create.name)));
-        }
-        if opts.read_only {
-            return Err(Error::invalid("cannot create a pool read-only"));
-        }
-        let size = dev.size_bytes() / UNIT_SIZE * UNIT_SIZE;
-        let geo = Geometry::for_device(size).filter(|_| size >= MIN_DEVICE_SIZE).ok_or_else(|| {
-            Error::invalid(format!(
-                "device {} has {size} bytes; a pool needs at least {MIN_DEVICE_SIZE}",
-                dev.describe()
-            ))
-        })?;
-        let mut label = LabelPhys {
-            label_index: 0,
-            pool_guid: create.pool_guid,
-            device_guid: create.device_guid,
-            device_index: 0,
-            device_count: 1,
-            device_size: size,
-            spacemap_offset: geo.spacemap_offset,
-            spacemap_chunks: geo.spacemap_chunks,
-            data_offset: geo.data_offset,
-            data_units: geo.data_units,
-            log_offset: geo.log_offset,
-            log_bytes: geo.log_bytes,
-            log_device_guid: 0,
-            // A pool made by a host records it from its first root on (host_state.rs).
-            features: Features {
-                compat: if opts.host_id != 0 { crate::format::features::COMPAT_HOST_STATE } else { 0 },
-                ..Features::default()
-            },
-            created_ns: opts.clock.now_ns(),
-            checksum_algo: create.checksum,
-            pool_name: create.name.clone(),
-        };
-        // The log device's label before the pool's: a pool label never names a log device
-        // that does not carry its label.
-        let place = match &log {
-            None => {
-                let place = LogPlace::in_pool(dev.clone(), &geo);
-                place.prefill()?;
-                place
-            }
-            Some(spec) => {
-                // The same device object; the daemon also compares the paths' inodes.
-                if std::ptr::addr_eq(Arc::as_ptr(&spec.dev), Arc::as_ptr(&dev)) {
-                    return Err(Error::invalid(format!(
-                        "log device {} is the pool's own device; use a different device for the log",
-                        dev.describe()
-                    )));
-                }
-                let place = crate::pool::log_device::format_log_device(spec, &label)?;
-                label.log_device_guid = spec.log_device_guid;
-                label.features.incompat |= crate::format::features::INCOMPAT_LOG_DEVICE;
-                place
-            }
-        };
-        // Labels first, with empty rings (an old pool's roots must never be found), then
-        // txg 1 writes the whole space map and the first root.
-        let empty_ring = vec![0u8; (LABEL_SIZE - UNIT_SIZE) as usize];
-        for idx in 0..2u32 {
-            let l = LabelPhys { label_index: idx, ..label.clone() };
-            let base = idx as u64 * LABEL_SIZE;
-            dev.write_at(&l.encode(), base).map_err(|e| Error::io("write pool label", e))?;
-            dev.write_at(&empty_ring, base + UNIT_SIZE).map_err(|e| Error::io("clear uberblock ring", e))?;
-        }
-        dev.flush().map_err(|e| Error::io("flush pool label", e))?;
-        let io = Arc::new(BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks, opts.data_cache_bytes));
-        let inner = PoolInner {
-            dev,
-            io,
-            alloc: Allocator::new_empty(geo),
-            ddt: DedupTable::new(opts.dedup_table_max),
-            label,
-            txg: TxgState {
-                synced: 0,
-                root: UberblockPhys {
-                    txg: 0,
-                    pool_guid: create.pool_guid,
-                    timestamp_ns: 0,
-                    catalog_root: BlockPtr::HOLE,
-                    allocated_units: 0,
-                    next_volume_id: 1,
-                    features_incompat: 0,
-                    host_id: 0,
-                    pool_state: HostState::Unknown,
-                },
-                next: 1,
-                frozen_lsn: None,
-                quiescing: false,
-                skip_early_passes: 0,
-                log_blocks_at_commit: 0,
-            },
-            ilog: IntentLog::new(place, 0),
-            retired_log: Default::default(),
-            catalog: Catalog { dirty: true, ..Catalog::new(BTree::new(), 1) },
-            destroying: BTreeMap::new(),
-            health: Health::default(),
-            clock: opts.clock,
-            dirty_limit_bytes: opts.dirty_limit_bytes,
-            destroy_frees_per_txg: opts.destroy_frees_per_txg,
-            prewrites: Vec::new(),
-            commit_stats: CommitStats::default(),
-            host_id: opts.host_id,
-            read_pins: Arc::default(),
-        };
-        let pool = Pool::from_inner(inner);
-        pool.commit()?;
-        Ok(pool)
-    }
-
-    /// Open the pool on `dev` at its newest valid root.
-    pub fn open(dev: Arc<dyn BlockDevice>, opts: PoolOptions) -> Result<Pool> {
-        Pool::open_with_log(dev, None, opts)
-    }
-
-    /// Open the pool on `dev` with its separate log device `log_dev` (required when the pool
-    /// has one, refused when it has none; see `log_device.rs` and
-    /// `PoolOptions::discard_missing_log`).
-    pub fn open_with_log(
-        dev: Arc<dyn BlockDevice>,
-        log_dev: Option<Arc<dyn BlockDevice>>,
-        opts: PoolOptions,
-    ) -> Result<Pool> {
-        let (label, mut notes) = read_label(dev.as_ref())?;
-        let mut read_only = opts.read_only;
-        match label.features.access() {
-            Access::Refuse { unknown_incompat } => {
-                return Err(Error::Unsupported(format!(
-                    "pool {} uses format features {unknown_incompat:#x} this build does not know; upgrade Strata",
-                    label.pool_name
-                )))
-            }
-            Access::ReadOnly { unknown_ro_compat } => {
-                notes.push(format!("unknown read-only-compatible features {unknown_ro_compat:#x}: opened read-only"));
-                read_only = true;
-            }
-            Access::ReadWrite => {}
-        }
-        if dev.size_bytes() < label.device_size {
-            return Err(Error::Corruption(crate::error::Corruption::new(
-                "pool label",
-                Some(0),
-                format!(
-                    "device {} has {} bytes but the pool was made for {}",
-                    dev.describe(),
-                    dev.size_bytes(),
-                    label.device_size
-                ),
-            )));
-        }
-        let geo = Geometry {
-            spacemap_offset: label.spacemap_offset,
-            spacemap_chunks: label.spacemap_chunks,
-            data_offset: label.data_offset,
-            data_units: label.data_units,
-            log_offset: label.log_offset,
-            log_bytes: label.log_bytes,
-        };
-        let expected = Geometry::for_device(label.device_size)
-            .map(|g| (g.spacemap_chunks, g.data_offset, g.data_units, g.log_offset, g.log_bytes));
-        if expected != Some((geo.spacemap_chunks, geo.data_offset, geo.data_units, geo.log_offset, geo.log_bytes)) {
-            return Err(Error::Corruption(crate::error::Corruption::new(
-                "pool label",
-                Some(0),
-                "geometry does not match the device size",
-            )));
-        }
-        let log_at_open = crate::pool::log_device::resolve(
-            &label,
-            LogPlace::in_pool(dev.clone(), &geo),
-            log_dev,
-            opts.discard_missing_log,
-        )?;
-        let (roots, problems) = txg::scan_ring(dev.as_ref(), label.pool_guid)?;
-        notes.extend(problems);
-        let newest_txg = roots.first().map(|u| u.txg);
-        let mut last_err = None;
-        for (i, ub) in roots.iter().enumerate() {
-            let io =
-                Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
-            match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
-                Ok(LoadedRoot { mut alloc, mut ddt, catalog, volumes, snapshots, destroying }) => {
-                    ddt.set_max_entries(opts.dedup_table_max);
-                    if i > 0 {
-                        notes.push(format!(
-                            "fell back from txg {} to txg {}: {}",
-                            newest_txg.expect("roots non-empty"),
-                            ub.txg,
-                            last_err.as_ref().map_or(String::new(), |e: &Error| e.to_string())
-                        ));
-                        alloc.mark_all_dirty();
-                    }
-                    let by_name = volumes.iter().map(|(id, v)| (v.name.clone(), *id)).collect();
-                    let (place, discarded) = match &log_at_open {
-                        LogAtOpen::Use(place) => (place.clone(), None),
-                        LogAtOpen::Discard(why) => (LogPlace::in_pool(dev.clone(), &geo), Some(why.clone())),
-                    };
-                    let inner = PoolInner {
-                        dev,
-                        io,
-                        alloc,
-                        ddt,
-                        label,
-                        txg: TxgState {
-                            synced: ub.txg,
-                            root: *ub,
-                            next: newest_txg.expect("roots non-empty").max(ub.txg) + 1,
-                            frozen_lsn: None,
-                            quiescing: false,
-                            skip_early_passes: 0,
-                            log_blocks_at_commit: 0,
-                        },
-                        ilog: IntentLog::new(place, ub.txg),
-                        retired_log: Default::default(),
-                        catalog: Catalog { volumes, by_name, snapshots, ..Catalog::new(catalog, ub.next_volume_id) },
-                        destroying,
-                        health: Health { latched: None, read_only, open_notes: notes, exporting: false },
-                        clock: opts.clock,
-                        dirty_limit_bytes: opts.dirty_limit_bytes,
-                        destroy_frees_per_txg: opts.destroy_frees_per_txg,
-                        prewrites: Vec::new(),
-                        commit_stats: CommitStats::default(),
-                        host_id: opts.host_id,
-                        read_pins: Arc::default(),
-                    };
-                    let pool = Pool::from_inner(inner);
-                    pool.start_packing()?;
-                    match discarded {
-                        None => pool.replay_intent_log()?,
-                        Some(why) => pool.discard_log_device(&why)?,
-                    }
-                    pool.record_host_at_open()?;
-                    return Ok(pool);
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        match last_err {
-            Some(e) => Err(e),
-            None => Err(txg::no_valid_root(&label.pool_name, dev.as_ref(), &notes)),
-        }
-    }
-
-    /// Pack small compressed records if the pool carries the packs feature; a writable
-    /// pool that compresses but predates packs gets the feature now (its labels rewritten).
-    fn start_packing(&self) -> Result<()> {
-        use crate::format::features::{INCOMPAT_COMPRESSION, INCOMPAT_PACKS};
-        let mut p = self.lock();
-        let f = p.label.features.incompat;
-        if f & INCOMPAT_PACKS != 0 {
-            p.io.set_packing(true);
-        } else if f & INCOMPAT_COMPRESSION != 0 && !p.health.read_only {
-            p.enable_compression_feature()?;
-        }
-        Ok(())
-    }
-
-    fn load_root(
-        io: &BlockIo,
-        dev: &dyn BlockDevice,
-        geo: Geometry,
-        label: &LabelPhys,
-        ub: &UberblockPhys,
-    ) -> Result<LoadedRoot> {
-        let alloc = Allocator::load(dev, geo, label.pool_guid, ub.txg)?;
-        if alloc.allocated_units() != ub.allocated_units {
-            return Err(Error::Corruption(crate::error::Corruption::new(
-                "space map",
-                None,
-                format!(
-                    "{} units allocated, root of txg {} says {}",
-                    alloc.allocated_units(),
-                    ub.txg,
-                    ub.allocated_units
-                ),
-            )));
-        }
-        let catalog = BTree::open(ub.catalog_root);
-        let mut volumes = BTreeMap::new();
-        let mut start = vec![KEY_VOLUME];
-        loop {
-            let batch = catalog.range(io, &start, Some(&[KEY_VOLUME + 1]), 256)?;
-            let Some((last, _)) = batch.last() else { break };
-            start = last.clone();
-            start.push(0);
-            for (k, v) in batch {
-                let rec = VolumeRecordPhys::decode(&v)?;
-                let name = String::from_utf8(k[1..].to_vec()).map_err(|_| {
-                    crate::error::Corruption::new("catalog", None, format!("volume name {:02x?} is not UTF-8", &k[1..]))
-                })?;
-                if !rec.tree_root.is_hole() {
-                    io.read_node(&rec.tree_root)?;
-                }
-                volumes.insert(VolumeId(rec.id), VolumeState::new(name, rec));
-            }
-        }
-        let mut snapshots = BTreeMap::new();
-        let mut start = vec![KEY_SNAPSHOT];
-        loop {
-            let batch = catalog.range(io, &start, Some(&[KEY_SNAPSHOT + 1]), 256)?;
-            let Some((last, _)) = batch.last() else { break };
-            start = last.clone();
-            start.push(0);
-            for (k, v) in batch {
-                let rec = SnapshotRecordPhys::decode(&v)?;
-                let name = k
-                    .get(9..)
-                    .filter(|_| k[1..9] == rec.volume.to_be_bytes())
-                    .and_then(|n| String::from_utf8(n.to_vec()).ok())
-                    .ok_or_else(|| {
-                        crate::error::Corruption::new("catalog", None, format!("snapshot key {k:02x?} is malformed"))
-                    })?;
-                if !volumes.contains_key(&VolumeId(rec.volume)) {
-                    return Err(crate::error::Corruption::new(
-                        "catalog",
-                        None,
-                        format!("snapshot {name} belongs to volume id {} which does not exist", rec.volume),
-                    )
-                    .into());
-                }
-                snapshots.insert(rec.id, SnapshotState { name, rec });
-            }
-        }
-        for v in volumes.values_mut() {
-            if v.rec.parent != 0 {
-                v.parent_txg = snapshots.get(&v.rec.parent).map(|s: &SnapshotState| s.rec.txg).ok_or_else(|| {
-                    crate::error::Corruption::new(
-                        "catalog",
-                        None,
-                        format!("volume {}: parent snapshot {} does not exist", v.name, v.rec.parent),
-                    )
-                })?;
-            }
-        }
-        crate::pool::space::load(io, &catalog, &mut volumes)?;
-        let mut alloc = alloc;
-        let mut ddt = DedupTable::new(DEDUP_TABLE_MAX_DEFAULT);
-        crate::pool::space::load_packs(io, &catalog, &mut alloc, &mut ddt)?;
-        let destroying = destroy::load(io, &catalog)?;
-        Ok(LoadedRoot { alloc, ddt, catalog, volumes, snapshots, destroying })
-    }
-
     /// Commit what is dirty and close the pool, reporting a failure to commit.
     pub fn close(self) -> Result<()> {
         let r = {
