@@ -20,6 +20,7 @@
 //! the NFS service's `records` → `next_id`. `pools`, `unavailable`, `mounts` and `policies`
 //! are held only for map look-ups and updates, never across engine calls or I/O.
 
+pub(crate) mod db_freeze;
 pub(crate) mod devcheck;
 pub(crate) mod error;
 pub(crate) mod exports;
@@ -29,7 +30,6 @@ pub(crate) mod logdev;
 pub(crate) mod mounts;
 pub(crate) mod policy;
 pub(crate) mod pools;
-pub(crate) mod quiesce;
 pub(crate) mod snapshots;
 pub(crate) mod state;
 pub(crate) mod volumes;

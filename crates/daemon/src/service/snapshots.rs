@@ -5,7 +5,7 @@
 //! Restoring a mounted volume unmounts it (refused while files are open: stop the database
 //! first), restores, and mounts it again at the same place.
 
-use super::quiesce::Held;
+use super::db_freeze::FrozenDatabase;
 use super::{ApiError, Daemon};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -71,7 +71,7 @@ pub(crate) fn create(
     for v in volumes {
         p.volume_id(v)?; // a clear NotFound before quiescing anything
     }
-    let held = quiesce.map(Held::begin).transpose()?;
+    let held = quiesce.map(FrozenDatabase::begin).transpose()?;
     for v in volumes {
         if let Some(at) = d.mounted_at(pool, v) {
             flush_mount(&at)?;
@@ -81,7 +81,7 @@ pub(crate) fn create(
     let t0 = std::time::Instant::now();
     let taken = p.create_snapshots(&refs, name);
     let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let released = held.map(Held::release).transpose();
+    let released = held.map(FrozenDatabase::release).transpose();
     let infos = taken?;
     tracing::info!(pool, volumes = ?refs, name, ms, quiesced = quiesce.is_some(), "snapshot taken");
     let mut out: Vec<SnapshotInfo> = infos.into_iter().map(|s| snapshot_info(pool, s)).collect();

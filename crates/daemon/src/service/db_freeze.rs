@@ -1,4 +1,5 @@
-//! Application-consistent snapshots: quiesce the database around the snapshot.
+//! Application-consistent snapshots: freeze the database around the snapshot (the API
+//! calls it `quiesce`, as backup tools do; not the engine's quiescing txg, quiesce.rs).
 //!
 //! - PostgreSQL (`postgresql://...`): `CHECKPOINT`, then `pg_backup_start(label, fast)` held
 //!   in one session across the snapshot, then `pg_backup_stop(false)`. Recovery from the
@@ -25,8 +26,8 @@ enum Kind {
     MySql,
 }
 
-/// A database held quiet until [`Held::release`] (or drop, which kills the session).
-pub struct Held {
+/// A database held quiet until [`FrozenDatabase::release`] (or drop, which kills the session).
+pub struct FrozenDatabase {
     kind: Kind,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -73,7 +74,7 @@ fn mysql_args(url: &str) -> Result<(Vec<String>, Option<String>), ApiError> {
     Ok((args, pass))
 }
 
-impl Held {
+impl FrozenDatabase {
     fn send(&mut self, sql: &str) -> Result<(), String> {
         let stdin = self.stdin.as_mut().ok_or("session closed")?;
         stdin.write_all(sql.as_bytes()).and_then(|_| stdin.flush()).map_err(|e| e.to_string())
@@ -109,7 +110,7 @@ impl Held {
     }
 
     /// Quiesce the database at `url`; the returned session holds it quiet.
-    pub fn begin(url: &str) -> Result<Held, ApiError> {
+    pub fn begin(url: &str) -> Result<FrozenDatabase, ApiError> {
         let (kind, mut cmd) = if url.starts_with("postgresql://") || url.starts_with("postgres://") {
             let psql = ["/usr/lib/postgresql/15/bin/psql", "/usr/bin/psql"]
                 .into_iter()
@@ -151,7 +152,7 @@ impl Held {
             s
         });
         let stdin = child.stdin.take();
-        let mut held = Held { kind, child, stdin, lines, stderr };
+        let mut held = FrozenDatabase { kind, child, stdin, lines, stderr };
         let sql = match kind {
             Kind::Postgres => {
                 format!("CHECKPOINT;\nSELECT pg_backup_start('strata-snapshot', true);\nSELECT '{MARK}';\n")
@@ -179,7 +180,7 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for FrozenDatabase {
     fn drop(&mut self) {
         if self.stdin.is_some() {
             let _ = self.child.kill();
@@ -203,6 +204,6 @@ mod tests {
         assert!(p.is_none());
         assert!(mysql_args("mysql://h:notaport/").is_err());
         assert!(mysql_args("mysql://h/?x=1").is_err());
-        assert!(Held::begin("ftp://x").is_err());
+        assert!(FrozenDatabase::begin("ftp://x").is_err());
     }
 }
