@@ -787,7 +787,7 @@ impl Pool {
         p.catalog_released.extend(blocks);
         if let Some(mut v) = p.volumes.remove(&id) {
             let txg = p.next_txg;
-            v.drop_prewritten(&mut p.alloc, txg); // blocks of the open txg nobody will reference
+            v.drop_prewritten(&mut p.alloc, txg)?; // blocks of the open txg nobody will reference
         }
         p.by_name.remove(name);
         p.catalog_dirty = true;

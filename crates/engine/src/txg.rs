@@ -208,7 +208,7 @@ impl PoolInner {
             // Only frozen volumes sync; any other's prewritten blocks are nobody's.
             let PoolInner { volumes, alloc, .. } = self;
             for v in volumes.values_mut().filter(|v| !v.is_frozen()) {
-                v.drop_prewritten(alloc, txg);
+                v.drop_prewritten(alloc, txg)?;
             }
         }
         let mut released = std::mem::take(&mut self.catalog_released);

@@ -1,0 +1,173 @@
+//! One precise damage per guard of the failure policy (docs/failure-policy.md): a figure, a
+//! key, a counter or a space map bit read from disk that the engine once met with a panic
+//! (an `expect`, unchecked arithmetic, a slice, an assertion, unbounded recursion). Each
+//! image is made checksum-valid (testkit `damage`), so only the guard under test stands
+//! between the damage and a panic; each test names the typed error it expects.
+
+use std::sync::Arc;
+use strata_engine::format::node::BtreeNodePhys;
+use strata_engine::format::records::{DnodePhys, VolumeRecordPhys};
+use strata_engine::{BlockDevice, CheckOptions, Error, ErrorKind, ObjectId, Pool, VolumeId, VolumeOptions};
+use strata_testkit::damage::Image;
+use strata_testkit::{test_create_options, test_pool_options, SimDisk, SimRng};
+
+const RS: usize = 8192;
+
+/// A committed pool with volume "v" (8 KiB records) after `setup`, as a device image.
+fn image(setup: impl FnOnce(&Pool, VolumeId)) -> Vec<u8> {
+    let disk = Arc::new(SimDisk::new(24 << 20, 4096));
+    let pool = Pool::create(disk.clone(), test_create_options(5), test_pool_options()).unwrap();
+    let v = pool.create_volume("v", &VolumeOptions { record_size: RS as u32, ..Default::default() }).unwrap();
+    setup(&pool, v);
+    pool.close().unwrap();
+    disk.current_image()
+}
+
+/// Object 1 of "v" holding four records.
+fn one_object(pool: &Pool, v: VolumeId) {
+    let o = pool.create_object(v, b"attr").unwrap();
+    assert_eq!(o, ObjectId(1));
+    pool.write(v, o, 0, &SimRng::new(1).bytes(4 * RS)).unwrap();
+}
+
+fn damaged(bytes: Vec<u8>, f: impl FnOnce(&mut Image)) -> Vec<u8> {
+    let mut img = Image::parse(bytes).expect("a healthy image parses");
+    f(&mut img);
+    img.bytes
+}
+
+fn open(bytes: &[u8]) -> Result<Pool, Error> {
+    Pool::open(Arc::new(SimDisk::from_image(bytes.to_vec(), 4096)) as Arc<dyn BlockDevice>, test_pool_options())
+}
+
+#[track_caller]
+fn assert_corruption<T: std::fmt::Debug>(r: Result<T, Error>, mentions: &str) {
+    match r {
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
+            assert!(e.to_string().contains(mentions), "{e:?} does not mention {mentions:?}");
+        }
+        Ok(v) => panic!("expected a corruption error mentioning {mentions:?}, got Ok({v:?})"),
+    }
+}
+
+/// Rewrite volume "v"'s record in the catalog.
+fn edit_volume_record(img: &mut Image, f: impl Fn(&mut VolumeRecordPhys)) {
+    let n = img
+        .edit_nodes(true, |_, node| {
+            let BtreeNodePhys::Leaf { entries } = node else { return false };
+            let Some((_, v)) = entries.iter_mut().find(|(k, _)| k.as_slice() == b"\x01v") else { return false };
+            let mut rec = VolumeRecordPhys::decode(v).unwrap();
+            f(&mut rec);
+            *v = rec.encode();
+            true
+        })
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+/// Rewrite the dnode of object `obj` wherever a volume tree holds it.
+fn edit_dnode(img: &mut Image, obj: u64, f: impl Fn(&mut DnodePhys)) {
+    let key = [&[0x01][..], &obj.to_be_bytes()].concat();
+    let n = img
+        .edit_nodes(false, |_, node| {
+            let BtreeNodePhys::Leaf { entries } = node else { return false };
+            let Some((_, v)) = entries.iter_mut().find(|(k, _)| *k == key) else { return false };
+            let mut dn = DnodePhys::decode(v).unwrap();
+            f(&mut dn);
+            *v = dn.encode();
+            true
+        })
+        .unwrap();
+    assert!(n >= 1);
+}
+
+/// Truncate object 1 away and commit: the sync frees its four records.
+fn free_the_records(bytes: &[u8]) -> Result<u64, Error> {
+    let pool = open(bytes).expect("the damage is not visible at open");
+    let v = pool.volume_id("v").unwrap();
+    pool.truncate(v, ObjectId(1), 0).unwrap();
+    let r = pool.commit();
+    if r.is_err() {
+        // The failed commit latched the pool: nothing half-synced reaches the device.
+        assert_eq!(pool.write(v, ObjectId(1), 0, b"x").unwrap_err().kind(), ErrorKind::ReadOnly);
+    }
+    r
+}
+
+#[test]
+fn a_dnode_that_cannot_give_up_its_freed_records_fails_the_commit() {
+    let bytes = damaged(image(one_object), |img| edit_dnode(img, 1, |dn| dn.data_sectors = 0));
+    assert_corruption(free_the_records(&bytes), "volume v object 1 data");
+}
+
+#[test]
+fn a_volume_that_frees_more_than_it_uses_fails_the_commit() {
+    let bytes = damaged(image(one_object), |img| {
+        edit_volume_record(img, |r| {
+            r.used_sectors = 0;
+            r.written_sectors = 0;
+        })
+    });
+    assert_corruption(free_the_records(&bytes), "volume v used");
+}
+
+#[test]
+fn a_head_that_frees_more_than_it_wrote_fails_the_commit() {
+    let bytes = damaged(image(one_object), |img| edit_volume_record(img, |r| r.written_sectors = 0));
+    assert_corruption(free_the_records(&bytes), "volume v written");
+}
+
+#[test]
+fn a_volume_that_frees_more_than_was_born_in_it_fails_the_commit() {
+    let bytes = damaged(image(one_object), |img| edit_volume_record(img, |r| r.total_sectors = 0));
+    assert_corruption(free_the_records(&bytes), "volume v total");
+}
+
+#[test]
+fn the_healthy_image_frees_its_records_and_checks_clean() {
+    // The control for the four above: the same steps on the undamaged image succeed.
+    let bytes = image(one_object);
+    free_the_records(&bytes).unwrap();
+}
+
+#[test]
+fn a_block_referenced_twice_fails_the_commit_that_frees_it_twice() {
+    let healthy = image(one_object);
+    let pool = open(&healthy).unwrap();
+    let v = pool.volume_id("v").unwrap();
+    // The object has one indirect level above its four records.
+    let (root, levels) = pool.object_block_root(v, ObjectId(1)).unwrap();
+    assert_eq!(levels, 1);
+    drop(pool);
+    // Record 3 points at record 2's block: two pointers to one block, both verify.
+    let bytes = damaged(healthy, |img| img.edit_indirect(&root, |ind| ind.bps[3] = ind.bps[2]).unwrap());
+    let pool = open(&bytes).unwrap();
+    let report = pool.check(CheckOptions::default()).unwrap();
+    // The checker takes the second pointer for sharing: it sees the block record 3 lost.
+    assert!(report.errors.iter().any(|e| e.contains("leak")), "{:?}", report.errors);
+    drop(pool);
+    // Freeing record 2's block the second time: the space map holds it free by then.
+    assert_corruption(free_the_records(&bytes), "holds free");
+}
+
+#[test]
+fn a_dnode_key_of_the_wrong_length_is_corruption_when_listed() {
+    let bytes = damaged(image(one_object), |img| {
+        let n = img
+            .edit_nodes(false, |_, node| {
+                let BtreeNodePhys::Leaf { entries } = node else { return false };
+                let Some(last_dnode) = entries.iter().rposition(|(k, _)| k.first() == Some(&0x01)) else {
+                    return false;
+                };
+                // Still in order: past every 9-byte dnode key, before the caller's keys.
+                entries[last_dnode].0 = vec![0x01, 0xff, 0xff];
+                true
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+    let pool = open(&bytes).unwrap();
+    let v = pool.volume_id("v").unwrap();
+    assert_corruption(pool.list_objects(v, None, 100), "dnode key");
+}
