@@ -146,10 +146,25 @@ fn collect_records_born_after(
 }
 
 impl PoolInner {
-    pub(crate) fn new_id(&mut self) -> u64 {
-        let id = self.next_volume_id;
-        self.next_volume_id += 1;
-        id
+    /// Hand out an id (volumes, snapshots, deadlists and groups share one counter,
+    /// `UberblockPhys::next_volume_id`, which opening checks is past every id in use).
+    pub(crate) fn new_id(&mut self) -> Result<u64> {
+        Ok(self.new_ids(1)?.start)
+    }
+
+    /// Hand out `n` ids at once: all or none. The counter comes from disk: one that would
+    /// wrap is damage, reported before anything changes.
+    pub(crate) fn new_ids(&mut self, n: u64) -> Result<std::ops::Range<u64>> {
+        let first = self.next_volume_id;
+        let end = first.checked_add(n).ok_or_else(|| {
+            crate::error::Corruption::new(
+                "uberblock",
+                None,
+                format!("next volume id {first} leaves no room for {n} more ids"),
+            )
+        })?;
+        self.next_volume_id = end;
+        Ok(first..end)
     }
 
     /// Txg of snapshot `id` (0 for none).
@@ -303,7 +318,7 @@ impl PoolInner {
     pub(crate) fn take_pending_snapshots(&mut self, vol: VolumeId, txg: u64) -> Result<()> {
         let pending = std::mem::take(&mut self.volumes.get_mut(&vol).expect("synced volume").pending_snapshots);
         for (sid, name, group) in pending {
-            let dl = self.new_id();
+            let dl = self.new_id()?;
             let now = self.clock.now_ns();
             let v = self.volumes.get_mut(&vol).expect("synced volume");
             let rec = SnapshotRecordPhys {
@@ -493,10 +508,12 @@ impl Pool {
             }
             ids.push(vid);
         }
-        let group = if ids.len() > 1 { p.new_id() } else { 0 };
+        // Every id first (group, then one per snapshot): a refusal changes nothing.
+        let grouped = ids.len() > 1;
+        let mut new = p.new_ids(ids.len() as u64 + u64::from(grouped))?;
+        let group = if grouped { new.next().expect("an id for the group") } else { 0 };
         let mut sids = Vec::new();
-        for vid in &ids {
-            let sid = p.new_id();
+        for (vid, sid) in ids.iter().zip(new) {
             let v = p.volumes.get_mut(vid).expect("resolved above");
             v.pending_snapshots.push((sid, name.to_string(), group));
             v.dirty = true;

@@ -230,8 +230,17 @@ impl VolumeState {
         if attr.len() > ATTR_MAX {
             return Err(Error::invalid(format!("attribute of {} bytes (limit {ATTR_MAX})", attr.len())));
         }
+        // The counter comes from disk: one that wraps, or names an object this txg holds,
+        // is damage (the checker also compares it with the ids in the tree).
         let obj = ObjectId(self.rec.next_object_id);
-        self.rec.next_object_id += 1;
+        let next = obj.0.checked_add(1).filter(|_| !self.objects.contains_key(&obj) && !self.has_dirty_records(obj));
+        self.rec.next_object_id = next.ok_or_else(|| {
+            Corruption::new(
+                "volume record",
+                None,
+                format!("volume {}: next object id {} is in use or out of range", self.name, obj.0),
+            )
+        })?;
         let dnode = DnodePhys {
             size: 0,
             record_size: self.rec.record_size,
@@ -437,6 +446,11 @@ impl VolumeState {
                 *self.dirty_counts.entry(obj).or_insert(0) += 1;
             }
         }
+    }
+
+    fn has_dirty_records(&self, obj: ObjectId) -> bool {
+        self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).next().is_some()
+            || self.frozen.as_ref().is_some_and(|f| f.records.range((obj, 0)..=(obj, u64::MAX)).next().is_some())
     }
 
     fn uncount_dirty(&mut self, obj: ObjectId) {

@@ -171,3 +171,59 @@ fn a_dnode_key_of_the_wrong_length_is_corruption_when_listed() {
     let v = pool.volume_id("v").unwrap();
     assert_corruption(pool.list_objects(v, None, 100), "dnode key");
 }
+
+#[test]
+fn an_exhausted_id_counter_refuses_new_volumes_and_snapshots() {
+    let bytes = damaged(image(one_object), |img| img.edit_root(|ub| ub.next_volume_id = u64::MAX));
+    let pool = open(&bytes).unwrap();
+    assert_corruption(pool.create_volume("w", &VolumeOptions::default()), "next volume id");
+    assert_corruption(pool.create_snapshots(&["v"], "s"), "next volume id");
+    assert!(pool.snapshots(None).unwrap().is_empty(), "a refused snapshot leaves nothing pending");
+}
+
+#[test]
+fn an_id_counter_behind_the_ids_in_use_is_refused_at_open() {
+    let mut txg = 0;
+    let bytes = damaged(image(one_object), |img| {
+        img.edit_root(|ub| {
+            txg = ub.txg;
+            ub.next_volume_id = 1;
+        })
+    });
+    // The damaged root is refused; opening falls back to the root before it.
+    let pool = open(&bytes).unwrap();
+    assert!(pool.committed_root().txg < txg);
+    let notes = pool.status().open_notes;
+    assert!(notes.iter().any(|n| n.contains("next volume id 1 is not past id 1")), "{notes:?}");
+}
+
+#[test]
+fn an_exhausted_or_taken_object_id_refuses_new_objects() {
+    let bytes = damaged(image(one_object), |img| edit_volume_record(img, |r| r.next_object_id = u64::MAX));
+    let pool = open(&bytes).unwrap();
+    let v = pool.volume_id("v").unwrap();
+    assert_corruption(pool.create_object(v, b"new"), "next object id");
+    drop(pool);
+    // A counter naming object 1, whose dnode this txg holds: handing it out again would
+    // put a new object in its place.
+    let bytes = damaged(image(one_object), |img| edit_volume_record(img, |r| r.next_object_id = 1));
+    let pool = open(&bytes).unwrap();
+    pool.write(v, ObjectId(1), 0, b"dirty").unwrap();
+    assert_corruption(pool.create_object(v, b"new"), "next object id");
+    assert_eq!(pool.read(v, ObjectId(1), 0, 5).unwrap(), b"dirty");
+}
+
+#[test]
+fn a_restore_that_would_free_more_than_was_born_in_the_volume_is_refused() {
+    let healthy = image(|pool, v| {
+        one_object(pool, v);
+        pool.commit().unwrap();
+        pool.create_snapshots(&["v"], "s").unwrap();
+        pool.write(v, ObjectId(1), 0, &SimRng::new(2).bytes(2 * RS)).unwrap();
+    });
+    let bytes = damaged(healthy.clone(), |img| edit_volume_record(img, |r| r.total_sectors = 0));
+    let pool = open(&bytes).unwrap();
+    assert_corruption(pool.restore_volume("v", "s"), "blocks born since its parent snapshot");
+    // The control: the undamaged volume restores.
+    open(&healthy).unwrap().restore_volume("v", "s").unwrap();
+}
