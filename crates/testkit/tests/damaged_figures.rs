@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use strata_engine::format::node::BtreeNodePhys;
-use strata_engine::format::records::{DnodePhys, VolumeRecordPhys};
+use strata_engine::format::records::{DnodePhys, VolumeRecordPhys, SPACE_SECTORS_MAX};
 use strata_engine::{BlockDevice, CheckOptions, Error, ErrorKind, ObjectId, Pool, VolumeId, VolumeOptions};
 use strata_testkit::damage::Image;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk, SimRng};
@@ -226,4 +226,33 @@ fn a_restore_that_would_free_more_than_was_born_in_the_volume_is_refused() {
     assert_corruption(pool.restore_volume("v", "s"), "blocks born since its parent snapshot");
     // The control: the undamaged volume restores.
     open(&healthy).unwrap().restore_volume("v", "s").unwrap();
+}
+
+#[test]
+fn savings_near_the_bound_in_many_volumes_do_not_overflow_the_pool_figures() {
+    // Each volume's savings may be as large as SPACE_SECTORS_MAX sectors hold; nine of them
+    // pass u64 in bytes.
+    let healthy = image(|pool, _| {
+        for i in 0..8 {
+            pool.create_volume(&format!("w{i}"), &VolumeOptions::default()).unwrap();
+        }
+    });
+    let bytes = damaged(healthy, |img| {
+        let n = img
+            .edit_nodes(true, |_, node| {
+                let BtreeNodePhys::Leaf { entries } = node else { return false };
+                for (_, v) in entries.iter_mut().filter(|(k, _)| k.first() == Some(&0x01)) {
+                    let mut rec = VolumeRecordPhys::decode(v).unwrap();
+                    rec.saved_bytes = Some(SPACE_SECTORS_MAX * 512);
+                    *v = rec.encode();
+                }
+                true
+            })
+            .unwrap();
+        assert!(n >= 1);
+    });
+    let pool = open(&bytes).unwrap();
+    assert_eq!(pool.volumes().len(), 9);
+    let space = pool.status().space;
+    assert_eq!((space.saved_bytes, space.logical_bytes), (u64::MAX, u64::MAX));
 }
