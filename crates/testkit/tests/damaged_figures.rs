@@ -213,6 +213,73 @@ fn an_exhausted_or_taken_object_id_refuses_new_objects() {
     assert_eq!(pool.read(v, ObjectId(1), 0, 5).unwrap(), b"dirty");
 }
 
+/// A volume whose tree has an internal root over several leaves.
+fn many_entries(pool: &Pool, v: VolumeId) {
+    let mut rng = SimRng::new(3);
+    for i in 0..400u32 {
+        pool.kv_put(v, format!("k{i:04}").as_bytes(), &rng.bytes(100)).unwrap();
+    }
+}
+
+#[test]
+fn a_child_pointer_that_aliases_its_parent_is_reported_not_followed_forever() {
+    // The child pointer takes its parent's address and birth: the metadata cache (keyed by
+    // both) hands the parent back for it, so a walk that does not check levels recurses
+    // until the stack overflows.
+    let bytes = damaged(image(many_entries), |img| {
+        let n = img
+            .edit_nodes(false, |me, node| {
+                let BtreeNodePhys::Internal { entries, .. } = node else { return false };
+                let child = &mut entries[1].1;
+                child.addr = me.addr;
+                child.birth_txg = me.birth_txg;
+                true
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+    let pool = open(&bytes).unwrap();
+    let report = pool.check(CheckOptions::default()).unwrap();
+    assert!(!report.is_clean());
+    let v = pool.volume_id("v").unwrap();
+    assert_corruption(pool.kv_range(v, b"", None, 1000), "level 1 under a node of level 1");
+}
+
+#[test]
+fn keys_a_damaged_separator_misrouted_are_not_written_out_of_order() {
+    // Separator 1 of the root moved up to just below separator 2: keys in between now go to
+    // child 0, though child 1 holds smaller ones. Merging the two (child 0 emptied of its
+    // own keys) would put keys out of order in one node.
+    let mut seps: Vec<Vec<u8>> = Vec::new();
+    let bytes = damaged(image(many_entries), |img| {
+        let n = img
+            .edit_nodes(false, |_, node| {
+                let BtreeNodePhys::Internal { entries, .. } = node else { return false };
+                assert!(entries.len() >= 3, "the root has at least three children");
+                seps = entries.iter().map(|(k, _)| k.clone()).collect();
+                let mut moved = entries[2].0.clone();
+                *moved.last_mut().unwrap() -= 1;
+                entries[1].0 = moved;
+                true
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+    let pool = open(&bytes).unwrap();
+    let v = pool.volume_id("v").unwrap();
+    // Keys between the old and the new separator 1: they land in child 0.
+    let (from, to) = (seps[1][1..].to_vec(), seps[2][1..].to_vec());
+    let all = pool.kv_range(v, b"", None, 1000).unwrap();
+    for (k, _) in all.iter().filter(|(k, _)| *k >= from && *k < to).take(3) {
+        pool.kv_put(v, &[k.as_slice(), b"+"].concat(), b"misrouted").unwrap();
+    }
+    // Child 0's own keys go: it shrinks below a quarter and merges with child 1.
+    for (k, _) in all.iter().filter(|(k, _)| *k < from) {
+        pool.kv_delete(v, k).unwrap();
+    }
+    assert_corruption(pool.commit(), "keys out of order");
+}
+
 #[test]
 fn a_restore_that_would_free_more_than_was_born_in_the_volume_is_refused() {
     let healthy = image(|pool, v| {

@@ -77,20 +77,39 @@ impl CheckReport {
     }
 }
 
-/// Visit every node of a B+tree top-down: `f(bp, node)`. Stops at the first error.
+/// Visit every node of a B+tree top-down: `f(bp, node)`. Stops at the first error. Every
+/// child must be one level below its parent (a damaged pointer to an ancestor would
+/// otherwise recurse until the stack overflows).
 pub fn walk_btree(
     io: &BlockIo,
     root: &BlockPtr,
     f: &mut dyn FnMut(&BlockPtr, &BtreeNodePhys) -> Result<()>,
 ) -> Result<()> {
-    if root.is_hole() {
+    walk_btree_at(io, root, None, f)
+}
+
+fn walk_btree_at(
+    io: &BlockIo,
+    bp: &BlockPtr,
+    parent_level: Option<u8>,
+    f: &mut dyn FnMut(&BlockPtr, &BtreeNodePhys) -> Result<()>,
+) -> Result<()> {
+    if bp.is_hole() {
         return Ok(());
     }
-    let node = io.read_node(root)?;
-    f(root, &node)?;
-    if let BtreeNodePhys::Internal { entries, .. } = &*node {
+    let node = io.read_node(bp)?;
+    if let Some(p) = parent_level.filter(|&p| p == 0 || node.level() != p - 1) {
+        return Err(crate::error::Corruption::new(
+            "btree node",
+            Some(bp.addr),
+            format!("level {} under a node of level {p}", node.level()),
+        )
+        .into());
+    }
+    f(bp, &node)?;
+    if let BtreeNodePhys::Internal { level, entries } = &*node {
         for (_, child) in entries {
-            walk_btree(io, child, f)?;
+            walk_btree_at(io, child, Some(*level), f)?;
         }
     }
     Ok(())

@@ -414,6 +414,21 @@ fn write_rec(
         Link::Disk(bp) => return Ok(*bp),
         Link::Mem(n) => n,
     };
+    // Keys out of order cannot come from this code, only from damage read earlier (a
+    // separator that misrouted inserts, siblings that overlap): refuse to write them, so the
+    // commit fails instead of storing a node nothing would verify again until it is read.
+    let ordered = match node.level {
+        0 => node.leaf.windows(2).all(|w| w[0].0 < w[1].0),
+        _ => node.inner.windows(2).all(|w| w[0].0 < w[1].0),
+    };
+    if !ordered {
+        return Err(Corruption::new(
+            "btree node",
+            node.orig.map(|bp| bp.addr),
+            format!("a level {} node to be written has keys out of order (damage met earlier)", node.level),
+        )
+        .into());
+    }
     let payload = if node.level == 0 {
         encode_leaf(node.leaf.len(), node.leaf.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
     } else {
