@@ -281,13 +281,18 @@ impl BlockPtr {
     pub fn encode(&self) -> [u8; BLKPTR_SIZE] {
         let mut w = Writer::with_capacity(BLKPTR_SIZE);
         self.encode_into(&mut w);
-        w.into_inner().try_into().expect("a block pointer encodes to 64 bytes")
+        let bytes = w.into_inner();
+        debug_assert_eq!(bytes.len(), BLKPTR_SIZE);
+        let mut out = [0u8; BLKPTR_SIZE];
+        out.iter_mut().zip(bytes).for_each(|(o, b)| *o = b);
+        out
     }
 }
 
 const _: () = assert!(BLKPTR_SIZE == 64);
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
