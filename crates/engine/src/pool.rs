@@ -791,35 +791,10 @@ impl Pool {
         let mut p = self.lock();
         p.writable()?;
         let id = p.volume_id(name)?;
-        let (blocks, deadlists) = p.volume_blocks_for_delete(id)?;
-        for dl in deadlists {
-            for bp in p.deadlist_entries(dl, 0)? {
-                let PoolInner { catalog, io, .. } = &mut *p;
-                catalog.remove(io, &crate::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
-            }
+        match p.delete_volume(id, name) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(p.latch_part_way("deleting a volume", e)),
         }
-        let snaps: Vec<(u64, String)> =
-            p.snapshots.iter().filter(|(_, s)| s.rec.volume == id.0).map(|(sid, s)| (*sid, s.name.clone())).collect();
-        for (sid, sname) in snaps {
-            let PoolInner { catalog, io, .. } = &mut *p;
-            catalog.remove(io, &crate::snapshot::snapshot_key(id.0, &sname))?;
-            p.snapshots.remove(&sid);
-            p.volumes.remove(&VolumeId(sid)); // an open read-only view
-        }
-        let key = volume_key(name);
-        {
-            let PoolInner { catalog, io, .. } = &mut *p;
-            catalog.remove(io, &key)?;
-            catalog.remove(io, &crate::space::volume_space_key(name))?;
-        }
-        p.catalog_released.extend(blocks);
-        if let Some(mut v) = p.volumes.remove(&id) {
-            let txg = p.next_txg;
-            v.drop_prewritten(&mut p.alloc, txg)?; // blocks of the open txg nobody will reference
-        }
-        p.by_name.remove(name);
-        p.catalog_dirty = true;
-        Ok(())
     }
 
     pub fn volume_id(&self, name: &str) -> Result<VolumeId> {
@@ -974,6 +949,46 @@ impl Pool {
 
     /// The longest key a volume's key-value space accepts.
     pub const KV_KEY_MAX: usize = USER_KEY_MAX;
+}
+
+impl PoolInner {
+    /// `Pool::delete_volume` under the lock: the catalog entries of the volume, its
+    /// snapshots and their deadlists go, and its blocks are released for the commit.
+    fn delete_volume(&mut self, id: VolumeId, name: &str) -> Result<()> {
+        let (blocks, deadlists) = self.volume_blocks_for_delete(id)?;
+        for dl in deadlists {
+            for bp in self.deadlist_entries(dl, 0)? {
+                let PoolInner { catalog, io, .. } = &mut *self;
+                catalog.remove(io, &crate::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
+            }
+        }
+        let snaps: Vec<(u64, String)> = self
+            .snapshots
+            .iter()
+            .filter(|(_, s)| s.rec.volume == id.0)
+            .map(|(sid, s)| (*sid, s.name.clone()))
+            .collect();
+        for (sid, sname) in snaps {
+            let PoolInner { catalog, io, .. } = &mut *self;
+            catalog.remove(io, &crate::snapshot::snapshot_key(id.0, &sname))?;
+            self.snapshots.remove(&sid);
+            self.volumes.remove(&VolumeId(sid)); // an open read-only view
+        }
+        let key = volume_key(name);
+        {
+            let PoolInner { catalog, io, .. } = &mut *self;
+            catalog.remove(io, &key)?;
+            catalog.remove(io, &crate::space::volume_space_key(name))?;
+        }
+        self.catalog_released.extend(blocks);
+        if let Some(mut v) = self.volumes.remove(&id) {
+            let txg = self.next_txg;
+            v.drop_prewritten(&mut self.alloc, txg)?; // blocks of the open txg nobody will reference
+        }
+        self.by_name.remove(name);
+        self.catalog_dirty = true;
+        Ok(())
+    }
 }
 
 fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {

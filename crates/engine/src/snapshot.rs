@@ -236,7 +236,9 @@ impl PoolInner {
             start.push(0);
             for (k, v) in batch {
                 let bp = BlockPtr::decode_from(&mut crate::format::codec::Reader::new(&v, "deadlist entry", None))?;
-                if bp.is_hole() || k[17..25] != bp.addr.to_be_bytes() || k[9..17] != bp.birth_txg.to_be_bytes() {
+                // The key comes from disk too: the range holds keys of any length.
+                let (birth, addr) = (k.get(9..17), k.get(17..));
+                if bp.is_hole() || addr != Some(&bp.addr.to_be_bytes()) || birth != Some(&bp.birth_txg.to_be_bytes()) {
                     return Err(Error::Corruption(crate::error::Corruption::new(
                         "deadlist",
                         None,
@@ -550,7 +552,9 @@ impl Pool {
         let mut p = self.lock();
         p.writable()?;
         let vid = p.volume_id(volume)?;
-        p.delete_snapshot(vid, name)?;
+        if let Err(e) = p.delete_snapshot(vid, name) {
+            return Err(p.latch_part_way("deleting a snapshot", e));
+        }
         p.commit_always()?;
         Ok(())
     }

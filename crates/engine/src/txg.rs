@@ -26,7 +26,7 @@
 
 use crate::alloc::Allocator;
 use crate::device::BlockDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::features::COMPAT_HOST_STATE;
 use crate::format::label::LabelPhys;
 use crate::format::space::{DedupPhys, PackPhys};
@@ -110,6 +110,17 @@ impl PoolInner {
         }
         self.label = label;
         Ok(())
+    }
+
+    /// An administrative change (deleting a snapshot or a volume) that met damage or a device
+    /// error after it began changing the in-memory state cannot be undone: latch the pool, as
+    /// a failed commit does, so the half-done change is never committed. Errors of other
+    /// kinds are refusals raised before anything changed. Returns `e`.
+    pub(crate) fn latch_part_way(&mut self, what: &str, e: Error) -> Error {
+        if matches!(e.kind(), ErrorKind::Corruption | ErrorKind::Io) && self.latched.is_none() {
+            self.latched = Some(format!("{what} failed part-way: {e}"));
+        }
+        e
     }
 
     pub(crate) fn writable(&self) -> Result<()> {

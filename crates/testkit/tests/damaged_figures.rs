@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use strata_engine::format::node::BtreeNodePhys;
-use strata_engine::format::records::{DnodePhys, VolumeRecordPhys, SPACE_SECTORS_MAX};
+use strata_engine::format::records::{DnodePhys, SnapshotRecordPhys, VolumeRecordPhys, SPACE_SECTORS_MAX};
 use strata_engine::{BlockDevice, CheckOptions, Error, ErrorKind, ObjectId, Pool, VolumeId, VolumeOptions};
 use strata_testkit::damage::Image;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk, SimRng};
@@ -322,4 +322,119 @@ fn savings_near_the_bound_in_many_volumes_do_not_overflow_the_pool_figures() {
     assert_eq!(pool.volumes().len(), 9);
     let space = pool.status().space;
     assert_eq!((space.saved_bytes, space.logical_bytes), (u64::MAX, u64::MAX));
+}
+
+#[test]
+fn a_snapshot_delete_that_meets_damage_part_way_latches_and_commits_nothing() {
+    // s2's deadlist holds s1's blocks overwritten before s2; deleting s1 moves deadlist
+    // entries, then finds s1 wrote fewer sectors than its successor's deadlist frees.
+    let healthy = image(|pool, v| {
+        one_object(pool, v);
+        pool.commit().unwrap();
+        pool.create_snapshots(&["v"], "s1").unwrap();
+        pool.write(v, ObjectId(1), 0, &SimRng::new(2).bytes(2 * RS)).unwrap();
+        pool.commit().unwrap();
+        pool.create_snapshots(&["v"], "s2").unwrap();
+    });
+    let bytes = damaged(healthy, |img| {
+        let n = img
+            .edit_nodes(true, |_, node| {
+                let BtreeNodePhys::Leaf { entries } = node else { return false };
+                let s1 = entries.iter_mut().find(|(k, _)| k.first() == Some(&0x02) && k.ends_with(b"s1"));
+                let Some((_, v)) = s1 else { return false };
+                let mut rec = SnapshotRecordPhys::decode(v).unwrap();
+                rec.written_sectors = 0;
+                *v = rec.encode();
+                true
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+    let disk = Arc::new(SimDisk::from_image(bytes, 4096));
+    let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
+    assert_corruption(pool.delete_snapshot("v", "s1"), "frees more than it wrote");
+    // The catalog was half edited in memory: the pool latched, nothing of it is committed.
+    assert_eq!(pool.commit().unwrap_err().kind(), ErrorKind::ReadOnly);
+    drop(pool);
+    let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
+    assert_eq!(pool.snapshots(Some("v")).unwrap().len(), 2);
+}
+
+/// Volume "v" with snapshots s1 and s2 and records overwritten after each: the head's
+/// deadlist and s2's both hold entries.
+fn two_snapshots(pool: &Pool, v: VolumeId) {
+    one_object(pool, v);
+    pool.commit().unwrap();
+    pool.create_snapshots(&["v"], "s1").unwrap();
+    pool.write(v, ObjectId(1), 0, &SimRng::new(2).bytes(RS)).unwrap();
+    pool.commit().unwrap();
+    pool.create_snapshots(&["v"], "s2").unwrap();
+    pool.write(v, ObjectId(1), RS as u64, &SimRng::new(3).bytes(RS)).unwrap();
+}
+
+/// The deadlist ids present in the catalog, smallest first.
+fn deadlist_ids(img: &mut Image) -> Vec<u64> {
+    let mut ids = std::collections::BTreeSet::new();
+    img.edit_nodes(true, |_, node| {
+        if let BtreeNodePhys::Leaf { entries } = node {
+            for (k, _) in entries.iter().filter(|(k, _)| k.first() == Some(&0x03)) {
+                ids.insert(u64::from_be_bytes(k[1..9].try_into().unwrap()));
+            }
+        }
+        false
+    })
+    .unwrap();
+    ids.into_iter().collect()
+}
+
+#[test]
+fn a_deadlist_key_of_the_wrong_length_is_corruption() {
+    let bytes = damaged(image(two_snapshots), |img| {
+        let ids = deadlist_ids(img);
+        assert_eq!(ids.len(), 2, "s2's deadlist and the head's");
+        // s2's last entry gets the key 03 ++ dl ++ ff: still after its other entries and
+        // before the next deadlist's, so inside the range its deadlist is read with.
+        let dl = ids[0];
+        let n = img
+            .edit_nodes(true, |_, node| {
+                let BtreeNodePhys::Leaf { entries } = node else { return false };
+                let prefix = [&[0x03][..], &dl.to_be_bytes()].concat();
+                let Some(last) = entries.iter().rposition(|(k, _)| k.starts_with(&prefix)) else { return false };
+                entries[last].0 = [&prefix[..], &[0xff]].concat();
+                true
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+    let pool = open(&bytes).unwrap();
+    assert_corruption(pool.snapshots(Some("v")), "does not match its block pointer");
+}
+
+#[test]
+fn a_volume_delete_that_meets_damage_part_way_latches_and_commits_nothing() {
+    // The delete removes the head's deadlist entries first, then meets s2's, damaged.
+    let bytes = damaged(image(two_snapshots), |img| {
+        let ids = deadlist_ids(img);
+        let s2 = ids[0];
+        let n = img
+            .edit_nodes(true, |_, node| {
+                let BtreeNodePhys::Leaf { entries } = node else { return false };
+                let prefix = [&[0x03][..], &s2.to_be_bytes()].concat();
+                let mut changed = false;
+                for (_, v) in entries.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
+                    v[8] ^= 1; // the pointer's birth txg no longer matches its key
+                    changed = true;
+                }
+                changed
+            })
+            .unwrap();
+        assert!(n >= 1);
+    });
+    let disk = Arc::new(SimDisk::from_image(bytes, 4096));
+    let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
+    assert_corruption(pool.delete_volume("v"), "does not match its block pointer");
+    assert_eq!(pool.commit().unwrap_err().kind(), ErrorKind::ReadOnly);
+    drop(pool);
+    let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
+    assert!(pool.volume_id("v").is_ok(), "the volume is still there");
 }
