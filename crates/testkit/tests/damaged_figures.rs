@@ -438,3 +438,29 @@ fn a_volume_delete_that_meets_damage_part_way_latches_and_commits_nothing() {
     let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
     assert!(pool.volume_id("v").is_ok(), "the volume is still there");
 }
+
+#[test]
+fn a_head_with_a_parent_but_no_deadlist_is_refused_at_open() {
+    // Its first free of a block the snapshot shares would have nowhere to go.
+    let mut txg = 0;
+    let healthy = image(|pool, v| {
+        one_object(pool, v);
+        pool.commit().unwrap();
+        pool.create_snapshots(&["v"], "s").unwrap();
+    });
+    let bytes = damaged(healthy, |img| {
+        edit_volume_record(img, |r| {
+            assert_ne!((r.parent, r.deadlist), (0, 0));
+            r.deadlist = 0;
+        });
+        img.edit_root(|ub| txg = ub.txg);
+    });
+    let pool = open(&bytes).unwrap();
+    assert!(pool.committed_root().txg < txg, "the damaged root is refused");
+    let notes = pool.status().open_notes;
+    assert!(notes.iter().any(|n| n.contains("deadlist 0")), "{notes:?}");
+    // The root before it has the volume whole: overwriting a shared record works.
+    let v = pool.volume_id("v").unwrap();
+    pool.write(v, ObjectId(1), 0, &[7; RS]).unwrap();
+    pool.commit().unwrap();
+}

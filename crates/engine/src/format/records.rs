@@ -275,9 +275,10 @@ impl VolumeRecordPhys {
         if !valid_record_size(record_size) {
             return Err(r.corrupt(format!("record size {record_size}")));
         }
-        if written_sectors > used_sectors || (parent == 0 && origin != 0) {
+        // A head with a parent snapshot keeps the parent's blocks it frees in its deadlist.
+        if written_sectors > used_sectors || (parent == 0 && origin != 0) || (parent != 0 && deadlist == 0) {
             return Err(r.corrupt(format!(
-                "written {written_sectors} of {used_sectors} sectors, parent {parent}, origin {origin}"
+                "written {written_sectors} of {used_sectors} sectors, parent {parent}, origin {origin}, deadlist {deadlist}"
             )));
         }
         Ok(VolumeRecordPhys {
@@ -363,8 +364,10 @@ impl SnapshotRecordPhys {
         let (Some(referenced_sectors), Some(written_sectors), 0) = (sectors.0, sectors.1, flags >> 16) else {
             return Err(r.corrupt(format!("flags {flags:#x}: unknown bits or space figures out of range")));
         };
-        if !valid_record_size(record_size) || txg == 0 || id == 0 {
-            return Err(r.corrupt(format!("id {id}, txg {txg}, flags {flags}, record size {record_size}")));
+        if !valid_record_size(record_size) || txg == 0 || id == 0 || (parent != 0 && deadlist == 0) {
+            return Err(r.corrupt(format!(
+                "id {id}, txg {txg}, flags {flags}, record size {record_size}, parent {parent}, deadlist {deadlist}"
+            )));
         }
         if written_sectors > referenced_sectors || (!tree_root.is_hole() && tree_root.birth_txg > txg) {
             return Err(r.corrupt(format!(
@@ -458,5 +461,32 @@ mod tests {
         };
         assert!(SnapshotRecordPhys::decode(&snap.encode()).is_err());
         assert!(SnapshotRecordPhys::decode(&SnapshotRecordPhys { referenced_sectors: max, ..snap }.encode()).is_ok());
+    }
+
+    /// A head or snapshot with a parent keeps a deadlist (the parent's blocks it freed):
+    /// one without is damage, refused before anything frees into deadlist 0.
+    #[test]
+    fn a_parent_without_a_deadlist_is_corruption() {
+        let child = VolumeRecordPhys { parent: 4, deadlist: 5, ..volume() };
+        assert_eq!(VolumeRecordPhys::decode(&child.encode()).unwrap(), child);
+        assert!(VolumeRecordPhys::decode(&VolumeRecordPhys { deadlist: 0, ..child }.encode()).is_err());
+        let snap = SnapshotRecordPhys {
+            id: 6,
+            volume: 1,
+            txg: 5,
+            created_ns: 0,
+            tree_root: BlockPtr::HOLE,
+            parent: 4,
+            deadlist: 5,
+            referenced_sectors: 8,
+            written_sectors: 8,
+            next_object_id: 2,
+            record_size: 4096,
+            group: 0,
+            saved_bytes: None,
+        };
+        assert!(SnapshotRecordPhys::decode(&snap.encode()).is_ok());
+        assert!(SnapshotRecordPhys::decode(&SnapshotRecordPhys { deadlist: 0, ..snap }.encode()).is_err());
+        assert!(SnapshotRecordPhys::decode(&SnapshotRecordPhys { deadlist: 0, parent: 0, ..snap }.encode()).is_ok());
     }
 }
