@@ -472,7 +472,7 @@ impl Image {
 
     /// One plausible change of a block pointer (`hole_ok`: may it become a hole).
     fn mutate_bp(&self, c: &mut dyn Chooser, bp: BlockPtr, hole_ok: bool) -> (BlockPtr, String) {
-        match c.below(7) {
+        match c.below(8) {
             0 | 1 => {
                 let birth = self.birth(c, bp.birth_txg);
                 (BlockPtr { birth_txg: birth, ..bp }, format!("birth txg {} -> {birth}", bp.birth_txg))
@@ -498,6 +498,12 @@ impl Image {
             5 => {
                 let lsize = pick(c, &[bp.psize, bp.lsize / 2, bp.lsize * 2, 4096, 16384, 1 << 20]).max(bp.psize);
                 (BlockPtr { lsize, ..bp }, format!("lsize {} -> {lsize}", bp.lsize))
+            }
+            6 => {
+                // Past the data area: just past its end, or at the end of the address space.
+                let end = self.label.data_offset + self.label.data_units * UNIT_SIZE;
+                let addr = pick(c, &[end, u64::MAX & !(UNIT_SIZE - 1), u64::MAX & !511]);
+                (BlockPtr { addr, ..bp }, format!("address {} -> {addr}", bp.addr))
             }
             _ if hole_ok => (BlockPtr::HOLE, "made a hole".into()),
             _ => (BlockPtr { dedup: !bp.dedup && bp.kind == BlockKind::Data, ..bp }, "dedup flag flipped".into()),

@@ -464,3 +464,27 @@ fn a_head_with_a_parent_but_no_deadlist_is_refused_at_open() {
     pool.write(v, ObjectId(1), 0, &[7; RS]).unwrap();
     pool.commit().unwrap();
 }
+
+#[test]
+fn a_pointer_at_the_end_of_the_address_space_is_corruption() {
+    // A one-record object: its dnode's root is the data block itself.
+    let healthy = image(|pool, v| {
+        let o = pool.create_object(v, b"small").unwrap();
+        pool.write(v, o, 0, &SimRng::new(4).bytes(3000)).unwrap();
+    });
+    for packed in [false, true] {
+        let bytes = damaged(healthy.clone(), |img| {
+            edit_dnode(img, 1, |dn| {
+                // Unit aligned, or (a packed record) sector aligned: the last sector.
+                dn.root.addr = if packed { u64::MAX & !511 } else { u64::MAX & !4095 };
+                dn.root.packed = packed;
+            })
+        });
+        let pool = open(&bytes).unwrap();
+        let v = pool.volume_id("v").unwrap();
+        assert_corruption(pool.read(v, ObjectId(1), 0, 100), "outside the data area");
+        let report = pool.check(CheckOptions::default()).unwrap();
+        let expect = if packed { "in no pack" } else { "outside the data area" };
+        assert!(report.errors.iter().any(|e| e.contains(expect)), "{:?}", report.errors);
+    }
+}

@@ -207,7 +207,7 @@ impl Checker<'_> {
     /// Account for a packed record (first visit): it must lie in a pack and overlap no
     /// other record of it; the pack's units are referenced with its first record.
     fn claim_packed(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
-        let end = bp.addr + bp.psize as u64;
+        let end = bp.addr.saturating_add(bp.psize as u64);
         let Some((start, pack)) = self.packs.range(..=bp.addr).next_back().map(|(a, p)| (*a, *p)) else {
             self.err(format!("{ctx}: packed record at {} lies in no pack of the pack table", bp.addr));
             return Claim::Bad;

@@ -194,9 +194,12 @@ impl BlockPtr {
 
     /// The unit-aligned byte range `(start, len)` a read of this block covers (O_DIRECT
     /// reads whole units; a packed record is read with the units around it).
+    /// Saturating: an address from disk near the end of the address space gives a span the
+    /// caller's data-area check refuses, not an overflow.
     pub fn read_span(&self) -> (u64, u64) {
         let start = self.addr / UNIT_SIZE * UNIT_SIZE;
-        (start, round_up_unit(self.addr + self.psize as u64) - start)
+        let end = self.addr.saturating_add(self.psize as u64).div_ceil(UNIT_SIZE).saturating_mul(UNIT_SIZE);
+        (start, end.saturating_sub(start))
     }
 
     pub fn encode_into(&self, w: &mut Writer) {
