@@ -502,7 +502,7 @@ impl Image {
             6 => {
                 // Past the data area: just past its end, or at the end of the address space.
                 let end = self.label.data_offset + self.label.data_units * UNIT_SIZE;
-                let addr = pick(c, &[end, u64::MAX & !(UNIT_SIZE - 1), u64::MAX & !511]);
+                let addr = pick(c, &[end, !(UNIT_SIZE - 1), !511]);
                 (BlockPtr { addr, ..bp }, format!("address {} -> {addr}", bp.addr))
             }
             _ if hole_ok => (BlockPtr::HOLE, "made a hole".into()),

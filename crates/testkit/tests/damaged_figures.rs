@@ -476,7 +476,7 @@ fn a_pointer_at_the_end_of_the_address_space_is_corruption() {
         let bytes = damaged(healthy.clone(), |img| {
             edit_dnode(img, 1, |dn| {
                 // Unit aligned, or (a packed record) sector aligned: the last sector.
-                dn.root.addr = if packed { u64::MAX & !511 } else { u64::MAX & !4095 };
+                dn.root.addr = if packed { !511 } else { !4095 };
                 dn.root.packed = packed;
             })
         });
