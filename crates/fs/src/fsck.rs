@@ -4,8 +4,14 @@
 //! name and its recorded parent is the directory holding that name; no inode is
 //! unreachable unless it is recorded as an orphan (unlinked while open); symlinks have
 //! targets. Used by the crash tests after every simulated power loss.
+//!
+//! It reads what is on disk, damage included: a malformed key or entry is a problem it
+//! reports, never a panic (indexing, slicing, `unwrap` and `expect` are denied here,
+//! docs/failure-policy.md).
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use crate::inode::InodePhys;
+use crate::keys::{decode_entry, key_parts};
 use crate::{FsResult, VolumeFs, ROOT_INO};
 use std::collections::{BTreeMap, BTreeSet};
 use strata_engine::ObjectId;
@@ -36,18 +42,21 @@ impl VolumeFs {
         let mut subdirs: BTreeMap<u64, u32> = BTreeMap::new();
         let mut holder: BTreeMap<u64, u64> = BTreeMap::new();
         for (k, v) in t.kv_range(vol, b"D", Some(b"E"), usize::MAX)? {
-            let parent = u64::from_be_bytes(k[1..9].try_into().expect("dir keys hold a parent"));
-            let name = String::from_utf8_lossy(&k[9..]).into_owned();
-            let child = u64::from_be_bytes(v[..8].try_into().expect("entries hold an inode"));
+            let Ok((parent, name)) = key_parts(&k) else {
+                problems.push(format!("directory entry key {k:02x?} holds no parent inode"));
+                continue;
+            };
+            let name = String::from_utf8_lossy(name).into_owned();
+            let Ok((child, dtype)) = decode_entry(&v) else {
+                problems.push(format!("entry {parent}/{name}: {} bytes are not a directory entry", v.len()));
+                continue;
+            };
             match inodes.get(&child) {
                 None => problems.push(format!("entry {parent}/{name} names missing inode {child}")),
                 Some(ci) => {
-                    if ci.dtype() != v[8] {
-                        problems.push(format!(
-                            "entry {parent}/{name}: type {} but inode {child} is {}",
-                            v[8],
-                            ci.dtype()
-                        ));
+                    if ci.dtype() != dtype {
+                        problems
+                            .push(format!("entry {parent}/{name}: type {dtype} but inode {child} is {}", ci.dtype()));
                     }
                     if ci.is_dir() {
                         *subdirs.entry(parent).or_default() += 1;
@@ -62,11 +71,15 @@ impl VolumeFs {
             }
             *names.entry(child).or_default() += 1;
         }
-        let orphans: BTreeSet<u64> = t
-            .kv_range(vol, b"O", Some(b"P"), usize::MAX)?
-            .into_iter()
-            .map(|(k, _)| u64::from_be_bytes(k[1..9].try_into().expect("orphan keys hold an inode")))
-            .collect();
+        let mut orphans: BTreeSet<u64> = BTreeSet::new();
+        for (k, _) in t.kv_range(vol, b"O", Some(b"P"), usize::MAX)? {
+            match key_parts(&k) {
+                Ok((ino, _)) => {
+                    orphans.insert(ino);
+                }
+                Err(_) => problems.push(format!("orphan key {k:02x?} holds no inode")),
+            }
+        }
         for (&ino, i) in &inodes {
             let n = names.get(&ino).copied().unwrap_or(0);
             if ino == ROOT_INO {

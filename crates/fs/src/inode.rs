@@ -14,6 +14,12 @@
 //!  48  crtime_ns  i64
 //!  56  parent     u64   directories: the parent directory's inode (root: itself)
 //! ```
+//!
+//! Decoded from disk: indexing, slicing, `unwrap` and `expect` are denied here
+//! (docs/failure-policy.md); a record that does not decode is `None`.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
+
+use strata_engine::format::codec::Reader;
 
 pub const INODE_PHYS_SIZE: usize = 64;
 pub const S_IFMT: u32 = libc::S_IFMT;
@@ -70,21 +76,23 @@ impl InodePhys {
         if b.len() != INODE_PHYS_SIZE {
             return None;
         }
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let i64_at = |i: usize| i64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let mut r = Reader::new(b, "inode record", None);
+        let i64 = |r: &mut Reader<'_>| r.u64().map(|v| v as i64);
+        let (mode, uid, gid, nlink, rdev, flags) =
+            (r.u32().ok()?, r.u32().ok()?, r.u32().ok()?, r.u32().ok()?, r.u32().ok()?, r.u32().ok()?);
         let ino = InodePhys {
-            mode: u32_at(0),
-            uid: u32_at(4),
-            gid: u32_at(8),
-            nlink: u32_at(12),
-            rdev: u32_at(16),
-            atime_ns: i64_at(24),
-            mtime_ns: i64_at(32),
-            ctime_ns: i64_at(40),
-            crtime_ns: i64_at(48),
-            parent: u64::from_le_bytes(b[56..64].try_into().expect("8 bytes")),
+            mode,
+            uid,
+            gid,
+            nlink,
+            rdev,
+            atime_ns: i64(&mut r).ok()?,
+            mtime_ns: i64(&mut r).ok()?,
+            ctime_ns: i64(&mut r).ok()?,
+            crtime_ns: i64(&mut r).ok()?,
+            parent: r.u64().ok()?,
         };
-        (u32_at(20) == 0 && ino.mode & S_IFMT != 0).then_some(ino)
+        (flags == 0 && ino.mode & S_IFMT != 0).then_some(ino)
     }
 }
 
@@ -109,6 +117,7 @@ pub struct Attr {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -21,6 +21,7 @@
 
 mod fsck;
 pub mod inode;
+mod keys;
 mod namespace;
 mod snapdir;
 
@@ -30,6 +31,8 @@ pub use snapdir::{is_snapshot_ino, FileRestore, SNAPDIR_INO, SNAPSHOT_DIR_NAME};
 pub use strata_engine::catalog::volume::SharedBytes;
 pub use strata_engine::SyncPolicy;
 
+pub(crate) use keys::{dir_key, ino_key};
+use keys::{encode_super, key_parts, super_version, FS_VERSION, KEY_SUPER};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use strata_engine::{Clock, Error, ErrorKind, ObjectId, Pool, SpaceReason, Txn, VolumeId};
@@ -89,8 +92,6 @@ pub struct Caller {
 
 /// The inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
-const KEY_SUPER: &[u8] = b"S";
-const FS_VERSION: u32 = 1;
 /// Longest name in a directory (as Linux's NAME_MAX).
 pub const NAME_MAX: usize = 255;
 /// Longest symlink target (Linux's PATH_MAX - 1). Stored in key-value values of at most
@@ -114,21 +115,6 @@ pub struct VolumeFs {
     snapdir: Option<snapdir::SnapDir>,
 }
 
-pub(crate) fn dir_key(parent: u64, name: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(9 + name.len());
-    k.push(b'D');
-    k.extend_from_slice(&parent.to_be_bytes());
-    k.extend_from_slice(name);
-    k
-}
-
-pub(crate) fn ino_key(prefix: u8, ino: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(9);
-    k.push(prefix);
-    k.extend_from_slice(&ino.to_be_bytes());
-    k
-}
-
 impl VolumeFs {
     /// Mount the file system of volume `vol`, creating it (an empty root directory owned by
     /// `root_owner`, mode 0755) if the volume has none yet, and reclaiming inodes that
@@ -136,9 +122,8 @@ impl VolumeFs {
     pub fn mount(pool: Arc<Pool>, vol: VolumeId, clock: Arc<dyn Clock>, root_owner: Caller) -> FsResult<VolumeFs> {
         let fs = VolumeFs { pool, vol, clock, lookups: Mutex::new(HashMap::new()), snapdir: Some(Default::default()) };
         let mut t = fs.pool.txn();
-        match t.kv_get(vol, KEY_SUPER)? {
-            Some(v) if v.len() == 12 => {
-                let version = u32::from_le_bytes(v[0..4].try_into().expect("4 bytes"));
+        match t.kv_get(vol, KEY_SUPER)?.map(|v| super_version(&v)) {
+            Some(Some(version)) => {
                 if version != FS_VERSION {
                     return Err(FsError {
                         errno: libc::EOPNOTSUPP,
@@ -171,16 +156,14 @@ impl VolumeFs {
                         )),
                     });
                 }
-                let mut sb = FS_VERSION.to_le_bytes().to_vec();
-                sb.extend_from_slice(&ROOT_INO.to_le_bytes());
-                t.kv_put(vol, KEY_SUPER, &sb)?;
+                t.kv_put(vol, KEY_SUPER, &encode_super(ROOT_INO))?;
                 t.commit()?;
             }
         }
         // Orphans: unlinked while open when the last mount ended; nobody holds them now.
         let orphans = t.kv_range(vol, b"O", Some(b"P"), usize::MAX)?;
         for (k, _) in orphans {
-            let ino = u64::from_be_bytes(k[1..9].try_into().map_err(|_| FsError::new(libc::EIO))?);
+            let (ino, _) = key_parts(&k)?;
             if t.object_exists(vol, ObjectId(ino))? {
                 fs.destroy_inode(&mut t, ino)?;
             }
@@ -195,8 +178,8 @@ impl VolumeFs {
     pub fn mount_read_only(pool: Arc<Pool>, view: VolumeId, clock: Arc<dyn Clock>) -> FsResult<VolumeFs> {
         let fs = VolumeFs { pool, vol: view, clock, lookups: Mutex::new(HashMap::new()), snapdir: None };
         let sb = fs.pool.txn().kv_get(view, KEY_SUPER)?;
-        match sb {
-            Some(v) if v.len() == 12 => Ok(fs),
+        match sb.as_deref().and_then(super_version) {
+            Some(_) => Ok(fs),
             _ => Err(FsError {
                 errno: libc::EIO,
                 detail: Some("the snapshot holds no Strata file system (taken before the first mount?)".into()),

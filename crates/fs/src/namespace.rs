@@ -1,8 +1,13 @@
 //! Names and attributes: lookup, create, mkdir, symlink, link, unlink, rmdir, rename,
 //! readdir, setattr and xattrs. Each is one engine txn (see lib.rs): checks first, then
 //! changes, so that an error leaves nothing half-done.
+//!
+//! Directory entries and keys come from disk and are decoded in `keys.rs`; indexing,
+//! slicing, `unwrap` and `expect` are denied here too (docs/failure-policy.md).
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use crate::inode::{InodePhys, S_IFDIR, S_IFLNK, S_IFMT};
+use crate::keys::{decode_entry, encode_entry, key_parts};
 use crate::snapdir::{is_snapshot_ino, SNAPDIR_INO};
 use crate::{dir_key, err, ino_key, Attr, Caller, FsError, FsResult, VolumeFs, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX};
 use strata_engine::{ObjectId, Txn};
@@ -43,20 +48,6 @@ fn check_name(name: &[u8]) -> FsResult<()> {
         return err(libc::ENAMETOOLONG);
     }
     Ok(())
-}
-
-fn decode_entry(v: &[u8]) -> FsResult<(u64, u8)> {
-    if v.len() != 9 {
-        return Err(FsError { errno: libc::EIO, detail: Some("corrupt directory entry".into()) });
-    }
-    Ok((u64::from_be_bytes(v[..8].try_into().expect("8 bytes")), v[8]))
-}
-
-fn encode_entry(ino: u64, dtype: u8) -> [u8; 9] {
-    let mut v = [0u8; 9];
-    v[..8].copy_from_slice(&ino.to_be_bytes());
-    v[8] = dtype;
-    v
 }
 
 impl VolumeFs {
@@ -435,7 +426,8 @@ impl VolumeFs {
             start.push(0);
             for (k, v) in batch {
                 let (child, dtype) = decode_entry(&v)?;
-                out.push(DirEntry { name: k[9..].to_vec(), ino: child, dtype });
+                let (_, name) = key_parts(&k)?;
+                out.push(DirEntry { name: name.to_vec(), ino: child, dtype });
             }
         }
         Ok(out)
@@ -548,7 +540,7 @@ impl VolumeFs {
         self.load(&mut t, ino)?;
         let mut out = Vec::new();
         for (k, _) in t.kv_range(self.vol, &ino_key(b'X', ino), Some(&ino_key(b'X', ino + 1)), usize::MAX)? {
-            out.extend_from_slice(&k[9..]);
+            out.extend_from_slice(key_parts(&k)?.1);
             out.push(0);
         }
         Ok(out)

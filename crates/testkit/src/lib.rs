@@ -4,9 +4,12 @@
 //!   writes and flushes, builds crash images, and injects read/write/flush errors and bit rot.
 //! - [`SimRng`]: a small seeded generator, so every random test prints its seed and replays
 //!   ([`run_seeds`]).
+//! - [`damage`]: damage that checksums cannot see (a decoded structure changed and every
+//!   checksum above it repaired), and a pass that meets it with the checker and the commit.
 //! - [`model`]: obviously-right reference models and a reader that captures a pool's
 //!   visible state for comparison.
 
+pub mod damage;
 pub mod model;
 pub mod rng;
 pub mod simdisk;

@@ -263,26 +263,44 @@ impl Allocator {
         self.reserved_units = still_dirty;
     }
 
-    fn mark(&mut self, unit: u64, count: u64, allocate: bool) {
+    /// Mark `count` units from `unit` allocated. Only `allocate_run` calls this, on a run
+    /// it has just found available: a unit allocated twice is a bug here, not damage.
+    fn mark_allocated(&mut self, unit: u64, count: u64) {
         for u in unit..unit + count {
-            let c = (u / BITS_PER_CHUNK) as usize;
-            if allocate {
-                assert!(!bit(&self.unavailable, u), "allocating unit {u} twice");
-                set(&mut self.persisted, u, true);
-                set(&mut self.unavailable, u, true);
-                self.chunk_unavailable[c] += 1;
-            } else {
-                assert!(bit(&self.persisted, u), "freeing unit {u} that is not allocated");
-                set(&mut self.persisted, u, false);
-            }
-            self.dirty_chunks.insert(c as u64);
+            debug_assert!(!bit(&self.unavailable, u), "allocating unit {u} twice");
+            let c = u / BITS_PER_CHUNK;
+            set(&mut self.persisted, u, true);
+            set(&mut self.unavailable, u, true);
+            self.chunk_unavailable[c as usize] += 1;
+            self.dirty_chunks.insert(c);
         }
-        if allocate {
-            self.allocated_units += count;
-            self.unavailable_units += count;
-        } else {
-            self.allocated_units -= count;
+        self.allocated_units += count;
+        self.unavailable_units += count;
+    }
+
+    /// The first unit of the `count` units at `addr`, if all of them may be freed: inside
+    /// the data area and allocated. Anything else is a block pointer (or a space map) that
+    /// does not match the pool — two pointers to one block, a pointer into free space or
+    /// past the end — and freeing it would corrupt the space map: reported, not applied.
+    pub(crate) fn freeable(&self, addr: u64, count: u64) -> std::result::Result<u64, Corruption> {
+        let unit = self
+            .geo
+            .unit_of(addr)
+            .ok_or_else(|| Corruption::new("block pointer", Some(addr), "freeing an address outside the data area"))?;
+        let end = unit.checked_add(count).filter(|&end| end <= self.geo.data_units).ok_or_else(|| {
+            Corruption::new("block pointer", Some(addr), format!("freeing {count} units past the end of the data area"))
+        })?;
+        if let Some(u) = (unit..end).find(|&u| !bit(&self.persisted, u)) {
+            return Err(Corruption::new(
+                "block pointer",
+                Some(addr),
+                format!(
+                    "freeing unit {u} that the space map holds free (a block referenced twice, or a pointer \
+                     to free space); run `strata check`"
+                ),
+            ));
         }
+        Ok(unit)
     }
 
     /// Allocate `count` contiguous units for one block; returns the byte address.
@@ -322,10 +340,13 @@ impl Allocator {
     /// Blocks that may be deduplicated are released through their table
     /// (`pipeline::dedup::DedupTable::free`), which calls this for the last reference.
     pub fn free_block(&mut self, bp: &BlockPtr, txg: u64) -> std::result::Result<(), Corruption> {
+        if !bp.packed {
+            // Checked before anything changes: a refused free changes nothing.
+            self.freeable(bp.addr, bp.units())?;
+        }
         self.freed_keys.push((bp.addr, bp.birth_txg));
         if !bp.packed {
-            self.free(bp.addr, bp.units(), txg);
-            return Ok(());
+            return self.free(bp.addr, bp.units(), txg);
         }
         let Some((start, mut pack)) = self.pack_of(bp.addr) else {
             return Err(Corruption::new(
@@ -334,14 +355,15 @@ impl Allocator {
                 format!("no pack holds it (birth txg {}); run `strata check`", bp.birth_txg),
             ));
         };
-        self.dirty_packs.insert(start);
+        // A pack in the table holds at least one live record (decoded so, removed at zero).
         pack.live -= 1;
         if pack.live == 0 {
+            self.free(start, pack.units as u64, txg)?;
             self.packs.remove(&start);
-            self.free(start, pack.units as u64, txg);
         } else {
             self.packs.insert(start, pack);
         }
+        self.dirty_packs.insert(start);
         Ok(())
     }
 
@@ -415,7 +437,7 @@ impl Allocator {
             }
             match (u..u + count).find(|&i| bit(&self.unavailable, i)) {
                 None => {
-                    self.mark(u, count, true);
+                    self.mark_allocated(u, count);
                     self.cursor = u + count;
                     return Ok(self.geo.addr_of(u));
                 }
@@ -429,11 +451,17 @@ impl Allocator {
     }
 
     /// Free `count` units at `addr`, released in txg `txg`; reusable from txg + DEFER_TXGS.
-    /// Blocks are freed with `free_block` (which knows packs).
-    fn free(&mut self, addr: u64, count: u64, txg: u64) {
-        let unit = self.geo.unit_of(addr).expect("freeing an address inside the data area");
-        self.mark(unit, count, false);
+    /// Blocks are freed with `free_block` (which knows packs). All or nothing: units that
+    /// cannot be freed (`freeable`) change nothing and are reported.
+    fn free(&mut self, addr: u64, count: u64, txg: u64) -> std::result::Result<(), Corruption> {
+        let unit = self.freeable(addr, count)?;
+        for u in unit..unit + count {
+            set(&mut self.persisted, u, false);
+            self.dirty_chunks.insert(u / BITS_PER_CHUNK);
+        }
+        self.allocated_units -= count;
         self.held.push_back((txg, unit, count));
+        Ok(())
     }
 
     /// Keep the free units of `count` at `addr` from being allocated until txg `txg` + 1 is
@@ -523,7 +551,7 @@ mod tests {
         let mut a = Allocator::new_empty(geo(1000));
         let x = a.allocate(10).unwrap();
         a.txg_synced(1);
-        a.free(x, 10, 2);
+        a.free(x, 10, 2).unwrap();
 
         assert_eq!(a.allocated_units(), 0);
         assert_eq!(a.held_units(), 10);
@@ -559,13 +587,52 @@ mod tests {
         assert!(a.pack_of(pack + 8192).is_none());
     }
 
+    /// A block pointer that disagrees with the space map (freed twice, pointing at free
+    /// units or past the data area) is reported and changes nothing: damage from disk must
+    /// not panic the commit, nor corrupt the space map it writes.
+    #[test]
+    fn a_free_the_space_map_cannot_honour_is_corruption_and_changes_nothing() {
+        let mut a = Allocator::new_empty(geo(1024));
+        let x = a.allocate(4).unwrap();
+        let bp = |addr: u64, psize: u32| BlockPtr { addr, psize, lsize: 16384, birth_txg: 1, ..BlockPtr::HOLE };
+        a.free_block(&bp(x, 16384), 2).unwrap();
+        assert_eq!(a.allocated_units(), 0);
+        let held = a.held_units();
+        // Freed twice (two pointers to one block).
+        let e = a.free_block(&bp(x, 16384), 2).unwrap_err();
+        assert!(e.detail.contains("holds free"), "{e}");
+        // Partly allocated: the allocated part must stay allocated.
+        let y = a.allocate(1).unwrap();
+        assert!(a.free_block(&bp(y, 8192), 3).is_err());
+        assert!(a.is_allocated(a.geometry().unit_of(y).unwrap()));
+        assert_eq!(a.allocated_units(), 1);
+        // Outside the data area.
+        assert!(a.free_block(&bp(4096, 4096), 3).is_err());
+        assert!(a.free_block(&bp(a.geometry().addr_of(1024), 4096), 3).is_err());
+        assert_eq!((a.allocated_units(), a.held_units()), (1, held));
+        // Running past the end of the data area from its last allocated units (1024 units:
+        // the bitmap has no spare bits to catch it).
+        let mut c = Allocator::new_empty(geo(1024));
+        c.allocate(1020).unwrap();
+        let last = c.allocate(4).unwrap();
+        assert!(c.free_block(&bp(last, 5 * 4096), 3).unwrap_err().detail.contains("past the end"));
+        assert_eq!(c.allocated_units(), 1024);
+        // A pack whose units the space map holds free: the pack stays in the table.
+        let mut b = Allocator::new_empty(geo(1000));
+        let pack = b.allocate_pack(1, 1).unwrap();
+        b.free(pack, 1, 2).unwrap();
+        let rec = BlockPtr { packed: true, ..bp(pack, 700) };
+        assert!(b.free_block(&rec, 3).is_err());
+        assert_eq!(b.pack_count(), 1);
+    }
+
     #[test]
     fn contiguous_runs_and_wraparound() {
         let mut a = Allocator::new_empty(geo(300));
         let first = a.allocate(100).unwrap();
         let second = a.allocate(100).unwrap();
         assert_eq!(second - first, 100 * UNIT_SIZE);
-        a.free(first, 100, 1);
+        a.free(first, 100, 1).unwrap();
         a.txg_synced(5);
         let third = a.allocate(150);
 

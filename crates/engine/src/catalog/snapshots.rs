@@ -38,10 +38,25 @@ fn sectors(bps: &[BlockPtr]) -> u64 {
 }
 
 impl Catalog {
-    pub(crate) fn new_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
+    /// Hand out an id (volumes, snapshots, deadlists and groups share one counter,
+    /// `UberblockPhys::next_volume_id`, which opening checks is past every id in use).
+    pub(crate) fn new_id(&mut self) -> Result<u64> {
+        Ok(self.new_ids(1)?.start)
+    }
+
+    /// Hand out `n` ids at once: all or none. The counter comes from disk: one that would
+    /// wrap is damage, reported before anything changes.
+    pub(crate) fn new_ids(&mut self, n: u64) -> Result<std::ops::Range<u64>> {
+        let first = self.next_id;
+        let end = first.checked_add(n).ok_or_else(|| {
+            crate::error::Corruption::new(
+                "uberblock",
+                None,
+                format!("next volume id {first} leaves no room for {n} more ids"),
+            )
+        })?;
+        self.next_id = end;
+        Ok(first..end)
     }
 
     /// Txg of snapshot `id` (0 for none).
@@ -109,7 +124,9 @@ impl Catalog {
             start.push(0);
             for (k, v) in batch {
                 let bp = BlockPtr::decode_from(&mut crate::format::codec::Reader::new(&v, "deadlist entry", None))?;
-                if bp.is_hole() || k[17..25] != bp.addr.to_be_bytes() || k[9..17] != bp.birth_txg.to_be_bytes() {
+                // The key comes from disk too: the range holds keys of any length.
+                let (birth, addr) = (k.get(9..17), k.get(17..));
+                if bp.is_hole() || addr != Some(&bp.addr.to_be_bytes()) || birth != Some(&bp.birth_txg.to_be_bytes()) {
                     return Err(Error::Corruption(crate::error::Corruption::new(
                         "deadlist",
                         None,

@@ -13,7 +13,7 @@
 //! becomes dirty, so a full pool reports NoSpace to the writer, not to the commit.
 
 use crate::alloc::Allocator;
-use crate::error::{Error, Result, SpaceReason};
+use crate::error::{Corruption, Error, Result, SpaceReason};
 use crate::format::node::KEY_MAX;
 use crate::format::records::{valid_record_size, DnodePhys, VolumeRecordPhys, ATTR_MAX};
 use crate::format::{BlockKind, BlockPtr, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
@@ -56,6 +56,31 @@ fn dnode_key(obj: ObjectId) -> [u8; 9] {
     k[0] = KEY_DNODE;
     k[1..].copy_from_slice(&obj.0.to_be_bytes());
     k
+}
+
+/// The object a dnode key of the volume's tree names. The key comes from disk: one that is
+/// not `KEY_DNODE` and 8 bytes of id is damage.
+fn object_of_key(k: &[u8]) -> Result<ObjectId> {
+    match k.split_first() {
+        Some((&KEY_DNODE, id)) => <[u8; 8]>::try_from(id).map(|id| ObjectId(u64::from_be_bytes(id))).ok(),
+        _ => None,
+    }
+    .ok_or_else(|| Corruption::new("volume tree", None, format!("dnode key {k:02x?} is not 9 bytes")).into())
+}
+
+/// A space figure after a sync: `held + added - dropped`. The figures are read from disk
+/// (a dnode, a volume record) and the dropped blocks from block pointers on disk: a figure
+/// that cannot give up what is dropped, or overflows, is damage. It is reported (the
+/// commit fails and the pool latches, txg.rs), never a panic.
+fn space_after(what: &'static str, figure: impl Fn() -> String, held: u64, added: u64, dropped: u64) -> Result<u64> {
+    held.checked_add(added).and_then(|n| n.checked_sub(dropped)).ok_or_else(|| {
+        Corruption::new(
+            what,
+            None,
+            format!("{}: {held} sectors + {added} written cannot give up {dropped} freed", figure()),
+        )
+        .into()
+    })
 }
 
 fn user_key(key: &[u8]) -> Result<Vec<u8>> {
@@ -209,8 +234,17 @@ impl VolumeState {
         if attr.len() > ATTR_MAX {
             return Err(Error::invalid(format!("attribute of {} bytes (limit {ATTR_MAX})", attr.len())));
         }
+        // The counter comes from disk: one that wraps, or names an object this txg holds,
+        // is damage (the checker also compares it with the ids in the tree).
         let obj = ObjectId(self.rec.next_object_id);
-        self.rec.next_object_id += 1;
+        let next = obj.0.checked_add(1).filter(|_| !self.objects.contains_key(&obj) && !self.has_dirty_records(obj));
+        self.rec.next_object_id = next.ok_or_else(|| {
+            Corruption::new(
+                "volume record",
+                None,
+                format!("volume {}: next object id {} is in use or out of range", self.name, obj.0),
+            )
+        })?;
         let dnode = DnodePhys {
             size: 0,
             record_size: self.rec.record_size,
@@ -354,11 +388,13 @@ impl VolumeState {
         matches!(self.commit_records().get(&key), Some(Some(c)) if Arc::ptr_eq(c, content))
     }
 
-    /// Forget every prewritten block (their writes failed), freeing them.
-    pub(crate) fn drop_prewritten(&mut self, alloc: &mut Allocator, ddt: &mut DedupTable, txg: u64) {
+    /// Forget every prewritten block (their writes failed), freeing them. A block the
+    /// allocator cannot free was freed before through a damaged pointer to its units.
+    pub(crate) fn drop_prewritten(&mut self, alloc: &mut Allocator, ddt: &mut DedupTable, txg: u64) -> Result<()> {
         for (_, pw) in self.prewritten.drain() {
-            ddt.free(alloc, &pw.bp, txg).expect("a prewritten block is ours to free");
+            ddt.free(alloc, &pw.bp, txg)?;
         }
+        Ok(())
     }
 
     /// Overwrite record `recno` whole with `src`, its space already reserved.
@@ -414,6 +450,11 @@ impl VolumeState {
                 *self.dirty_counts.entry(obj).or_insert(0) += 1;
             }
         }
+    }
+
+    fn has_dirty_records(&self, obj: ObjectId) -> bool {
+        self.dirty_records.range((obj, 0)..=(obj, u64::MAX)).next().is_some()
+            || self.frozen.as_ref().is_some_and(|f| f.records.range((obj, 0)..=(obj, u64::MAX)).next().is_some())
     }
 
     fn uncount_dirty(&mut self, obj: ObjectId) {
@@ -710,8 +751,8 @@ impl VolumeState {
             .tree
             .range(io, &start, Some(&[KEY_DNODE + 1]), limit)?
             .into_iter()
-            .map(|(k, _)| ObjectId(u64::from_be_bytes(k[1..9].try_into().expect("dnode keys are 9 bytes"))))
-            .collect();
+            .map(|(k, _)| object_of_key(&k))
+            .collect::<Result<_>>()?;
         let from = after.map_or(0, |a| a.0.saturating_add(1));
         ids.extend(self.objects.keys().filter(|o| o.0 >= from));
         ids.sort();
@@ -765,22 +806,23 @@ impl VolumeState {
         // as they are; the others were never referenced by anything and are freed first
         // (before the allocation count below is taken).
         let mut prewritten = std::mem::take(&mut self.prewritten);
-        let mut dirty: BTreeMap<(ObjectId, u64), Placement> = records
-            .into_iter()
-            .map(|(k, c)| match (prewritten.remove(&k), c) {
+        let mut dirty: BTreeMap<(ObjectId, u64), Placement> = BTreeMap::new();
+        for (k, c) in records {
+            let placement = match (prewritten.remove(&k), c) {
                 (Some(pw), Some(c)) if Arc::ptr_eq(&pw.content, &c) && pw.bp.birth_txg == txg => {
-                    (k, Placement::Prewritten(pw.bp))
+                    Placement::Prewritten(pw.bp)
                 }
                 (pw, c) => {
                     if let Some(pw) = pw {
-                        ddt.free(alloc, &pw.bp, txg).expect("a prewritten block is ours to free");
+                        ddt.free(alloc, &pw.bp, txg)?;
                     }
-                    (k, Placement::Content(c))
+                    Placement::Content(c)
                 }
-            })
-            .collect();
+            };
+            dirty.insert(k, placement);
+        }
         for (_, pw) in prewritten.drain() {
-            ddt.free(alloc, &pw.bp, txg).expect("a prewritten block is ours to free");
+            ddt.free(alloc, &pw.bp, txg)?;
         }
         // Space is charged in sectors (`BlockPtr::sectors`): units of the plain blocks this
         // sync allocates (data and metadata), the sectors of the records it packs, and the
@@ -881,9 +923,8 @@ impl VolumeState {
             let added: u64 = updates.iter().map(|(_, bp)| bp.sectors()).sum();
             let dropped: u64 =
                 mine[released_before..].iter().filter(|bp| bp.kind == BlockKind::Data).map(|bp| bp.sectors()).sum();
-            dn.data_sectors = (dn.data_sectors + added)
-                .checked_sub(dropped)
-                .expect("an object never frees more data sectors than it holds");
+            let figure = || format!("volume {} object {} data", self.name, obj.0);
+            dn.data_sectors = space_after("dnode", figure, dn.data_sectors, added, dropped)?;
         }
         for (obj, dn) in &dnodes {
             self.tree.insert(io, &dnode_key(*obj), &dn.encode())?;
@@ -902,25 +943,23 @@ impl VolumeState {
             + dedup_sectors
             + prewritten_sectors;
         let dropped: u64 = mine.iter().map(|bp| bp.sectors()).sum();
-        self.rec.used_sectors = (self.rec.used_sectors + added + shared_sectors)
-            .checked_sub(dropped)
-            .expect("a volume never frees more than it holds");
+        let figure = |f: &str| format!("volume {} {f}", self.name);
+        self.rec.used_sectors =
+            space_after("volume record", || figure("used"), self.rec.used_sectors, added + shared_sectors, dropped)?;
         if let Some(saved) = self.rec.saved_bytes {
             // Savings come from disk: if they do not add up, stop tracking them (shown as
             // unknown, noted by the checker) rather than report a wrong figure or panic.
             let saved_dropped: u64 = mine.iter().map(data_saved_bytes).sum();
-            self.rec.saved_bytes = (saved + saved_added).checked_sub(saved_dropped);
+            self.rec.saved_bytes = saved.checked_add(saved_added).and_then(|s| s.checked_sub(saved_dropped));
         }
         let (dead, freed): (Vec<BlockPtr>, Vec<BlockPtr>) =
             mine.into_iter().partition(|bp| bp.birth_txg <= self.parent_txg);
         let freed_sectors: u64 = freed.iter().map(|bp| bp.sectors()).sum();
         // Blocks born after the parent snapshot are this head's alone ("written").
-        self.rec.written_sectors = (self.rec.written_sectors + added)
-            .checked_sub(freed_sectors)
-            .expect("a head never frees more than it wrote since its parent");
-        self.rec.total_sectors = (self.rec.total_sectors + added)
-            .checked_sub(freed_sectors)
-            .expect("a volume never frees more than was born in it");
+        self.rec.written_sectors =
+            space_after("volume record", || figure("written"), self.rec.written_sectors, added, freed_sectors)?;
+        self.rec.total_sectors =
+            space_after("volume record", || figure("total"), self.rec.total_sectors, added, freed_sectors)?;
         if self.objects.len() > DNODE_CACHE_MAX {
             self.objects.retain(|_, st| st.dirty);
         }

@@ -81,20 +81,39 @@ impl CheckReport {
     }
 }
 
-/// Visit every node of a B+tree top-down: `f(bp, node)`. Stops at the first error.
+/// Visit every node of a B+tree top-down: `f(bp, node)`. Stops at the first error. Every
+/// child must be one level below its parent (a damaged pointer to an ancestor would
+/// otherwise recurse until the stack overflows).
 pub fn walk_btree(
     io: &BlockIo,
     root: &BlockPtr,
     f: &mut dyn FnMut(&BlockPtr, &BtreeNodePhys) -> Result<()>,
 ) -> Result<()> {
-    if root.is_hole() {
+    walk_btree_at(io, root, None, f)
+}
+
+fn walk_btree_at(
+    io: &BlockIo,
+    bp: &BlockPtr,
+    parent_level: Option<u8>,
+    f: &mut dyn FnMut(&BlockPtr, &BtreeNodePhys) -> Result<()>,
+) -> Result<()> {
+    if bp.is_hole() {
         return Ok(());
     }
-    let node = io.read_node(root)?;
-    f(root, &node)?;
-    if let BtreeNodePhys::Internal { entries, .. } = &*node {
+    let node = io.read_node(bp)?;
+    if let Some(p) = parent_level.filter(|&p| p == 0 || node.level() != p - 1) {
+        return Err(crate::error::Corruption::new(
+            "btree node",
+            Some(bp.addr),
+            format!("level {} under a node of level {p}", node.level()),
+        )
+        .into());
+    }
+    f(bp, &node)?;
+    if let BtreeNodePhys::Internal { level, entries } = &*node {
         for (_, child) in entries {
-            walk_btree(io, child, f)?;
+            walk_btree_at(io, child, Some(*level), f)?;
         }
     }
     Ok(())
@@ -192,7 +211,7 @@ impl Checker<'_> {
     /// Account for a packed record (first visit): it must lie in a pack and overlap no
     /// other record of it; the pack's units are referenced with its first record.
     fn claim_packed(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
-        let end = bp.addr + bp.psize as u64;
+        let end = bp.addr.saturating_add(bp.psize as u64);
         let Some((start, pack)) = self.packs.range(..=bp.addr).next_back().map(|(a, p)| (*a, *p)) else {
             self.err(format!("{ctx}: packed record at {} lies in no pack of the pack table", bp.addr));
             return Claim::Bad;

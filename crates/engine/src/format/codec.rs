@@ -45,7 +45,7 @@ impl Writer {
     pub fn zeros_mut(&mut self, n: usize) -> &mut [u8] {
         let at = self.buf.len();
         self.buf.resize(at + n, 0);
-        &mut self.buf[at..]
+        self.buf.get_mut(at..).unwrap_or_default()
     }
     pub fn len(&self) -> usize {
         self.buf.len()
@@ -73,27 +73,28 @@ impl<'a> Reader<'a> {
         Corruption::new(self.what, self.addr, detail)
     }
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], Corruption> {
-        let end = self.pos.checked_add(n).filter(|&end| end <= self.buf.len()).ok_or_else(|| {
+        let s = self.pos.checked_add(n).and_then(|end| self.buf.get(self.pos..end)).ok_or_else(|| {
             self.corrupt(format!("truncated: need {} bytes at offset {}, have {}", n, self.pos, self.buf.len()))
         })?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
+        self.pos += n;
         Ok(s)
     }
     pub fn u8(&mut self) -> Result<u8, Corruption> {
-        Ok(self.take(1)?[0])
+        let [b] = self.array::<1>()?;
+        Ok(b)
     }
     pub fn u16(&mut self) -> Result<u16, Corruption> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("took 2 bytes")))
+        Ok(u16::from_le_bytes(self.array()?))
     }
     pub fn u32(&mut self) -> Result<u32, Corruption> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("took 4 bytes")))
+        Ok(u32::from_le_bytes(self.array()?))
     }
     pub fn u64(&mut self) -> Result<u64, Corruption> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("took 8 bytes")))
+        Ok(u64::from_le_bytes(self.array()?))
     }
     pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Corruption> {
-        Ok(self.take(N)?.try_into().expect("took N bytes"))
+        let a = self.take(N)?.first_chunk::<N>().copied();
+        a.ok_or_else(|| self.corrupt(format!("truncated: need {N} bytes")))
     }
     pub fn pos(&self) -> usize {
         self.pos
@@ -107,9 +108,29 @@ impl<'a> Reader<'a> {
 /// (at `field..field + 32`) taken as zeros.
 pub fn self_checksum(buf: &[u8], field: usize) -> [u8; 32] {
     assert!(field + 32 <= buf.len(), "checksum field inside the structure");
+    let (head, rest) = buf.split_at_checked(field).unwrap_or((buf, &[]));
     let mut h = blake3::Hasher::new();
-    h.update(&buf[..field]);
+    h.update(head);
     h.update(&[0u8; 32]);
-    h.update(&buf[field + 32..]);
+    h.update(rest.get(32..).unwrap_or_default());
     *h.finalize().as_bytes()
+}
+
+/// The checksum stored at `field` of a structure read from disk (`None`: too short).
+pub fn stored_checksum(buf: &[u8], field: usize) -> Option<[u8; 32]> {
+    buf.get(field..)?.first_chunk::<32>().copied()
+}
+
+/// Whether `buf` carries a valid self-checksum at `field`.
+pub fn self_checksum_ok(buf: &[u8], field: usize) -> bool {
+    field + 32 <= buf.len() && stored_checksum(buf, field) == Some(self_checksum(buf, field))
+}
+
+/// Store the self-checksum of an encoded structure in its field at `field` (the encoder's
+/// own layout: the field is inside the buffer).
+pub fn seal(buf: &mut [u8], field: usize) {
+    let sum = self_checksum(buf, field);
+    let slot = buf.get_mut(field..).and_then(|s| s.first_chunk_mut::<32>());
+    let Some(slot) = slot else { unreachable!("checksum field inside the structure") };
+    *slot = sum;
 }

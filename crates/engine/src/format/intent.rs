@@ -29,7 +29,7 @@
 //!   the pool's device before this log block (intent_log_ref.rs, ZFS's WR_INDIRECT); the
 //!   data is the blocks' contents in order, each `lsize` (= the record size) bytes.
 
-use super::codec::{Reader, Writer};
+use super::codec::{seal, self_checksum_ok, Reader, Writer};
 use super::{BlockPtr, UNIT_SIZE};
 use crate::error::Corruption;
 
@@ -180,8 +180,7 @@ impl LogBlockPhys {
             .zeros(32)
             .bytes(&self.payload);
         let mut buf = w.into_inner();
-        let sum = blake3::hash(&buf);
-        buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].copy_from_slice(sum.as_bytes());
+        seal(&mut buf, CHECKSUM_FIELD);
         buf.resize((units * UNIT_SIZE) as usize, 0);
         buf
     }
@@ -189,33 +188,32 @@ impl LogBlockPhys {
     /// Decode the header from the first unit: `Ok((units, payload_len))` of a block that
     /// claims to be a log block; the checksum is verified by `verify` once it is all read.
     pub fn header(buf: &[u8]) -> Option<(u64, u64, u64, u32, u32)> {
-        if buf.len() < LOG_HEADER || buf[..8] != LOG_MAGIC {
+        if buf.len() < LOG_HEADER || !buf.starts_with(&LOG_MAGIC) {
             return None;
         }
-        let u64_at = |i: usize| u64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
-        let u32_at = |i: usize| u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
-        Some((u64_at(8), u64_at(16), u64_at(24), u32_at(32), u32_at(36)))
+        let mut r = Reader::new(buf, "intent log block", None);
+        r.take(LOG_MAGIC.len()).ok()?;
+        Some((r.u64().ok()?, r.u64().ok()?, r.u64().ok()?, r.u32().ok()?, r.u32().ok()?))
     }
 
     /// A whole block (its `units` units) that verifies, or None (torn, stale, or not a block).
     pub fn decode(buf: &[u8]) -> Option<LogBlockPhys> {
         let (pool_guid, base_txg, seq, payload_len, units) = Self::header(buf)?;
         let end = LOG_HEADER.checked_add(payload_len as usize)?;
-        if units as u64 != Self::units_for(payload_len as usize) || buf.len() < end {
+        if units as u64 != Self::units_for(payload_len as usize) {
             return None;
         }
-        let mut h = blake3::Hasher::new();
-        h.update(&buf[..CHECKSUM_FIELD]);
-        h.update(&[0u8; 32]);
-        h.update(&buf[CHECKSUM_FIELD + 32..end]);
-        if h.finalize().as_bytes()[..] != buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32] {
+        // The checksum covers the header and the payload, not the padding after it.
+        let block = buf.get(..end)?;
+        if !self_checksum_ok(block, CHECKSUM_FIELD) {
             return None;
         }
-        Some(LogBlockPhys { pool_guid, base_txg, seq, payload: buf[LOG_HEADER..end].to_vec() })
+        Some(LogBlockPhys { pool_guid, base_txg, seq, payload: block.get(LOG_HEADER..)?.to_vec() })
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

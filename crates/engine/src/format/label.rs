@@ -30,7 +30,7 @@
 //! 256  zero padding to 4096
 //! ```
 
-use super::codec::{self_checksum, Reader, Writer};
+use super::codec::{seal, self_checksum_ok, Reader, Writer};
 use super::features::{Features, INCOMPAT_LOG_DEVICE};
 use super::{ChecksumAlgo, RING_SLOTS, UNIT_SHIFT, UNIT_SIZE};
 use crate::error::Corruption;
@@ -66,7 +66,7 @@ impl LabelPhys {
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.pool_name.len() <= POOL_NAME_MAX, "pool name validated before encoding");
         let mut name = [0u8; POOL_NAME_MAX];
-        name[..self.pool_name.len()].copy_from_slice(self.pool_name.as_bytes());
+        name.iter_mut().zip(self.pool_name.as_bytes()).for_each(|(n, b)| *n = *b);
         let mut w = Writer::with_capacity(LABEL_PHYS_SIZE);
         w.bytes(&LABEL_MAGIC)
             .u32(self.label_index)
@@ -95,22 +95,19 @@ impl LabelPhys {
         assert_eq!(w.len(), CHECKSUM_FIELD);
         w.zeros(LABEL_PHYS_SIZE - CHECKSUM_FIELD);
         let mut buf = w.into_inner();
-        let sum = self_checksum(&buf, CHECKSUM_FIELD);
-        buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].copy_from_slice(&sum);
+        seal(&mut buf, CHECKSUM_FIELD);
         buf
     }
 
     pub fn decode(buf: &[u8], addr: u64) -> Result<LabelPhys, Corruption> {
         let mut r = Reader::new(buf, "label", Some(addr));
-        if buf.len() < LABEL_PHYS_SIZE {
+        let Some(buf) = buf.get(..LABEL_PHYS_SIZE) else {
             return Err(r.corrupt(format!("label is {} bytes, expected {}", buf.len(), LABEL_PHYS_SIZE)));
-        }
-        let buf = &buf[..LABEL_PHYS_SIZE];
-        if buf[..8] != LABEL_MAGIC {
+        };
+        if !buf.starts_with(&LABEL_MAGIC) {
             return Err(r.corrupt("bad magic: this is not a Strata device (or its label is destroyed)"));
         }
-        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].try_into().expect("32 bytes");
-        if self_checksum(buf, CHECKSUM_FIELD) != stored {
+        if !self_checksum_ok(buf, CHECKSUM_FIELD) {
             return Err(r.corrupt("label checksum mismatch"));
         }
         r.take(8)?;
@@ -147,9 +144,8 @@ impl LabelPhys {
         }
         let checksum_algo = ChecksumAlgo::from_u8(algo_raw)
             .ok_or_else(|| r.corrupt(format!("unknown checksum algorithm {algo_raw}")))?;
-        let name_len = name_raw.iter().position(|&b| b == 0).unwrap_or(POOL_NAME_MAX);
-        let pool_name =
-            std::str::from_utf8(&name_raw[..name_len]).map_err(|_| r.corrupt("pool name is not UTF-8"))?.to_string();
+        let name = name_raw.split(|&b| b == 0).next().unwrap_or_default();
+        let pool_name = std::str::from_utf8(name).map_err(|_| r.corrupt("pool name is not UTF-8"))?.to_string();
         let end = data_units
             .checked_mul(UNIT_SIZE)
             .and_then(|b| b.checked_add(data_offset))

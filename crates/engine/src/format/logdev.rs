@@ -34,7 +34,7 @@
 //! The version field is a guard for this small, separate structure: the pool label's
 //! `INCOMPAT_LOG_DEVICE` feature is what keeps older builds away from such pools.
 
-use super::codec::{self_checksum, Reader, Writer};
+use super::codec::{seal, self_checksum_ok, Reader, Writer};
 use super::{UNIT_SHIFT, UNIT_SIZE};
 use crate::error::Corruption;
 
@@ -91,7 +91,7 @@ impl LogDeviceLabelPhys {
         assert!(self.pool_name.len() <= POOL_NAME_MAX, "pool name validated before encoding");
         assert!(self.log_device_guid != 0, "guid 0 means the log is in the pool");
         let mut name = [0u8; POOL_NAME_MAX];
-        name[..self.pool_name.len()].copy_from_slice(self.pool_name.as_bytes());
+        name.iter_mut().zip(self.pool_name.as_bytes()).for_each(|(n, b)| *n = *b);
         let mut w = Writer::with_capacity(LOG_DEVICE_LABEL_SIZE);
         w.bytes(&LOG_DEVICE_MAGIC)
             .u32(LOG_DEVICE_VERSION)
@@ -106,22 +106,19 @@ impl LogDeviceLabelPhys {
         assert_eq!(w.len(), CHECKSUM_FIELD);
         w.zeros(LOG_DEVICE_LABEL_SIZE - CHECKSUM_FIELD);
         let mut buf = w.into_inner();
-        let sum = self_checksum(&buf, CHECKSUM_FIELD);
-        buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].copy_from_slice(&sum);
+        seal(&mut buf, CHECKSUM_FIELD);
         buf
     }
 
     pub fn decode(buf: &[u8]) -> Result<LogDeviceLabelPhys, Corruption> {
         let mut r = Reader::new(buf, "log device label", Some(0));
-        if buf.len() < LOG_DEVICE_LABEL_SIZE {
+        let Some(buf) = buf.get(..LOG_DEVICE_LABEL_SIZE) else {
             return Err(r.corrupt(format!("label is {} bytes, expected {}", buf.len(), LOG_DEVICE_LABEL_SIZE)));
-        }
-        let buf = &buf[..LOG_DEVICE_LABEL_SIZE];
-        if buf[..8] != LOG_DEVICE_MAGIC {
+        };
+        if !buf.starts_with(&LOG_DEVICE_MAGIC) {
             return Err(r.corrupt("bad magic: this is not a Strata log device (or its label is destroyed)"));
         }
-        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].try_into().expect("32 bytes");
-        if self_checksum(buf, CHECKSUM_FIELD) != stored {
+        if !self_checksum_ok(buf, CHECKSUM_FIELD) {
             return Err(r.corrupt("log device label checksum mismatch"));
         }
         r.take(8)?;
@@ -156,9 +153,8 @@ impl LogDeviceLabelPhys {
                 "impossible log region at {region_offset} of {region_bytes} bytes on {device_size} bytes"
             )));
         }
-        let name_len = name_raw.iter().position(|&b| b == 0).unwrap_or(POOL_NAME_MAX);
-        let pool_name =
-            std::str::from_utf8(&name_raw[..name_len]).map_err(|_| r.corrupt("pool name is not UTF-8"))?.to_string();
+        let name = name_raw.split(|&b| b == 0).next().unwrap_or_default();
+        let pool_name = std::str::from_utf8(name).map_err(|_| r.corrupt("pool name is not UTF-8"))?.to_string();
         Ok(LogDeviceLabelPhys {
             pool_guid,
             log_device_guid,
@@ -172,6 +168,7 @@ impl LogDeviceLabelPhys {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -22,6 +22,11 @@
 //! that sets an incompatible feature this build does not know is refused with
 //! `Unsupported`; an unknown read-only-compatible feature opens the pool read-only.
 //! See docs/engine-format.md for the byte layouts and the commit protocol.
+//!
+//! Everything here reads bytes from disk, so indexing, slicing, `unwrap` and `expect` are
+//! denied (docs/failure-policy.md): a decoder uses the `codec::Reader`, `get`, `split_at_checked`
+//! or `try_into` with a typed error. Tests may allow them in their own `mod tests`.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod blkptr;
 pub mod codec;

@@ -54,10 +54,18 @@ pub fn internal_entry_bytes(key: &[u8]) -> usize {
     2 + BLKPTR_SIZE + key.len()
 }
 
+/// A node's entry count as stored. A node splits past NODE_MAX_BYTES, and every entry
+/// takes at least 4 bytes, so the count always fits.
+fn entry_count(count: usize) -> u16 {
+    const _: () = assert!(NODE_MAX_BYTES * 2 / 4 < u16::MAX as usize);
+    assert!(count <= u16::MAX as usize, "a node of {count} entries should have split");
+    count as u16
+}
+
 /// Encode a leaf from borrowed entries (the in-memory tree encodes without copying).
 pub fn encode_leaf<'a>(count: usize, entries: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
     let mut w = Writer::with_capacity(NODE_MAX_BYTES);
-    w.bytes(&NODE_MAGIC).u8(0).u8(0).u16(u16::try_from(count).expect("node entry count fits u16"));
+    w.bytes(&NODE_MAGIC).u8(0).u8(0).u16(entry_count(count));
     for (k, v) in entries {
         assert!(k.len() <= KEY_MAX && v.len() <= VALUE_MAX, "entry limits checked on insert");
         w.u16(k.len() as u16).u16(v.len() as u16).bytes(k).bytes(v);
@@ -69,7 +77,7 @@ pub fn encode_leaf<'a>(count: usize, entries: impl Iterator<Item = (&'a [u8], &'
 pub fn encode_internal<'a>(level: u8, count: usize, entries: impl Iterator<Item = (&'a [u8], BlockPtr)>) -> Vec<u8> {
     assert!(level > 0 && count > 0);
     let mut w = Writer::with_capacity(NODE_MAX_BYTES);
-    w.bytes(&NODE_MAGIC).u8(level).u8(0).u16(u16::try_from(count).expect("node entry count fits u16"));
+    w.bytes(&NODE_MAGIC).u8(level).u8(0).u16(entry_count(count));
     for (k, bp) in entries {
         assert!(!bp.is_hole(), "internal nodes point at written children");
         w.u16(k.len() as u16);

@@ -70,7 +70,7 @@
 
 use super::codec::{Reader, Writer};
 use super::node::INDIRECT_SHIFT;
-use super::{BlockPtr, SECTORS_PER_UNIT};
+use super::{BlockPtr, SECTORS_PER_UNIT, SECTOR_SIZE};
 use crate::error::Corruption;
 
 pub const ATTR_MAX: usize = 512;
@@ -84,17 +84,32 @@ pub const MAX_RECORD_SIZE: u32 = 1024 * 1024;
 /// Enough indirect levels for 2^63 bytes at the smallest record size.
 pub const MAX_LEVELS: u8 = 7;
 
+/// The largest space figure a record may hold, in sectors: 2 EiB, past any pool, and small
+/// enough that the engine's sums of a few figures in bytes stay inside u64 (`* SECTOR_SIZE`
+/// never overflows). A larger one is damage, refused when decoded.
+pub const SPACE_SECTORS_MAX: u64 = 1 << 52;
+
 /// A space figure in sectors as stored: (whole units, remaining sectors 0-7).
 fn split_sectors(sectors: u64) -> (u64, u8) {
     (sectors / SECTORS_PER_UNIT, (sectors % SECTORS_PER_UNIT) as u8)
 }
 
-/// The inverse of `split_sectors`; None for a remainder ≥ 8 or an overflow.
+/// The inverse of `split_sectors`; None for a remainder ≥ 8 or a figure past
+/// `SPACE_SECTORS_MAX`.
 fn join_sectors(units: u64, rem: u8) -> Option<u64> {
     if rem as u64 >= SECTORS_PER_UNIT {
         return None;
     }
-    units.checked_mul(SECTORS_PER_UNIT)?.checked_add(rem as u64)
+    units.checked_mul(SECTORS_PER_UNIT)?.checked_add(rem as u64).filter(|&s| s <= SPACE_SECTORS_MAX)
+}
+
+/// A volume's or snapshot's savings as stored (plus one; 0 = not tracked): at most what
+/// `SPACE_SECTORS_MAX` sectors hold, like every other space figure.
+fn saved_from_disk(r: &Reader<'_>, saved_plus_one: u64) -> Result<Option<u64>, Corruption> {
+    match saved_plus_one.checked_sub(1) {
+        Some(saved) if saved > SPACE_SECTORS_MAX * SECTOR_SIZE => Err(r.corrupt(format!("savings of {saved} bytes"))),
+        saved => Ok(saved),
+    }
 }
 
 pub fn valid_record_size(rs: u32) -> bool {
@@ -259,9 +274,10 @@ impl VolumeRecordPhys {
         if !valid_record_size(record_size) {
             return Err(r.corrupt(format!("record size {record_size}")));
         }
-        if written_sectors > used_sectors || (parent == 0 && origin != 0) {
+        // A head with a parent snapshot keeps the parent's blocks it frees in its deadlist.
+        if written_sectors > used_sectors || (parent == 0 && origin != 0) || (parent != 0 && deadlist == 0) {
             return Err(r.corrupt(format!(
-                "written {written_sectors} of {used_sectors} sectors, parent {parent}, origin {origin}"
+                "written {written_sectors} of {used_sectors} sectors, parent {parent}, origin {origin}, deadlist {deadlist}"
             )));
         }
         Ok(VolumeRecordPhys {
@@ -275,7 +291,7 @@ impl VolumeRecordPhys {
             created_ns,
             quota_bytes,
             compression,
-            saved_bytes: saved_plus_one.checked_sub(1),
+            saved_bytes: saved_from_disk(&r, saved_plus_one)?,
             dedup: flags >> 24 & 1 == 1,
             parent,
             deadlist,
@@ -347,8 +363,10 @@ impl SnapshotRecordPhys {
         let (Some(referenced_sectors), Some(written_sectors), 0) = (sectors.0, sectors.1, flags >> 16) else {
             return Err(r.corrupt(format!("flags {flags:#x}: unknown bits or space figures out of range")));
         };
-        if !valid_record_size(record_size) || txg == 0 || id == 0 {
-            return Err(r.corrupt(format!("id {id}, txg {txg}, flags {flags}, record size {record_size}")));
+        if !valid_record_size(record_size) || txg == 0 || id == 0 || (parent != 0 && deadlist == 0) {
+            return Err(r.corrupt(format!(
+                "id {id}, txg {txg}, flags {flags}, record size {record_size}, parent {parent}, deadlist {deadlist}"
+            )));
         }
         if written_sectors > referenced_sectors || (!tree_root.is_hole() && tree_root.birth_txg > txg) {
             return Err(r.corrupt(format!(
@@ -369,7 +387,7 @@ impl SnapshotRecordPhys {
             next_object_id,
             record_size,
             group,
-            saved_bytes: saved_plus_one.checked_sub(1),
+            saved_bytes: saved_from_disk(&r, saved_plus_one)?,
         })
     }
 }
@@ -411,5 +429,103 @@ impl CompressionPolicy {
             (2, l) if (1..=ZSTD_LEVEL_MAX).contains(&l) => Some(CompressionPolicy::Zstd { level: l }),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn volume() -> VolumeRecordPhys {
+        VolumeRecordPhys {
+            id: 1,
+            record_size: 16384,
+            sync_policy: 0,
+            tree_root: BlockPtr::HOLE,
+            next_object_id: 2,
+            used_sectors: 80,
+            created_txg: 1,
+            created_ns: 0,
+            quota_bytes: 0,
+            parent: 0,
+            deadlist: 0,
+            written_sectors: 80,
+            origin: 0,
+            total_sectors: 80,
+            compression: CompressionPolicy::Off,
+            saved_bytes: Some(0),
+            dedup: false,
+        }
+    }
+
+    /// Space figures past what any pool holds are refused when decoded: the engine
+    /// multiplies and adds them in bytes (`* SECTOR_SIZE`) without overflow checks.
+    #[test]
+    fn space_figures_past_any_pool_are_corruption() {
+        let max = SPACE_SECTORS_MAX;
+        let ok = VolumeRecordPhys { used_sectors: max, written_sectors: max, total_sectors: max, ..volume() };
+        assert_eq!(VolumeRecordPhys::decode(&ok.encode()).unwrap(), ok);
+        for bad in [
+            VolumeRecordPhys { total_sectors: max + 1, ..volume() },
+            VolumeRecordPhys { used_sectors: max + 8, written_sectors: 0, ..volume() },
+            VolumeRecordPhys { saved_bytes: Some(max * SECTOR_SIZE + 1), ..volume() },
+        ] {
+            assert!(VolumeRecordPhys::decode(&bad.encode()).is_err(), "{bad:?} accepted");
+        }
+        let dn = DnodePhys {
+            size: 0,
+            record_size: 4096,
+            levels: 0,
+            root: BlockPtr::HOLE,
+            data_sectors: max + 1,
+            attr: vec![],
+        };
+        assert!(DnodePhys::decode(&dn.encode()).is_err());
+        assert!(DnodePhys::decode(&DnodePhys { data_sectors: max, ..dn }.encode()).is_ok());
+        let snap = SnapshotRecordPhys {
+            id: 3,
+            volume: 1,
+            txg: 5,
+            created_ns: 0,
+            tree_root: BlockPtr::HOLE,
+            parent: 0,
+            deadlist: 2,
+            referenced_sectors: max + 1,
+            written_sectors: 0,
+            next_object_id: 2,
+            record_size: 4096,
+            group: 0,
+            saved_bytes: None,
+        };
+        assert!(SnapshotRecordPhys::decode(&snap.encode()).is_err());
+        assert!(SnapshotRecordPhys::decode(&SnapshotRecordPhys { referenced_sectors: max, ..snap }.encode()).is_ok());
+    }
+
+    /// A head or snapshot with a parent keeps a deadlist (the parent's blocks it freed):
+    /// one without is damage, refused before anything frees into deadlist 0.
+    #[test]
+    fn a_parent_without_a_deadlist_is_corruption() {
+        let child = VolumeRecordPhys { parent: 4, deadlist: 5, ..volume() };
+        assert_eq!(VolumeRecordPhys::decode(&child.encode()).unwrap(), child);
+        assert!(VolumeRecordPhys::decode(&VolumeRecordPhys { deadlist: 0, ..child }.encode()).is_err());
+        let snap = SnapshotRecordPhys {
+            id: 6,
+            volume: 1,
+            txg: 5,
+            created_ns: 0,
+            tree_root: BlockPtr::HOLE,
+            parent: 4,
+            deadlist: 5,
+            referenced_sectors: 8,
+            written_sectors: 8,
+            next_object_id: 2,
+            record_size: 4096,
+            group: 0,
+            saved_bytes: None,
+        };
+        assert!(SnapshotRecordPhys::decode(&snap.encode()).is_ok());
+        assert!(SnapshotRecordPhys::decode(&SnapshotRecordPhys { deadlist: 0, ..snap }.encode()).is_err());
+        assert!(SnapshotRecordPhys::decode(&SnapshotRecordPhys { deadlist: 0, parent: 0, ..snap }.encode()).is_ok());
     }
 }

@@ -119,7 +119,10 @@ impl PackPhys {
 
     /// The pack address in a catalog key made by `key`.
     pub fn addr_of_key(key: &[u8]) -> Option<u64> {
-        (key.len() == 9 && key[0] == KEY_PACK).then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
+        match key.split_first() {
+            Some((&KEY_PACK, addr)) => <[u8; 8]>::try_from(addr).ok().map(u64::from_be_bytes),
+            _ => None,
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -163,7 +166,10 @@ impl DedupPhys {
 
     /// The checksum in a catalog key made by `key`.
     pub fn hash_of_key(key: &[u8]) -> Option<[u8; 32]> {
-        (key.len() == 33 && key[0] == KEY_DEDUP).then(|| key[1..].try_into().expect("32 bytes"))
+        match key.split_first() {
+            Some((&KEY_DEDUP, hash)) => <[u8; 32]>::try_from(hash).ok(),
+            _ => None,
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -204,6 +210,7 @@ impl DedupPhys {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

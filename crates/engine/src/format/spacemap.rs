@@ -18,7 +18,7 @@
 //!  64  bits         [u8; 4032]
 //! ```
 
-use super::codec::{self_checksum, Reader, Writer};
+use super::codec::{seal, self_checksum_ok, Reader, Writer};
 use super::UNIT_SIZE;
 use crate::error::Corruption;
 
@@ -45,32 +45,31 @@ impl SpacemapChunkPhys {
         w.bytes(&CHUNK_MAGIC).u32(self.chunk_index).u64(self.txg).u64(self.pool_guid).zeros(8).zeros(32);
         w.bytes(&self.bits);
         let mut buf = w.into_inner();
-        let sum = self_checksum(&buf, CHECKSUM_FIELD);
-        buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].copy_from_slice(&sum);
+        seal(&mut buf, CHECKSUM_FIELD);
         buf
     }
 
     /// `Ok(None)` for a never-written (all-zero) slot.
     pub fn decode(buf: &[u8], addr: u64) -> Result<Option<SpacemapChunkPhys>, Corruption> {
         let mut r = Reader::new(buf, "space map chunk", Some(addr));
-        if buf.len() < CHUNK_SLOT_SIZE {
+        let Some(buf) = buf.get(..CHUNK_SLOT_SIZE) else {
             return Err(r.corrupt(format!("slot is {} bytes", buf.len())));
-        }
-        let buf = &buf[..CHUNK_SLOT_SIZE];
+        };
         if buf.iter().all(|&b| b == 0) {
             return Ok(None);
         }
-        if buf[..4] != CHUNK_MAGIC {
+        if !buf.starts_with(&CHUNK_MAGIC) {
             return Err(r.corrupt("bad magic"));
         }
-        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].try_into().expect("32 bytes");
-        if self_checksum(buf, CHECKSUM_FIELD) != stored {
+        if !self_checksum_ok(buf, CHECKSUM_FIELD) {
             return Err(r.corrupt("checksum mismatch"));
         }
         r.take(4)?;
         let chunk_index = r.u32()?;
         let txg = r.u64()?;
         let pool_guid = r.u64()?;
-        Ok(Some(SpacemapChunkPhys { chunk_index, txg, pool_guid, bits: buf[HEADER..].to_vec() }))
+        r.take(HEADER - r.pos())?;
+        let bits = r.take(CHUNK_BITS_BYTES)?.to_vec();
+        Ok(Some(SpacemapChunkPhys { chunk_index, txg, pool_guid, bits }))
     }
 }

@@ -35,7 +35,7 @@
 //! (from a later build) decodes as `Unknown` rather than as corruption: rejecting it would
 //! make the ring scan skip the newest roots and open the pool on an older one.
 
-use super::codec::{self_checksum, Reader, Writer};
+use super::codec::{seal, self_checksum_ok, Reader, Writer};
 use super::{BlockPtr, UNIT_SIZE};
 use crate::error::Corruption;
 
@@ -122,8 +122,7 @@ impl UberblockPhys {
         assert_eq!(w.len(), CHECKSUM_FIELD);
         w.zeros(UBER_SLOT_SIZE - CHECKSUM_FIELD);
         let mut buf = w.into_inner();
-        let sum = self_checksum(&buf, CHECKSUM_FIELD);
-        buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].copy_from_slice(&sum);
+        seal(&mut buf, CHECKSUM_FIELD);
         buf
     }
 
@@ -131,18 +130,16 @@ impl UberblockPhys {
     /// does not verify is corruption (a torn or rotten write), which the ring scan skips.
     pub fn decode(buf: &[u8], addr: u64) -> Result<Option<UberblockPhys>, Corruption> {
         let mut r = Reader::new(buf, "uberblock", Some(addr));
-        if buf.len() < UBER_SLOT_SIZE {
+        let Some(buf) = buf.get(..UBER_SLOT_SIZE) else {
             return Err(r.corrupt(format!("slot is {} bytes", buf.len())));
-        }
-        let buf = &buf[..UBER_SLOT_SIZE];
+        };
         if buf.iter().all(|&b| b == 0) {
             return Ok(None);
         }
-        if buf[..8] != UBER_MAGIC {
+        if !buf.starts_with(&UBER_MAGIC) {
             return Err(r.corrupt("bad magic"));
         }
-        let stored: [u8; 32] = buf[CHECKSUM_FIELD..CHECKSUM_FIELD + 32].try_into().expect("32 bytes");
-        if self_checksum(buf, CHECKSUM_FIELD) != stored {
+        if !self_checksum_ok(buf, CHECKSUM_FIELD) {
             return Err(r.corrupt("checksum mismatch (torn or damaged)"));
         }
         r.take(8)?;

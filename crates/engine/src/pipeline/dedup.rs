@@ -133,6 +133,10 @@ impl DedupTable {
     /// the allocator (`Allocator::free_block`). An error for a dedup pointer the table does
     /// not hold: damage the commit must not paper over.
     pub fn free(&mut self, alloc: &mut Allocator, bp: &BlockPtr, txg: u64) -> Result<(), Corruption> {
+        if !bp.packed {
+            // Checked before the table drops a reference: a refused free changes nothing.
+            alloc.freeable(bp.addr, bp.units())?;
+        }
         if bp.dedup && !self.release(bp)? {
             return Ok(());
         }

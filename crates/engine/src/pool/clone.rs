@@ -55,12 +55,14 @@ impl Pool {
                 let vid = p.volume_id(volume)?;
                 plan.push((vid, p.catalog.snapshot_id(vid, name)?, new_name.to_string()));
             }
+            // Two ids per clone (the volume, its deadlist), all taken first.
+            let mut new = p.catalog.new_ids(2 * plan.len() as u64)?;
             let mut ids = Vec::new();
             for (vid, sid, new_name) in plan {
                 let s = p.catalog.snapshots[&sid].rec.clone();
                 let src = p.catalog.volumes[&vid].rec.clone();
-                let id = VolumeId(p.catalog.new_id());
-                let dl = p.catalog.new_id();
+                let id = VolumeId(new.next().expect("two ids per clone"));
+                let dl = new.next().expect("two ids per clone");
                 let rec = VolumeRecordPhys {
                     id: id.0,
                     record_size: src.record_size,

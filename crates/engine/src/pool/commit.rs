@@ -2,7 +2,7 @@
 //! dedup and pack tables and catalog written as new blocks, then the root (txg/mod.rs has
 //! the protocol and why a crash anywhere in it is safe).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::features::COMPAT_HOST_STATE;
 use crate::format::label::LabelPhys;
 use crate::format::space::{DedupPhys, PackPhys};
@@ -30,6 +30,17 @@ impl PoolInner {
         }
         self.label = label;
         Ok(())
+    }
+
+    /// An administrative change (deleting a snapshot or a volume) that met damage or a device
+    /// error after it began changing the in-memory state cannot be undone: latch the pool, as
+    /// a failed commit does, so the half-done change is never committed. Errors of other
+    /// kinds are refusals raised before anything changed. Returns `e`.
+    pub(crate) fn latch_part_way(&mut self, what: &str, e: Error) -> Error {
+        if matches!(e.kind(), ErrorKind::Corruption | ErrorKind::Io) && self.health.latched.is_none() {
+            self.health.latched = Some(format!("{what} failed part-way: {e}"));
+        }
+        e
     }
 
     pub(crate) fn writable(&self) -> Result<()> {
@@ -133,7 +144,7 @@ impl PoolInner {
             // Only frozen volumes sync; any other's prewritten blocks are nobody's.
             let PoolInner { alloc, ddt, catalog: crate::catalog::Catalog { volumes, .. }, .. } = self;
             for v in volumes.values_mut().filter(|v| !v.is_frozen()) {
-                v.drop_prewritten(alloc, ddt, txg);
+                v.drop_prewritten(alloc, ddt, txg)?;
             }
         }
         let mut released = std::mem::take(&mut self.catalog.released);

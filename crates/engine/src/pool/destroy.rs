@@ -21,7 +21,7 @@
 //! order, and skips `freed_data` records. `PoolSpace::destroying_bytes` shows what is
 //! still to come back; `held_bytes` and then `available_bytes` show it arriving.
 
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::format::destroy::{destroy_key, parse_destroy_key, DestroyPhys, DestroyTreePhys, KEY_DESTROY};
 use crate::format::features::RO_COMPAT_ASYNC_DESTROY;
 use crate::format::{BlockKind, BlockPtr};
@@ -157,9 +157,22 @@ impl PoolInner {
         let mut budget = self.destroy_frees_per_txg.max(1);
         let ids: Vec<u64> = self.destroying.iter().filter(|(_, d)| d.stuck.is_none()).map(|(id, _)| *id).collect();
         for id in ids {
-            match self.destroy_entry_step(id, txg, budget)? {
-                Some(used) => budget -= used,
-                None => break,
+            match self.destroy_entry_step(id, txg, budget) {
+                Ok(Some(used)) => budget -= used,
+                Ok(None) => break,
+                // Damage in a deleted volume stops its destroy, not the pool: what was freed
+                // so far is in the header, the rest stays allocated, and the pool's space
+                // warnings name it (the checker tells the rest). Every free checks before
+                // it changes anything, so the step stopped between two frees.
+                Err(e) if e.kind() == ErrorKind::Corruption => {
+                    let PoolInner { destroying, catalog, io, .. } = &mut *self;
+                    if let Some(d) = destroying.get_mut(&id) {
+                        d.stuck = Some(format!("{e}; run `strata check`"));
+                        d.walk = None;
+                        catalog.tree.insert(io, &destroy_key(id, 0), &d.phys.encode())?;
+                    }
+                }
+                Err(e) => return Err(e),
             }
             if budget == 0 {
                 break;
@@ -203,7 +216,13 @@ impl PoolInner {
             catalog.insert(io, &destroy_key(id, 0), &d.phys.encode())?;
             return Ok(None);
         }
-        // Last step: the metadata (read by every walk until now) and the entry.
+        // Last step: the metadata (read by every walk until now) and the entry, all checked
+        // first so that damage stops the step before it frees any.
+        if let Some(walk) = &d.walk {
+            for bp in walk.meta.iter().filter(|bp| !bp.packed) {
+                alloc.freeable(bp.addr, bp.units())?;
+            }
+        }
         if let Some(walk) = d.walk.take() {
             for bp in &walk.meta {
                 ddt.free(alloc, bp, txg)?;

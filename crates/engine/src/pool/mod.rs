@@ -376,8 +376,7 @@ impl Pool {
         if opts.dedup {
             p.enable_dedup_feature()?;
         }
-        let id = VolumeId(p.catalog.next_id);
-        p.catalog.next_id += 1;
+        let id = VolumeId(p.catalog.new_id()?);
         let rec = VolumeRecordPhys {
             id: id.0,
             record_size: opts.record_size,
@@ -416,34 +415,10 @@ impl Pool {
         p.writable()?;
         let id = p.volume_id(name)?;
         p.refuse_delete_with_clones(id)?;
-        p.queue_destroy(id)?;
-        let snaps: Vec<(u64, String)> = p
-            .catalog
-            .snapshots
-            .iter()
-            .filter(|(_, s)| s.rec.volume == id.0)
-            .map(|(sid, s)| (*sid, s.name.clone()))
-            .collect();
-        for (sid, sname) in snaps {
-            let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
-            catalog.remove(io, &crate::pool::snapshot::snapshot_key(id.0, &sname))?;
-            p.catalog.snapshots.remove(&sid);
-            p.catalog.views.remove(&VolumeId(sid)); // an open read-only view
+        match p.delete_volume(id, name) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(p.latch_part_way("deleting a volume", e)),
         }
-        let key = volume_key(name);
-        {
-            let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
-            catalog.remove(io, &key)?;
-            catalog.remove(io, &crate::pool::space::volume_space_key(name))?;
-        }
-        if let Some(mut v) = p.catalog.volumes.remove(&id) {
-            let txg = p.txg.next;
-            let PoolInner { alloc, ddt, .. } = &mut *p;
-            v.drop_prewritten(alloc, ddt, txg); // blocks of the open txg nobody will reference
-        }
-        p.catalog.by_name.remove(name);
-        p.catalog.dirty = true;
-        Ok(())
     }
 
     pub fn volume_id(&self, name: &str) -> Result<VolumeId> {
@@ -587,6 +562,36 @@ impl Pool {
 
     /// The longest key a volume's key-value space accepts.
     pub const KV_KEY_MAX: usize = USER_KEY_MAX;
+}
+
+impl PoolInner {
+    /// `Pool::delete_volume` under the lock, clones refused: the volume goes into the
+    /// destroy queue (destroy.rs), its catalog entries and those of its snapshots go.
+    fn delete_volume(&mut self, id: VolumeId, name: &str) -> Result<()> {
+        self.queue_destroy(id)?;
+        let snaps: Vec<(u64, String)> = self
+            .catalog
+            .snapshots
+            .iter()
+            .filter(|(_, s)| s.rec.volume == id.0)
+            .map(|(sid, s)| (*sid, s.name.clone()))
+            .collect();
+        let Catalog { tree, snapshots, views, .. } = &mut self.catalog;
+        for (sid, sname) in snaps {
+            tree.remove(&self.io, &crate::pool::snapshot::snapshot_key(id.0, &sname))?;
+            snapshots.remove(&sid);
+            views.remove(&VolumeId(sid)); // an open read-only view
+        }
+        tree.remove(&self.io, &volume_key(name))?;
+        tree.remove(&self.io, &crate::pool::space::volume_space_key(name))?;
+        if let Some(mut v) = self.catalog.volumes.remove(&id) {
+            // Blocks of the open txg nobody will reference.
+            v.drop_prewritten(&mut self.alloc, &mut self.ddt, self.txg.next)?;
+        }
+        self.catalog.by_name.remove(name);
+        self.catalog.dirty = true;
+        Ok(())
+    }
 }
 
 fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {

@@ -377,7 +377,12 @@ impl Pool {
                 if !rec.tree_root.is_hole() {
                     io.read_node(&rec.tree_root)?;
                 }
-                volumes.insert(VolumeId(rec.id), VolumeState::new(name, rec));
+                let id = rec.id;
+                if volumes.insert(VolumeId(id), VolumeState::new(name, rec)).is_some() {
+                    return Err(
+                        crate::error::Corruption::new("catalog", None, format!("two volumes with id {id}")).into()
+                    );
+                }
             }
         }
         let mut snapshots = BTreeMap::new();
@@ -404,8 +409,32 @@ impl Pool {
                     )
                     .into());
                 }
-                snapshots.insert(rec.id, SnapshotState { name, rec });
+                let id = rec.id;
+                if volumes.contains_key(&VolumeId(id)) || snapshots.insert(id, SnapshotState { name, rec }).is_some() {
+                    return Err(crate::error::Corruption::new(
+                        "catalog",
+                        None,
+                        format!("two volumes or snapshots with id {id}"),
+                    )
+                    .into());
+                }
             }
+        }
+        // New ids (volumes, snapshots, deadlists, groups) come from the root's counter: it
+        // must be past every id in use, or a new one would take an existing one's place.
+        let max_id = volumes
+            .values()
+            .flat_map(|v| [v.rec.id, v.rec.deadlist])
+            .chain(snapshots.values().flat_map(|s| [s.rec.id, s.rec.deadlist, s.rec.group]))
+            .max()
+            .unwrap_or(0);
+        if ub.next_volume_id <= max_id {
+            return Err(crate::error::Corruption::new(
+                "uberblock",
+                None,
+                format!("next volume id {} is not past id {max_id}, which is in use", ub.next_volume_id),
+            )
+            .into());
         }
         for v in volumes.values_mut() {
             if v.rec.parent != 0 {

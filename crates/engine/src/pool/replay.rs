@@ -1,6 +1,9 @@
 //! Replay of the intent log on pool open (intent_log.rs): read the blocks that verify and
 //! carry the current base, then apply their complete groups, in order, to the opened root
-//! and commit.
+//! and commit. The records come from disk: indexing, slicing, `unwrap` and `expect` are
+//! denied here as in `format` (docs/failure-policy.md).
+
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::intent::{LogBlockPhys, LogRecord, LOG_HEADER};

@@ -69,19 +69,20 @@ impl Pool {
                 let mut freed = Vec::new();
                 collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
                 let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
-                if sectors != head.rec.written_sectors {
+                if sectors != head.rec.written_sectors || head.rec.total_sectors < sectors {
                     return Err(Corruption::new(
                         "volume record",
                         None,
                         format!(
-                            "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {}; run `strata check`",
-                            head.rec.written_sectors
+                            "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {} (of {} in all); run `strata check`",
+                            head.rec.written_sectors, head.rec.total_sectors
                         ),
                     )
                     .into());
                 }
                 plan.push((vid, sid, freed));
             }
+            let mut new = p.catalog.new_ids(plan.len() as u64)?;
             for (vid, sid, freed) in plan {
                 let old = p.catalog.volumes[&vid].rec.clone();
                 for bp in p.catalog.deadlist_entries(&p.io, old.deadlist, 0)? {
@@ -89,7 +90,7 @@ impl Pool {
                     catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
                 }
                 let s = p.catalog.snapshots[&sid].rec.clone();
-                let dl = p.catalog.new_id();
+                let dl = new.next().expect("an id per restored volume");
                 let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
                 let rec = VolumeRecordPhys {
                     tree_root: s.tree_root,

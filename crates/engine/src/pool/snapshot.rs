@@ -151,7 +151,7 @@ impl PoolInner {
     pub(crate) fn take_pending_snapshots(&mut self, vol: VolumeId, txg: u64) -> Result<()> {
         let pending = std::mem::take(&mut self.catalog.volumes.get_mut(&vol).expect("synced volume").pending_snapshots);
         for (sid, name, group) in pending {
-            let dl = self.catalog.new_id();
+            let dl = self.catalog.new_id()?;
             let now = self.clock.now_ns();
             let v = self.catalog.volumes.get_mut(&vol).expect("synced volume");
             let rec = SnapshotRecordPhys {
@@ -330,10 +330,12 @@ impl Pool {
                 }
                 ids.push(vid);
             }
-            let group = if ids.len() > 1 { p.catalog.new_id() } else { 0 };
+            // Every id first (group, then one per snapshot): a refusal changes nothing.
+            let grouped = ids.len() > 1;
+            let mut new = p.catalog.new_ids(ids.len() as u64 + u64::from(grouped))?;
+            let group = if grouped { new.next().expect("an id for the group") } else { 0 };
             let mut sids = Vec::new();
-            for vid in &ids {
-                let sid = p.catalog.new_id();
+            for (vid, sid) in ids.iter().zip(new) {
                 let v = p.catalog.volumes.get_mut(vid).expect("resolved above");
                 v.pending_snapshots.push((sid, name.to_string(), group));
                 v.dirty = true;
@@ -372,7 +374,9 @@ impl Pool {
         self.commit_then(|p| {
             p.writable()?;
             let vid = p.volume_id(volume)?;
-            p.delete_snapshot(vid, name)?;
+            if let Err(e) = p.delete_snapshot(vid, name) {
+                return Err(p.latch_part_way("deleting a snapshot", e));
+            }
             p.commit_always()?;
             Ok(())
         })

@@ -282,8 +282,13 @@ impl PoolInner {
         let reserved: u64 = self.catalog.volumes.values().map(unused_reservation_units).sum();
         let busy = self.alloc.allocated_units() + self.alloc.held_units() + self.alloc.reserved_units() + reserved;
         let available = self.label.data_units.saturating_sub(busy) * UNIT_SIZE;
-        let saved: u64 = self.catalog.volumes.values().filter_map(|v| v.rec.saved_bytes).sum::<u64>()
-            + self.ddt.saved_sectors() * SECTOR_SIZE;
+        // Figures read from disk, each bounded (`SPACE_SECTORS_MAX`); their sum is not.
+        let saved: u64 = self
+            .catalog
+            .volumes
+            .values()
+            .filter_map(|v| v.rec.saved_bytes)
+            .fold(self.ddt.saved_sectors() * SECTOR_SIZE, u64::saturating_add);
         let mut warnings = Vec::new();
         let percent = self.capacity_alert_percent().unwrap_or_else(|e| {
             warnings.push(format!("capacity alert setting unreadable ({e}); using {CAPACITY_ALERT_DEFAULT_PERCENT}%"));
@@ -302,7 +307,7 @@ impl PoolInner {
         warnings.extend(self.destroy_warnings());
         let stats = &self.io.stats;
         PoolSpace {
-            logical_bytes: allocated + saved,
+            logical_bytes: allocated.saturating_add(saved),
             saved_bytes: saved,
             untracked_volumes: self.catalog.volumes.values().filter(|v| v.rec.saved_bytes.is_none()).count(),
             reserved_bytes: reserved * UNIT_SIZE,

@@ -23,6 +23,15 @@ fn span(level: u8) -> u64 {
     1u64 << (INDIRECT_SHIFT * (level as u32 - 1)).min(63)
 }
 
+/// The pointer of indirect block `ind` (at `level`, reached through `bp`) that covers record
+/// `recno`. Decoded indirect blocks hold INDIRECT_FANOUT pointers; a shorter one is damage.
+fn child_of(ind: &IndirectPhys, bp: &BlockPtr, level: u8, recno: u64) -> Result<BlockPtr> {
+    let i = ((recno / span(level)) % INDIRECT_FANOUT as u64) as usize;
+    ind.bps.get(i).copied().ok_or_else(|| {
+        Corruption::new("indirect block", Some(bp.addr), format!("{} pointers, no pointer {i}", ind.bps.len())).into()
+    })
+}
+
 fn expect_kind(bp: &BlockPtr, level: u8) -> Result<()> {
     let want = if level == 0 { BlockKind::Data } else { BlockKind::Indirect };
     if !bp.is_hole() && bp.kind != want {
@@ -48,7 +57,7 @@ pub fn lookup(io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Result<B
             return Ok(BlockPtr::HOLE);
         }
         let ind = io.read_indirect(&bp)?;
-        bp = ind.bps[((recno / span(level)) % INDIRECT_FANOUT as u64) as usize];
+        bp = child_of(&ind, &bp, level, recno)?;
         expect_kind(&bp, level - 1)?;
     }
     Ok(bp)
@@ -67,7 +76,7 @@ pub(crate) fn lookup_cached(io: &BlockIo, root: &BlockPtr, levels: u8, recno: u6
             return Some(BlockPtr::HOLE);
         }
         let ind = io.cached_indirect(&bp)?;
-        bp = ind.bps[((recno / span(level)) % INDIRECT_FANOUT as u64) as usize];
+        bp = child_of(&ind, &bp, level, recno).ok()?;
         expect_kind(&bp, level - 1).ok()?;
     }
     Some(bp)
@@ -104,7 +113,7 @@ pub fn update(
     released: &mut Vec<BlockPtr>,
 ) -> Result<BlockPtr> {
     assert!(new_levels >= levels);
-    assert!(updates.windows(2).all(|w| w[0].0 < w[1].0), "updates sorted and unique");
+    assert!(updates.is_sorted_by(|a, b| a.0 < b.0), "updates sorted and unique");
     if updates.is_empty() && new_levels == levels {
         return Ok(root);
     }
@@ -128,14 +137,15 @@ fn update_subtree(
     released: &mut Vec<BlockPtr>,
 ) -> Result<BlockPtr> {
     if level == 0 {
-        assert!(updates.len() == 1 && updates[0].0 == base);
+        let &[(recno, new)] = updates else { unreachable!("{} updates of one record", updates.len()) };
+        assert_eq!(recno, base, "the update is of this record");
         if let Cur::Bp(old) = cur {
             expect_kind(&old, 0)?;
             if !old.is_hole() {
                 released.push(old);
             }
         }
-        return Ok(updates[0].1);
+        return Ok(new);
     }
     let mut children = match cur {
         Cur::Bp(bp) if bp.is_hole() => IndirectPhys::empty(),
@@ -146,26 +156,30 @@ fn update_subtree(
         Cur::Grown { .. } => IndirectPhys::empty(),
     };
     let s = span(level);
-    let mut i = 0;
     // Children that change: those named by updates, and (while growing) child 0.
     let grown_child = match cur {
         Cur::Grown { old_root, old_levels } if level - 1 > old_levels => Some(Cur::Grown { old_root, old_levels }),
         Cur::Grown { old_root, .. } => Some(Cur::Bp(old_root)),
         Cur::Bp(_) => None,
     };
+    // Indirect blocks hold INDIRECT_FANOUT pointers (decoding checks it), and `updates`
+    // lie inside this subtree (the caller grew the tree to address them).
+    let mut rest = updates;
     if let Some(child) = grown_child {
-        let n = updates.iter().take_while(|(r, _)| *r < base + s).count();
-        children.bps[0] = update_or_keep(io, alloc, child, level - 1, base, &updates[..n], txg, released)?;
-        i = n;
+        let n = rest.iter().take_while(|(r, _)| *r < base + s).count();
+        let (mine, others) = rest.split_at(n);
+        let Some(slot) = children.bps.first_mut() else { unreachable!("an indirect block has pointers") };
+        *slot = update_or_keep(io, alloc, child, level - 1, base, mine, txg, released)?;
+        rest = others;
     }
-    while i < updates.len() {
-        let idx = ((updates[i].0 - base) / s) as usize;
-        assert!(idx < INDIRECT_FANOUT, "update inside this subtree");
+    while let Some(&(recno, _)) = rest.first() {
+        let idx = ((recno - base) / s) as usize;
         let child_base = base + idx as u64 * s;
-        let n = updates[i..].iter().take_while(|(r, _)| *r < child_base + s).count();
-        let child = Cur::Bp(children.bps[idx]);
-        children.bps[idx] = update_subtree(io, alloc, child, level - 1, child_base, &updates[i..i + n], txg, released)?;
-        i += n;
+        let n = rest.iter().take_while(|(r, _)| *r < child_base + s).count();
+        let (mine, others) = rest.split_at(n);
+        let Some(slot) = children.bps.get_mut(idx) else { unreachable!("record {recno} outside this subtree") };
+        *slot = update_subtree(io, alloc, Cur::Bp(*slot), level - 1, child_base, mine, txg, released)?;
+        rest = others;
     }
     if let Cur::Bp(old) = cur {
         if !old.is_hole() {

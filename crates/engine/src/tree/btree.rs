@@ -71,7 +71,23 @@ impl MemNode {
 
 /// Index of the child of an internal node whose range holds `key`.
 fn child_index<T>(entries: &[(Vec<u8>, T)], key: &[u8]) -> usize {
-    entries[1..].partition_point(|(k, _)| k.as_slice() <= key)
+    entries.get(1..).unwrap_or_default().partition_point(|(k, _)| k.as_slice() <= key)
+}
+
+/// The child of an internal node whose range holds `key`. Every internal node has children
+/// (decoding refuses one without; an emptied one is removed by its parent at once), so a
+/// miss is damage, reported.
+fn child_for<'a, T>(entries: &'a [(Vec<u8>, T)], key: &[u8], orig: Option<BlockPtr>) -> Result<&'a T> {
+    entries.get(child_index(entries, key)).map(|(_, c)| c).ok_or_else(|| childless(orig))
+}
+
+fn child_for_mut<'a, T>(entries: &'a mut [(Vec<u8>, T)], key: &[u8], orig: Option<BlockPtr>) -> Result<&'a mut T> {
+    let i = child_index(entries, key);
+    entries.get_mut(i).map(|(_, c)| c).ok_or_else(|| childless(orig))
+}
+
+fn childless(orig: Option<BlockPtr>) -> Error {
+    Corruption::new("btree node", orig.map(|bp| bp.addr), "internal node without children").into()
 }
 
 /// The level a child of a node at `level` must have; a mismatch means a damaged pointer
@@ -121,14 +137,8 @@ impl BTree {
         };
         loop {
             match link {
-                Link::Mem(n) if n.level == 0 => {
-                    return Ok(n
-                        .leaf
-                        .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-                        .ok()
-                        .map(|i| n.leaf[i].1.clone()))
-                }
-                Link::Mem(n) => link = &n.inner[child_index(&n.inner, key)].1,
+                Link::Mem(n) if n.level == 0 => return Ok(leaf_get(&n.leaf, key)),
+                Link::Mem(n) => link = child_for(&n.inner, key, n.orig)?,
                 Link::Disk(bp) => return get_phys(io, *bp, None, key),
             }
         }
@@ -146,7 +156,7 @@ impl BTree {
         let root = self.root.get_or_insert_with(|| Link::Mem(Box::new(MemNode::empty_leaf())));
         let (old, split) = insert_rec(io, root, key, value)?;
         if let Some((sep, right)) = split {
-            let left = self.root.take().expect("root present");
+            let Some(left) = self.root.take() else { unreachable!("the root was inserted into") };
             let level = match &left {
                 Link::Mem(n) => n.level + 1,
                 Link::Disk(_) => unreachable!("a node that split is in memory"),
@@ -168,7 +178,7 @@ impl BTree {
         if self.get(io, key)?.is_none() {
             return Ok(None);
         }
-        let root = self.root.as_mut().expect("key found, so the tree has a root");
+        let Some(root) = self.root.as_mut() else { unreachable!("key found, so the tree has a root") };
         let old = remove_rec(io, root, key, &mut self.released)?;
         // Shrink the root: an internal root with one child is replaced by that child; an
         // empty leaf root means an empty tree.
@@ -176,8 +186,8 @@ impl BTree {
             if n.len() == 0 {
                 self.released.extend(n.orig);
                 self.root = None;
-            } else if n.level > 0 && n.inner.len() == 1 {
-                let (_, child) = n.inner.pop().expect("one child");
+            } else if let (true, [_]) = (n.level > 0, n.inner.as_slice()) {
+                let Some((_, child)) = n.inner.pop() else { unreachable!("one child") };
                 self.released.extend(n.orig);
                 self.root = Some(child);
             } else {
@@ -228,15 +238,19 @@ fn get_phys(io: &BlockIo, mut bp: BlockPtr, mut parent_level: Option<u8>, key: &
             expect_child_level(p, &node, &bp)?;
         }
         match &*node {
-            BtreeNodePhys::Leaf { entries } => {
-                return Ok(entries.binary_search_by(|(k, _)| k.as_slice().cmp(key)).ok().map(|i| entries[i].1.clone()))
-            }
+            BtreeNodePhys::Leaf { entries } => return Ok(leaf_get(entries, key)),
             BtreeNodePhys::Internal { level, entries } => {
                 parent_level = Some(*level);
-                bp = entries[child_index(entries, key)].1;
+                bp = *child_for(entries, key, Some(bp))?;
             }
         }
     }
+}
+
+/// The value of `key` in a leaf's sorted entries.
+fn leaf_get(entries: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> Option<Vec<u8>> {
+    let i = entries.binary_search_by(|(k, _)| k.as_slice().cmp(key)).ok()?;
+    entries.get(i).map(|(_, v)| v.clone())
 }
 
 fn make_mut<'a>(io: &BlockIo, link: &'a mut Link, parent_level: Option<u8>) -> Result<&'a mut MemNode> {
@@ -271,7 +285,8 @@ fn insert_at(
     let old = if node.level == 0 {
         match node.leaf.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
             Ok(i) => {
-                let old = std::mem::replace(&mut node.leaf[i].1, value.to_vec());
+                let Some((_, v)) = node.leaf.get_mut(i) else { unreachable!("found at {i}") };
+                let old = std::mem::replace(v, value.to_vec());
                 node.bytes = node.bytes - old.len() + value.len();
                 Some(old)
             }
@@ -284,7 +299,8 @@ fn insert_at(
     } else {
         let idx = child_index(&node.inner, key);
         let level = node.level;
-        let (old, split) = insert_at(io, &mut node.inner[idx].1, Some(level), key, value)?;
+        let child = child_for_mut(&mut node.inner, key, node.orig)?;
+        let (old, split) = insert_at(io, child, Some(level), key, value)?;
         if let Some((sep, right)) = split {
             node.bytes += internal_entry_bytes(&sep);
             node.inner.insert(idx + 1, (sep, right));
@@ -313,7 +329,8 @@ fn split_node(node: &mut MemNode) -> (Vec<u8>, Link) {
         right.leaf = node.leaf.split_off(at);
         right.bytes += right.leaf.iter().map(|(k, v)| leaf_entry_bytes(k, v)).sum::<usize>();
         node.bytes -= right.bytes - NODE_HEADER;
-        (right.leaf[0].0.clone(), Link::Mem(Box::new(right)))
+        let Some((sep, _)) = right.leaf.first() else { unreachable!("a split leaf keeps entries right") };
+        (sep.clone(), Link::Mem(Box::new(right)))
     } else {
         let mut at = node.inner.len() - 1;
         for (i, (k, _)) in node.inner.iter().enumerate() {
@@ -326,7 +343,8 @@ fn split_node(node: &mut MemNode) -> (Vec<u8>, Link) {
         right.inner = node.inner.split_off(at);
         right.bytes += right.inner.iter().map(|(k, _)| internal_entry_bytes(k)).sum::<usize>();
         node.bytes -= right.bytes - NODE_HEADER;
-        (right.inner[0].0.clone(), Link::Mem(Box::new(right)))
+        let Some((sep, _)) = right.inner.first() else { unreachable!("a split node keeps children right") };
+        (sep.clone(), Link::Mem(Box::new(right)))
     }
 }
 
@@ -361,8 +379,8 @@ fn remove_at(
     }
     let level = node.level;
     let idx = child_index(&node.inner, key);
-    let old = remove_at(io, &mut node.inner[idx].1, Some(level), key, released)?;
-    let Link::Mem(child) = &node.inner[idx].1 else { unreachable!("just changed") };
+    let old = remove_at(io, child_for_mut(&mut node.inner, key, node.orig)?, Some(level), key, released)?;
+    let Some((_, Link::Mem(child))) = node.inner.get(idx) else { unreachable!("just changed") };
     if child.len() == 0 {
         let (k, gone) = node.inner.remove(idx);
         node.bytes -= internal_entry_bytes(&k);
@@ -375,9 +393,10 @@ fn remove_at(
     }
     if child.bytes < NODE_MAX_BYTES / 4 && node.inner.len() > 1 {
         let (l, r) = if idx + 1 < node.inner.len() { (idx, idx + 1) } else { (idx - 1, idx) };
-        let lb = link_bytes(io, &node.inner[l].1)?;
-        let rb = link_bytes(io, &node.inner[r].1)?;
-        let sep = node.inner[r].0.clone();
+        let (Some((_, left)), Some((sep, right))) = (node.inner.get(l), node.inner.get(r)) else {
+            unreachable!("two children: {l} and {r}")
+        };
+        let (lb, rb, sep) = (link_bytes(io, left)?, link_bytes(io, right)?, sep.clone());
         // An internal right node's first key becomes the parent's separator when merged.
         let extra = if level > 1 { sep.len() } else { 0 };
         if lb + rb - NODE_HEADER + extra <= NODE_MAX_BYTES {
@@ -385,15 +404,19 @@ fn remove_at(
             node.bytes -= internal_entry_bytes(&sep_key);
             let mut right_link = right_link;
             let right = make_mut(io, &mut right_link, Some(level))?;
-            released.extend(right.orig.take());
+            let right_orig = right.orig.take();
+            released.extend(right_orig);
             let right_leaf = std::mem::take(&mut right.leaf);
             let mut right_inner = std::mem::take(&mut right.inner);
-            let left = make_mut(io, &mut node.inner[l].1, Some(level))?;
+            let Some((_, left)) = node.inner.get_mut(l) else { unreachable!("left of {r}") };
+            let left = make_mut(io, left, Some(level))?;
             if left.level == 0 {
                 left.bytes += right_leaf.iter().map(|(k, v)| leaf_entry_bytes(k, v)).sum::<usize>();
                 left.leaf.extend(right_leaf);
             } else {
-                right_inner[0].0 = sep_key;
+                // Decoding refuses internal nodes without children, so the right one has some.
+                let Some((first, _)) = right_inner.first_mut() else { return Err(childless(right_orig)) };
+                *first = sep_key;
                 left.bytes += right_inner.iter().map(|(k, _)| internal_entry_bytes(k)).sum::<usize>();
                 left.inner.extend(right_inner);
             }
@@ -414,6 +437,21 @@ fn write_rec(
         Link::Disk(bp) => return Ok(*bp),
         Link::Mem(n) => n,
     };
+    // Keys out of order cannot come from this code, only from damage read earlier (a
+    // separator that misrouted inserts, siblings that overlap): refuse to write them, so the
+    // commit fails instead of storing a node nothing would verify again until it is read.
+    let ordered = match node.level {
+        0 => node.leaf.is_sorted_by(|a, b| a.0 < b.0),
+        _ => node.inner.is_sorted_by(|a, b| a.0 < b.0),
+    };
+    if !ordered {
+        return Err(Corruption::new(
+            "btree node",
+            node.orig.map(|bp| bp.addr),
+            format!("a level {} node to be written has keys out of order (damage met earlier)", node.level),
+        )
+        .into());
+    }
     let payload = if node.level == 0 {
         encode_leaf(node.leaf.len(), node.leaf.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
     } else {
@@ -427,6 +465,7 @@ fn write_rec(
     };
     debug_assert_eq!(payload.len(), node.bytes, "tracked node size matches its encoding");
     #[cfg(feature = "verify")]
+    #[expect(clippy::expect_used, reason = "a pair assertion on bytes just encoded here, not read from disk")]
     {
         // Pair assertion: what goes to disk decodes back to the same node, in order.
         let back = BtreeNodePhys::decode(&payload, None).expect("an encoded node decodes");
@@ -456,7 +495,7 @@ fn range_link(
     match link {
         Link::Mem(n) if n.level == 0 => {
             let from = n.leaf.partition_point(|(k, _)| k.as_slice() < start);
-            for (k, v) in &n.leaf[from..] {
+            for (k, v) in n.leaf.get(from..).unwrap_or_default() {
                 if out.len() >= limit || !in_range(k, start, end) {
                     break;
                 }
@@ -479,7 +518,7 @@ fn range_link(
             match &*node {
                 BtreeNodePhys::Leaf { entries } => {
                     let from = entries.partition_point(|(k, _)| k.as_slice() < start);
-                    for (k, v) in &entries[from..] {
+                    for (k, v) in entries.get(from..).unwrap_or_default() {
                         if out.len() >= limit || !in_range(k, start, end) {
                             break;
                         }
