@@ -36,6 +36,9 @@ pub fn verify_pool(pool: &Pool, exp: &Expect) -> Result<std::result::Result<(), 
     }
     for (id, line) in &exp.objects {
         if let Err(why) = line.check(&digest_object(w.objects.get(id)), exp.points) {
+            if crate::tracing() {
+                eprintln!("recovered object {id}: {}", crate::history::sketch(w.objects.get(id)));
+            }
             broken.push(why);
         }
     }

@@ -122,6 +122,23 @@ pub fn digest_absent() -> Digest {
     *blake3::hash(b"absent").as_bytes()
 }
 
+/// Per 16 KiB: a short digest of each piece (for traces).
+pub fn sketch(o: Option<&ObjectModel>) -> String {
+    let Some(o) = o else { return "absent".into() };
+    let parts: Vec<String> =
+        o.data
+            .chunks(16384)
+            .map(|c| {
+                if c.iter().all(|b| *b == 0) {
+                    "0".to_string()
+                } else {
+                    format!("{:02x}", blake3::hash(c).as_bytes()[0])
+                }
+            })
+            .collect();
+    format!("len {} attr {} [{}]", o.data.len(), o.attr.len(), parts.join(" "))
+}
+
 pub fn digest_object(o: Option<&ObjectModel>) -> Digest {
     let Some(o) = o else { return digest_absent() };
     let mut h = blake3::Hasher::new();

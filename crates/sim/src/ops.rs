@@ -17,6 +17,18 @@ pub enum ObjOp {
 }
 
 impl ObjOp {
+    /// A one-line description (for traces): offsets and lengths, not the bytes.
+    pub fn describe(&self) -> String {
+        match self {
+            ObjOp::Write(off, data) => {
+                format!("write {off}+{} (digest {:02x?})", data.len(), &blake3::hash(data).as_bytes()[..4])
+            }
+            ObjOp::Truncate(size) => format!("truncate {size}"),
+            ObjOp::Punch(off, len) => format!("punch {off}+{len}"),
+            ObjOp::SetAttr(a) => format!("setattr {} bytes", a.len()),
+        }
+    }
+
     /// A random change to `o`, in a volume of `record_size`: writes of every shape (whole
     /// records several at once, which a sync logs by reference; partial; appends; zeros;
     /// compressible), truncates, punches, attributes. Objects stay under 8 records.

@@ -56,7 +56,11 @@ impl Ctx {
     /// ended before it started durable.
     pub fn durable_point(&self, f: impl FnOnce(&Pool) -> strata_engine::Result<()>) -> strata_engine::Result<()> {
         let start = self.clock.tick();
-        f(&self.pool)?;
+        let r = f(&self.pool);
+        if crate::tracing() {
+            eprintln!("durable point (tick {start}) -> {:?}", r.as_ref().map(|_| ()));
+        }
+        r?;
         self.clock.pool_durable(start);
         Ok(())
     }
@@ -87,12 +91,23 @@ pub fn writer(ctx: Arc<Ctx>, t: u64, objs: Vec<(ObjectId, ObjectModel)>) -> Vec<
                 op.apply(&mut next);
                 let r = op.run(pool, ctx.w, id);
                 let end = ctx.clock.tick();
+                if crate::tracing() {
+                    eprintln!(
+                        "{doing}: object {} {} -> {:?} (tick {end})",
+                        id.0,
+                        op.describe(),
+                        r.as_ref().map(|_| ())
+                    );
+                }
                 if let Err(e) = r {
                     ctx.expect_failure(&e, &format!("{doing} ({op:?})"));
                     lines[i].uncertain(digest_object(Some(&next)));
                     break;
                 }
                 models[i] = next;
+                if crate::tracing() {
+                    eprintln!("  state of object {}: {}", id.0, crate::history::sketch(Some(&models[i])));
+                }
                 lines[i].done(digest_object(Some(&models[i])), end);
             }
             60..=67 => {
@@ -104,7 +119,11 @@ pub fn writer(ctx: Arc<Ctx>, t: u64, objs: Vec<(ObjectId, ObjectModel)>) -> Vec<
             68..=79 => {
                 // fsync: this object's operations, and every shared one, are durable.
                 let start = ctx.clock.tick();
-                if let Err(e) = pool.sync_object(ctx.w, id) {
+                let r = pool.sync_object(ctx.w, id);
+                if crate::tracing() {
+                    eprintln!("{doing}: sync_object {} (tick {start}) -> {:?}", id.0, r.as_ref().map(|_| ()));
+                }
+                if let Err(e) = r {
                     ctx.expect_failure(&e, &format!("{doing} (sync_object)"));
                     break;
                 }
@@ -126,13 +145,25 @@ pub fn writer(ctx: Arc<Ctx>, t: u64, objs: Vec<(ObjectId, ObjectModel)>) -> Vec<
                 key_line.done(digest_value(next.as_deref()), end);
             }
             90..=95 => {
-                if let Err(e) = ctx.durable_point(|p| p.sync_log()) {
+                if let Err(e) = ctx.durable_point(|p| {
+                    p.sync_log().map(|()| {
+                        if crate::tracing() {
+                            eprintln!("  sync_log ok")
+                        }
+                    })
+                }) {
                     ctx.expect_failure(&e, &format!("{doing} (sync_log)"));
                     break;
                 }
             }
             _ => {
-                if let Err(e) = ctx.durable_point(|p| p.commit().map(|_| ())) {
+                if let Err(e) = ctx.durable_point(|p| {
+                    p.commit().map(|t| {
+                        if crate::tracing() {
+                            eprintln!("  commit -> txg {t}")
+                        }
+                    })
+                }) {
                     ctx.expect_failure(&e, &format!("{doing} (commit)"));
                     break;
                 }
@@ -151,9 +182,21 @@ pub fn committer(ctx: Arc<Ctx>) {
             break;
         }
         let r = match rng.below(100) {
-            0..=69 => ctx.durable_point(|p| p.commit().map(|_| ())),
+            0..=69 => ctx.durable_point(|p| {
+                p.commit().map(|t| {
+                    if crate::tracing() {
+                        eprintln!("  commit -> txg {t}")
+                    }
+                })
+            }),
             70..=84 => ctx.pool.prewrite().map(|_| ()),
-            _ => ctx.durable_point(|p| p.sync_log()),
+            _ => ctx.durable_point(|p| {
+                p.sync_log().map(|()| {
+                    if crate::tracing() {
+                        eprintln!("  sync_log ok")
+                    }
+                })
+            }),
         };
         if let Err(e) = r {
             ctx.expect_failure(&e, &format!("committer step {step}"));

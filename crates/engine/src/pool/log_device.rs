@@ -240,7 +240,7 @@ impl Pool {
         let mut p = self.lock();
         p.writable()?;
         while p.ilog.in_flight {
-            p = self.latch_if_poisoned(self.log_done.wait(p));
+            p = self.wait_log_done(p);
         }
         p.writable()?;
         p.commit_always()?;

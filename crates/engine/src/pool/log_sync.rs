@@ -40,7 +40,7 @@ impl Pool {
                 return Ok(());
             }
             if p.ilog.in_flight {
-                p = self.latch_if_poisoned(self.log_done.wait(p));
+                p = self.wait_log_done(p);
                 continue;
             }
             if p.catalog.dirty || !p.ilog.fits(target) {

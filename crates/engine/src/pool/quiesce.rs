@@ -47,7 +47,11 @@ impl Pool {
 
     /// The pool's lock, once no commit is quiescing (see the module comment).
     pub(crate) fn lock(&self) -> MutexGuard<'_, PoolInner> {
-        let mut p = self.lock_raw();
+        self.settled_lock(self.lock_raw())
+    }
+
+    /// `p` once no commit is quiescing (waiting on `settled` if one is).
+    fn settled_lock<'a>(&'a self, mut p: MutexGuard<'a, PoolInner>) -> MutexGuard<'a, PoolInner> {
         if p.txg.quiescing {
             self.waiting_on_commit.fetch_add(1, Ordering::Relaxed);
             while p.txg.quiescing {
@@ -56,6 +60,17 @@ impl Pool {
             self.waiting_on_commit.fetch_sub(1, Ordering::Relaxed);
         }
         p
+    }
+
+    /// Wait until the intent-log write in flight has finished, and return the lock as
+    /// [`Pool::lock`] does: once no commit is quiescing either. A condvar wakes its waiter
+    /// with the raw lock, possibly in the middle of a quiescing commit; a log block taken
+    /// then would carry groups recorded after the freeze (next txg) under the old base, and
+    /// the commit would retire them with the old txg: acknowledged syncs lost (found by the
+    /// simulator, seed 117679260893890).
+    pub(crate) fn wait_log_done<'a>(&'a self, p: MutexGuard<'a, PoolInner>) -> MutexGuard<'a, PoolInner> {
+        let p = self.latch_if_poisoned(self.log_done.wait(p));
+        self.settled_lock(p)
     }
 
     /// The pool's lock even while a commit quiesces: for reads, data writes and the
