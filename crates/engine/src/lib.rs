@@ -38,13 +38,13 @@ pub use format::uberblock::HostState;
 pub use format::ChecksumAlgo;
 pub use pipeline::compress::CompressionPolicy;
 pub use pool::clone::SplitStats;
+pub use pool::guard::{PoolGuard, SpaceInfo};
 pub use pool::host_state::{read_pool_identity, PoolIdentity};
 pub use pool::log_device::LogDeviceSpec;
 pub use pool::prewrite::PrewriteStats;
 pub use pool::restore::FileRestoreStats;
 pub use pool::snapshot::{SnapshotInfo, SNAPSHOTS_PER_VOLUME_MAX};
 pub use pool::space::{PoolSpace, VolumeSpace};
-pub use pool::txn::{SpaceInfo, Txn};
 pub use pool::{
     CommitStats, CreateOptions, Pool, PoolOptions, PoolStatus, QuiescingTxg, SyncPolicy, VolumeId, VolumeInfo,
     VolumeOptions,

@@ -20,7 +20,7 @@ impl VolumeFs {
     /// Problems found; empty means consistent. Reads everything under one txn.
     pub fn fsck(&self) -> FsResult<Vec<String>> {
         let mut problems = Vec::new();
-        let mut t = self.pool.txn();
+        let mut t = self.pool.guard();
         let vol = self.vol;
         // Every object that exists, with its inode record.
         let mut inodes: BTreeMap<u64, InodePhys> = BTreeMap::new();

@@ -12,7 +12,7 @@
 //!   unlinked while still open are remembered under `O ++ ino` until the last reference
 //!   goes (and are reclaimed at the next mount after a crash).
 //!
-//! Every operation runs in one engine [`Txn`]: nothing else can commit between its steps,
+//! Every operation runs in one engine [`PoolGuard`]: nothing else can commit between its steps,
 //! so a crash finds a rename, an unlink or a create whole or not at all. Durability: fsync
 //! commits the open txg (until the intent log exists): slow, never unsafe.
 //!
@@ -35,7 +35,7 @@ pub(crate) use keys::{dir_key, ino_key};
 use keys::{encode_super, key_parts, super_version, FS_VERSION, KEY_SUPER};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use strata_engine::{Clock, Error, ErrorKind, ObjectId, Pool, SpaceReason, Txn, VolumeId};
+use strata_engine::{Clock, Error, ErrorKind, ObjectId, Pool, PoolGuard, SpaceReason, VolumeId};
 
 /// An errno for the front end, with the engine's reason when there is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl std::fmt::Display for FsError {
 impl From<Error> for FsError {
     fn from(e: Error) -> FsError {
         let errno = match e.kind() {
-            // Only a data write's Txn meets it, and `mutate_data` runs that again.
+            // Only a data write's PoolGuard meets it, and `mutate_data` runs that again.
             _ if matches!(e, Error::CommitInFlight) => libc::EAGAIN,
             ErrorKind::InvalidArgument => libc::EINVAL,
             ErrorKind::NotFound => libc::ENOENT,
@@ -121,7 +121,7 @@ impl VolumeFs {
     /// were unlinked while open when the previous mount ended.
     pub fn mount(pool: Arc<Pool>, vol: VolumeId, clock: Arc<dyn Clock>, root_owner: Caller) -> FsResult<VolumeFs> {
         let fs = VolumeFs { pool, vol, clock, lookups: Mutex::new(HashMap::new()), snapdir: Some(Default::default()) };
-        let mut t = fs.pool.txn();
+        let mut t = fs.pool.guard();
         match t.kv_get(vol, KEY_SUPER)?.map(|v| super_version(&v)) {
             Some(Some(version)) => {
                 if version != FS_VERSION {
@@ -177,7 +177,7 @@ impl VolumeFs {
     /// nothing is written, not even the orphans a live mount would reclaim.
     pub fn mount_read_only(pool: Arc<Pool>, view: VolumeId, clock: Arc<dyn Clock>) -> FsResult<VolumeFs> {
         let fs = VolumeFs { pool, vol: view, clock, lookups: Mutex::new(HashMap::new()), snapdir: None };
-        let sb = fs.pool.txn().kv_get(view, KEY_SUPER)?;
+        let sb = fs.pool.guard().kv_get(view, KEY_SUPER)?;
         match sb.as_deref().and_then(super_version) {
             Some(_) => Ok(fs),
             _ => Err(FsError {
@@ -189,7 +189,7 @@ impl VolumeFs {
 
     /// The volume's sync policy (front ends bypass their write caches for `Always`).
     pub fn sync_policy(&self) -> FsResult<SyncPolicy> {
-        Ok(self.pool.txn_data().sync_policy(self.vol)?)
+        Ok(self.pool.guard_for_data().sync_policy(self.vol)?)
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
@@ -204,7 +204,7 @@ impl VolumeFs {
         self.clock.now_ns() as i64
     }
 
-    pub(crate) fn load(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<InodePhys> {
+    pub(crate) fn load(&self, t: &mut PoolGuard<'_>, ino: u64) -> FsResult<InodePhys> {
         let raw = t.get_attr(self.vol, ObjectId(ino)).map_err(|e| match e.kind() {
             ErrorKind::NotFound => FsError::new(libc::ENOENT),
             _ => e.into(),
@@ -217,7 +217,7 @@ impl VolumeFs {
     /// set-user-id bit, set-group-id when group-executable, and file capabilities. The
     /// kernel leaves this to us (FUSE_HANDLE_KILLPRIV_V2), which spares it a getxattr
     /// round trip before every write(2).
-    pub(crate) fn kill_privs(&self, t: &mut Txn<'_>, ino: u64, i: &mut InodePhys) -> FsResult<()> {
+    pub(crate) fn kill_privs(&self, t: &mut PoolGuard<'_>, ino: u64, i: &mut InodePhys) -> FsResult<()> {
         if i.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
             i.mode &= !libc::S_ISUID;
             if i.mode & libc::S_IXGRP != 0 {
@@ -232,11 +232,11 @@ impl VolumeFs {
         Ok(())
     }
 
-    pub(crate) fn store(&self, t: &mut Txn<'_>, ino: u64, i: &InodePhys) -> FsResult<()> {
+    pub(crate) fn store(&self, t: &mut PoolGuard<'_>, ino: u64, i: &InodePhys) -> FsResult<()> {
         Ok(t.set_attr(self.vol, ObjectId(ino), &i.encode())?)
     }
 
-    pub(crate) fn attr_of(&self, t: &mut Txn<'_>, ino: u64, i: &InodePhys) -> FsResult<Attr> {
+    pub(crate) fn attr_of(&self, t: &mut PoolGuard<'_>, ino: u64, i: &InodePhys) -> FsResult<Attr> {
         let (size, blocks) = if i.is_dir() {
             (4096, 8)
         } else if i.is_symlink() {
@@ -262,7 +262,7 @@ impl VolumeFs {
         })
     }
 
-    pub(crate) fn symlink_target(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<Vec<u8>> {
+    pub(crate) fn symlink_target(&self, t: &mut PoolGuard<'_>, ino: u64) -> FsResult<Vec<u8>> {
         let key = ino_key(b'L', ino);
         let mut target = t
             .kv_get(self.vol, &key)?
@@ -275,7 +275,7 @@ impl VolumeFs {
         Ok(target)
     }
 
-    pub(crate) fn store_symlink_target(&self, t: &mut Txn<'_>, ino: u64, target: &[u8]) -> FsResult<()> {
+    pub(crate) fn store_symlink_target(&self, t: &mut PoolGuard<'_>, ino: u64, target: &[u8]) -> FsResult<()> {
         let key = ino_key(b'L', ino);
         let (first, rest) = target.split_at(target.len().min(SYMLINK_PART));
         t.kv_put(self.vol, &key, first)?;
@@ -291,7 +291,7 @@ impl VolumeFs {
         if is_snapshot_ino(ino) {
             return self.snap_getattr(ino);
         }
-        let mut t = self.pool.txn_data();
+        let mut t = self.pool.guard_for_data();
         let i = self.load(&mut t, ino)?;
         self.attr_of(&mut t, ino, &i)
     }
@@ -324,7 +324,7 @@ impl VolumeFs {
             }
         };
         if gone && ino != ROOT_INO {
-            let mut t = self.pool.txn();
+            let mut t = self.pool.guard();
             if let Ok(i) = self.load(&mut t, ino) {
                 if i.nlink == 0 && !self.referenced(ino) {
                     // Best effort: if this fails the orphan record reclaims it at next mount.
@@ -340,7 +340,7 @@ impl VolumeFs {
     }
 
     /// Delete an inode's object and everything keyed by it.
-    pub(crate) fn destroy_inode(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<()> {
+    pub(crate) fn destroy_inode(&self, t: &mut PoolGuard<'_>, ino: u64) -> FsResult<()> {
         let xattrs = t.kv_range(self.vol, &ino_key(b'X', ino), Some(&ino_key(b'X', ino + 1)), usize::MAX)?;
         for (k, _) in xattrs {
             t.kv_delete(self.vol, &k)?;
@@ -366,7 +366,7 @@ impl VolumeFs {
             return fs.read_shared(local, offset, size);
         }
         {
-            let mut t = self.pool.txn_data();
+            let mut t = self.pool.guard_for_data();
             if self.load(&mut t, ino)?.is_dir() {
                 return err(libc::EISDIR);
             }
@@ -393,7 +393,7 @@ impl VolumeFs {
             i.ctime_ns = now;
             self.store(t, ino, &i)
         })?;
-        if self.pool.txn_data().sync_policy(self.vol)? == SyncPolicy::Always {
+        if self.pool.guard_for_data().sync_policy(self.vol)? == SyncPolicy::Always {
             self.pool.sync_object(self.vol, ObjectId(ino))?;
         }
         Ok(data.len() as u32)
@@ -403,22 +403,22 @@ impl VolumeFs {
     /// data), commit and run it again (at most three times): `f` must fail before changing
     /// anything when it fails for space, which the engine guarantees for writes, truncates
     /// and punches. Commits when dirty data passes the pool's limit.
-    pub(crate) fn mutate<T>(&self, f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
+    pub(crate) fn mutate<T>(&self, f: impl FnMut(&mut PoolGuard<'_>) -> FsResult<T>) -> FsResult<T> {
         self.mutate_in(false, f)
     }
 
     /// `mutate` for a data write (and the attribute change that goes with it): it runs
     /// even while a commit writes its data (`Pool::txn_data`); if it needs more than that,
     /// the engine refuses before anything changed and it runs again after the commit.
-    pub(crate) fn mutate_data<T>(&self, f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
+    pub(crate) fn mutate_data<T>(&self, f: impl FnMut(&mut PoolGuard<'_>) -> FsResult<T>) -> FsResult<T> {
         self.mutate_in(true, f)
     }
 
-    fn mutate_in<T>(&self, mut data: bool, mut f: impl FnMut(&mut Txn<'_>) -> FsResult<T>) -> FsResult<T> {
+    fn mutate_in<T>(&self, mut data: bool, mut f: impl FnMut(&mut PoolGuard<'_>) -> FsResult<T>) -> FsResult<T> {
         let mut tries = 0u64;
         loop {
             let r = {
-                let mut t = if data { self.pool.txn_data() } else { self.pool.txn() };
+                let mut t = if data { self.pool.guard_for_data() } else { self.pool.guard() };
                 f(&mut t)
             };
             match r {
@@ -446,7 +446,7 @@ impl VolumeFs {
     /// through the intent log (one log write and a flush; the txg commits in the
     /// background). Other files' unsynced writes are not written (`Pool::sync_object`).
     pub fn fsync(&self, ino: u64) -> FsResult<()> {
-        if self.pool.txn_data().sync_policy(self.vol)? == SyncPolicy::Disabled {
+        if self.pool.guard_for_data().sync_policy(self.vol)? == SyncPolicy::Disabled {
             return Ok(()); // documented as unsafe: the next commit makes it durable
         }
         self.pool.sync_object(self.vol, ObjectId(ino))?;
@@ -455,7 +455,7 @@ impl VolumeFs {
 
     /// syncfs: make everything so far durable (all files of the pool).
     pub fn sync_all(&self) -> FsResult<()> {
-        if self.pool.txn_data().sync_policy(self.vol)? == SyncPolicy::Disabled {
+        if self.pool.guard_for_data().sync_policy(self.vol)? == SyncPolicy::Disabled {
             return Ok(());
         }
         self.pool.sync_log()?;
@@ -516,7 +516,7 @@ impl VolumeFs {
     /// Blocks of 4 KiB. A volume with a size limit looks like a disk of that size; one
     /// without looks like the pool. Free is what the pool can still give this volume.
     pub fn statfs(&self) -> FsResult<StatFs> {
-        let s = self.pool.txn_data().space(self.vol)?;
+        let s = self.pool.guard_for_data().space(self.vol)?;
         let (total, free) = if s.volume_quota_bytes > 0 {
             let left = s.volume_quota_bytes.saturating_sub(s.volume_used_bytes);
             (s.volume_quota_bytes, left.min(s.pool_free_bytes))

@@ -10,7 +10,7 @@ use crate::inode::{InodePhys, S_IFDIR, S_IFLNK, S_IFMT};
 use crate::keys::{decode_entry, encode_entry, key_parts};
 use crate::snapdir::{is_snapshot_ino, SNAPDIR_INO};
 use crate::{dir_key, err, ino_key, Attr, Caller, FsError, FsResult, VolumeFs, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX};
-use strata_engine::{ObjectId, Txn};
+use strata_engine::{ObjectId, PoolGuard};
 
 /// One directory entry as readdir returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,14 +51,14 @@ fn check_name(name: &[u8]) -> FsResult<()> {
 }
 
 impl VolumeFs {
-    fn entry(&self, t: &mut Txn<'_>, parent: u64, name: &[u8]) -> FsResult<Option<(u64, u8)>> {
+    fn entry(&self, t: &mut PoolGuard<'_>, parent: u64, name: &[u8]) -> FsResult<Option<(u64, u8)>> {
         match t.kv_get(self.vol, &dir_key(parent, name))? {
             Some(v) => Ok(Some(decode_entry(&v)?)),
             None => Ok(None),
         }
     }
 
-    fn dir(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<InodePhys> {
+    fn dir(&self, t: &mut PoolGuard<'_>, ino: u64) -> FsResult<InodePhys> {
         let d = self.load(t, ino)?;
         if !d.is_dir() {
             return err(libc::ENOTDIR);
@@ -66,7 +66,7 @@ impl VolumeFs {
         Ok(d)
     }
 
-    fn dir_is_empty(&self, t: &mut Txn<'_>, ino: u64) -> FsResult<bool> {
+    fn dir_is_empty(&self, t: &mut PoolGuard<'_>, ino: u64) -> FsResult<bool> {
         Ok(t.kv_range(self.vol, &dir_key(ino, b""), Some(&dir_key(ino + 1, b"")), 1)?.is_empty())
     }
 
@@ -77,7 +77,7 @@ impl VolumeFs {
         if name.len() > NAME_MAX {
             return err(libc::ENAMETOOLONG);
         }
-        let mut t = self.pool.txn_data();
+        let mut t = self.pool.guard_for_data();
         let p = self.dir(&mut t, parent)?;
         let ino = match name {
             b"." => parent,
@@ -175,7 +175,7 @@ impl VolumeFs {
             let (fs, local) = self.snap_file(ino)?;
             return fs.readlink(local);
         }
-        let mut t = self.pool.txn_data();
+        let mut t = self.pool.guard_for_data();
         let i = self.load(&mut t, ino)?;
         if !i.is_symlink() {
             return err(libc::EINVAL);
@@ -215,7 +215,7 @@ impl VolumeFs {
 
     /// Drop one name of `ino` (already removed from its directory): the inode goes when
     /// no name and no kernel reference is left.
-    fn drop_link(&self, t: &mut Txn<'_>, ino: u64, mut i: InodePhys, now: i64) -> FsResult<()> {
+    fn drop_link(&self, t: &mut PoolGuard<'_>, ino: u64, mut i: InodePhys, now: i64) -> FsResult<()> {
         if i.is_dir() {
             i.nlink = 0;
         } else {
@@ -277,7 +277,7 @@ impl VolumeFs {
     }
 
     /// Is `ino` the directory `dir` or inside it? (Walks `..` from `ino` to the root.)
-    fn is_within(&self, t: &mut Txn<'_>, mut ino: u64, dir: u64) -> FsResult<bool> {
+    fn is_within(&self, t: &mut PoolGuard<'_>, mut ino: u64, dir: u64) -> FsResult<bool> {
         for _ in 0..4096 {
             if ino == dir {
                 return Ok(true);
@@ -364,7 +364,7 @@ impl VolumeFs {
 
     fn exchange(
         &self,
-        t: &mut Txn<'_>,
+        t: &mut PoolGuard<'_>,
         a: (u64, &[u8], u64, InodePhys),
         b: (u64, &[u8], u64),
         now: i64,
@@ -411,7 +411,7 @@ impl VolumeFs {
         if is_snapshot_ino(ino) {
             return self.snap_readdir(ino);
         }
-        let mut t = self.pool.txn_data();
+        let mut t = self.pool.guard_for_data();
         let d = self.dir(&mut t, ino)?;
         let mut out = vec![
             DirEntry { name: b".".to_vec(), ino, dtype: libc::DT_DIR },
@@ -522,7 +522,7 @@ impl VolumeFs {
             return fs.getxattr(local, name);
         }
         let key = Self::xattr_key(ino, name)?;
-        let mut t = self.pool.txn_data();
+        let mut t = self.pool.guard_for_data();
         self.load(&mut t, ino)?;
         t.kv_get(self.vol, &key)?.ok_or(FsError::new(libc::ENODATA))
     }
@@ -536,7 +536,7 @@ impl VolumeFs {
             let (fs, local) = self.snap_file(ino)?;
             return fs.listxattr(local);
         }
-        let mut t = self.pool.txn_data();
+        let mut t = self.pool.guard_for_data();
         self.load(&mut t, ino)?;
         let mut out = Vec::new();
         for (k, _) in t.kv_range(self.vol, &ino_key(b'X', ino), Some(&ino_key(b'X', ino + 1)), usize::MAX)? {

@@ -277,8 +277,8 @@ fn reservations_are_honoured_and_refused_when_they_cannot_fit() {
     let thin = volume(&pool, "thin", 16384, CompressionPolicy::Off);
     assert_eq!(pool.status().space.reserved_bytes, 16 << 20);
     // statfs of the thin volume does not count the thick one's reservation as free.
-    let thin_free = pool.txn().space(thin).unwrap().pool_free_bytes;
-    let thick_free = pool.txn().space(thick).unwrap().pool_free_bytes;
+    let thin_free = pool.guard().space(thin).unwrap().pool_free_bytes;
+    let thick_free = pool.guard().space(thick).unwrap().pool_free_bytes;
     assert_eq!(thick_free - thin_free, 16 << 20);
     // The thin volume fills the pool, but cannot take the thick one's reservation.
     let o = pool.create_object(thin, b"").unwrap();

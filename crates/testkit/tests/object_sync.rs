@@ -89,7 +89,7 @@ fn a_write_taken_along_carries_the_later_writes_of_its_object() {
     pool.commit().unwrap();
     pool.write(vol, a, 0, &[1u8; 8192]).unwrap();
     {
-        let mut t = pool.txn();
+        let mut t = pool.guard();
         t.write(vol, a, 8192, &[2u8; 100]).unwrap();
         t.write(vol, b, 0, &[3u8; 100]).unwrap();
     }

@@ -79,7 +79,7 @@ fn assert_latched_by_panic(pool: &Pool, vol: VolumeId, objs: &[ObjectId], expect
     assert_eq!(e.kind(), ErrorKind::ReadOnly, "{e}");
     assert!(e.to_string().contains("panicked"), "{e}");
     assert_eq!(pool.commit().unwrap_err().kind(), ErrorKind::ReadOnly);
-    assert_eq!(pool.txn().commit().unwrap_err().kind(), ErrorKind::ReadOnly);
+    assert_eq!(pool.guard().commit().unwrap_err().kind(), ErrorKind::ReadOnly);
     assert_eq!(pool.kv_put(vol, b"k", b"after").unwrap_err().kind(), ErrorKind::ReadOnly);
     assert_eq!(pool.create_volume("w", &VolumeOptions::default()).unwrap_err().kind(), ErrorKind::ReadOnly);
     assert_eq!(pool.read(vol, objs[1], 0, 4).unwrap(), vec![1, 0, 3, 2]);
@@ -104,10 +104,10 @@ fn a_panic_in_a_txn_latches_and_nothing_half_done_is_committed() {
     let (pool, vol, objs, committed) = committed_pool(disk.clone());
     let txg = pool.status().txg;
     // A complete change in the open txg, then an operation that panics halfway through,
-    // under the lock (a `Txn` holds it).
+    // under the lock (a `PoolGuard` holds it).
     pool.write(vol, objs[1], 100, b"dirty, never committed").unwrap();
     let r = catch_unwind(AssertUnwindSafe(|| {
-        let mut t = pool.txn();
+        let mut t = pool.guard();
         t.write(vol, objs[0], 0, b"half").unwrap();
         t.create_object(vol, b"half").unwrap();
         panic!("injected: a bug halfway through an operation");

@@ -139,7 +139,7 @@ pub struct VolumeState {
     frozen: Option<Frozen>,
     /// Space the pool keeps for this volume (space.rs); 0 = thin.
     pub reservation_bytes: u64,
-    /// Units other volumes' reservations keep from this one, refreshed by the `Txn` before
+    /// Units other volumes' reservations keep from this one, refreshed by the `PoolGuard` before
     /// each writing operation (space.rs `held_for_others`).
     pub held_for_others_units: u64,
 }

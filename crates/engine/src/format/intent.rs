@@ -23,7 +23,7 @@
 //! - 7 KvPut: key len u16, key, value len u16, value
 //! - 8 KvDelete: key len u16, key
 //! - 9 GroupEnd (volume 0): the operations since the previous GroupEnd form one engine
-//!   `Txn`; replay applies whole groups only.
+//!   `PoolGuard`; replay applies whole groups only.
 //! - 10 WriteRef: object u64, offset u64, count u32, then `count` block pointers (64 bytes
 //!   each): a write of `count` whole records whose bytes were written to those blocks of
 //!   the pool's device before this log block (intent_log_ref.rs, ZFS's WR_INDIRECT); the

@@ -32,6 +32,7 @@
 pub mod clone;
 mod commit;
 pub(crate) mod destroy;
+pub mod guard;
 pub mod host_state;
 pub mod log_device;
 mod log_ref;
@@ -45,7 +46,6 @@ pub mod restore;
 pub mod snapshot;
 pub mod space;
 pub mod status;
-pub mod txn;
 
 use crate::alloc::Allocator;
 use crate::catalog::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};
@@ -60,8 +60,8 @@ use crate::format::{BlockPtr, ChecksumAlgo, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::compress::CompressionPolicy;
 use crate::pipeline::dedup::DedupTable;
 use crate::pipeline::BlockIo;
+use crate::pool::guard::PoolGuard;
 pub use crate::pool::status::{CommitStats, PoolStatus, VolumeInfo};
-use crate::pool::txn::Txn;
 use crate::sync::atomic::Ordering;
 use crate::sync::{Condvar, Mutex};
 use crate::txg::intent_log::IntentLog;
@@ -440,22 +440,22 @@ impl Pool {
     }
 
     pub fn set_quota(&self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
-        self.txn().set_quota(vol, quota_bytes)
+        self.guard().set_quota(vol, quota_bytes)
     }
 
     pub fn set_sync_policy(&self, vol: VolumeId, sync: SyncPolicy) -> Result<()> {
-        self.txn().set_sync_policy(vol, sync)
+        self.guard().set_sync_policy(vol, sync)
     }
 
     /// Begin a group of operations that no commit can split: the pool's lock is held until
-    /// the returned [`Txn`] is dropped. A file system uses it so that a rename or an unlink
+    /// the returned [`PoolGuard`] is dropped. A file system uses it so that a rename or an unlink
     /// lands in one txg whole. Nothing inside commits on its own (no NoSpace retries, no
     /// dirty-limit commits); see [`Pool::commit_for_space`].
-    pub fn txn(&self) -> Txn<'_> {
-        Txn::new(self.lock())
+    pub fn guard(&self) -> PoolGuard<'_> {
+        PoolGuard::new(self.lock())
     }
 
-    /// After a NoSpace inside a [`Txn`]: commit (even with nothing dirty) so that held frees
+    /// After a NoSpace inside a [`PoolGuard`]: commit (even with nothing dirty) so that held frees
     /// are released. Returns whether retrying can help.
     pub fn commit_for_space(&self) -> Result<bool> {
         let mut p = self.lock();
@@ -467,31 +467,31 @@ impl Pool {
     }
 
     pub fn create_object(&self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
-        self.txn().create_object(vol, attr)
+        self.guard().create_object(vol, attr)
     }
 
     pub fn delete_object(&self, vol: VolumeId, obj: ObjectId) -> Result<()> {
-        self.txn().delete_object(vol, obj)
+        self.guard().delete_object(vol, obj)
     }
 
     pub fn object_exists(&self, vol: VolumeId, obj: ObjectId) -> Result<bool> {
-        self.txn_data().object_exists(vol, obj)
+        self.guard_for_data().object_exists(vol, obj)
     }
 
     pub fn object_size(&self, vol: VolumeId, obj: ObjectId) -> Result<u64> {
-        self.txn_data().object_size(vol, obj)
+        self.guard_for_data().object_size(vol, obj)
     }
 
     pub fn get_attr(&self, vol: VolumeId, obj: ObjectId) -> Result<Vec<u8>> {
-        self.txn_data().get_attr(vol, obj)
+        self.guard_for_data().get_attr(vol, obj)
     }
 
     pub fn set_attr(&self, vol: VolumeId, obj: ObjectId, attr: &[u8]) -> Result<()> {
-        self.txn_data().set_attr(vol, obj, attr)
+        self.guard_for_data().set_attr(vol, obj, attr)
     }
 
     pub fn list_objects(&self, vol: VolumeId, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
-        self.txn_data().list_objects(vol, after, limit)
+        self.guard_for_data().list_objects(vol, after, limit)
     }
 
     /// Write `data` at `offset` (with NoSpace retries, see `with_space_retry`).
@@ -534,19 +534,19 @@ impl Pool {
     /// The root of an object's block tree and its indirect levels, as last committed —
     /// for diagnostics (`strata debug`) and fault-injection tests.
     pub fn object_block_root(&self, vol: VolumeId, obj: ObjectId) -> Result<(BlockPtr, u8)> {
-        self.txn_data().object_block_root(vol, obj)
+        self.guard_for_data().object_block_root(vol, obj)
     }
 
     pub fn kv_get(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.txn_data().kv_get(vol, key)
+        self.guard_for_data().kv_get(vol, key)
     }
 
     pub fn kv_put(&self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.txn().kv_put(vol, key, value)
+        self.guard().kv_put(vol, key, value)
     }
 
     pub fn kv_delete(&self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.txn().kv_delete(vol, key)
+        self.guard().kv_delete(vol, key)
     }
 
     /// Entries with `start <= key < end`, at most `limit`, in key order.
@@ -557,7 +557,7 @@ impl Pool {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.txn_data().kv_range(vol, start, end, limit)
+        self.guard_for_data().kv_range(vol, start, end, limit)
     }
 
     /// The longest key a volume's key-value space accepts.

@@ -13,14 +13,14 @@
 //!
 //! While the pool quiesces, only operations that change nothing but live records and
 //! dnodes run: data writes and attribute changes (a file system's `write`), and reads — in
-//! a `Txn` from [`Pool::txn_data`]. Everything else waits in [`Pool::lock`] until the
-//! commit has synced: other `Txn`s, intent log writes (a log block written now would be
+//! a `PoolGuard` from [`Pool::txn_data`]. Everything else waits in [`Pool::lock`] until the
+//! commit has synced: other `PoolGuard`s, intent log writes (a log block written now would be
 //! retired with the old txg's), snapshots and every administrative operation. Before, a
 //! client that rewrote its data as fast as the commit wrote it kept the commit chasing it,
 //! and the last chase ran under the lock: writes stalled for 1.3–1.9 s per commit.
 
 use crate::error::{Error, Result};
-use crate::pool::txn::Txn;
+use crate::pool::guard::PoolGuard;
 use crate::pool::{Pool, PoolInner};
 use crate::sync::atomic::Ordering;
 use crate::sync::{Condvar, LockResult, Mutex, MutexGuard};
@@ -118,12 +118,12 @@ impl Pool {
         self.waiting_on_commit.load(Ordering::Relaxed)
     }
 
-    /// A [`Txn`] that runs even while a commit writes its data: for reads, data writes
+    /// A [`PoolGuard`] that runs even while a commit writes its data: for reads, data writes
     /// and attribute changes. Any other change in it fails with
     /// [`Error::CommitInFlight`] (before changing anything, if it comes first); run it
     /// again in a [`Pool::txn`], which waits for the commit.
-    pub fn txn_data(&self) -> Txn<'_> {
-        Txn::new(self.lock_raw())
+    pub fn guard_for_data(&self) -> PoolGuard<'_> {
+        PoolGuard::new(self.lock_raw())
     }
 
     /// Commit the open txg; returns the txg now durable. Nothing dirty: no I/O. Its data
@@ -211,15 +211,15 @@ impl Pool {
         })
     }
 
-    /// Run `f` in a [`Txn`]; on NoSpace while freed space is held back or dirty data could
+    /// Run `f` in a [`PoolGuard`]; on NoSpace while freed space is held back or dirty data could
     /// be committed, commit (at most three txgs) and run it again. Commits when dirty data
     /// passes the limit. `f` runs in a [`Pool::txn_data`] first; if it needs more than a
     /// data write while a commit is in flight, it runs again once that commit has synced.
-    pub fn with_space_retry<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T>) -> Result<T> {
+    pub fn with_space_retry<T>(&self, mut f: impl FnMut(&mut PoolGuard<'_>) -> Result<T>) -> Result<T> {
         let mut tries = 0;
         let mut wait_for_commit = false;
         loop {
-            let mut t = if wait_for_commit { self.txn() } else { self.txn_data() };
+            let mut t = if wait_for_commit { self.guard() } else { self.guard_for_data() };
             match f(&mut t) {
                 Err(Error::CommitInFlight) if !wait_for_commit => wait_for_commit = true,
                 Err(Error::NoSpace(_)) if tries < 3 && t.inner().could_free_space() => {
@@ -247,7 +247,7 @@ impl Pool {
         }
     }
 
-    /// Commit if dirty data passed the pool's limit (callers that group work in a `Txn`
+    /// Commit if dirty data passed the pool's limit (callers that group work in a `PoolGuard`
     /// call this after the group). Waits for a commit in flight only when over the limit.
     pub fn commit_if_over_dirty_limit(&self) -> Result<()> {
         let over = {

@@ -96,7 +96,7 @@ impl Pool {
     /// Plan a read of `len` bytes at `offset` of `obj` and pin what it will read: the
     /// device reads are done by [`PinnedRead::finish`], without the pool's lock.
     pub fn plan_read(&self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<PinnedRead> {
-        let mut t = self.txn_data();
+        let mut t = self.guard_for_data();
         let plan = t.plan_read(vol, obj, offset, len)?;
         let p = t.inner();
         let txg = p.txg.next;

@@ -1,8 +1,8 @@
 //! The intent log: synchronous writes acknowledged before their txg commits (DESIGN.md
 //! §3.5, the ZIL / NVRAM role).
 //!
-//! Every mutation an engine `Txn` makes is also recorded, as a logical redo record, in
-//! memory; the end of the `Txn` closes a *group*. A sync writes the groups it needs as one
+//! Every mutation an engine `PoolGuard` makes is also recorded, as a logical redo record, in
+//! memory; the end of the `PoolGuard` closes a *group*. A sync writes the groups it needs as one
 //! checksummed block into the log region and flushes: one sequential write and one flush
 //! instead of a commit. The write and flush happen outside the pool's lock, so other
 //! requests go on meanwhile; syncers that arrive during it wait, and the next writer takes
@@ -193,7 +193,7 @@ pub struct IntentLog {
     base_txg: u64,
     head: u64,
     seq: u64,
-    /// The group being recorded (by a `Txn`), and whom it concerns so far.
+    /// The group being recorded (by a `PoolGuard`), and whom it concerns so far.
     open: Vec<u8>,
     open_objects: Vec<(u64, u64)>,
     open_shared: bool,
@@ -503,7 +503,7 @@ impl IntentLog {
         self.base_txg = txg;
         self.head = 0;
         self.seq = 0;
-        // A commit inside a `Txn` (space retries) covers the group being recorded, too.
+        // A commit inside a `PoolGuard` (space retries) covers the group being recorded, too.
         self.open.clear();
         self.open_objects.clear();
         self.open_shared = false;

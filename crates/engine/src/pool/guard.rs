@@ -1,11 +1,13 @@
-//! `Txn`: operations on volumes and objects under the pool's lock, grouped so that no commit
-//! can fall between them. Every public object and key-value operation of [`Pool`] is a
-//! one-operation `Txn`; the file system groups several (a rename touches two directories and
-//! an inode) so that a crash finds all of it or none of it.
+//! `PoolGuard`: the pool's lock, held, with the operations on volumes and objects that run
+//! under it, grouped so that no commit can fall between them (it was called `Txn`, but it
+//! is a lock guard, not a transaction: nothing is rolled back). Every public object and
+//! key-value operation of [`Pool`] is a one-operation guard; the file system groups several
+//! (a rename touches two directories and an inode) so that a crash finds all of it or none
+//! of it.
 //!
-//! Nothing in a `Txn` commits: a NoSpace is returned as is (the caller drops the `Txn`,
-//! calls [`Pool::commit_for_space`] and retries the whole group), and the dirty-data limit
-//! is enforced by [`Pool::with_space_retry`] when the group ends.
+//! Nothing under a `PoolGuard` commits: a NoSpace is returned as is (the caller drops the
+//! guard, calls [`Pool::commit_for_space`] and retries the whole group), and the dirty-data
+//! limit is enforced by [`Pool::with_space_retry`] when the group ends.
 //!
 //! [`Pool`]: crate::Pool
 //! [`Pool::commit_for_space`]: crate::Pool::commit_for_space
@@ -20,7 +22,7 @@ use crate::pipeline::BlockIo;
 use crate::pool::{PoolInner, SyncPolicy, VolumeId};
 use crate::sync::MutexGuard;
 
-pub struct Txn<'a> {
+pub struct PoolGuard<'a> {
     p: MutexGuard<'a, PoolInner>,
 }
 
@@ -36,16 +38,16 @@ pub struct SpaceInfo {
     pub volume_quota_bytes: u64,
 }
 
-impl Drop for Txn<'_> {
+impl Drop for PoolGuard<'_> {
     fn drop(&mut self) {
-        // The operations of this Txn form one group of the intent log.
+        // The operations of this PoolGuard form one group of the intent log.
         self.p.ilog.end_group();
     }
 }
 
-impl<'a> Txn<'a> {
-    pub(crate) fn new(p: MutexGuard<'a, PoolInner>) -> Txn<'a> {
-        Txn { p }
+impl<'a> PoolGuard<'a> {
+    pub(crate) fn new(p: MutexGuard<'a, PoolInner>) -> PoolGuard<'a> {
+        PoolGuard { p }
     }
 
     fn log(&mut self, r: LogRecord) {
@@ -57,8 +59,8 @@ impl<'a> Txn<'a> {
     }
 
     /// Changes other than data writes and attributes wait for a commit in flight
-    /// (quiesce.rs). Only a [`Pool::txn_data`] can meet one: any other `Txn` took the lock
-    /// after it had synced, and no commit freezes while a `Txn` holds the lock.
+    /// (quiesce.rs). Only a [`Pool::txn_data`] can meet one: any other `PoolGuard` took the lock
+    /// after it had synced, and no commit freezes while a `PoolGuard` holds the lock.
     ///
     /// [`Pool::txn_data`]: crate::Pool::txn_data
     fn settled(&self) -> Result<()> {
