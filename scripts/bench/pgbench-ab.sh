@@ -10,6 +10,7 @@
 #
 # Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-pg-ab); PG_PORT (55452). Run as root.
 set -euo pipefail
+shopt -s inherit_errexit # a failure inside one round's \$(...) ends the run
 unset STRATA_API
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 [ $# -ge 2 ] || { echo "usage: $0 BIN_A BIN_B [SCALE] [SECONDS] [CLIENTS]" >&2; exit 2; }
@@ -60,7 +61,9 @@ fsync = on
 synchronous_commit = on
 shared_buffers = 128MB
 CONF
-  pg_as pg_ctl start -D "$mnt/pgdata" -l "$out.pglog" -w -t 120 >/dev/null
+  install -o postgres -g postgres -m 644 /dev/null "$out.pglog"
+  pg_as pg_ctl start -D "$mnt/pgdata" -l "$out.pglog" -w -t 120 >/dev/null ||
+    { cat "$out.pglog" >&2; echo "PostgreSQL did not start ($1, round $2)" >&2; exit 1; }
   "$PG_BIN/pgbench" -h "$sock" -p "$PG_PORT" -U postgres -i -s "$scale" -q postgres >"$out.init" 2>&1
   "$PG_BIN/psql" -X -q -h "$sock" -p "$PG_PORT" -U postgres -c checkpoint postgres
   "$PG_BIN/pgbench" -h "$sock" -p "$PG_PORT" -U postgres -n -c "$clients" -j 2 -T "$secs" postgres >"$out.run" 2>&1
