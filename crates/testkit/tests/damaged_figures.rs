@@ -500,3 +500,55 @@ fn a_pointer_at_the_end_of_the_address_space_is_corruption() {
         assert!(report.errors.iter().any(|e| e.contains(expect)), "{:?}", report.errors);
     }
 }
+
+#[test]
+fn a_group_restore_that_meets_damage_part_way_latches_and_restores_nothing() {
+    // "v" is restored in memory first; then "w"'s deadlist turns out damaged. Committing
+    // "v" alone would break the group restore's all-or-none.
+    let healthy = image(|pool, v| {
+        let w = pool.create_volume("w", &VolumeOptions { record_size: RS as u32, ..Default::default() }).unwrap();
+        one_object(pool, v);
+        let ow = pool.create_object(w, b"attr").unwrap();
+        pool.write(w, ow, 0, &SimRng::new(4).bytes(2 * RS)).unwrap();
+        pool.commit().unwrap();
+        pool.create_snapshots(&["v", "w"], "s1").unwrap();
+        pool.write(v, ObjectId(1), 0, &SimRng::new(5).bytes(RS)).unwrap();
+        pool.write(w, ow, 0, &SimRng::new(6).bytes(RS)).unwrap();
+        pool.commit().unwrap();
+    });
+    let bytes = damaged(healthy, |img| {
+        let mut w_deadlist = 0;
+        img.edit_nodes(true, |_, node| {
+            if let BtreeNodePhys::Leaf { entries } = node {
+                if let Some((_, v)) = entries.iter().find(|(k, _)| k.as_slice() == b"\x01w") {
+                    w_deadlist = VolumeRecordPhys::decode(v).unwrap().deadlist;
+                }
+            }
+            false
+        })
+        .unwrap();
+        assert_ne!(w_deadlist, 0);
+        let prefix = [&[0x03][..], &w_deadlist.to_be_bytes()].concat();
+        let n = img
+            .edit_nodes(true, |_, node| {
+                let BtreeNodePhys::Leaf { entries } = node else { return false };
+                let mut changed = false;
+                for (_, v) in entries.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
+                    v[8] ^= 1; // the pointer's birth txg no longer matches its key
+                    changed = true;
+                }
+                changed
+            })
+            .unwrap();
+        assert!(n >= 1);
+    });
+    let disk = Arc::new(SimDisk::from_image(bytes, 4096));
+    let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
+    let v = pool.volume_id("v").unwrap();
+    let before = pool.read(v, ObjectId(1), 0, RS).unwrap();
+    assert_corruption(pool.restore_volumes(&[("v", "s1"), ("w", "s1")]), "does not match its block pointer");
+    assert_eq!(pool.commit().unwrap_err().kind(), ErrorKind::ReadOnly, "the pool latched");
+    drop(pool);
+    let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
+    assert_eq!(pool.read(v, ObjectId(1), 0, RS).unwrap(), before, "v was not restored alone");
+}

@@ -45,53 +45,58 @@ impl Pool {
     /// Several clones in one txg: (volume, snapshot, new name) each.
     pub fn clone_volumes(&self, list: &[(&str, &str, &str)]) -> Result<Vec<VolumeId>> {
         self.commit_then(|p| {
-            p.writable()?;
-            let mut plan = Vec::new();
-            for (i, (volume, name, new_name)) in list.iter().enumerate() {
-                validate_volume_name(new_name)?;
-                if p.catalog.by_name.contains_key(*new_name) || list[..i].iter().any(|(_, _, n)| n == new_name) {
-                    return Err(Error::AlreadyExists(format!("volume {new_name} in pool {}", p.label.pool_name)));
+            // Damage met once the catalog is being changed latches the pool: the
+            // half-done change must never be committed (docs/failure-policy.md).
+            let r = (|| -> Result<_> {
+                p.writable()?;
+                let mut plan = Vec::new();
+                for (i, (volume, name, new_name)) in list.iter().enumerate() {
+                    validate_volume_name(new_name)?;
+                    if p.catalog.by_name.contains_key(*new_name) || list[..i].iter().any(|(_, _, n)| n == new_name) {
+                        return Err(Error::AlreadyExists(format!("volume {new_name} in pool {}", p.label.pool_name)));
+                    }
+                    let vid = p.volume_id(volume)?;
+                    plan.push((vid, p.catalog.snapshot_id(vid, name)?, new_name.to_string()));
                 }
-                let vid = p.volume_id(volume)?;
-                plan.push((vid, p.catalog.snapshot_id(vid, name)?, new_name.to_string()));
-            }
-            // Two ids per clone (the volume, its deadlist), all taken first.
-            let mut new = p.catalog.new_ids(2 * plan.len() as u64)?;
-            let mut ids = Vec::new();
-            for (vid, sid, new_name) in plan {
-                let s = p.catalog.snapshots[&sid].rec.clone();
-                let src = p.catalog.volumes[&vid].rec.clone();
-                let id = VolumeId(new.next().expect("two ids per clone"));
-                let dl = new.next().expect("two ids per clone");
-                let rec = VolumeRecordPhys {
-                    id: id.0,
-                    record_size: src.record_size,
-                    sync_policy: src.sync_policy,
-                    tree_root: s.tree_root,
-                    next_object_id: s.next_object_id,
-                    used_sectors: s.referenced_sectors,
-                    created_txg: p.txg.next,
-                    created_ns: p.clock.now_ns(),
-                    quota_bytes: src.quota_bytes,
-                    parent: sid,
-                    deadlist: dl,
-                    written_sectors: 0,
-                    origin: sid,
-                    total_sectors: 0,
-                    compression: src.compression,
-                    saved_bytes: s.saved_bytes,
-                    dedup: src.dedup,
-                };
-                let mut v = VolumeState::new(new_name.clone(), rec);
-                v.parent_txg = s.txg;
-                v.dirty = true;
-                p.catalog.volumes.insert(id, v);
-                p.catalog.by_name.insert(new_name, id);
-                ids.push(id);
-            }
-            p.catalog.dirty = true;
-            p.commit_always()?;
-            Ok(ids)
+                // Two ids per clone (the volume, its deadlist), all taken first.
+                let mut new = p.catalog.new_ids(2 * plan.len() as u64)?;
+                let mut ids = Vec::new();
+                for (vid, sid, new_name) in plan {
+                    let s = p.catalog.snapshots[&sid].rec.clone();
+                    let src = p.catalog.volumes[&vid].rec.clone();
+                    let id = VolumeId(new.next().expect("two ids per clone"));
+                    let dl = new.next().expect("two ids per clone");
+                    let rec = VolumeRecordPhys {
+                        id: id.0,
+                        record_size: src.record_size,
+                        sync_policy: src.sync_policy,
+                        tree_root: s.tree_root,
+                        next_object_id: s.next_object_id,
+                        used_sectors: s.referenced_sectors,
+                        created_txg: p.txg.next,
+                        created_ns: p.clock.now_ns(),
+                        quota_bytes: src.quota_bytes,
+                        parent: sid,
+                        deadlist: dl,
+                        written_sectors: 0,
+                        origin: sid,
+                        total_sectors: 0,
+                        compression: src.compression,
+                        saved_bytes: s.saved_bytes,
+                        dedup: src.dedup,
+                    };
+                    let mut v = VolumeState::new(new_name.clone(), rec);
+                    v.parent_txg = s.txg;
+                    v.dirty = true;
+                    p.catalog.volumes.insert(id, v);
+                    p.catalog.by_name.insert(new_name, id);
+                    ids.push(id);
+                }
+                p.catalog.dirty = true;
+                p.commit_always()?;
+                Ok(ids)
+            })();
+            r.map_err(|e| p.latch_part_way("cloning volumes", e))
         })
     }
 

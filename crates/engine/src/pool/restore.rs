@@ -54,65 +54,70 @@ impl Pool {
     /// volumes of a group snapshot: a database's data and log).
     pub fn restore_volumes(&self, list: &[(&str, &str)]) -> Result<()> {
         self.commit_then(|p| {
-            p.writable()?;
-            // What was written while the commit quiesced (the replaced head must hold no
-            // dirty or prewritten records): little, so synced under the lock.
-            p.commit()?;
-            let mut plan = Vec::new();
-            for (volume, name) in list {
-                let vid = p.volume_id(volume)?;
-                if plan.iter().any(|(v, _, _): &(VolumeId, u64, Vec<BlockPtr>)| *v == vid) {
-                    return Err(Error::invalid(format!("volume {volume} named twice")));
+            // Damage met once the catalog is being changed latches the pool: the
+            // half-done change must never be committed (docs/failure-policy.md).
+            let r = (|| -> Result<_> {
+                p.writable()?;
+                // What was written while the commit quiesced (the replaced head must hold no
+                // dirty or prewritten records): little, so synced under the lock.
+                p.commit()?;
+                let mut plan = Vec::new();
+                for (volume, name) in list {
+                    let vid = p.volume_id(volume)?;
+                    if plan.iter().any(|(v, _, _): &(VolumeId, u64, Vec<BlockPtr>)| *v == vid) {
+                        return Err(Error::invalid(format!("volume {volume} named twice")));
+                    }
+                    let sid = p.catalog.snapshot_id(vid, name)?;
+                    let head = &p.catalog.volumes[&vid];
+                    let mut freed = Vec::new();
+                    collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
+                    let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
+                    if sectors != head.rec.written_sectors || head.rec.total_sectors < sectors {
+                        return Err(Corruption::new(
+                            "volume record",
+                            None,
+                            format!(
+                                "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {} (of {} in all); run `strata check`",
+                                head.rec.written_sectors, head.rec.total_sectors
+                            ),
+                        )
+                        .into());
+                    }
+                    plan.push((vid, sid, freed));
                 }
-                let sid = p.catalog.snapshot_id(vid, name)?;
-                let head = &p.catalog.volumes[&vid];
-                let mut freed = Vec::new();
-                collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
-                let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
-                if sectors != head.rec.written_sectors || head.rec.total_sectors < sectors {
-                    return Err(Corruption::new(
-                        "volume record",
-                        None,
-                        format!(
-                            "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {} (of {} in all); run `strata check`",
-                            head.rec.written_sectors, head.rec.total_sectors
-                        ),
-                    )
-                    .into());
+                let mut new = p.catalog.new_ids(plan.len() as u64)?;
+                for (vid, sid, freed) in plan {
+                    let old = p.catalog.volumes[&vid].rec.clone();
+                    for bp in p.catalog.deadlist_entries(&p.io, old.deadlist, 0)? {
+                        let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
+                        catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
+                    }
+                    let s = p.catalog.snapshots[&sid].rec.clone();
+                    let dl = new.next().expect("an id per restored volume");
+                    let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
+                    let rec = VolumeRecordPhys {
+                        tree_root: s.tree_root,
+                        next_object_id: old.next_object_id.max(s.next_object_id),
+                        used_sectors: s.referenced_sectors,
+                        parent: sid,
+                        deadlist: dl,
+                        written_sectors: 0,
+                        total_sectors: old.total_sectors - sectors,
+                        saved_bytes: s.saved_bytes,
+                        ..old
+                    };
+                    let name = p.catalog.volumes[&vid].name.clone();
+                    let mut v = VolumeState::new(name, rec);
+                    v.parent_txg = s.txg;
+                    v.dirty = true;
+                    p.catalog.volumes.insert(vid, v);
+                    p.catalog.released.extend(freed);
                 }
-                plan.push((vid, sid, freed));
-            }
-            let mut new = p.catalog.new_ids(plan.len() as u64)?;
-            for (vid, sid, freed) in plan {
-                let old = p.catalog.volumes[&vid].rec.clone();
-                for bp in p.catalog.deadlist_entries(&p.io, old.deadlist, 0)? {
-                    let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
-                    catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
-                }
-                let s = p.catalog.snapshots[&sid].rec.clone();
-                let dl = new.next().expect("an id per restored volume");
-                let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
-                let rec = VolumeRecordPhys {
-                    tree_root: s.tree_root,
-                    next_object_id: old.next_object_id.max(s.next_object_id),
-                    used_sectors: s.referenced_sectors,
-                    parent: sid,
-                    deadlist: dl,
-                    written_sectors: 0,
-                    total_sectors: old.total_sectors - sectors,
-                    saved_bytes: s.saved_bytes,
-                    ..old
-                };
-                let name = p.catalog.volumes[&vid].name.clone();
-                let mut v = VolumeState::new(name, rec);
-                v.parent_txg = s.txg;
-                v.dirty = true;
-                p.catalog.volumes.insert(vid, v);
-                p.catalog.released.extend(freed);
-            }
-            p.catalog.dirty = true;
-            p.commit_always()?;
-            Ok(())
+                p.catalog.dirty = true;
+                p.commit_always()?;
+                Ok(())
+            })();
+            r.map_err(|e| p.latch_part_way("restoring volumes", e))
         })
     }
 
