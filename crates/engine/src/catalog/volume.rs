@@ -15,7 +15,8 @@
 use crate::alloc::Allocator;
 use crate::error::{Corruption, Error, Result, SpaceReason};
 use crate::format::node::KEY_MAX;
-use crate::format::records::{valid_record_size, DnodePhys, VolumeRecordPhys, ATTR_MAX};
+pub use crate::format::records::validate_record_size;
+use crate::format::records::{DnodePhys, VolumeRecordPhys, ATTR_MAX};
 use crate::format::{BlockKind, BlockPtr, SECTORS_PER_UNIT, SECTOR_SIZE, UNIT_SIZE};
 use crate::pipeline::dedup::DedupTable;
 use crate::pipeline::BlockIo;
@@ -990,12 +991,4 @@ enum Placement {
 /// the tree above it (one indirect block serves up to 256 records; B+tree nodes far more).
 fn record_units(dn: &DnodePhys) -> u64 {
     dn.record_size as u64 / UNIT_SIZE + 1
-}
-
-pub fn validate_record_size(rs: u32) -> Result<()> {
-    if valid_record_size(rs) {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!("record size {rs}: must be a power of two from 4096 to 1048576 bytes")))
-    }
 }

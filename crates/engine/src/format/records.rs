@@ -392,6 +392,17 @@ impl SnapshotRecordPhys {
     }
 }
 
+/// `valid_record_size`, as the error a caller shows: what record sizes are allowed.
+pub fn validate_record_size(rs: u32) -> crate::error::Result<()> {
+    if valid_record_size(rs) {
+        Ok(())
+    } else {
+        Err(crate::error::Error::invalid(format!(
+            "record size {rs}: must be a power of two from 4096 to 1048576 bytes"
+        )))
+    }
+}
+
 /// Highest zstd level accepted. Levels 20-22 ("ultra") need large windows and are far too
 /// slow for a commit path; 19 is already ~50x slower than level 3.
 pub const ZSTD_LEVEL_MAX: u8 = 19;
