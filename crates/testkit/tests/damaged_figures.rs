@@ -416,19 +416,7 @@ fn a_volume_delete_that_meets_damage_stops_its_destroy_not_the_pool() {
     let bytes = damaged(image(two_snapshots), |img| {
         let ids = deadlist_ids(img);
         let s2 = ids[0];
-        let n = img
-            .edit_nodes(true, |_, node| {
-                let BtreeNodePhys::Leaf { entries } = node else { return false };
-                let prefix = [&[0x03][..], &s2.to_be_bytes()].concat();
-                let mut changed = false;
-                for (_, v) in entries.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
-                    v[8] ^= 1; // the pointer's birth txg no longer matches its key
-                    changed = true;
-                }
-                changed
-            })
-            .unwrap();
-        assert!(n >= 1);
+        break_deadlist(img, s2);
     });
     let disk = Arc::new(SimDisk::from_image(bytes, 4096));
     let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
@@ -528,19 +516,7 @@ fn a_group_restore_that_meets_damage_part_way_latches_and_restores_nothing() {
         })
         .unwrap();
         assert_ne!(w_deadlist, 0);
-        let prefix = [&[0x03][..], &w_deadlist.to_be_bytes()].concat();
-        let n = img
-            .edit_nodes(true, |_, node| {
-                let BtreeNodePhys::Leaf { entries } = node else { return false };
-                let mut changed = false;
-                for (_, v) in entries.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
-                    v[8] ^= 1; // the pointer's birth txg no longer matches its key
-                    changed = true;
-                }
-                changed
-            })
-            .unwrap();
-        assert!(n >= 1);
+        break_deadlist(img, w_deadlist);
     });
     let disk = Arc::new(SimDisk::from_image(bytes, 4096));
     let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
@@ -551,4 +527,21 @@ fn a_group_restore_that_meets_damage_part_way_latches_and_restores_nothing() {
     drop(pool);
     let pool = Pool::open(disk.clone(), test_pool_options()).unwrap();
     assert_eq!(pool.read(v, ObjectId(1), 0, RS).unwrap(), before, "v was not restored alone");
+}
+
+/// Damage every entry of deadlist `dl`: each pointer's birth txg no longer matches its key.
+fn break_deadlist(img: &mut Image, dl: u64) {
+    let prefix = [&[0x03][..], &dl.to_be_bytes()].concat();
+    let n = img
+        .edit_nodes(true, |_, node| {
+            let BtreeNodePhys::Leaf { entries } = node else { return false };
+            let mut changed = false;
+            for (_, v) in entries.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
+                v[8] ^= 1;
+                changed = true;
+            }
+            changed
+        })
+        .unwrap();
+    assert!(n >= 1, "deadlist {dl} has entries to damage");
 }
