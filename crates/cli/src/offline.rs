@@ -32,7 +32,7 @@ pub fn check(path: &Path, log_device: Option<&Path>, verify_data: bool, json_out
         };
         format!("{e} ({hint})")
     })?;
-    let r = pool.check(CheckOptions { verify_data }).map_err(|e| e.to_string())?;
+    let r = pool.check(CheckOptions { verify_data, ..Default::default() }).map_err(|e| e.to_string())?;
     let v = strata_daemon::check_report(&r);
     if json_out {
         println!("{}", serde_json::to_string(&v).expect("serialises"));

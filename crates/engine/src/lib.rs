@@ -32,8 +32,11 @@ pub mod txg;
 pub use catalog::volume::ObjectId;
 pub use check::{CheckOptions, CheckReport};
 pub use clock::{Clock, ManualClock};
-pub use device::{BlockDevice, FileDevice, FileDeviceOptions};
+pub use device::{
+    BlockDevice, FileDevice, FileDeviceOptions, MemberState, MemberStatus, MirrorDevice, SetHealth, SetStatus,
+};
 pub use error::{Corruption, Error, ErrorKind, NoSpace, Result, SpaceReason};
+pub use format::member::Layout;
 pub use format::uberblock::HostState;
 pub use format::ChecksumAlgo;
 pub use pipeline::compress::CompressionPolicy;

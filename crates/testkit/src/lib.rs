@@ -10,13 +10,14 @@
 //!   visible state for comparison.
 
 pub mod damage;
+pub mod devset;
 pub mod model;
 pub mod rng;
 pub mod simdisk;
 pub mod workload;
 
 pub use rng::SimRng;
-pub use simdisk::{CrashMode, PowerLost, SimDisk};
+pub use simdisk::{CrashMode, PowerLost, SimDisk, SimPower};
 
 use std::sync::Arc;
 use strata_engine::{ChecksumAlgo, CreateOptions, ManualClock, PoolOptions};

@@ -14,11 +14,12 @@
 //! ([`crate::is_power_failure`]), and the disk counts them ([`SimDisk::refused_ios`]).
 //!
 //! Faults: `fail_writes`/`fail_flushes` fail the next n operations (EIO) without crashing;
-//! `fail_reads_in` fails reads overlapping a range; `rot` flips a bit in both images.
+//! `fail_reads_in` fails reads overlapping a range; `rot` flips a bit in both images;
+//! `set_gone` makes every I/O fail with ENODEV (the device disappeared).
 
 use std::fmt;
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use strata_engine::BlockDevice;
 
 use crate::SimRng;
@@ -47,6 +48,42 @@ struct State {
     writes: u64,
     /// I/Os refused because the power was off.
     refused: u64,
+    /// The device is gone (unplugged, image deleted): every I/O fails with ENODEV.
+    gone: bool,
+    /// A power supply shared with other disks (`SimDisk::share_power`): its operation
+    /// count and crash point replace this disk's own.
+    power: Option<Arc<SimPower>>,
+}
+
+/// A power supply several simulated disks share: one failure takes them all down at the
+/// same instant (the members of a mirror in one machine). Each disk still loses its own
+/// unflushed writes in its own way (`crash_image`).
+#[derive(Default)]
+pub struct SimPower {
+    /// (write/flush operations on any of its disks, the count at which power fails)
+    state: Mutex<(u64, Option<u64>)>,
+}
+
+impl SimPower {
+    fn st(&self) -> std::sync::MutexGuard<'_, (u64, Option<u64>)> {
+        self.state.lock().expect("sim power lock")
+    }
+
+    fn off(&self) -> bool {
+        let s = self.st();
+        s.1.is_some_and(|c| s.0 >= c)
+    }
+
+    /// Let `n` more write/flush operations (on any disk) succeed, then lose power.
+    pub fn set_crash_after(&self, n: u64) {
+        let mut s = self.st();
+        s.1 = Some(s.0 + n);
+    }
+
+    /// Whether the power is off.
+    pub fn has_crashed(&self) -> bool {
+        self.off()
+    }
 }
 
 pub struct SimDisk {
@@ -78,11 +115,25 @@ pub fn is_power_lost(e: &io::Error) -> bool {
 
 impl State {
     fn powered_off(&self) -> bool {
-        self.crash_at.is_some_and(|c| self.ops >= c)
+        match &self.power {
+            Some(p) => p.off(),
+            None => self.crash_at.is_some_and(|c| self.ops >= c),
+        }
     }
 
-    /// Refuse an I/O if the power is off (and count it).
+    /// Count a write or flush (here and on the shared power supply).
+    fn count_op(&mut self) {
+        self.ops += 1;
+        if let Some(p) = &self.power {
+            p.st().0 += 1;
+        }
+    }
+
+    /// Refuse an I/O if the power is off (and count it), or the device is gone.
     fn check_power(&mut self) -> io::Result<()> {
+        if self.gone {
+            return Err(io::Error::from_raw_os_error(libc::ENODEV));
+        }
         if self.powered_off() {
             self.refused += 1;
             return Err(io::Error::other(PowerLost));
@@ -113,6 +164,8 @@ impl SimDisk {
                 flushes: 0,
                 writes: 0,
                 refused: 0,
+                gone: false,
+                power: None,
             }),
         }
     }
@@ -132,10 +185,19 @@ impl SimDisk {
         self.st().writes
     }
 
-    /// Let `n` more write/flush operations succeed, then lose power.
+    /// Let `n` more write/flush operations succeed, then lose power (of the shared supply,
+    /// if the disk has one: then counting every disk's operations).
     pub fn set_crash_after(&self, n: u64) {
         let mut s = self.st();
-        s.crash_at = Some(s.ops + n);
+        match &s.power {
+            Some(p) => p.set_crash_after(n),
+            None => s.crash_at = Some(s.ops + n),
+        }
+    }
+
+    /// Draw power from `power` from now on, with the other disks that share it.
+    pub fn share_power(&self, power: Arc<SimPower>) {
+        self.st().power = Some(power);
     }
 
     /// Whether the power is off: the operations `set_crash_after` allowed have all been
@@ -165,6 +227,11 @@ impl SimDisk {
     /// Fail every read overlapping [offset, offset + len); `None` clears.
     pub fn fail_reads_in(&self, range: Option<(u64, u64)>) {
         self.st().read_fail = range;
+    }
+
+    /// Make the device disappear (`true`: every I/O fails with ENODEV) or come back.
+    pub fn set_gone(&self, gone: bool) {
+        self.st().gone = gone;
     }
 
     /// Flip bit `bit` of the byte at `offset`, durably.
@@ -245,7 +312,7 @@ impl BlockDevice for SimDisk {
         if end > s.current.len() {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "write past the end of the simulated disk"));
         }
-        s.ops += 1;
+        s.count_op();
         if s.fail_writes > 0 {
             s.fail_writes -= 1;
             return Err(eio("write error injected"));
@@ -259,7 +326,7 @@ impl BlockDevice for SimDisk {
     fn flush(&self) -> io::Result<()> {
         let mut s = self.st();
         s.check_power()?;
-        s.ops += 1;
+        s.count_op();
         if s.fail_flushes > 0 && s.flushes_before_failing > 0 {
             s.flushes_before_failing -= 1;
         } else if s.fail_flushes > 0 {

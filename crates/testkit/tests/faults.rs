@@ -61,7 +61,7 @@ fn bit_rot_in_a_data_block_is_detected() {
     assert_eq!(r.errors.len(), 1, "{:#?}", r.errors);
     assert!(r.errors[0].contains("record 5"), "{:#?}", r.errors);
     // Metadata-only check does not read data, so does not see it.
-    assert!(pool.check(CheckOptions { verify_data: false }).unwrap().is_clean());
+    assert!(pool.check(CheckOptions { verify_data: false, ..Default::default() }).unwrap().is_clean());
 }
 
 #[test]

@@ -298,7 +298,7 @@ impl Daemon {
     }
 
     pub(crate) fn check_pool(&self, name: &str, verify_data: bool) -> Result<CheckReport, ApiError> {
-        let r = self.pool(name)?.check(strata_engine::CheckOptions { verify_data })?;
+        let r = self.pool(name)?.check(strata_engine::CheckOptions { verify_data, ..Default::default() })?;
         Ok(check_report(&r))
     }
 }

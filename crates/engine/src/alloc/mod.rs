@@ -82,7 +82,7 @@ impl Geometry {
         })
     }
 
-    fn slot_addr(&self, chunk: u64, slot: u8) -> u64 {
+    pub fn slot_addr(&self, chunk: u64, slot: u8) -> u64 {
         self.spacemap_offset + (chunk * 2 + slot as u64) * CHUNK_SLOT_SIZE as u64
     }
 
@@ -169,17 +169,24 @@ impl Allocator {
     pub fn load(dev: &dyn BlockDevice, geo: Geometry, pool_guid: u64, root_txg: u64) -> Result<Allocator> {
         let mut a = Allocator::new_empty(geo);
         a.dirty_chunks.clear();
-        let mut slot_buf = vec![0u8; CHUNK_SLOT_SIZE * 2];
+        let mut s = vec![0u8; CHUNK_SLOT_SIZE];
         for c in 0..geo.spacemap_chunks {
             let addr = geo.slot_addr(c, 0);
-            dev.read_at(&mut slot_buf, addr).map_err(|e| Error::io("read space map", e))?;
             let mut best: Option<(u8, SpacemapChunkPhys)> = None;
             for slot in 0..2u8 {
-                let s = &slot_buf[slot as usize * CHUNK_SLOT_SIZE..(slot as usize + 1) * CHUNK_SLOT_SIZE];
+                let at = geo.slot_addr(c, slot);
+                let usable = |ch: &SpacemapChunkPhys| {
+                    ch.chunk_index as u64 == c && ch.pool_guid == pool_guid && ch.txg <= root_txg
+                };
+                // Of a device set's copies, the newest usable one (device/mirror.rs `read_best`).
+                let score = |b: &[u8]| match SpacemapChunkPhys::decode(b, at) {
+                    Ok(Some(ch)) if usable(&ch) => Some(ch.txg),
+                    _ => None,
+                };
+                dev.read_best(&mut s, at, &score).map_err(|e| Error::io("read space map", e))?;
                 // A damaged or torn slot is skipped: the other slot holds the committed version.
-                if let Ok(Some(ch)) = SpacemapChunkPhys::decode(s, geo.slot_addr(c, slot)) {
-                    let usable = ch.chunk_index as u64 == c && ch.pool_guid == pool_guid && ch.txg <= root_txg;
-                    if usable && best.as_ref().is_none_or(|(_, b)| ch.txg > b.txg) {
+                if let Ok(Some(ch)) = SpacemapChunkPhys::decode(&s, at) {
+                    if usable(&ch) && best.as_ref().is_none_or(|(_, b)| ch.txg > b.txg) {
                         best = Some((slot, ch));
                     }
                 }

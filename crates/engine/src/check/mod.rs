@@ -37,6 +37,7 @@ use crate::pool::Pool;
 use crate::tree::blocktree;
 use std::collections::{BTreeMap, HashMap};
 
+mod copies;
 mod destroy;
 mod space;
 
@@ -46,11 +47,14 @@ use destroy::DestroyEntry;
 pub struct CheckOptions {
     /// Read and verify every data block (not only metadata).
     pub verify_data: bool,
+    /// Also read every copy of every block a device set holds, bypassing the caches, and
+    /// repair the copies that fail (a scrub).
+    pub all_copies: bool,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { verify_data: true }
+        CheckOptions { verify_data: true, all_copies: false }
     }
 }
 
@@ -65,6 +69,8 @@ pub struct CheckReport {
     pub referenced_units: u64,
     pub allocated_units: u64,
     pub data_bytes_verified: u64,
+    /// Blocks whose every copy was verified (`CheckOptions::all_copies`).
+    pub copies_verified: u64,
     /// Data records stored compressed.
     pub compressed_blocks: u64,
     /// What the data records save against storing every record whole and raw.
@@ -167,6 +173,18 @@ impl Checker<'_> {
 
     /// Account for one block.
     fn claim(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
+        let claim = self.claim_once(bp, ctx);
+        if claim == Claim::New && self.opts.all_copies {
+            if let Err(e) = self.io.verify_copies(bp) {
+                self.err(format!("{ctx}: block at {}: {e}", bp.addr));
+            } else {
+                self.report.copies_verified += 1;
+            }
+        }
+        claim
+    }
+
+    fn claim_once(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
         if bp.dedup {
             return self.claim_dedup(bp, ctx);
         }
@@ -545,6 +563,11 @@ impl Pool {
         };
         for e in p.check_log_device() {
             c.err(e);
+        }
+        if opts.all_copies {
+            for e in copies::scrub_fixed(p.dev.as_ref(), &geo, p.label.pool_guid, root.txg) {
+                c.err(e);
+            }
         }
         let mut vols: Vec<(String, VolumeRecordPhys)> = Vec::new();
         let mut snaps: Vec<(String, SnapshotRecordPhys)> = Vec::new();

@@ -6,15 +6,20 @@
 
 mod aligned;
 mod file;
+pub mod mirror;
 mod probe;
+mod status;
 
 pub use aligned::AlignedBuf;
 pub use file::{FileDevice, FileDeviceOptions};
+pub use mirror::MirrorDevice;
 pub use probe::{
     probe_foreign_data, probe_reader, probe_window, ForeignData, Signature, StrataLabel, PROBE_WINDOW_BYTES,
 };
+pub use status::{MemberState, MemberStatus, SetHealth, SetStatus};
 
 use std::io;
+use std::ops::Range;
 
 pub trait BlockDevice: Send + Sync {
     /// Usable bytes.
@@ -35,4 +40,55 @@ pub trait BlockDevice: Send + Sync {
     }
     /// A human-readable name for messages ("/var/lib/strata/pool.img").
     fn describe(&self) -> String;
+
+    /// Read `buf.len()` bytes at `offset` and check them with `verify` (a checksum the
+    /// caller knows). Returns whether they verified; `buf` holds what was read either way.
+    /// A device with redundancy (mirror.rs) tries its other copies until one verifies,
+    /// returns that one, and rewrites the `heal` byte range of `buf` on the copies that
+    /// failed (self-healing reads).
+    fn read_verified(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        heal: Range<usize>,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<bool> {
+        let _ = heal;
+        self.read_at(buf, offset)?;
+        Ok(verify(buf))
+    }
+
+    /// Verify every copy the device holds of `buf.len()` bytes at `offset` (a scrub):
+    /// copies that fail `verify` are rewritten (their `heal` range) from one that passes.
+    /// Returns whether a copy verified; `buf` holds it. A plain device has one copy.
+    fn scrub_read(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        heal: Range<usize>,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<bool> {
+        self.read_verified(buf, offset, heal, verify)
+    }
+
+    /// Read `buf.len()` bytes at `offset`, choosing among the device's copies the one
+    /// `score` ranks highest (`None`: unusable); returns that score. For self-checked
+    /// structures of which a newer valid version is better than an older valid one
+    /// (uberblock slots, space map slots, intent-log blocks after a crash that reached
+    /// only some copies). A device with redundancy rewrites the copies that scored lower.
+    fn read_best(&self, buf: &mut [u8], offset: u64, score: &dyn Fn(&[u8]) -> Option<u64>) -> io::Result<Option<u64>> {
+        self.read_at(buf, offset)?;
+        Ok(score(buf))
+    }
+
+    /// The pool's txg being written, for the set's record of when a member fell out of
+    /// sync. Plain devices ignore it.
+    fn note_txg(&self, txg: u64) {
+        let _ = txg;
+    }
+
+    /// A device set's layout, health and members; `None` for a plain device.
+    fn set_status(&self) -> Option<SetStatus> {
+        None
+    }
 }

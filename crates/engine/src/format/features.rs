@@ -13,7 +13,8 @@
 /// Feature bits this build understands, per mask.
 pub const KNOWN_COMPAT: u64 = COMPAT_HOST_STATE;
 pub const KNOWN_RO_COMPAT: u64 = RO_COMPAT_ASYNC_DESTROY;
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_DEDUP | INCOMPAT_LOG_DEVICE;
+pub const KNOWN_INCOMPAT: u64 =
+    INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_DEDUP | INCOMPAT_LOG_DEVICE | INCOMPAT_DEVICE_SET;
 
 /// Data records may be stored compressed (lz4, zstd) and volume records carry a compression
 /// policy in their flags. Set in the labels when a volume's compression is first turned on
@@ -42,6 +43,14 @@ pub const INCOMPAT_DEDUP: u64 = 1 << 10;
 /// log device is discarded (`PoolOptions::discard_missing_log`). Bit 16: the txg and
 /// intent-log features take bits from 16 up.
 pub const INCOMPAT_LOG_DEVICE: u64 = 1 << 16;
+
+/// The pool lives in the logical space of a device set (mirror): its devices start with
+/// member labels (`format::member`) and the pool label sits after them. Set at creation on
+/// a set. An older build would find no pool label on a member; a build that knows member
+/// labels but not this bit must not treat the set's logical space as a plain device (it
+/// would read one member and write one, leaving the others stale). Bit 32: the device
+/// features take bits from 32 up.
+pub const INCOMPAT_DEVICE_SET: u64 = 1 << 32;
 
 /// Uberblocks carry the host that wrote them and the pool's state (`host_id`, `pool_state`:
 /// active or exported), in bytes that were reserved zeros (`format::uberblock`). A compat

@@ -35,6 +35,7 @@ pub mod features;
 pub mod intent;
 pub mod label;
 pub mod logdev;
+pub mod member;
 pub mod node;
 pub mod records;
 pub mod space;
@@ -86,6 +87,7 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     let mut ok = 0;
     ok += label::LabelPhys::decode(bytes, 0).is_ok() as usize;
     ok += logdev::LogDeviceLabelPhys::decode(bytes).is_ok() as usize;
+    ok += member::MemberLabelPhys::decode(bytes, 0).is_ok() as usize;
     ok += uberblock::UberblockPhys::decode(bytes, 0).is_ok() as usize;
     ok += spacemap::SpacemapChunkPhys::decode(bytes, 0).is_ok() as usize;
     ok += node::BtreeNodePhys::decode(bytes, None).is_ok() as usize;

@@ -411,6 +411,16 @@ impl BlockIo {
 
     /// Read and verify a block; returns its `lsize` logical bytes.
     pub fn read_block(&self, bp: &BlockPtr) -> Result<Vec<u8>> {
+        self.read_block_copies(bp, false)
+    }
+
+    /// Verify every copy of a block the device holds, repairing those that fail (a scrub;
+    /// device/mirror.rs `scrub_read`). No cache is consulted.
+    pub fn verify_copies(&self, bp: &BlockPtr) -> Result<()> {
+        self.read_block_copies(bp, true).map(|_| ())
+    }
+
+    fn read_block_copies(&self, bp: &BlockPtr, all_copies: bool) -> Result<Vec<u8>> {
         assert!(!bp.is_hole(), "holes are not read");
         let what = match bp.kind {
             BlockKind::BtreeNode => "btree node",
@@ -428,13 +438,21 @@ impl BlockIo {
             )));
         }
         let mut buf = AlignedBuf::zeroed(len as usize);
-        self.dev.read_at(&mut buf, start).map_err(|e| Error::io("read block", e))?;
+        let off = (bp.addr - start) as usize;
+        let block = off..off + bp.psize as usize;
+        // Verified here and by a device set, which tries its other copies and repairs the
+        // one that failed (device/mirror.rs).
+        let verify = |span: &[u8]| span.get(block.clone()).is_some_and(|b| bp.checksum_algo.compute(b) == bp.checksum);
+        let verified = match all_copies {
+            false => self.dev.read_verified(&mut buf, start, block.clone(), &verify),
+            true => self.dev.scrub_read(&mut buf, start, block.clone(), &verify),
+        }
+        .map_err(|e| Error::io("read block", e))?;
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes_read.fetch_add(len, Ordering::Relaxed);
-        let off = (bp.addr - start) as usize;
-        let stored = &buf[off..off + bp.psize as usize];
-        let found = bp.checksum_algo.compute(stored);
-        if found != bp.checksum {
+        let stored = &buf[block];
+        if !verified {
+            let found = bp.checksum_algo.compute(stored);
             return Err(self.corrupt(Corruption::new(
                 what,
                 Some(bp.addr),

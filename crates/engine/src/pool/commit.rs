@@ -111,6 +111,8 @@ impl PoolInner {
             Ok(()) => {
                 self.txg.synced = txg;
                 self.txg.next = txg + 1;
+                // What a device set records as the first txg a member that fails from now on misses.
+                self.dev.note_txg(txg + 1);
                 let freed = self.alloc.take_freed_keys();
                 self.io.forget(&freed);
                 Ok(txg)

@@ -361,6 +361,7 @@ impl Pool {
             host_id: p.txg.root.host_id,
             pool_state: p.txg.root.pool_state,
             features: p.label.features,
+            devices: p.dev.set_status(),
         }
     }
 

@@ -7,7 +7,7 @@ use crate::catalog::volume::VolumeState;
 use crate::catalog::Catalog;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
-use crate::format::features::{Access, Features};
+use crate::format::features::{Access, Features, INCOMPAT_DEVICE_SET};
 use crate::format::label::{LabelPhys, LABEL_PHYS_SIZE, POOL_NAME_MAX};
 use crate::format::records::{SnapshotRecordPhys, VolumeRecordPhys};
 use crate::format::uberblock::{HostState, UberblockPhys};
@@ -41,7 +41,8 @@ pub(crate) fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String
     let mut first_err = None;
     for idx in 0..2u64 {
         let addr = idx * LABEL_SIZE;
-        if let Err(e) = dev.read_at(&mut buf, addr) {
+        let verify = |b: &[u8]| LabelPhys::decode(b, addr).is_ok();
+        if let Err(e) = dev.read_verified(&mut buf, addr, 0..LABEL_PHYS_SIZE, &verify) {
             return Err(Error::io("read pool label", e));
         }
         match LabelPhys::decode(&buf, addr) {
@@ -112,6 +113,7 @@ impl Pool {
             // A pool made by a host records it from its first root on (host_state.rs).
             features: Features {
                 compat: if opts.host_id != 0 { crate::format::features::COMPAT_HOST_STATE } else { 0 },
+                incompat: if dev.set_status().is_some() { INCOMPAT_DEVICE_SET } else { 0 },
                 ..Features::default()
             },
             created_ns: opts.clock.now_ns(),
@@ -222,6 +224,23 @@ impl Pool {
             }
             Access::ReadWrite => {}
         }
+        match (label.features.incompat & INCOMPAT_DEVICE_SET != 0, dev.set_status().is_some()) {
+            (true, false) => {
+                return Err(Error::invalid(format!(
+                    "pool {} lives on a device set (mirror); open it with all of its devices, not {} alone",
+                    label.pool_name,
+                    dev.describe()
+                )))
+            }
+            (false, true) => {
+                return Err(Error::Corruption(crate::error::Corruption::new(
+                    "pool label",
+                    Some(0),
+                    format!("{} holds a pool label without the device-set feature", dev.describe()),
+                )))
+            }
+            _ => {}
+        }
         if dev.size_bytes() < label.device_size {
             return Err(Error::Corruption(crate::error::Corruption::new(
                 "pool label",
@@ -309,6 +328,7 @@ impl Pool {
                         host_id: opts.host_id,
                         read_pins: Arc::default(),
                     };
+                    inner.dev.note_txg(ub.txg + 1);
                     let pool = Pool::from_inner(inner);
                     pool.start_packing()?;
                     match discarded {

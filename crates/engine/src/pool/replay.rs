@@ -28,14 +28,24 @@ impl IntentLog {
         let mut seq = 0u64;
         let mut first = vec![0u8; UNIT_SIZE as usize];
         while at + UNIT_SIZE <= log_bytes {
-            dev.read_at(&mut first, log_offset + at).map_err(|e| Error::io("read intent log", e))?;
+            // A device set tries its other copies of a block that does not continue the
+            // log (device/mirror.rs): one damaged copy must not end the log early.
+            let header_ok = |b: &[u8]| {
+                LogBlockPhys::header(b).is_some_and(|(guid, base, s, _, units)| {
+                    guid == pool_guid && base == root_txg && s == seq && units != 0
+                })
+            };
+            dev.read_verified(&mut first, log_offset + at, 0..UNIT_SIZE as usize, &header_ok)
+                .map_err(|e| Error::io("read intent log", e))?;
             let Some((guid, base, s, _len, units)) = LogBlockPhys::header(&first) else { break };
             let size = units as u64 * UNIT_SIZE;
             if guid != pool_guid || base != root_txg || s != seq || units == 0 || at + size > log_bytes {
                 break;
             }
             let mut buf = vec![0u8; size as usize];
-            dev.read_at(&mut buf, log_offset + at).map_err(|e| Error::io("read intent log", e))?;
+            let block_ok = |b: &[u8]| header_ok(b) && LogBlockPhys::decode(b).is_some();
+            dev.read_verified(&mut buf, log_offset + at, 0..size as usize, &block_ok)
+                .map_err(|e| Error::io("read intent log", e))?;
             let Some(block) = LogBlockPhys::decode(&buf) else { break };
             debug_assert!(block.payload.len() + LOG_HEADER <= buf.len());
             let records = LogRecord::decode_all(&block.payload)?;

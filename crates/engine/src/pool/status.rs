@@ -78,6 +78,9 @@ pub struct PoolStatus {
     pub pool_state: HostState,
     /// The feature flags in the pool's labels (format/features.rs).
     pub features: crate::format::features::Features,
+    /// The pool's device set (layout, health, members with their error counters); `None`
+    /// for a pool on one device.
+    pub devices: Option<crate::device::SetStatus>,
 }
 
 /// Commit timings since the pool was opened. `locked` is the part that holds the pool's

@@ -42,14 +42,19 @@ pub fn ring_slot_addr(label: u64, slot: u64) -> u64 {
 pub fn scan_ring(dev: &dyn BlockDevice, pool_guid: u64) -> Result<(Vec<UberblockPhys>, Vec<String>)> {
     let mut found: Vec<UberblockPhys> = Vec::new();
     let mut problems = Vec::new();
-    let ring_bytes = (RING_SLOTS * UBER_SLOT_SIZE as u64) as usize;
-    let mut buf = vec![0u8; ring_bytes];
+    let mut buf = vec![0u8; UBER_SLOT_SIZE];
     for label in 0..2 {
         let base = ring_slot_addr(label, 0);
-        dev.read_at(&mut buf, base).map_err(|e| Error::io("read uberblock ring", e))?;
         for slot in 0..RING_SLOTS as usize {
             let addr = base + (slot * UBER_SLOT_SIZE) as u64;
-            match UberblockPhys::decode(&buf[slot * UBER_SLOT_SIZE..(slot + 1) * UBER_SLOT_SIZE], addr) {
+            // Per slot, the newest valid copy a device set holds: a crash may have left a
+            // root on some of its members only (device/mirror.rs `read_best`).
+            let score = |b: &[u8]| match UberblockPhys::decode(b, addr) {
+                Ok(Some(ub)) if ub.pool_guid == pool_guid && ub.txg % RING_SLOTS == slot as u64 => Some(ub.txg),
+                _ => None,
+            };
+            dev.read_best(&mut buf, addr, &score).map_err(|e| Error::io("read uberblock ring", e))?;
+            match UberblockPhys::decode(&buf, addr) {
                 Ok(Some(ub)) if ub.pool_guid == pool_guid && ub.txg % RING_SLOTS == slot as u64 => found.push(ub),
                 Ok(Some(ub)) => problems
                     .push(format!("label {label} slot {slot}: uberblock of txg {} does not belong here", ub.txg)),

@@ -1,0 +1,686 @@
+//! A mirror: two or three member devices that each hold every byte of one logical device
+//! (OpenZFS vdev_mirror.c). The pool above sees a plain [`BlockDevice`]; this layer
+//! writes every write to each member in use, reads from one (round robin), and keeps the
+//! set's configuration in each member's label (`format::member`).
+//!
+//! Failure handling:
+//! - A write or flush that fails on a member faults it at once (it now lacks data); the
+//!   write succeeds if another member took it. Before that write returns, the new
+//!   configuration (the member FAULTED from the current txg) is on every member still in
+//!   use, so a later open never reads the faulted member as if it were in sync.
+//! - A read that fails tries the next member; a member faults after READ_ERRORS_TO_FAULT
+//!   read errors. Errors that mean the device is gone (ENODEV, ENXIO, ENOENT, ESTALE) mark
+//!   it REMOVED at once.
+//! - `read_verified`: a copy that fails the caller's checksum is replaced by the next copy
+//!   that passes, and rewritten with it (self-healing read; counted per member).
+//! - With no member left in use every I/O fails ("suspended"); the pool above latches.
+//! - Opening finds the members by their labels: the label with the highest generation is
+//!   the configuration; members it lists as out of sync (FAULTED, OFFLINE, STALE) are not
+//!   used; members it lists that are missing are UNAVAILABLE, and on a writable open are
+//!   recorded as STALE (they miss what is written from now on).
+//!
+//! I/O to the members is issued one after the other; see docs/redundancy.md for what that
+//! costs and the plan to overlap it.
+//!
+//! Locks: `config` (the configuration, held while labels are rewritten), then a member's
+//! `note`. Neither is held across I/O of the logical device.
+
+use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
+use super::BlockDevice;
+use crate::error::{Corruption, Error, Result};
+use crate::format::member::{
+    Layout, MemberEntryPhys, MemberLabelPhys, MemberPhysState, MEMBERS_MAX, MEMBER_AREA_BYTES, MEMBER_LABEL_COPY_1,
+    MEMBER_LABEL_SIZE,
+};
+use crate::format::UNIT_SIZE;
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Mutex, MutexGuard, PoisonError};
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Read errors a member may return before it is faulted. Write and flush errors fault at
+/// once: the member then lacks data.
+pub const READ_ERRORS_TO_FAULT: u64 = 16;
+/// Checksum errors after which a member shows DEGRADED (still used: its other blocks are
+/// fine, and every bad copy is repaired as it is met).
+pub const CHECKSUM_ERRORS_TO_DEGRADE: u64 = 64;
+/// Members a mirror may have.
+pub const MIRROR_WAYS: Range<usize> = 2..4;
+
+struct Member {
+    dev: Option<Arc<dyn BlockDevice>>,
+    guid: u64,
+    device: String,
+    state: AtomicUsize,
+    read_errors: AtomicU64,
+    write_errors: AtomicU64,
+    checksum_errors: AtomicU64,
+    repaired_bytes: AtomicU64,
+    note: Mutex<Option<String>>,
+}
+
+impl Member {
+    fn state(&self) -> MemberState {
+        MemberState::from_usize(self.state.load(Ordering::Acquire))
+    }
+
+    /// The device, if the member is in use.
+    fn in_use(&self) -> Option<&Arc<dyn BlockDevice>> {
+        self.dev.as_ref().filter(|_| self.state().in_use())
+    }
+
+    fn set_note(&self, note: String) {
+        *self.note.lock().unwrap_or_else(PoisonError::into_inner) = Some(note);
+    }
+}
+
+pub struct MirrorDevice {
+    members: Vec<Member>,
+    logical_size: u64,
+    /// The newest configuration (its `member_guid`/`member_index` are those of whichever
+    /// member it was read from; `write_labels` sets them per member).
+    config: Mutex<MemberLabelPhys>,
+    next_read: AtomicUsize,
+    writable: bool,
+    txg: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The error of a mirror with no member left in use.
+fn suspended(what: &str) -> io::Error {
+    io::Error::other(format!(
+        "{what}: no device of the mirror is in use (pool suspended); bring a device back and reopen the pool"
+    ))
+}
+
+/// Errors that say the device itself is gone, not that one I/O failed.
+fn is_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ENXIO | libc::ENOENT | libc::ESTALE))
+}
+
+/// Of two errors met by one call, the one to return: a device that is gone explains only
+/// itself, so an error of another device (the power went, say) is kept over it.
+fn keep(last: Option<io::Error>, new: Option<io::Error>) -> Option<io::Error> {
+    match (last, new) {
+        (Some(old), Some(new)) if is_gone(&new) && !is_gone(&old) => Some(old),
+        (old, None) => old,
+        (_, new) => new,
+    }
+}
+
+/// Read both copies of a device's member label; the valid one with the higher generation.
+fn read_member_label(dev: &dyn BlockDevice) -> Result<MemberLabelPhys> {
+    let mut best: Option<MemberLabelPhys> = None;
+    let mut first_err = None;
+    let mut buf = vec![0u8; MEMBER_LABEL_SIZE];
+    for addr in [0, MEMBER_LABEL_COPY_1] {
+        dev.read_at(&mut buf, addr).map_err(|e| Error::io("read member label", e))?;
+        match MemberLabelPhys::decode(&buf, addr) {
+            Ok(l) if best.as_ref().is_none_or(|b| l.generation > b.generation) => best = Some(l),
+            Ok(_) => {}
+            Err(c) => first_err = first_err.or(Some(c)),
+        }
+    }
+    best.ok_or_else(|| {
+        let c = first_err.map_or_else(String::new, |c| c.detail);
+        Error::Corruption(Corruption::new(
+            "member label",
+            Some(0),
+            format!("{} carries no valid member label ({c}): not a member of a Strata mirror", dev.describe()),
+        ))
+    })
+}
+
+impl MirrorDevice {
+    /// Make a new mirror of `devs` (device, member guid), writing every member's label.
+    /// The logical device is as large as the smallest member allows.
+    pub fn create(
+        devs: Vec<(Arc<dyn BlockDevice>, u64)>,
+        pool_guid: u64,
+        set_guid: u64,
+        created_ns: u64,
+    ) -> Result<MirrorDevice> {
+        if !MIRROR_WAYS.contains(&devs.len()) {
+            return Err(Error::invalid(format!(
+                "a mirror has 2 or 3 devices; {} given (use --layout single for one device)",
+                devs.len()
+            )));
+        }
+        for (i, (d, g)) in devs.iter().enumerate() {
+            for (e, h) in devs.iter().skip(i + 1) {
+                if std::ptr::addr_eq(Arc::as_ptr(d), Arc::as_ptr(e)) {
+                    return Err(Error::invalid(format!("device {} is given twice", d.describe())));
+                }
+                if g == h || *g == 0 {
+                    return Err(Error::invalid("member guids must be distinct and non-zero"));
+                }
+            }
+        }
+        let smallest = devs.iter().map(|(d, _)| d.size_bytes()).min().unwrap_or(0);
+        let logical_size = smallest.saturating_sub(MEMBER_AREA_BYTES) / UNIT_SIZE * UNIT_SIZE;
+        let config = MemberLabelPhys {
+            layout: Layout::Mirror,
+            pool_guid,
+            set_guid,
+            member_guid: devs.first().map_or(0, |(_, g)| *g),
+            member_index: 0,
+            generation: 1,
+            logical_size,
+            created_ns,
+            members: devs
+                .iter()
+                .map(|(_, g)| MemberEntryPhys {
+                    guid: *g,
+                    state: MemberPhysState::Online,
+                    since_txg: 0,
+                    rebuild_cursor: 0,
+                })
+                .collect(),
+        };
+        let members = devs
+            .into_iter()
+            .map(|(dev, guid)| Member::new(Some(dev.clone()), guid, dev.describe(), MemberState::Online))
+            .collect();
+        let m = MirrorDevice {
+            members,
+            logical_size,
+            config: Mutex::new(config),
+            next_read: AtomicUsize::new(0),
+            writable: true,
+            txg: AtomicU64::new(0),
+        };
+        let cfg = lock(&m.config).clone();
+        for (i, member) in m.members.iter().enumerate() {
+            let dev = member.dev.as_ref().ok_or_else(|| Error::invalid("member without device"))?;
+            write_label(dev.as_ref(), &cfg, i).map_err(|e| Error::io("write member label", e))?;
+        }
+        Ok(m)
+    }
+
+    /// Open the mirror `found` belongs to: each entry is a device, or why one named for
+    /// the set could not be opened (a message). Returns the mirror and notes for the log
+    /// (members missing or out of sync).
+    pub fn open(
+        found: Vec<std::result::Result<Arc<dyn BlockDevice>, String>>,
+        writable: bool,
+    ) -> Result<(MirrorDevice, Vec<String>)> {
+        let mut notes = Vec::new();
+        let mut present: Vec<(Arc<dyn BlockDevice>, MemberLabelPhys)> = Vec::new();
+        for f in found {
+            match f {
+                Ok(dev) => {
+                    let label = read_member_label(dev.as_ref())?;
+                    present.push((dev, label));
+                }
+                Err(why) => notes.push(format!("device {why}")),
+            }
+        }
+        let config =
+            present.iter().map(|(_, l)| l).max_by_key(|l| l.generation).cloned().ok_or_else(|| {
+                Error::invalid(format!("no device of the mirror could be opened: {}", notes.join("; ")))
+            })?;
+        for (dev, l) in &present {
+            if l.pool_guid != config.pool_guid || l.set_guid != config.set_guid {
+                return Err(Error::invalid(format!(
+                    "device {} belongs to another pool or set (pool {:016x}, set {:016x}; expected {:016x}/{:016x})",
+                    dev.describe(),
+                    l.pool_guid,
+                    l.set_guid,
+                    config.pool_guid,
+                    config.set_guid
+                )));
+            }
+            if !config.members.iter().any(|m| m.guid == l.member_guid) {
+                return Err(Error::invalid(format!(
+                    "device {} was a member of this mirror but has been replaced; leave it out",
+                    dev.describe()
+                )));
+            }
+            if dev.size_bytes() < config.logical_size + MEMBER_AREA_BYTES {
+                return Err(Error::invalid(format!(
+                    "device {} has {} bytes; the mirror needs {}",
+                    dev.describe(),
+                    dev.size_bytes(),
+                    config.logical_size + MEMBER_AREA_BYTES
+                )));
+            }
+        }
+        let mut newly_stale = Vec::new();
+        let members: Vec<Member> = config
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let dev = present.iter().find(|(_, l)| l.member_guid == e.guid).map(|(d, _)| d.clone());
+                let (state, note) = match (e.state, &dev) {
+                    (MemberPhysState::Online, Some(_)) => (MemberState::Online, None),
+                    (MemberPhysState::Online, None) => {
+                        newly_stale.push(i);
+                        (MemberState::Unavailable, Some("not found when the pool was opened".to_string()))
+                    }
+                    (MemberPhysState::Offline, _) => (MemberState::Offline, Some("taken offline".to_string())),
+                    (MemberPhysState::Faulted, _) => {
+                        (MemberState::Faulted, Some(format!("faulted at txg {}; replace it", e.since_txg)))
+                    }
+                    (MemberPhysState::Stale | MemberPhysState::Rebuilding, _) => {
+                        (MemberState::Stale, Some(format!("out of sync since txg {}; rebuild it", e.since_txg)))
+                    }
+                };
+                let device = dev.as_ref().map_or_else(|| format!("(missing member {:016x})", e.guid), |d| d.describe());
+                let m = Member::new(dev, e.guid, device, state);
+                if let Some(n) = note {
+                    m.set_note(n);
+                }
+                m
+            })
+            .collect();
+        for m in members.iter().filter(|m| !m.state().in_use()) {
+            notes.push(format!(
+                "mirror member {} is {}: {}",
+                m.device,
+                m.state(),
+                lock(&m.note).clone().unwrap_or_default()
+            ));
+        }
+        let mirror = MirrorDevice {
+            logical_size: config.logical_size,
+            members,
+            config: Mutex::new(config),
+            next_read: AtomicUsize::new(0),
+            writable,
+            txg: AtomicU64::new(0),
+        };
+        if !mirror.members.iter().any(|m| m.in_use().is_some()) {
+            return Err(Error::invalid(format!(
+                "no member of the mirror is in sync and present: {}; bring a member back",
+                notes.join("; ")
+            )));
+        }
+        if writable && !newly_stale.is_empty() {
+            mirror.persist(|cfg| {
+                for &i in &newly_stale {
+                    if let Some(e) = cfg.members.get_mut(i) {
+                        e.state = MemberPhysState::Stale;
+                    }
+                }
+            });
+        }
+        Ok((mirror, notes))
+    }
+
+    /// The configuration's generation (tests, status).
+    pub fn generation(&self) -> u64 {
+        lock(&self.config).generation
+    }
+
+    /// Apply `change` to the configuration, bump its generation and write it to every
+    /// member in use (a member whose label write fails is faulted, and the labels are
+    /// written again without it). Does nothing on a read-only mirror. Returns the last
+    /// error a label write met (it may say more than the error that caused the change:
+    /// the power went, not only one device).
+    fn persist(&self, change: impl FnOnce(&mut MemberLabelPhys)) -> Option<io::Error> {
+        if !self.writable {
+            return None;
+        }
+        let mut last = None;
+        let mut cfg = lock(&self.config);
+        change(&mut cfg);
+        for _ in 0..=self.members.len() {
+            cfg.generation += 1;
+            let mut failed = false;
+            for (i, m) in self.members.iter().enumerate() {
+                let Some(dev) = m.in_use() else { continue };
+                if let Err(e) = write_label(dev.as_ref(), &cfg, i) {
+                    m.write_errors.fetch_add(1, Ordering::Relaxed);
+                    m.state.store(MemberState::Faulted.to_usize(), Ordering::Release);
+                    m.set_note(format!("label write failed: {e}"));
+                    if let Some(entry) = cfg.members.get_mut(i) {
+                        entry.state = MemberPhysState::Faulted;
+                        entry.since_txg = self.txg.load(Ordering::Relaxed);
+                    }
+                    failed = true;
+                    last = Some(e);
+                }
+            }
+            if !failed {
+                break;
+            }
+        }
+        last
+    }
+
+    /// Take member `i` out of use (`state`: FAULTED or REMOVED) because of `why`, and record
+    /// it in the labels of the members left. Returns what `persist` returns.
+    fn fault(&self, i: usize, state: MemberState, why: String) -> Option<io::Error> {
+        let m = self.members.get(i)?;
+        let mut cur = m.state.load(Ordering::Acquire);
+        loop {
+            if !MemberState::from_usize(cur).in_use() {
+                return None;
+            }
+            match m.state.compare_exchange(cur, state.to_usize(), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        m.set_note(why);
+        let txg = self.txg.load(Ordering::Relaxed);
+        self.persist(|cfg| {
+            if let Some(e) = cfg.members.get_mut(i) {
+                e.state = MemberPhysState::Faulted;
+                e.since_txg = txg;
+            }
+        })
+    }
+
+    /// Count a read error of member `i` (faulting it past the threshold, or at once if the
+    /// device is gone); returns a later error the fault's label writes met.
+    fn read_error(&self, i: usize, what: &str, e: &io::Error) -> Option<io::Error> {
+        let m = self.members.get(i)?;
+        let n = m.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        if is_gone(e) {
+            self.fault(i, MemberState::Removed, format!("{what}: {e} (the device is gone)"))
+        } else if n >= READ_ERRORS_TO_FAULT {
+            self.fault(i, MemberState::Faulted, format!("{n} read errors, the last: {what}: {e}"))
+        } else {
+            None
+        }
+    }
+
+    /// Count a write error of member `i` and fault it; returns a later error the fault's
+    /// label writes met.
+    fn write_error(&self, i: usize, what: &str, e: &io::Error) -> Option<io::Error> {
+        let m = self.members.get(i)?;
+        m.write_errors.fetch_add(1, Ordering::Relaxed);
+        match is_gone(e) {
+            true => self.fault(i, MemberState::Removed, format!("{what}: {e} (the device is gone)")),
+            false => self.fault(i, MemberState::Faulted, format!("{what}: {e}")),
+        }
+    }
+
+    /// Rewrite a copy that failed verification: `bad` is what the member returned, `good`
+    /// the verified copy; only `heal` is taken from `good` (the rest of the span may hold
+    /// other blocks).
+    fn heal(&self, i: usize, offset: u64, mut bad: Vec<u8>, good: &[u8], heal: Range<usize>) {
+        let Some(m) = self.members.get(i) else { return };
+        m.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        if m.checksum_errors.load(Ordering::Relaxed) >= CHECKSUM_ERRORS_TO_DEGRADE {
+            let _ = m.state.compare_exchange(
+                MemberState::Online.to_usize(),
+                MemberState::Degraded.to_usize(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            m.set_note(format!("{} checksum errors (repaired)", m.checksum_errors.load(Ordering::Relaxed)));
+        }
+        let (Some(dst), Some(src)) = (bad.get_mut(heal.clone()), good.get(heal.clone())) else { return };
+        dst.copy_from_slice(src);
+        self.rewrite(i, offset, &bad, heal.len() as u64);
+    }
+
+    /// Write `bytes` at logical `offset` on member `i` (repairs), counting `repaired`.
+    fn rewrite(&self, i: usize, offset: u64, bytes: &[u8], repaired: u64) {
+        if !self.writable {
+            return;
+        }
+        let Some(m) = self.members.get(i) else { return };
+        let Some(dev) = m.in_use() else { return };
+        match dev.write_at(bytes, offset + MEMBER_AREA_BYTES) {
+            Ok(()) => {
+                m.repaired_bytes.fetch_add(repaired, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.write_error(i, "repair write", &e);
+            }
+        }
+    }
+
+    /// Members in use, starting at the next one in the round robin.
+    fn read_order(&self) -> impl Iterator<Item = (usize, &Arc<dyn BlockDevice>)> {
+        let n = self.members.len();
+        let start = self.next_read.fetch_add(1, Ordering::Relaxed) % n.max(1);
+        (0..n).filter_map(move |k| {
+            let i = (start + k) % n;
+            self.members.get(i).and_then(|m| m.in_use()).map(|d| (i, d))
+        })
+    }
+
+    /// Run `op` on every member in use; Ok if at least one succeeded.
+    fn on_all(&self, what: &str, op: impl Fn(&dyn BlockDevice) -> io::Result<()>) -> io::Result<()> {
+        let mut done = 0;
+        let mut last = None;
+        for (i, m) in self.members.iter().enumerate() {
+            let Some(dev) = m.in_use() else { continue };
+            match op(dev.as_ref()) {
+                Ok(()) => done += 1,
+                Err(e) => {
+                    let later = self.write_error(i, what, &e);
+                    last = keep(keep(last, Some(e)), later);
+                }
+            }
+        }
+        // Ok only while a member is still in use: one that took the write may have been
+        // faulted since (its label write failed), and then the pool is suspended.
+        if done > 0 && self.members.iter().any(|m| m.in_use().is_some()) {
+            return Ok(());
+        }
+        // The member's own error, unwrapped: callers look at its kind and source.
+        Err(last.unwrap_or_else(|| suspended(what)))
+    }
+}
+
+impl Member {
+    fn new(dev: Option<Arc<dyn BlockDevice>>, guid: u64, device: String, state: MemberState) -> Member {
+        Member {
+            dev,
+            guid,
+            device,
+            state: AtomicUsize::new(state.to_usize()),
+            read_errors: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            checksum_errors: AtomicU64::new(0),
+            repaired_bytes: AtomicU64::new(0),
+            note: Mutex::new(None),
+        }
+    }
+}
+
+/// Write both copies of member `i`'s label (the configuration `cfg` as seen from it), then
+/// flush.
+fn write_label(dev: &dyn BlockDevice, cfg: &MemberLabelPhys, i: usize) -> io::Result<()> {
+    let mut l = cfg.clone();
+    l.member_index = i as u32;
+    l.member_guid = cfg.members.get(i).map_or(0, |m| m.guid);
+    debug_assert!(l.members.len() <= MEMBERS_MAX);
+    let raw = l.encode();
+    dev.write_at(&raw, 0)?;
+    dev.write_at(&raw, MEMBER_LABEL_COPY_1)?;
+    dev.flush()
+}
+
+impl BlockDevice for MirrorDevice {
+    fn size_bytes(&self) -> u64 {
+        self.logical_size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut last = None;
+        for (i, dev) in self.read_order() {
+            match dev.read_at(buf, offset + MEMBER_AREA_BYTES) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let later = self.read_error(i, "read", &e);
+                    last = keep(keep(last, Some(e)), later);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| suspended("read")))
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.on_all("write", |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.on_all("flush", |d| d.flush())
+    }
+
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.on_all("durable write", |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<&str> = self.members.iter().map(|m| m.device.as_str()).collect();
+        format!("mirror of {}", names.join(", "))
+    }
+
+    fn read_verified(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        heal: Range<usize>,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<bool> {
+        let mut bad: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut failed = Vec::new();
+        let mut last = None;
+        for (i, dev) in self.read_order() {
+            if let Err(e) = dev.read_at(buf, offset + MEMBER_AREA_BYTES) {
+                failed.push(i);
+                let later = self.read_error(i, "read", &e);
+                last = keep(keep(last, Some(e)), later);
+                continue;
+            }
+            if verify(buf) {
+                for (j, copy) in bad {
+                    self.heal(j, offset, copy, buf, heal.clone());
+                }
+                // A sector that failed to read is rewritten too: devices remap on write.
+                for j in failed {
+                    self.rewrite(j, offset, buf, buf.len() as u64);
+                }
+                return Ok(true);
+            }
+            bad.push((i, buf.to_vec()));
+        }
+        match bad.into_iter().next() {
+            // No copy verified: the caller reports the corruption (it may also be a block
+            // that was never written, which no copy holds).
+            Some((_, first)) => {
+                buf.copy_from_slice(&first);
+                Ok(false)
+            }
+            None => Err(last.unwrap_or_else(|| suspended("read"))),
+        }
+    }
+
+    fn scrub_read(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        heal: Range<usize>,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<bool> {
+        let mut copies: Vec<(usize, io::Result<()>, Vec<u8>)> = Vec::new();
+        for (i, dev) in self.read_order() {
+            let mut copy = vec![0u8; buf.len()];
+            let r = dev.read_at(&mut copy, offset + MEMBER_AREA_BYTES);
+            copies.push((i, r, copy));
+        }
+        let good = copies.iter().position(|(_, r, c)| r.is_ok() && verify(c));
+        let Some(good) = good else {
+            // No copy verified: report the first copy read (or the last error).
+            let mut last = None;
+            for (i, r, copy) in copies {
+                match r {
+                    Ok(()) => {
+                        buf.copy_from_slice(&copy);
+                        return Ok(false);
+                    }
+                    Err(e) => {
+                        let later = self.read_error(i, "scrub read", &e);
+                        last = keep(keep(last, Some(e)), later);
+                    }
+                }
+            }
+            return Err(last.unwrap_or_else(|| suspended("scrub read")));
+        };
+        let (_, _, good_copy) = copies.swap_remove(good);
+        for (i, r, copy) in copies {
+            match r {
+                Ok(()) if verify(&copy) => {}
+                Ok(()) => self.heal(i, offset, copy, &good_copy, heal.clone()),
+                Err(e) => {
+                    self.read_error(i, "scrub read", &e);
+                    self.rewrite(i, offset, &good_copy, good_copy.len() as u64);
+                }
+            }
+        }
+        buf.copy_from_slice(&good_copy);
+        Ok(true)
+    }
+
+    fn read_best(&self, buf: &mut [u8], offset: u64, score: &dyn Fn(&[u8]) -> Option<u64>) -> io::Result<Option<u64>> {
+        let mut copies: Vec<(usize, Option<u64>, Vec<u8>)> = Vec::new();
+        let mut last = None;
+        for (i, dev) in self.read_order() {
+            let mut copy = vec![0u8; buf.len()];
+            match dev.read_at(&mut copy, offset + MEMBER_AREA_BYTES) {
+                Ok(()) => copies.push((i, score(&copy), copy)),
+                Err(e) => {
+                    let later = self.read_error(i, "read", &e);
+                    last = keep(keep(last, Some(e)), later);
+                }
+            }
+        }
+        // The highest score; the first copy read among equals.
+        let Some(best) = copies.iter().enumerate().max_by_key(|(k, c)| (c.1, std::cmp::Reverse(*k))).map(|(k, _)| k)
+        else {
+            return Err(last.unwrap_or_else(|| suspended("read")));
+        };
+        let (_, best_score, best_copy) = copies.swap_remove(best);
+        buf.copy_from_slice(&best_copy);
+        if best_score.is_some() {
+            for (i, s, copy) in copies {
+                if s < best_score && copy != best_copy {
+                    self.rewrite(i, offset, &best_copy, best_copy.len() as u64);
+                }
+            }
+        }
+        Ok(best_score)
+    }
+
+    fn note_txg(&self, txg: u64) {
+        self.txg.store(txg, Ordering::Relaxed);
+    }
+
+    fn set_status(&self) -> Option<SetStatus> {
+        let members: Vec<MemberStatus> = self
+            .members
+            .iter()
+            .enumerate()
+            .map(|(index, m)| MemberStatus {
+                index,
+                guid: m.guid,
+                device: m.device.clone(),
+                state: m.state(),
+                read_errors: m.read_errors.load(Ordering::Relaxed),
+                write_errors: m.write_errors.load(Ordering::Relaxed),
+                checksum_errors: m.checksum_errors.load(Ordering::Relaxed),
+                repaired_bytes: m.repaired_bytes.load(Ordering::Relaxed),
+                note: lock(&m.note).clone(),
+            })
+            .collect();
+        let in_use = members.iter().filter(|m| m.state.in_use()).count();
+        let health = match in_use {
+            0 => SetHealth::Suspended,
+            n if n == members.len() && members.iter().all(|m| m.state == MemberState::Online) => SetHealth::Online,
+            _ => SetHealth::Degraded,
+        };
+        Some(SetStatus { layout: Layout::Mirror, set_guid: lock(&self.config).set_guid, health, members })
+    }
+}

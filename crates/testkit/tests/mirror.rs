@@ -1,0 +1,247 @@
+//! Mirrors: a pool over two or three simulated disks keeps serving, with the right bytes,
+//! when a member rots, returns errors, disappears or misses writes; damaged copies are
+//! repaired from the good one and counted per member; a member that fell out of sync is
+//! never read as if it were current, also after reopening; losing every member fails I/O
+//! with a clear error, never wrong data.
+
+use std::sync::Arc;
+use strata_engine::format::node::IndirectPhys;
+use strata_engine::format::BlockPtr;
+use strata_engine::{
+    BlockDevice, CheckOptions, ErrorKind, MemberState, ObjectId, Pool, SetHealth, VolumeId, VolumeOptions,
+};
+use strata_testkit::devset::{member_offset, SimMirror};
+use strata_testkit::model::capture;
+use strata_testkit::{test_create_options, test_pool_options, SimDisk};
+
+const SEED: u64 = 11;
+
+fn pool_with_data(ways: usize) -> (SimMirror, Pool, VolumeId, Vec<ObjectId>) {
+    let m = SimMirror::create(ways, 32 << 20, 4096, SEED);
+    let pool = Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap();
+    let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    let mut objs = vec![];
+    for i in 0..3u8 {
+        let o = pool.create_object(vol, &[i]).unwrap();
+        let data: Vec<u8> = (0..40 * 16384u32).map(|j| (j % 239) as u8 ^ i).collect();
+        pool.write(vol, o, 0, &data).unwrap();
+        objs.push(o);
+    }
+    pool.commit().unwrap();
+    (m, pool, vol, objs)
+}
+
+fn expected(i: u8, off: u64, len: usize) -> Vec<u8> {
+    (off..off + len as u64).map(|j| (j % 239) as u8 ^ i).collect()
+}
+
+/// The block pointer of record `rec` of an object (through its indirect block).
+fn data_block(m: &SimMirror, pool: &Pool, vol: VolumeId, obj: ObjectId, rec: usize) -> BlockPtr {
+    let (root, levels) = pool.object_block_root(vol, obj).unwrap();
+    assert_eq!(levels, 1);
+    let mut raw = vec![0u8; root.psize as usize];
+    m.dev.read_at(&mut raw, root.addr).unwrap();
+    raw.resize(16384, 0);
+    IndirectPhys::decode(&raw, None).unwrap().bps[rec]
+}
+
+fn reopen(disks: Vec<Option<Arc<SimDisk>>>) -> (SimMirror, Pool, Vec<String>) {
+    let (m, notes) = SimMirror::open(disks, true).unwrap();
+    let pool = Pool::open(m.device(), test_pool_options()).unwrap();
+    (m, pool, notes)
+}
+
+fn member(pool: &Pool, i: usize) -> strata_engine::MemberStatus {
+    pool.status().devices.expect("a device set").members[i].clone()
+}
+
+#[test]
+fn members_hold_the_same_bytes_and_the_pool_carries_the_feature() {
+    let (m, pool, _, _) = pool_with_data(3);
+    let st = pool.status();
+    let set = st.devices.unwrap();
+    assert_eq!(set.health, SetHealth::Online);
+    assert_eq!(set.members.len(), 3);
+    assert!(st.features.incompat & strata_engine::format::features::INCOMPAT_DEVICE_SET != 0);
+    drop(pool);
+    let img: Vec<Vec<u8>> = m.disks.iter().map(|d| d.current_image()[member_offset(0) as usize..].to_vec()).collect();
+    assert!(img[0] == img[1] && img[1] == img[2], "members differ");
+    // A member alone is not a pool: its start is a member label.
+    let e = Pool::open(m.disks[0].clone() as Arc<dyn BlockDevice>, test_pool_options()).err().expect("refused");
+    assert!(e.to_string().contains("no valid label"), "{e}");
+}
+
+#[test]
+fn bit_rot_on_one_member_is_repaired_from_the_other() {
+    let (m, pool, vol, objs) = pool_with_data(2);
+    let bp = data_block(&m, &pool, vol, objs[1], 5);
+    drop(pool);
+    let (m, pool, _) = reopen(m.disks.iter().cloned().map(Some).collect());
+    // Rot the copy on every member but one, at a different member each round.
+    for bad in 0..2 {
+        m.disks[bad].rot(member_offset(bp.addr + 100 + bad as u64), 3);
+        let before = member(&pool, bad);
+        // A read goes to one member (round robin); a scrub reads every copy.
+        assert_eq!(pool.read(vol, objs[1], 5 * 16384, 16384).unwrap(), expected(1, 5 * 16384, 16384));
+        let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
+        assert!(r.is_clean(), "{:#?}", r.errors);
+        assert!(r.copies_verified > 100, "{r:?}");
+        let after = member(&pool, bad);
+        assert_eq!(after.checksum_errors, before.checksum_errors + 1, "member {bad}: {after:?}");
+        assert!(after.repaired_bytes >= before.repaired_bytes + bp.psize as u64);
+        // The member's own copy is fixed: its bytes equal the other member's again.
+        let (a, b) = (m.disks[0].current_image(), m.disks[1].current_image());
+        let at = member_offset(bp.addr) as usize..member_offset(bp.addr) as usize + bp.psize as usize;
+        assert_eq!(a[at.clone()], b[at], "member {bad} not repaired");
+    }
+    // Repaired damage is not corruption: the pool's counter stays at zero.
+    assert_eq!(pool.status().corruptions_detected, 0);
+    assert_eq!(pool.status().devices.unwrap().health, SetHealth::Online);
+}
+
+#[test]
+fn damage_on_every_copy_is_a_corruption_error_not_wrong_data() {
+    let (m, pool, vol, objs) = pool_with_data(2);
+    let bp = data_block(&m, &pool, vol, objs[2], 7);
+    drop(pool);
+    for d in &m.disks {
+        d.rot(member_offset(bp.addr + 9), 1);
+    }
+    let (_m, pool, _) = reopen(m.disks.iter().cloned().map(Some).collect());
+    let e = pool.read(vol, objs[2], 7 * 16384, 10).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
+    assert_eq!(pool.status().corruptions_detected, 1);
+}
+
+#[test]
+fn damaged_metadata_and_roots_on_one_member_are_repaired() {
+    let (m, pool, vol, objs) = pool_with_data(2);
+    let (root, _) = pool.object_block_root(vol, objs[0]).unwrap();
+    let txg = pool.committed_root().txg;
+    drop(pool);
+    // Member 0: its indirect block, both pool labels and both copies of the newest root.
+    let slot = txg % strata_engine::format::RING_SLOTS;
+    m.disks[0].rot(member_offset(root.addr + 70), 0);
+    for label in 0..2 {
+        m.disks[0].rot(member_offset(label * strata_engine::format::LABEL_SIZE + 30), 2);
+        m.disks[0].rot(member_offset(strata_engine::txg::ring_slot_addr(label, slot) + 40), 5);
+    }
+    let (_m, pool, _) = reopen(m.disks.iter().cloned().map(Some).collect());
+    assert_eq!(pool.committed_root().txg, txg, "a good copy of the newest root exists");
+    assert_eq!(pool.read(vol, objs[0], 0, 100).unwrap(), expected(0, 0, 100));
+    assert!(pool.status().open_notes.is_empty(), "{:?}", pool.status().open_notes);
+    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.errors);
+    assert!(member(&pool, 0).checksum_errors >= 1, "the indirect block's bad copy was met");
+    assert_eq!(member(&pool, 1).checksum_errors, 0);
+    drop(pool);
+    // Everything was repaired: member 0 alone opens at the same root, with the same data.
+    let (_m, pool, _) = reopen(vec![Some(m.disks[0].clone()), None]);
+    assert_eq!(pool.committed_root().txg, txg);
+    let r = pool.check(CheckOptions::default()).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.errors);
+}
+
+#[test]
+fn a_member_that_disappears_is_removed_and_the_pool_carries_on() {
+    let (m, pool, vol, objs) = pool_with_data(2);
+    let gen = m.dev.generation();
+    m.disks[1].set_gone(true);
+    // Writes and commits go on, on member 0 alone.
+    pool.write(vol, objs[0], 0, b"after the loss").unwrap();
+    pool.commit().unwrap();
+    assert_eq!(pool.read(vol, objs[1], 0, 100).unwrap(), expected(1, 0, 100));
+    let set = pool.status().devices.unwrap();
+    assert_eq!(set.health, SetHealth::Degraded);
+    assert_eq!(set.members[1].state, MemberState::Removed, "{:?}", set.members[1]);
+    assert!(set.members[1].note.as_deref().unwrap_or("").contains("gone"), "{:?}", set.members[1]);
+    assert!(m.dev.generation() > gen, "the loss is recorded in the labels left");
+    let want = capture(&pool).unwrap();
+    drop(pool);
+
+    // Reopened without it: degraded, everything there.
+    let (_m, pool, notes) = reopen(vec![Some(m.disks[0].clone()), None]);
+    assert!(notes.iter().any(|n| n.contains("FAULTED")), "{notes:?}");
+    assert_eq!(capture(&pool).unwrap(), want);
+    drop(pool);
+
+    // It comes back, stale: still not used. Prove it by destroying its contents.
+    m.disks[1].set_gone(false);
+    let img = m.disks[1].current_image();
+    let mut wrecked = img.clone();
+    wrecked[member_offset(0) as usize..].iter_mut().for_each(|b| *b = 0xA5);
+    let stale = Arc::new(SimDisk::from_image(wrecked, 4096));
+    let (_m, pool, _) = reopen(vec![Some(m.disks[0].clone()), Some(stale)]);
+    assert_eq!(member(&pool, 1).state, MemberState::Faulted);
+    assert_eq!(capture(&pool).unwrap(), want);
+    assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+}
+
+#[test]
+fn write_and_read_errors_fault_a_member_without_failing_the_pool() {
+    let (m, pool, vol, objs) = pool_with_data(3);
+    m.disks[2].fail_writes(1);
+    pool.write(vol, objs[0], 0, b"written while a member fails").unwrap();
+    pool.commit().unwrap();
+    assert_eq!(member(&pool, 2).state, MemberState::Faulted);
+    assert_eq!(member(&pool, 2).write_errors, 1);
+    // Read errors: one member refuses every read; each read is served by another, and
+    // after the threshold the member is faulted.
+    m.disks[0].fail_reads_in(Some((0, u64::MAX / 2)));
+    for rec in 0..40u64 {
+        let data = pool.read(vol, objs[1], rec * 16384, 16384);
+        assert_eq!(data.unwrap(), expected(1, rec * 16384, 16384));
+    }
+    let st = pool.status().devices.unwrap();
+    assert!(st.members[0].read_errors >= 1);
+    assert!(st.members[0].state == MemberState::Faulted || st.members[0].read_errors < 16, "{:?}", st.members[0]);
+    assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+}
+
+#[test]
+fn losing_every_member_fails_io_clearly() {
+    let (m, pool, vol, objs) = pool_with_data(2);
+    for d in &m.disks {
+        d.set_gone(true);
+    }
+    // The write may need to read first (and fail there), or fail at its commit.
+    let e = pool.write(vol, objs[0], 0, b"nowhere to go").and_then(|_| pool.commit()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert_eq!(pool.status().devices.unwrap().health, SetHealth::Suspended);
+    // Reads never return wrong bytes: an error (or the cached truth).
+    match pool.read(vol, objs[1], 20 * 16384, 100) {
+        Ok(b) => assert_eq!(b, expected(1, 20 * 16384, 100)),
+        Err(e) => assert!(e.to_string().contains("suspended") || e.kind() == ErrorKind::Io, "{e}"),
+    }
+    drop(pool);
+    for d in &m.disks {
+        d.set_gone(false);
+    }
+    // Back: the pool opens at its last commit.
+    let (_m, pool, _) = reopen(m.disks.iter().cloned().map(Some).collect());
+    assert_eq!(pool.read(vol, objs[1], 0, 10).unwrap(), expected(1, 0, 10));
+}
+
+#[test]
+fn a_member_missing_at_a_writable_open_is_recorded_stale() {
+    let (m, pool, vol, objs) = pool_with_data(2);
+    drop(pool);
+    let (_m, pool, notes) = reopen(vec![None, Some(m.disks[1].clone())]);
+    assert!(notes.iter().any(|n| n.contains("UNAVAILABLE")), "{notes:?}");
+    assert_eq!(member(&pool, 0).state, MemberState::Unavailable);
+    pool.write(vol, objs[2], 0, b"member 0 misses this").unwrap();
+    pool.commit().unwrap();
+    let want = capture(&pool).unwrap();
+    drop(pool);
+    let (_m, pool, _) = reopen(vec![Some(m.disks[0].clone()), Some(m.disks[1].clone())]);
+    assert_eq!(member(&pool, 0).state, MemberState::Stale);
+    assert_eq!(capture(&pool).unwrap(), want);
+    // A read-only open with a member missing changes no label.
+    drop(pool);
+    let gen = m.dev.generation();
+    let (ro, _) = SimMirror::open(vec![None, Some(m.disks[1].clone())], false).unwrap();
+    drop(ro);
+    let (again, _) = SimMirror::open(vec![Some(m.disks[0].clone()), Some(m.disks[1].clone())], false).unwrap();
+    assert!(again.dev.generation() >= gen);
+    assert_eq!(again.dev.set_status().unwrap().members[0].state, MemberState::Stale);
+}
