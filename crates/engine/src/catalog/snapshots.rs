@@ -71,7 +71,7 @@ impl Catalog {
     pub(crate) fn snapshot_id(&self, vol: VolumeId, name: &str) -> Result<u64> {
         self.snapshots.iter().find(|(_, s)| s.rec.volume == vol.0 && s.name == name).map(|(id, _)| *id).ok_or_else(
             || {
-                let vname = self.volumes.get(&vol).map_or("?", |v| v.name.as_str());
+                let vname = self.volumes.get(&vol).map_or("?", |v| v.record.name.as_str());
                 Error::NotFound(format!("snapshot {vname}@{name} (see `strata snapshot list {vname}`)"))
             },
         )
@@ -80,7 +80,7 @@ impl Catalog {
     pub(crate) fn snapshot_display(&self, id: u64) -> String {
         match self.snapshots.get(&id) {
             Some(s) => {
-                let v = self.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
+                let v = self.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.record.name.as_str());
                 format!("{v}@{}", s.name)
             }
             None => format!("snapshot #{id}"),
@@ -89,7 +89,7 @@ impl Catalog {
 
     pub(crate) fn children(&self, id: u64) -> Vec<Child> {
         let mut out: Vec<Child> =
-            self.volumes.iter().filter(|(_, v)| v.rec.parent == id).map(|(vid, _)| Child::Head(*vid)).collect();
+            self.volumes.iter().filter(|(_, v)| v.record.phys.parent == id).map(|(vid, _)| Child::Head(*vid)).collect();
         out.extend(self.snapshots.iter().filter(|(_, s)| s.rec.parent == id).map(|(sid, _)| Child::Snap(*sid)));
         out
     }
@@ -103,7 +103,7 @@ impl Catalog {
 
     pub(crate) fn child_deadlist(&self, c: Child) -> u64 {
         match c {
-            Child::Head(v) => self.volumes[&v].rec.deadlist,
+            Child::Head(v) => self.volumes[&v].record.phys.deadlist,
             Child::Snap(s) => self.snapshots[&s].rec.deadlist,
         }
     }

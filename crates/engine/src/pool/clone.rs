@@ -63,7 +63,7 @@ impl Pool {
                 let mut ids = Vec::new();
                 for (vid, sid, new_name) in plan {
                     let s = p.catalog.snapshots[&sid].rec.clone();
-                    let src = p.catalog.volumes[&vid].rec.clone();
+                    let src = p.catalog.volumes[&vid].record.phys.clone();
                     let id = VolumeId(new.next().expect("two ids per clone"));
                     let dl = new.next().expect("two ids per clone");
                     let rec = VolumeRecordPhys {
@@ -86,8 +86,8 @@ impl Pool {
                         dedup: src.dedup,
                     };
                     let mut v = VolumeState::new(new_name.clone(), rec);
-                    v.parent_txg = s.txg;
-                    v.dirty = true;
+                    v.record.parent_txg = s.txg;
+                    v.dirty.changed = true;
                     p.catalog.volumes.insert(id, v);
                     p.catalog.by_name.insert(new_name, id);
                     ids.push(id);
@@ -106,7 +106,7 @@ impl Pool {
             let mut p = self.lock();
             p.writable()?;
             let vid = p.volume_id(name)?;
-            let origin = p.catalog.volumes[&vid].rec.origin;
+            let origin = p.catalog.volumes[&vid].record.phys.origin;
             if origin == 0 {
                 return Err(Error::invalid(format!("volume {name} is not a clone: nothing to split")));
             }
@@ -138,26 +138,26 @@ impl Pool {
             .get(&vid)
             .ok_or_else(|| Error::NotFound(format!("volume {name} (deleted during split)")))?;
         let mut all = Vec::new();
-        collect_born_after(&p.io, &v.rec.tree_root, 0, &mut HashSet::new(), &mut all)?;
+        collect_born_after(&p.io, &v.record.phys.tree_root, 0, &mut HashSet::new(), &mut all)?;
         let left = all.iter().filter(|bp| bp.birth_txg <= origin_txg).count();
         if left > 0 {
             return Err(Error::Busy(format!(
                 "clone {name} still shares {left} blocks with its origin (written to while splitting?): run the split again"
             )));
         }
-        let dl = v.rec.deadlist;
+        let dl = v.record.phys.deadlist;
         for bp in p.catalog.deadlist_entries(&p.io, dl, 0)? {
             let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
             catalog.remove(io, &crate::pool::snapshot::deadlist_key(dl, bp.birth_txg, bp.addr))?;
         }
         let v = p.catalog.volumes.get_mut(&vid).expect("checked");
-        v.rec.parent = 0;
-        v.rec.origin = 0;
-        v.rec.deadlist = 0;
-        v.parent_txg = 0;
-        v.rec.written_sectors = v.rec.used_sectors;
-        v.rec.total_sectors = v.rec.used_sectors;
-        v.dirty = true;
+        v.record.phys.parent = 0;
+        v.record.phys.origin = 0;
+        v.record.phys.deadlist = 0;
+        v.record.parent_txg = 0;
+        v.record.phys.written_sectors = v.record.phys.used_sectors;
+        v.record.phys.total_sectors = v.record.phys.used_sectors;
+        v.dirty.changed = true;
         p.catalog.dirty = true;
         p.commit()?;
         Ok(stats)
@@ -172,7 +172,7 @@ impl Pool {
             p.writable()?;
             let ids = {
                 let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
-                volumes.get_mut(&vid).ok_or_else(gone)?.list_objects(io, after, 64)?
+                volumes.get_mut(&vid).ok_or_else(gone)?.objset.list_objects(io, after, 64)?
             };
             let Some(&last) = ids.last() else { return Ok(()) };
             let mut pending = 0;
@@ -206,8 +206,8 @@ impl Pool {
                         if blocktree::lookup(io, &dn.root, dn.levels, first)?.is_hole() {
                             // An old indirect block with no records under it: a hole placed
                             // below it makes the path new.
-                            v.shared_records.insert((obj, first), BlockPtr::HOLE);
-                            v.dirty = true;
+                            v.dirty.shared_records.insert((obj, first), BlockPtr::HOLE);
+                            v.dirty.changed = true;
                         }
                     }
                     if pending >= BATCH_BYTES {
@@ -229,14 +229,14 @@ impl Pool {
             p.writable()?;
             let PoolInner { io, catalog: crate::catalog::Catalog { volumes, .. }, .. } = &mut *p;
             let v = volumes.get_mut(&vid).ok_or_else(|| Error::NotFound("volume deleted during split".into()))?;
-            let batch = v.tree.range(io, &start, None, BATCH_KEYS)?;
+            let batch = v.objset.tree.range(io, &start, None, BATCH_KEYS)?;
             let Some((last, _)) = batch.last() else { return Ok(()) };
             start = last.clone();
             start.push(0);
             for (k, val) in &batch {
-                v.tree.insert(io, k, val)?;
+                v.objset.tree.insert(io, k, val)?;
             }
-            v.dirty = true;
+            v.dirty.changed = true;
             stats.rewritten_keys += batch.len() as u64;
             p.commit()?;
         }

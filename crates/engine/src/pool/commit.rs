@@ -60,7 +60,7 @@ impl PoolInner {
     }
 
     pub(crate) fn dirty_bytes(&self) -> u64 {
-        self.catalog.volumes.values().map(|v| v.dirty_bytes()).sum()
+        self.catalog.volumes.values().map(|v| v.dirty.dirty_bytes()).sum()
     }
 
     /// Whether the open txg's writers rewrite their data faster than commits come: more
@@ -68,18 +68,18 @@ impl PoolInner {
     /// passes would write what is overwritten before the freeze (quiesce.rs).
     pub(crate) fn rewrites_outpace_commits(&self) -> bool {
         let dirty = self.dirty_bytes();
-        dirty > 0 && self.catalog.volumes.values().map(|v| v.rewritten_bytes()).sum::<u64>() >= dirty
+        dirty > 0 && self.catalog.volumes.values().map(|v| v.dirty.rewritten_bytes()).sum::<u64>() >= dirty
     }
 
     pub(crate) fn could_free_space(&self) -> bool {
         self.alloc.held_units() > 0
-            || self.catalog.volumes.values().any(|v| v.dirty || v.is_frozen())
+            || self.catalog.volumes.values().any(|v| v.dirty.changed || v.dirty.is_frozen())
             || self.destroy_pending()
     }
 
     pub(crate) fn is_dirty(&self) -> bool {
         self.catalog.dirty
-            || self.catalog.volumes.values().any(|v| v.dirty || v.is_frozen())
+            || self.catalog.volumes.values().any(|v| v.dirty.changed || v.dirty.is_frozen())
             || self.alloc.has_dirty_chunks()
             || self.destroy_pending()
     }
@@ -90,7 +90,7 @@ impl PoolInner {
     pub(crate) fn freeze(&mut self) {
         assert!(self.txg.frozen_lsn.is_none(), "one commit at a time");
         self.txg.frozen_lsn = Some(self.ilog.appended);
-        for v in self.catalog.volumes.values_mut().filter(|v| v.dirty) {
+        for v in self.catalog.volumes.values_mut().filter(|v| v.dirty.changed) {
             v.freeze();
         }
     }
@@ -145,18 +145,18 @@ impl PoolInner {
         {
             // Only frozen volumes sync; any other's prewritten blocks are nobody's.
             let PoolInner { alloc, ddt, catalog: crate::catalog::Catalog { volumes, .. }, .. } = self;
-            for v in volumes.values_mut().filter(|v| !v.is_frozen()) {
-                v.drop_prewritten(alloc, ddt, txg)?;
+            for v in volumes.values_mut().filter(|v| !v.dirty.is_frozen()) {
+                v.dirty.drop_prewritten(alloc, ddt, txg)?;
             }
         }
         let mut released = std::mem::take(&mut self.catalog.released);
         let dirty: Vec<VolumeId> =
-            self.catalog.volumes.iter().filter(|(_, v)| v.is_frozen()).map(|(id, _)| *id).collect();
+            self.catalog.volumes.iter().filter(|(_, v)| v.dirty.is_frozen()).map(|(id, _)| *id).collect();
         for vid in dirty {
             let PoolInner { io, alloc, ddt, catalog: crate::catalog::Catalog { volumes, .. }, .. } = self;
             let v = volumes.get_mut(&vid).expect("listed above");
             let r = v.sync(io, alloc, ddt, txg)?;
-            let dl = v.rec.deadlist;
+            let dl = v.record.phys.deadlist;
             for bp in &r.dead {
                 self.catalog.deadlist_insert(&self.io, dl, bp)?;
             }
@@ -164,7 +164,7 @@ impl PoolInner {
             self.take_pending_snapshots(vid, txg)?;
             let PoolInner { io, catalog: crate::catalog::Catalog { volumes, tree: catalog, .. }, .. } = self;
             let v = &volumes[&vid];
-            catalog.insert(io, &volume_key(&v.name), &v.rec.encode())?;
+            catalog.insert(io, &volume_key(&v.record.name), &v.record.phys.encode())?;
         }
         // A deleted volume's next blocks (destroy.rs): before the catalog is written.
         self.destroy_step(txg)?;
@@ -218,7 +218,7 @@ impl PoolInner {
         );
         alloc.set_oldest_read_pin(self.read_pins.oldest());
         write_root(self.dev.as_ref(), alloc, &ub)?;
-        alloc.reset_reservations(self.catalog.volumes.values().map(|v| v.open_reserved_units()).sum());
+        alloc.reset_reservations(self.catalog.volumes.values().map(|v| v.dirty.open_reserved_units()).sum());
         let frozen_lsn = self.txg.frozen_lsn.take().expect("frozen above");
         self.retired_log = self.ilog.reset(txg, frozen_lsn);
         self.txg.root = ub;

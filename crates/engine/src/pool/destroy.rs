@@ -108,8 +108,8 @@ impl PoolInner {
     /// catalog and queue its blocks for freeing (see the module comment).
     pub(crate) fn queue_destroy(&mut self, vol: VolumeId) -> Result<()> {
         let Some(head) = self.catalog.volumes.get(&vol) else { return Ok(()) };
-        let after_txg = self.catalog.snapshot_txg(head.rec.origin);
-        let mut trees = vec![DestroyTreePhys { root: head.rec.tree_root, deadlist: head.rec.deadlist }];
+        let after_txg = self.catalog.snapshot_txg(head.record.phys.origin);
+        let mut trees = vec![DestroyTreePhys { root: head.record.phys.tree_root, deadlist: head.record.phys.deadlist }];
         trees.extend(
             self.catalog
                 .snapshots
@@ -117,8 +117,12 @@ impl PoolInner {
                 .filter(|s| s.rec.volume == vol.0)
                 .map(|s| DestroyTreePhys { root: s.rec.tree_root, deadlist: s.rec.deadlist }),
         );
-        let phys =
-            DestroyPhys { after_txg, trees: trees.len() as u32, freed_data: 0, sectors_left: head.rec.total_sectors };
+        let phys = DestroyPhys {
+            after_txg,
+            trees: trees.len() as u32,
+            freed_data: 0,
+            sectors_left: head.record.phys.total_sectors,
+        };
         if self.label.features.ro_compat & RO_COMPAT_ASYNC_DESTROY == 0 {
             let mut label = self.label.clone();
             label.features.ro_compat |= RO_COMPAT_ASYNC_DESTROY;

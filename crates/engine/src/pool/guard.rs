@@ -77,17 +77,17 @@ impl<'a> PoolGuard<'a> {
         let PoolInner { io, alloc, catalog: crate::catalog::Catalog { volumes, views, .. }, .. } = &mut *self.p;
         if let Some(view) = views.get_mut(&vol) {
             if write {
-                return Err(Error::ReadOnly(format!("snapshot {} is read-only", view.name)));
+                return Err(Error::ReadOnly(format!("snapshot {} is read-only", view.record.name)));
             }
             return Ok((view, io, alloc));
         }
-        let held = if write && volumes.values().any(|v| v.reservation_bytes > 0) {
+        let held = if write && volumes.values().any(|v| v.record.reservation_bytes > 0) {
             crate::pool::space::held_for_others(volumes, vol)
         } else {
             0
         };
         let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-        v.held_for_others_units = held;
+        v.record.held_for_others_units = held;
         Ok((v, io, alloc))
     }
 
@@ -109,16 +109,17 @@ impl<'a> PoolGuard<'a> {
         Ok(SpaceInfo {
             pool_size_bytes: size,
             pool_free_bytes: free,
-            volume_used_bytes: v.rec.used_sectors * crate::format::SECTOR_SIZE + v.reserved_units() * UNIT_SIZE,
-            volume_quota_bytes: v.rec.quota_bytes,
+            volume_used_bytes: v.record.phys.used_sectors * crate::format::SECTOR_SIZE
+                + v.dirty.reserved_units() * UNIT_SIZE,
+            volume_quota_bytes: v.record.phys.quota_bytes,
         })
     }
 
     pub fn set_quota(&mut self, vol: VolumeId, quota_bytes: u64) -> Result<()> {
         self.settled()?;
         let (v, _, _) = self.vol_mut(vol, true)?;
-        v.rec.quota_bytes = quota_bytes;
-        v.dirty = true;
+        v.record.phys.quota_bytes = quota_bytes;
+        v.dirty.changed = true;
         // Not a logged operation: the next sync commits.
         self.p.catalog.dirty = true;
         Ok(())
@@ -127,15 +128,15 @@ impl<'a> PoolGuard<'a> {
     pub fn set_sync_policy(&mut self, vol: VolumeId, sync: SyncPolicy) -> Result<()> {
         self.settled()?;
         let (v, _, _) = self.vol_mut(vol, true)?;
-        v.rec.sync_policy = sync.as_u8();
-        v.dirty = true;
+        v.record.phys.sync_policy = sync.as_u8();
+        v.dirty.changed = true;
         self.p.catalog.dirty = true;
         Ok(())
     }
 
     pub fn sync_policy(&mut self, vol: VolumeId) -> Result<SyncPolicy> {
         let (v, _, _) = self.vol_mut(vol, false)?;
-        Ok(SyncPolicy::from_u8(v.rec.sync_policy))
+        Ok(SyncPolicy::from_u8(v.record.phys.sync_policy))
     }
 
     pub fn create_object(&mut self, vol: VolumeId, attr: &[u8]) -> Result<ObjectId> {
@@ -185,7 +186,7 @@ impl<'a> PoolGuard<'a> {
 
     pub fn list_objects(&mut self, vol: VolumeId, after: Option<ObjectId>, limit: usize) -> Result<Vec<ObjectId>> {
         let (v, io, _) = self.vol_mut(vol, false)?;
-        v.list_objects(io, after, limit)
+        v.objset.list_objects(io, after, limit)
     }
 
     pub fn write(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
@@ -228,7 +229,7 @@ impl<'a> PoolGuard<'a> {
 
     pub fn kv_get(&mut self, vol: VolumeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let (v, io, _) = self.vol_mut(vol, false)?;
-        v.kv_get(io, key)
+        v.objset.kv_get(io, key)
     }
 
     pub fn kv_put(&mut self, vol: VolumeId, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -257,6 +258,6 @@ impl<'a> PoolGuard<'a> {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let (v, io, _) = self.vol_mut(vol, false)?;
-        v.kv_range(io, start, end, limit)
+        v.objset.kv_range(io, start, end, limit)
     }
 }

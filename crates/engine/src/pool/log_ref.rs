@@ -67,7 +67,7 @@ pub(crate) fn candidates(p: &mut PoolInner, target: SyncTarget) -> Vec<(RefCandi
             continue;
         }
         if c.data.chunks(rs as usize).all(|r| !trimmed(r).is_empty()) {
-            out.push((c, rs, v.rec.compression));
+            out.push((c, rs, v.record.phys.compression));
         }
     }
     out
@@ -119,13 +119,13 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
         let mut bps = Vec::with_capacity(pr.records.len());
         let first = pr.cand.offset / pr.record_size;
         // A compressing volume's commit writes the record compressed: the block is the log's.
-        let reuse = v.rec.compression == CompressionPolicy::Off;
+        let reuse = v.record.phys.compression == CompressionPolicy::Off;
         for (i, (stored, compression, checksum)) in pr.records.into_iter().enumerate() {
             let new = NewBlock { stored: &stored, lsize: pr.record_size as usize, compression, checksum };
             let Some(bp) = new.allocate(alloc, io, txg, algo, CompressionPolicy::Off) else { break };
             let key = (ObjectId(pr.cand.obj), first + i as u64);
             let chunk = &pr.cand.data[i * pr.record_size as usize..(i + 1) * pr.record_size as usize];
-            match v.dirty_content_equal(key, chunk).filter(|_| reuse) {
+            match v.dirty.dirty_content_equal(key, chunk).filter(|_| reuse) {
                 // The record holds exactly these bytes: the commit reuses the block.
                 Some(content) => {
                     register(v, alloc, ddt, io, key, content, bp, txg);

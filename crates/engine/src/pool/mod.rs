@@ -398,7 +398,7 @@ impl Pool {
             dedup: opts.dedup,
         };
         let mut v = VolumeState::new(name.to_string(), rec);
-        v.dirty = true;
+        v.dirty.changed = true;
         p.catalog.volumes.insert(id, v);
         p.catalog.by_name.insert(name.to_string(), id);
         p.catalog.dirty = true;
@@ -587,7 +587,7 @@ impl PoolInner {
         tree.remove(&self.io, &crate::pool::space::volume_space_key(name))?;
         if let Some(mut v) = self.catalog.volumes.remove(&id) {
             // Blocks of the open txg nobody will reference.
-            v.drop_prewritten(&mut self.alloc, &mut self.ddt, self.txg.next)?;
+            v.dirty.drop_prewritten(&mut self.alloc, &mut self.ddt, self.txg.next)?;
         }
         self.catalog.by_name.remove(name);
         self.catalog.dirty = true;
@@ -598,25 +598,25 @@ impl PoolInner {
 fn info(p: &PoolInner, id: VolumeId, v: &VolumeState) -> VolumeInfo {
     let snapshot_name = |sid: u64| {
         p.catalog.snapshots.get(&sid).map(|s| {
-            let vol = p.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.name.as_str());
+            let vol = p.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or("?", |v| v.record.name.as_str());
             format!("{vol}@{}", s.name)
         })
     };
     VolumeInfo {
         snapshots: p.catalog.snapshots.values().filter(|s| s.rec.volume == id.0).count(),
-        written_bytes: v.rec.written_sectors * SECTOR_SIZE,
-        total_bytes: v.rec.total_sectors * SECTOR_SIZE,
-        parent_snapshot: snapshot_name(v.rec.parent),
-        origin: snapshot_name(v.rec.origin),
+        written_bytes: v.record.phys.written_sectors * SECTOR_SIZE,
+        total_bytes: v.record.phys.total_sectors * SECTOR_SIZE,
+        parent_snapshot: snapshot_name(v.record.phys.parent),
+        origin: snapshot_name(v.record.phys.origin),
         read_only: false,
-        name: v.name.clone(),
+        name: v.record.name.clone(),
         id,
-        record_size: v.rec.record_size,
-        used_bytes: v.rec.used_sectors * SECTOR_SIZE,
-        quota_bytes: v.rec.quota_bytes,
-        sync: SyncPolicy::from_u8(v.rec.sync_policy),
-        created_txg: v.rec.created_txg,
-        created_ns: v.rec.created_ns,
+        record_size: v.record.phys.record_size,
+        used_bytes: v.record.phys.used_sectors * SECTOR_SIZE,
+        quota_bytes: v.record.phys.quota_bytes,
+        sync: SyncPolicy::from_u8(v.record.phys.sync_policy),
+        created_txg: v.record.phys.created_txg,
+        created_ns: v.record.phys.created_ns,
         space: crate::pool::space::volume_space(v),
     }
 }

@@ -295,7 +295,7 @@ impl Pool {
                         ));
                         alloc.mark_all_dirty();
                     }
-                    let by_name = volumes.iter().map(|(id, v)| (v.name.clone(), *id)).collect();
+                    let by_name = volumes.iter().map(|(id, v)| (v.record.name.clone(), *id)).collect();
                     let (place, discarded) = match &log_at_open {
                         LogAtOpen::Use(place) => (place.clone(), None),
                         LogAtOpen::Discard(why) => (LogPlace::in_pool(dev.clone(), &geo), Some(why.clone())),
@@ -444,7 +444,7 @@ impl Pool {
         // must be past every id in use, or a new one would take an existing one's place.
         let max_id = volumes
             .values()
-            .flat_map(|v| [v.rec.id, v.rec.deadlist])
+            .flat_map(|v| [v.record.phys.id, v.record.phys.deadlist])
             .chain(snapshots.values().flat_map(|s| [s.rec.id, s.rec.deadlist, s.rec.group]))
             .max()
             .unwrap_or(0);
@@ -457,14 +457,18 @@ impl Pool {
             .into());
         }
         for v in volumes.values_mut() {
-            if v.rec.parent != 0 {
-                v.parent_txg = snapshots.get(&v.rec.parent).map(|s: &SnapshotState| s.rec.txg).ok_or_else(|| {
-                    crate::error::Corruption::new(
-                        "catalog",
-                        None,
-                        format!("volume {}: parent snapshot {} does not exist", v.name, v.rec.parent),
-                    )
-                })?;
+            if v.record.phys.parent != 0 {
+                v.record.parent_txg =
+                    snapshots.get(&v.record.phys.parent).map(|s: &SnapshotState| s.rec.txg).ok_or_else(|| {
+                        crate::error::Corruption::new(
+                            "catalog",
+                            None,
+                            format!(
+                                "volume {}: parent snapshot {} does not exist",
+                                v.record.name, v.record.phys.parent
+                            ),
+                        )
+                    })?;
             }
         }
         crate::pool::space::load(io, &catalog, &mut volumes)?;

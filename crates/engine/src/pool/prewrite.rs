@@ -163,9 +163,9 @@ impl Pool {
             let mut jobs = Vec::new();
             // While a commit quiesces, only what it froze: the rest is the next txg's.
             let frozen_only = p.txg.frozen_lsn.is_some();
-            for (vid, v) in p.catalog.volumes.iter().filter(|(_, v)| !frozen_only || v.is_frozen()) {
-                for (key, content) in v.prewrite_candidates() {
-                    jobs.push(Job { vol: *vid, key, content, policy: v.rec.compression });
+            for (vid, v) in p.catalog.volumes.iter().filter(|(_, v)| !frozen_only || v.dirty.is_frozen()) {
+                for (key, content) in v.dirty.prewrite_candidates() {
+                    jobs.push(Job { vol: *vid, key, content, policy: v.record.phys.compression });
                 }
             }
             (p.txg.next, jobs, p.io.checksum_algo(), p.dev.clone())
@@ -224,12 +224,12 @@ impl Pool {
             let mut fresh = Vec::with_capacity(prepared.len());
             for pr in prepared {
                 let Some(v) = volumes.get_mut(&pr.job.vol) else { continue };
-                if !v.still_holds(pr.job.key, &pr.job.content) {
+                if !v.dirty.still_holds(pr.job.key, &pr.job.content) {
                     stats.stale += 1;
                     continue;
                 }
                 let lsize = pr.job.content.len();
-                match v.rec.dedup.then(|| ddt.reference(&pr.checksum, lsize, pr.compression, txg)).flatten() {
+                match v.record.phys.dedup.then(|| ddt.reference(&pr.checksum, lsize, pr.compression, txg)).flatten() {
                     Some(bp) => {
                         stats.records += 1;
                         stats.rewritten += u64::from(register(v, alloc, ddt, io, pr.job.key, pr.job.content, bp, txg));
@@ -247,7 +247,7 @@ impl Pool {
                 let Some(mut bp) = new.allocate(alloc, io, txg, checksum_algo, pr.job.policy) else { break };
                 stats.records += 1;
                 stats.bytes += bp.units() * UNIT_SIZE;
-                bp.dedup = v.rec.dedup && ddt.add(&bp, txg);
+                bp.dedup = v.record.phys.dedup && ddt.add(&bp, txg);
                 stats.rewritten += u64::from(register(v, alloc, ddt, io, pr.job.key, pr.job.content, bp, txg));
                 blocks.push((bp.addr, pr.stored));
             }
@@ -270,7 +270,7 @@ impl Pool {
                 for (pr, mut bp) in members.into_iter().zip(bps) {
                     let v = volumes.get_mut(&pr.job.vol).expect("filtered above");
                     stats.records += 1;
-                    bp.dedup = v.rec.dedup && ddt.add(&bp, txg);
+                    bp.dedup = v.record.phys.dedup && ddt.add(&bp, txg);
                     stats.rewritten += u64::from(register(v, alloc, ddt, io, pr.job.key, pr.job.content, bp, txg));
                 }
                 stats.bytes += units * UNIT_SIZE;
@@ -359,7 +359,7 @@ pub(crate) fn register(
     txg: u64,
 ) -> bool {
     io.cache_data(&bp, content.clone());
-    match v.prewritten.insert(key, Prewritten { content, bp }) {
+    match v.dirty.prewritten.insert(key, Prewritten { content, bp }) {
         Some(old) => {
             ddt.free(alloc, &old.bp, txg).expect("a prewritten block is ours to free");
             true

@@ -68,17 +68,17 @@ impl Pool {
                         return Err(Error::invalid(format!("volume {volume} named twice")));
                     }
                     let sid = p.catalog.snapshot_id(vid, name)?;
-                    let head = &p.catalog.volumes[&vid];
+                    let head = &p.catalog.volumes[&vid].record;
                     let mut freed = Vec::new();
-                    collect_born_after(&p.io, &head.rec.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
+                    collect_born_after(&p.io, &head.phys.tree_root, head.parent_txg, &mut HashSet::new(), &mut freed)?;
                     let sectors: u64 = freed.iter().map(|b| b.sectors()).sum();
-                    if sectors != head.rec.written_sectors || head.rec.total_sectors < sectors {
+                    if sectors != head.phys.written_sectors || head.phys.total_sectors < sectors {
                         return Err(Corruption::new(
                             "volume record",
                             None,
                             format!(
                                 "volume {volume}: blocks born since its parent snapshot occupy {sectors} sectors, the record says {} (of {} in all); run `strata check`",
-                                head.rec.written_sectors, head.rec.total_sectors
+                                head.phys.written_sectors, head.phys.total_sectors
                             ),
                         )
                         .into());
@@ -87,7 +87,7 @@ impl Pool {
                 }
                 let mut new = p.catalog.new_ids(plan.len() as u64)?;
                 for (vid, sid, freed) in plan {
-                    let old = p.catalog.volumes[&vid].rec.clone();
+                    let old = p.catalog.volumes[&vid].record.phys.clone();
                     for bp in p.catalog.deadlist_entries(&p.io, old.deadlist, 0)? {
                         let PoolInner { io, catalog: crate::catalog::Catalog { tree: catalog, .. }, .. } = &mut *p;
                         catalog.remove(io, &deadlist_key(old.deadlist, bp.birth_txg, bp.addr))?;
@@ -106,10 +106,10 @@ impl Pool {
                         saved_bytes: s.saved_bytes,
                         ..old
                     };
-                    let name = p.catalog.volumes[&vid].name.clone();
+                    let name = p.catalog.volumes[&vid].record.name.clone();
                     let mut v = VolumeState::new(name, rec);
-                    v.parent_txg = s.txg;
-                    v.dirty = true;
+                    v.record.parent_txg = s.txg;
+                    v.dirty.changed = true;
                     p.catalog.volumes.insert(vid, v);
                     p.catalog.released.extend(freed);
                 }
@@ -190,7 +190,7 @@ impl Pool {
                 stats.unchanged_bytes += rs as u64;
                 continue;
             }
-            let dl = p.catalog.volumes[&vol].rec.deadlist;
+            let dl = p.catalog.volumes[&vol].record.phys.deadlist;
             let key = deadlist_key(dl, sbp.birth_txg, sbp.addr);
             let shareable = !sbp.is_hole() && dl != 0 && p.catalog.tree.get(&p.io, &key)?.is_some();
             if sbp.is_hole() || shareable {
@@ -201,8 +201,8 @@ impl Pool {
                     stats.shared_bytes += rs as u64;
                 }
                 let h = p.catalog.volumes.get_mut(&vol).expect("checked");
-                h.shared_records.insert((obj, r), if sbp.is_hole() { BlockPtr::HOLE } else { sbp });
-                h.dirty = true;
+                h.dirty.shared_records.insert((obj, r), if sbp.is_hole() { BlockPtr::HOLE } else { sbp });
+                h.dirty.changed = true;
                 continue;
             }
             let data = p.io.read_block(&sbp)?;

@@ -122,14 +122,15 @@ fn collect_records_born_after(
 impl PoolInner {
     pub(crate) fn snapshot_info(&self, id: u64) -> Result<SnapshotInfo> {
         let s = &self.catalog.snapshots[&id];
-        let volume = self.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or_else(String::new, |v| v.name.clone());
+        let volume =
+            self.catalog.volumes.get(&VolumeId(s.rec.volume)).map_or_else(String::new, |v| v.record.name.clone());
         let clones = self
             .catalog
             .children(id)
             .into_iter()
             .filter(|c| self.catalog.child_volume(*c) != s.rec.volume)
             .map(|c| match c {
-                Child::Head(v) => self.catalog.volumes[&v].name.clone(),
+                Child::Head(v) => self.catalog.volumes[&v].record.name.clone(),
                 Child::Snap(sid) => self.catalog.snapshot_display(sid),
             })
             .collect();
@@ -149,7 +150,8 @@ impl PoolInner {
 
     /// Called by the commit for each volume it synced: take the snapshots asked for.
     pub(crate) fn take_pending_snapshots(&mut self, vol: VolumeId, txg: u64) -> Result<()> {
-        let pending = std::mem::take(&mut self.catalog.volumes.get_mut(&vol).expect("synced volume").pending_snapshots);
+        let pending =
+            std::mem::take(&mut self.catalog.volumes.get_mut(&vol).expect("synced volume").dirty.pending_snapshots);
         for (sid, name, group) in pending {
             let dl = self.catalog.new_id()?;
             let now = self.clock.now_ns();
@@ -159,20 +161,20 @@ impl PoolInner {
                 volume: vol.0,
                 txg,
                 created_ns: now,
-                tree_root: v.rec.tree_root,
-                parent: v.rec.parent,
-                deadlist: v.rec.deadlist,
-                referenced_sectors: v.rec.used_sectors,
-                written_sectors: v.rec.written_sectors,
-                next_object_id: v.rec.next_object_id,
-                record_size: v.rec.record_size,
+                tree_root: v.record.phys.tree_root,
+                parent: v.record.phys.parent,
+                deadlist: v.record.phys.deadlist,
+                referenced_sectors: v.record.phys.used_sectors,
+                written_sectors: v.record.phys.written_sectors,
+                next_object_id: v.record.phys.next_object_id,
+                record_size: v.record.phys.record_size,
                 group,
-                saved_bytes: v.rec.saved_bytes,
+                saved_bytes: v.record.phys.saved_bytes,
             };
-            v.rec.parent = sid;
-            v.rec.deadlist = dl;
-            v.rec.written_sectors = 0;
-            v.parent_txg = txg;
+            v.record.phys.parent = sid;
+            v.record.phys.deadlist = dl;
+            v.record.phys.written_sectors = 0;
+            v.record.parent_txg = txg;
             self.catalog.tree.insert(&self.io, &snapshot_key(vol.0, &name), &rec.encode())?;
             self.catalog.snapshots.insert(sid, SnapshotState { name, rec });
         }
@@ -187,7 +189,7 @@ impl PoolInner {
             .iter()
             .filter(|c| self.catalog.child_volume(**c) != vol.0)
             .map(|c| match c {
-                Child::Head(v) => self.catalog.volumes[v].name.clone(),
+                Child::Head(v) => self.catalog.volumes[v].record.name.clone(),
                 Child::Snap(s) => self.catalog.snapshot_display(*s),
             })
             .collect();
@@ -201,7 +203,9 @@ impl PoolInner {
             let names: Vec<String> = children
                 .iter()
                 .map(|c| match c {
-                    Child::Head(v) => format!("{} (its current state, restored from it)", self.catalog.volumes[v].name),
+                    Child::Head(v) => {
+                        format!("{} (its current state, restored from it)", self.catalog.volumes[v].record.name)
+                    }
                     Child::Snap(s) => self.catalog.snapshot_display(*s),
                 })
                 .collect();
@@ -238,10 +242,10 @@ impl PoolInner {
                 match c {
                     Child::Head(v) => {
                         let h = self.catalog.volumes.get_mut(&v).expect("child head");
-                        h.rec.parent = s.parent;
-                        h.rec.written_sectors += gained;
-                        h.parent_txg = after;
-                        h.dirty = true;
+                        h.record.phys.parent = s.parent;
+                        h.record.phys.written_sectors += gained;
+                        h.record.parent_txg = after;
+                        h.dirty.changed = true;
                     }
                     Child::Snap(sid) => {
                         let cs = self.catalog.snapshots.get_mut(&sid).expect("child snapshot");
@@ -259,14 +263,14 @@ impl PoolInner {
         self.catalog.snapshots.remove(&id);
         self.catalog.views.remove(&VolumeId(id)); // an open read-only view of it
         let v = self.catalog.volumes.get_mut(&vol).expect("snapshot's volume");
-        v.rec.total_sectors = v.rec.total_sectors.checked_sub(sectors(&freed)).ok_or_else(|| {
+        v.record.phys.total_sectors = v.record.phys.total_sectors.checked_sub(sectors(&freed)).ok_or_else(|| {
             Error::Corruption(crate::error::Corruption::new(
                 "volume record",
                 None,
-                format!("deleting {display} frees more than volume {} holds", v.name),
+                format!("deleting {display} frees more than volume {} holds", v.record.name),
             ))
         })?;
-        v.dirty = true;
+        v.dirty.changed = true;
         self.catalog.released.extend(freed);
         self.catalog.dirty = true;
         Ok(())
@@ -283,7 +287,7 @@ impl PoolInner {
                     clones.push(format!(
                         "{} (from {})",
                         match c {
-                            Child::Head(v) => self.catalog.volumes[&v].name.clone(),
+                            Child::Head(v) => self.catalog.volumes[&v].record.name.clone(),
                             Child::Snap(s) => self.catalog.snapshot_display(s),
                         },
                         self.catalog.snapshot_display(*sid)
@@ -294,7 +298,7 @@ impl PoolInner {
         if !clones.is_empty() {
             return Err(Error::Busy(format!(
                 "volume {} has clones: {}; delete or split them first",
-                self.catalog.volumes[&vol].name,
+                self.catalog.volumes[&vol].record.name,
                 clones.join(", ")
             )));
         }
@@ -337,8 +341,8 @@ impl Pool {
             let mut sids = Vec::new();
             for (vid, sid) in ids.iter().zip(new) {
                 let v = p.catalog.volumes.get_mut(vid).expect("resolved above");
-                v.pending_snapshots.push((sid, name.to_string(), group));
-                v.dirty = true;
+                v.dirty.pending_snapshots.push((sid, name.to_string(), group));
+                v.dirty.changed = true;
                 sids.push(sid);
             }
             p.catalog.dirty = true;
@@ -392,7 +396,7 @@ impl Pool {
         let view = VolumeId(sid);
         if !p.catalog.volumes.contains_key(&view) {
             let s = p.catalog.snapshots[&sid].rec.clone();
-            let src = &p.catalog.volumes[&vid].rec;
+            let src = &p.catalog.volumes[&vid].record.phys;
             let rec = VolumeRecordPhys {
                 id: sid,
                 record_size: s.record_size,
@@ -414,7 +418,7 @@ impl Pool {
             };
             p.catalog.views.insert(view, VolumeState::new(format!("{volume}@{name}"), rec));
         }
-        p.catalog.views.get_mut(&view).expect("inserted above").view_refs += 1;
+        p.catalog.views.get_mut(&view).expect("inserted above").record.view_refs += 1;
         Ok(view)
     }
 
@@ -422,8 +426,8 @@ impl Pool {
     pub fn close_snapshot_view(&self, view: VolumeId) {
         let mut p = self.lock();
         if let Some(v) = p.catalog.views.get_mut(&view) {
-            v.view_refs = v.view_refs.saturating_sub(1);
-            if v.view_refs == 0 {
+            v.record.view_refs = v.record.view_refs.saturating_sub(1);
+            if v.record.view_refs == 0 {
                 p.catalog.views.remove(&view);
             }
         }

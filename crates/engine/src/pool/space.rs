@@ -93,12 +93,12 @@ fn reservation_units(bytes: u64) -> u64 {
 
 /// Units of `v`'s reservation it does not use yet (committed or dirty).
 pub(crate) fn unused_reservation_units(v: &VolumeState) -> u64 {
-    reservation_units(v.reservation_bytes).saturating_sub(used_units(v) + v.reserved_units())
+    reservation_units(v.record.reservation_bytes).saturating_sub(used_units(v) + v.dirty.reserved_units())
 }
 
 /// The units `v`'s committed blocks are charged (sectors, rounded up to units).
 fn used_units(v: &VolumeState) -> u64 {
-    v.rec.used_sectors.div_ceil(SECTORS_PER_UNIT)
+    v.record.phys.used_sectors.div_ceil(SECTORS_PER_UNIT)
 }
 
 /// Units the other volumes' reservations keep from `except`.
@@ -114,11 +114,11 @@ pub(crate) fn volume_space_key(name: &str) -> Vec<u8> {
 
 pub(crate) fn volume_space(v: &VolumeState) -> VolumeSpace {
     VolumeSpace {
-        compression: v.rec.compression,
-        reservation_bytes: v.reservation_bytes,
-        logical_bytes: v.rec.saved_bytes.map(|s| v.rec.used_sectors * SECTOR_SIZE + s),
-        saved_bytes: v.rec.saved_bytes,
-        dedup: v.rec.dedup,
+        compression: v.record.phys.compression,
+        reservation_bytes: v.record.reservation_bytes,
+        logical_bytes: v.record.phys.saved_bytes.map(|s| v.record.phys.used_sectors * SECTOR_SIZE + s),
+        saved_bytes: v.record.phys.saved_bytes,
+        dedup: v.record.phys.dedup,
     }
 }
 
@@ -139,12 +139,12 @@ fn scan(io: &BlockIo, catalog: &BTree, kind: u8, mut f: impl FnMut(&[u8], &[u8])
 /// Read the reservations in `catalog` into the volumes (opening a pool). Entries naming no
 /// volume are left for the checker to report.
 pub(crate) fn load(io: &BlockIo, catalog: &BTree, volumes: &mut BTreeMap<VolumeId, VolumeState>) -> Result<()> {
-    let by_name: BTreeMap<String, VolumeId> = volumes.iter().map(|(id, v)| (v.name.clone(), *id)).collect();
+    let by_name: BTreeMap<String, VolumeId> = volumes.iter().map(|(id, v)| (v.record.name.clone(), *id)).collect();
     scan(io, catalog, KEY_VOLUME_SPACE, |k, v| {
         let rec = VolumeSpacePhys::decode(v)?;
         let name = String::from_utf8_lossy(&k[1..]);
         if let Some(vol) = by_name.get(name.as_ref()).and_then(|id| volumes.get_mut(id)) {
-            vol.reservation_bytes = rec.reservation_bytes;
+            vol.record.reservation_bytes = rec.reservation_bytes;
         }
         Ok(())
     })
@@ -214,7 +214,8 @@ impl PoolInner {
                  lower the reservation or raise the size"
             )));
         }
-        let in_use = vol.and_then(|id| self.catalog.volumes.get(&id)).map_or(0, |v| used_units(v) + v.reserved_units());
+        let in_use =
+            vol.and_then(|id| self.catalog.volumes.get(&id)).map_or(0, |v| used_units(v) + v.dirty.reserved_units());
         let need = reservation_units(bytes).saturating_sub(in_use);
         let others = match vol {
             Some(id) => held_for_others(&self.catalog.volumes, id),
@@ -257,13 +258,13 @@ impl PoolInner {
     pub(crate) fn store_reservation(&mut self, vol: VolumeId, bytes: u64) -> Result<()> {
         let PoolInner { io, catalog: crate::catalog::Catalog { volumes, tree: catalog, .. }, .. } = self;
         let v = volumes.get_mut(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-        let key = volume_space_key(&v.name);
+        let key = volume_space_key(&v.record.name);
         if bytes == 0 {
             catalog.remove(io, &key)?;
         } else {
             catalog.insert(io, &key, &VolumeSpacePhys { reservation_bytes: bytes }.encode())?;
         }
-        v.reservation_bytes = bytes;
+        v.record.reservation_bytes = bytes;
         self.catalog.dirty = true;
         Ok(())
     }
@@ -287,7 +288,7 @@ impl PoolInner {
             .catalog
             .volumes
             .values()
-            .filter_map(|v| v.rec.saved_bytes)
+            .filter_map(|v| v.record.phys.saved_bytes)
             .fold(self.ddt.saved_sectors() * SECTOR_SIZE, u64::saturating_add);
         let mut warnings = Vec::new();
         let percent = self.capacity_alert_percent().unwrap_or_else(|e| {
@@ -309,7 +310,7 @@ impl PoolInner {
         PoolSpace {
             logical_bytes: allocated.saturating_add(saved),
             saved_bytes: saved,
-            untracked_volumes: self.catalog.volumes.values().filter(|v| v.rec.saved_bytes.is_none()).count(),
+            untracked_volumes: self.catalog.volumes.values().filter(|v| v.record.phys.saved_bytes.is_none()).count(),
             reserved_bytes: reserved * UNIT_SIZE,
             available_bytes: available,
             destroying_bytes: self.destroying_bytes(),
@@ -339,8 +340,8 @@ impl Pool {
             p.enable_compression_feature()?;
         }
         let v = p.catalog.volumes.get_mut(&vol).expect("checked above");
-        v.rec.compression = policy;
-        v.dirty = true;
+        v.record.phys.compression = policy;
+        v.dirty.changed = true;
         p.catalog.dirty = true;
         Ok(())
     }
@@ -357,8 +358,8 @@ impl Pool {
             p.enable_dedup_feature()?;
         }
         let v = p.catalog.volumes.get_mut(&vol).expect("checked above");
-        v.rec.dedup = on;
-        v.dirty = true;
+        v.record.phys.dedup = on;
+        v.dirty.changed = true;
         p.catalog.dirty = true;
         Ok(())
     }
@@ -369,7 +370,7 @@ impl Pool {
         let mut p = self.lock();
         p.writable()?;
         let v = p.catalog.volumes.get(&vol).ok_or_else(|| Error::NotFound(format!("volume id {}", vol.0)))?;
-        let (name, quota) = (v.name.clone(), v.rec.quota_bytes);
+        let (name, quota) = (v.record.name.clone(), v.record.phys.quota_bytes);
         p.check_reservation(Some(vol), &name, bytes, quota)?;
         p.store_reservation(vol, bytes)
     }
