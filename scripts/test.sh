@@ -64,6 +64,9 @@ scripts/e2e/nfs.sh
 echo "== MariaDB snapshots: quiesced snapshot under sysbench, clone beside the source, restore"
 scripts/e2e/mariadb-snapshots.sh
 
+echo "== PostgreSQL on a 3-way mirror of nbdkit devices: bit rot scrubbed, an EIO device, a vanished device, a rebuild, under pgbench"
+scripts/e2e/mirror-postgres.sh
+
 echo "== install script and shipped configuration"
 bash -n scripts/install.sh
 shellcheck -S warning scripts/install.sh scripts/run.sh scripts/test.sh scripts/sim.sh

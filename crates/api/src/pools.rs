@@ -8,8 +8,13 @@ use utoipa::{IntoParams, ToSchema};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum PoolState {
-    /// Open and served.
+    /// Open and served, every device in use.
     Online,
+    /// Open and served with fewer copies than its layout has: a device of a mirror is
+    /// faulted, removed, offline, missing or out of sync (see `devices`).
+    Degraded,
+    /// Open, but no device of its set is left in use: I/O fails until one comes back.
+    Suspended,
     /// Known to the daemon but not open: a device is missing or unreadable (see `reason`).
     /// Its mounts and exports wait for it; `pool export` forgets it.
     Unavailable,
@@ -27,9 +32,70 @@ pub struct PoolInfo {
     pub device: PathBuf,
     #[schema(value_type = Option<String>)]
     pub log_device: Option<PathBuf>,
+    /// The member devices of a mirror (empty for a pool on one device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<String>)]
+    pub members: Vec<PathBuf>,
     /// Space, commits and caches: present when the pool is open.
     #[serde(flatten)]
     pub status: Option<PoolFigures>,
+}
+
+/// A rebuild in progress (`pool replace`, `pool online`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RebuildFigures {
+    /// The device being rebuilt.
+    pub device: String,
+    /// Logical bytes in sync (the rebuild walks the pool's space in address order and
+    /// copies what is in use).
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub percent: f64,
+    /// Bytes copied so far (what the pool uses of `done_bytes`).
+    pub copied_bytes: u64,
+    /// How fast `done_bytes` grows.
+    pub scan_bytes_per_second: u64,
+    pub eta_seconds: Option<u64>,
+}
+
+/// `POST /v1/pools/{pool}/devices`: take a device of a mirror offline, bring it back
+/// online (rebuilding what it missed), or replace it with another (rebuilt from the others).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceChange {
+    /// `offline`, `online` or `replace`.
+    pub action: String,
+    /// The device as `pool status` lists it, its recorded path, or its index.
+    pub device: String,
+    /// For `replace`: the new device (image file or block device).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub new_device: Option<PathBuf>,
+    /// For `replace`: create the image file with this size if it does not exist.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// For `replace`: format the new device even though it holds data.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// One device of an open pool, as `zpool status` lists them.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DeviceFigures {
+    /// The device path (or what the set remembers of a missing member).
+    pub device: String,
+    /// ONLINE, DEGRADED (too many checksum errors, still used), FAULTED, OFFLINE, REMOVED,
+    /// UNAVAILABLE or STALE (out of sync: needs a rebuild).
+    pub state: String,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    /// Copies that failed verification while another copy verified (then repaired).
+    pub checksum_errors: u64,
+    /// Bytes rewritten on this device from a good copy (self-healing reads, scrubs).
+    pub repaired_bytes: u64,
+    /// Why it is not ONLINE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What an open pool reports.
@@ -39,6 +105,13 @@ pub struct PoolFigures {
     pub guid: String,
     /// How the engine opened the device: its path and I/O mode, e.g. `/dev/sdb (O_DIRECT)`.
     pub device_io: String,
+    /// `single` or `mirror`.
+    pub layout: String,
+    /// The devices with their state and error counters (one for a single-device pool).
+    pub devices: Vec<DeviceFigures>,
+    /// The rebuild of a mirror member in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<RebuildFigures>,
     pub txg: u64,
     pub size_bytes: u64,
     pub allocated_bytes: u64,
@@ -100,9 +173,20 @@ pub struct CommitFigures {
 #[serde(deny_unknown_fields)]
 pub struct CreatePool {
     pub name: String,
-    /// Image file (created when `size_bytes` is given and it does not exist) or block device.
-    #[schema(value_type = String)]
-    pub device: PathBuf,
+    /// Image file (created when `size_bytes` is given and it does not exist) or block device,
+    /// for a pool on one device (layout `single`).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub device: Option<PathBuf>,
+    /// `single` (one `device`, the default) or `mirror` (2 or 3 `devices`, each holding
+    /// every byte).
+    #[serde(default)]
+    pub layout: Option<String>,
+    /// The devices of a mirror, as `device` is for one.
+    #[serde(default)]
+    #[schema(value_type = Vec<String>)]
+    pub devices: Vec<PathBuf>,
+    /// Creates missing image files of this size (each device of a mirror).
     #[serde(default)]
     pub size_bytes: Option<u64>,
     /// `blake3` (default) or `crc32c`.
@@ -242,4 +326,22 @@ pub struct CheckReport {
     /// Invariant violations; empty when clean.
     pub errors: Vec<String>,
     pub notes: Vec<String>,
+}
+
+/// `POST /v1/pools/{pool}/scrub`: every copy of every block verified, the damaged ones
+/// repaired from a good copy.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ScrubReport {
+    /// The checker's report of the same pass (a scrub checks every invariant too).
+    pub check: CheckReport,
+    /// Blocks whose every copy was read and verified.
+    pub blocks_verified: u64,
+    /// Copies found damaged by this scrub (and repaired, unless no copy was intact: then
+    /// the block is in `check.errors`).
+    pub checksum_errors: u64,
+    /// Bytes rewritten from good copies by this scrub.
+    pub repaired_bytes: u64,
+    pub seconds: f64,
+    /// The devices after the scrub.
+    pub devices: Vec<DeviceFigures>,
 }

@@ -9,15 +9,20 @@ use strata_api::*;
 
 #[derive(Subcommand)]
 pub enum PoolCmd {
-    /// Make a new pool on an image file (created if missing) or a block device. A device or
-    /// file that holds a file system, a partition table, a label or other data is refused
-    /// (the refusal names what it found) unless --force.
+    /// Make a new pool on an image file (created if missing) or a block device, or a mirror
+    /// of 2 or 3 (`--layout mirror --device A --device B`). A device or file that holds a
+    /// file system, a partition table, a label or other data is refused (the refusal names
+    /// what it found) unless --force.
     Create {
         name: String,
-        /// Image file or block device; must not hold a pool.
-        #[arg(long)]
-        device: PathBuf,
-        /// Size of a new image file (sparse), e.g. 100G.
+        /// Image file or block device; must not hold a pool. Repeat for a mirror.
+        #[arg(long, required = true)]
+        device: Vec<PathBuf>,
+        /// single (one device) or mirror (2 or 3 devices, each holding every byte; any one
+        /// device may fail, and damaged blocks are repaired from another).
+        #[arg(long, default_value = "single")]
+        layout: String,
+        /// Size of a new image file (sparse), e.g. 100G (each device of a mirror).
         #[arg(long)]
         size: Option<String>,
         /// Checksum of new blocks: blake3 or crc32c.
@@ -35,6 +40,29 @@ pub enum PoolCmd {
     List,
     /// Space (logical vs physical, reservations, capacity warnings), txg and health of a pool.
     Status { name: String },
+    /// Read every copy of every block (each device of a mirror), verify it, and repair the
+    /// damaged copies from a good one; runs every check too. Exit status 1 if damage could
+    /// not be repaired.
+    Scrub { name: String },
+    /// Put NEW in the place of device OLD of a mirror (failed, missing or healthy); NEW is
+    /// rebuilt from the other devices in the background (`pool status` shows progress).
+    Replace {
+        name: String,
+        /// The device as `pool status` lists it, or its index (0, 1, 2).
+        old: String,
+        /// Image file or block device; must not hold a pool.
+        new: PathBuf,
+        /// Size of a new image file, e.g. 100G.
+        #[arg(long)]
+        size: Option<String>,
+        /// Format NEW even though it holds data.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Bring a device of a mirror back into use: what it missed is rebuilt first.
+    Online { name: String, device: String },
+    /// Stop using a device of a mirror (refused for the last one in sync).
+    Offline { name: String, device: String },
     /// Change a pool's settings (all of them, or none if one is refused).
     Set {
         name: String,
@@ -96,10 +124,13 @@ fn absolute(p: &PathBuf, what: &str) -> Result<PathBuf, Failure> {
 
 pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
     match cmd {
-        PoolCmd::Create { name, device, size, checksum, log_device, force } => {
+        PoolCmd::Create { name, device, layout, size, checksum, log_device, force } => {
+            let devices = device.iter().map(|d| absolute(d, "--device")).collect::<Result<Vec<_>, _>>()?;
             let req = CreatePool {
                 name,
-                device: absolute(&device, "--device")?,
+                device: None,
+                layout: Some(layout),
+                devices,
                 size_bytes: size.as_deref().map(parse_size).transpose()?,
                 checksum: Some(checksum),
                 log_device: log_device.as_ref().map(|l| absolute(l, "--log-device")).transpose()?,
@@ -108,7 +139,13 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
             let p: PoolInfo = c.send("POST", "/v1/pools", &req)?;
             out.show(&p, |p| {
                 let size = p.status.as_ref().map_or(0, |s| s.size_bytes);
-                println!("created pool {} on {} ({} usable)", p.name, p.device.display(), human(size));
+                match p.members.is_empty() {
+                    true => println!("created pool {} on {} ({} usable)", p.name, p.device.display(), human(size)),
+                    false => {
+                        let m: Vec<String> = p.members.iter().map(|m| m.display().to_string()).collect();
+                        println!("created pool {} as a mirror of {} ({} usable)", p.name, m.join(", "), human(size))
+                    }
+                }
                 if let Some(l) = &p.log_device {
                     println!("intent log on {}", l.display());
                 }
@@ -147,6 +184,46 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
         PoolCmd::Status { name } => {
             let p: PoolInfo = c.get(&format!("/v1/pools/{}", seg(&name)))?;
             out.show(&p, print_pool);
+        }
+        PoolCmd::Replace { name, old, new, size, force } => {
+            let req = strata_api::DeviceChange {
+                action: "replace".into(),
+                device: old.clone(),
+                new_device: Some(absolute(&new, "NEW")?),
+                size_bytes: size.as_deref().map(parse_size).transpose()?,
+                force,
+            };
+            let p: PoolInfo = c.send("POST", &format!("/v1/pools/{}/devices", seg(&name)), &req)?;
+            out.show(&p, |_| {
+                println!(
+                    "replacing {old} with {} in pool {name}: rebuilding (see `strata pool status {name}`)",
+                    new.display()
+                )
+            });
+        }
+        PoolCmd::Online { name, device } => device_action(c, out, &name, "online", &device)?,
+        PoolCmd::Offline { name, device } => device_action(c, out, &name, "offline", &device)?,
+        PoolCmd::Scrub { name } => {
+            let r: strata_api::ScrubReport =
+                c.send("POST", &format!("/v1/pools/{}/scrub", seg(&name)), &serde_json::json!({}))?;
+            out.show(&r, |r| {
+                println!(
+                    "scrubbed pool {name} in {:.1} s: {} blocks, every copy verified; {} damaged copies found, {} repaired",
+                    r.seconds,
+                    r.blocks_verified,
+                    r.checksum_errors,
+                    human(r.repaired_bytes)
+                );
+                for e in &r.check.errors {
+                    println!("  error: {e}");
+                }
+            });
+            if !r.check.clean {
+                return Err(Failure::other(format!(
+                    "pool {name}: {} problems no copy could repair (see above; `strata check {name}`)",
+                    r.check.errors.len()
+                )));
+            }
         }
         PoolCmd::Set { name, capacity_alert, log_device, remove_log_device } => {
             let req = SetPool {
@@ -257,6 +334,8 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
 fn state_name(s: PoolState) -> &'static str {
     match s {
         PoolState::Online => "ONLINE",
+        PoolState::Degraded => "DEGRADED",
+        PoolState::Suspended => "SUSPENDED",
         PoolState::Unavailable => "UNAVAILABLE",
     }
 }
@@ -277,6 +356,9 @@ pub fn print_pool(p: &PoolInfo) {
     }
     println!("log       {}", p.log_device.as_ref().map_or("in the pool".into(), |l| l.display().to_string()));
     let Some(s) = &p.status else { return };
+    if s.layout != "single" || s.devices.iter().any(|d| d.state != "ONLINE") {
+        print_devices(s);
+    }
     println!("guid      {}", s.guid);
     println!("txg       {}", s.txg);
     println!("size      {}", human(s.size_bytes));
@@ -337,5 +419,58 @@ pub fn print_pool(p: &PoolInfo) {
     }
     for n in &s.open_notes {
         println!("note      {n}");
+    }
+}
+
+fn device_action(c: &Client, out: &Out, pool: &str, action: &str, device: &str) -> Result<(), Failure> {
+    let req = strata_api::DeviceChange {
+        action: action.into(),
+        device: device.into(),
+        new_device: None,
+        size_bytes: None,
+        force: false,
+    };
+    let p: PoolInfo = c.send("POST", &format!("/v1/pools/{}/devices", seg(pool)), &req)?;
+    out.show(&p, |p| {
+        println!("device {device} of pool {pool}: {action}");
+        if let Some(r) = p.status.as_ref().and_then(|s| s.rebuild.as_ref()) {
+            println!("rebuilding {} (see `strata pool status {pool}`)", r.device);
+        }
+    });
+    Ok(())
+}
+
+/// The device table of `pool status` (zpool status's config section).
+fn print_devices(s: &strata_api::PoolFigures) {
+    println!("layout    {}", s.layout);
+    println!(
+        "          {:<40} {:<11} {:>6} {:>6} {:>6} {:>10}",
+        "DEVICE", "STATE", "READ", "WRITE", "CKSUM", "REPAIRED"
+    );
+    for d in &s.devices {
+        println!(
+            "          {:<40} {:<11} {:>6} {:>6} {:>6} {:>10}",
+            d.device,
+            d.state,
+            d.read_errors,
+            d.write_errors,
+            d.checksum_errors,
+            human(d.repaired_bytes)
+        );
+        if let Some(n) = &d.note {
+            println!("            {n}");
+        }
+    }
+    if let Some(r) = &s.rebuild {
+        let eta = r.eta_seconds.map_or("-".to_string(), |e| format!("{}m{:02}s", e / 60, e % 60));
+        println!(
+            "rebuild   {}: {:.1}% ({} of {} scanned, {} copied) at {}/s, {eta} to go",
+            r.device,
+            r.percent,
+            human(r.done_bytes),
+            human(r.total_bytes),
+            human(r.copied_bytes),
+            human(r.scan_bytes_per_second)
+        );
     }
 }

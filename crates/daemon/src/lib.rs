@@ -167,6 +167,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     }
     {
         let d = d.clone();
+        std::thread::Builder::new().name("devices".into()).spawn(move || d.device_loop()).map_err(|e| e.to_string())?;
+    }
+    {
+        let d = d.clone();
         std::thread::Builder::new()
             .name("snapshot-policy".into())
             .spawn(move || d.policy_loop())

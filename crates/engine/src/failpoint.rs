@@ -5,9 +5,11 @@
 //! |---|---|---|
 //! | `commit.freeze_to_sync` | `QuiescingTxg::finish`, after the freeze under the lock and before the unlocked write of the frozen data | a commit that has frozen its txg: writers go on, every other change waits (quiesce.rs) |
 //! | `log.write_unlocked` | `Pool::sync_object`/`sync_log`, the intent-log block write outside the lock | a sync whose block is taken (`in_flight`) but not yet written |
+//! | `mirror.rebuild_copy` | `MirrorDevice::copy_range` (device/mirror/rebuild.rs), after a range was read from the members in sync and before it is written to the member being rebuilt | a rebuild copy: writes to its range wait |
 //! | `prewrite.handoff` | `Pool::prewrite`, after the batch's blocks are allocated and handed to the commit (`PoolInner::prewrites`), before the prewriter writes them | a batch a commit may have to write itself (`PrewriteBatch::complete`) |
 //!
-//! Each pool has its own set ([`crate::Pool::failpoints`]), so tests running side by side in
+//! Each pool has its own set ([`crate::Pool::failpoints`]; a mirror's is
+//! `MirrorDevice::failpoints`), so tests running side by side in
 //! one process never meet each other's. A failpoint nobody armed costs one relaxed atomic
 //! load (and, under the simulator, is a scheduling point). Armed, it either
 //! - *pauses*: every thread that passes waits until the test opens the [`Gate`]; the test
@@ -26,8 +28,9 @@ use crate::sync::{Condvar, Mutex, MutexGuard};
 pub const COMMIT_FREEZE_TO_SYNC: &str = "commit.freeze_to_sync";
 pub const LOG_WRITE_UNLOCKED: &str = "log.write_unlocked";
 pub const PREWRITE_HANDOFF: &str = "prewrite.handoff";
+pub const MIRROR_REBUILD_COPY: &str = "mirror.rebuild_copy";
 /// Every failpoint the engine has; arming another name is a programmer error.
-pub const ALL: [&str; 3] = [COMMIT_FREEZE_TO_SYNC, LOG_WRITE_UNLOCKED, PREWRITE_HANDOFF];
+pub const ALL: [&str; 4] = [COMMIT_FREEZE_TO_SYNC, LOG_WRITE_UNLOCKED, PREWRITE_HANDOFF, MIRROR_REBUILD_COPY];
 
 /// The source of the error an armed failpoint injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -245,3 +245,191 @@ fn a_member_missing_at_a_writable_open_is_recorded_stale() {
     assert!(again.dev.generation() >= gen);
     assert_eq!(again.dev.set_status().unwrap().members[0].state, MemberState::Stale);
 }
+
+/// Rebuild until done, doing `work` between steps; returns the steps taken.
+fn rebuild_all(pool: &Pool, window: u64, mut work: impl FnMut(usize)) -> usize {
+    let mut steps = 0;
+    while let Some(p) = pool.rebuild_step(window).unwrap() {
+        steps += 1;
+        work(steps);
+        if p.done {
+            break;
+        }
+        assert!(steps < 100_000, "rebuild does not end");
+    }
+    steps
+}
+
+/// The scrub's verdict on the members: (damaged copies found, checker clean).
+fn scrub(pool: &Pool) -> u64 {
+    let before: u64 = pool.status().devices.unwrap().members.iter().map(|m| m.checksum_errors).sum();
+    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.errors);
+    pool.status().devices.unwrap().members.iter().map(|m| m.checksum_errors).sum::<u64>() - before
+}
+
+#[test]
+fn a_replaced_member_is_rebuilt_under_writes_and_holds_everything() {
+    let m = SimMirror::create(2, 64 << 20, 4096, SEED);
+    let pool = Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap();
+    let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    let objs: Vec<ObjectId> = (0..4u8).map(|i| pool.create_object(vol, &[i]).unwrap()).collect();
+    for (i, o) in objs.iter().enumerate() {
+        pool.write(vol, *o, 0, &expected(i as u8, 0, 60 * 16384)).unwrap();
+    }
+    pool.commit().unwrap();
+    m.disks[1].set_gone(true);
+    pool.write(vol, objs[0], 0, b"while member 1 is gone").unwrap();
+    pool.commit().unwrap();
+    assert_eq!(member(&pool, 1).state, MemberState::Removed);
+    // A new disk in its place, rebuilt in small windows while writes and commits go on.
+    let fresh = Arc::new(SimDisk::new(64 << 20, 4096));
+    m.dev.replace(1, fresh.clone(), 0x999).unwrap();
+    assert_eq!(member(&pool, 1).state, MemberState::Rebuilding);
+    let steps = rebuild_all(&pool, 1 << 20, |step| {
+        let o = objs[step % objs.len()];
+        pool.write(vol, o, (step as u64 * 7919) % (50 * 16384), &[step as u8; 3000]).unwrap();
+        if step.is_multiple_of(5) {
+            pool.commit().unwrap();
+        }
+    });
+    assert!(steps > 30, "{steps} steps");
+    pool.commit().unwrap();
+    assert_eq!(member(&pool, 1).state, MemberState::Online);
+    assert_eq!(pool.status().devices.unwrap().health, SetHealth::Online);
+    assert!(pool.status().devices.unwrap().rebuild.is_none());
+    assert_eq!(scrub(&pool), 0, "the rebuilt member holds a bad copy");
+    let want = capture(&pool).unwrap();
+    drop(pool);
+    // The new member alone holds the pool.
+    let (_m, pool, _) = reopen(vec![None, Some(fresh)]);
+    assert_eq!(capture(&pool).unwrap(), want);
+    assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+}
+
+#[test]
+fn a_rebuild_resumes_after_the_pool_is_reopened() {
+    let m = SimMirror::create(3, 64 << 20, 4096, SEED);
+    let pool = Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap();
+    let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    let o = pool.create_object(vol, &[1]).unwrap();
+    pool.write(vol, o, 0, &expected(1, 0, 40 << 20)).unwrap();
+    pool.commit().unwrap();
+    m.dev.offline(2).unwrap();
+    assert_eq!(member(&pool, 2).state, MemberState::Offline);
+    pool.write(vol, o, 100, b"missed by the offline member").unwrap();
+    pool.commit().unwrap();
+    m.dev.online(2).unwrap();
+    // Past the first cursor update (16 MiB), then the pool goes away.
+    let mut copied = 0;
+    while copied < 20 << 20 {
+        copied = pool.rebuild_step(1 << 20).unwrap().unwrap().status.cursor;
+    }
+    let want = capture(&pool).unwrap();
+    drop(pool);
+    let (m2, pool, _) = reopen(m.disks.iter().cloned().map(Some).collect());
+    let st = pool.status().devices.unwrap();
+    assert_eq!(st.members[2].state, MemberState::Rebuilding);
+    let resumed = st.rebuild.expect("the rebuild resumes").cursor;
+    assert!(resumed >= 16 << 20 && resumed <= copied, "resumed at {resumed}, copied {copied}");
+    rebuild_all(&pool, 4 << 20, |_| {});
+    assert_eq!(member(&pool, 2).state, MemberState::Online);
+    assert_eq!(scrub(&pool), 0);
+    assert_eq!(capture(&pool).unwrap(), want);
+    drop((pool, m2));
+    let (_m, pool, _) = reopen(vec![None, None, Some(m.disks[2].clone())]);
+    assert_eq!(capture(&pool).unwrap(), want);
+}
+
+#[test]
+fn administration_is_refused_where_it_would_lose_redundancy_or_data() {
+    let (m, pool, _, _) = pool_with_data(2);
+    m.dev.offline(0).unwrap();
+    let e = m.dev.offline(1).unwrap_err();
+    assert!(e.to_string().contains("last one in sync"), "{e}");
+    let small = Arc::new(SimDisk::new(8 << 20, 4096));
+    let e = m.dev.replace(0, small, 0x55).unwrap_err();
+    assert!(e.to_string().contains("needs"), "{e}");
+    let e = m.dev.replace(1, Arc::new(SimDisk::new(32 << 20, 4096)), 0x56).unwrap_err();
+    assert!(e.to_string().contains("no other member is in sync"), "{e}");
+    m.dev.online(0).unwrap();
+    let e = m.dev.replace(1, Arc::new(SimDisk::new(32 << 20, 4096)), 0x57).unwrap_err();
+    assert!(e.to_string().contains("being rebuilt"), "{e}");
+    rebuild_all(&pool, 8 << 20, |_| {});
+    assert_eq!(scrub(&pool), 0);
+}
+
+#[test]
+fn a_rebuild_racing_concurrent_writers_leaves_no_stale_copy() {
+    for round in 0..4u64 {
+        let m = SimMirror::create(2, 64 << 20, 4096, SEED + round);
+        let pool = Arc::new(Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap());
+        let vol = pool.create_volume("v", &VolumeOptions { record_size: 4096, ..Default::default() }).unwrap();
+        let o = pool.create_object(vol, &[0]).unwrap();
+        pool.write(vol, o, 0, &expected(0, 0, 8 << 20)).unwrap();
+        pool.commit().unwrap();
+        m.dev.offline(1).unwrap();
+        m.dev.online(1).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (pool, stop) = (pool.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Small random rewrites: each commit moves them to new units, often in
+                    // the range being copied.
+                    pool.write(vol, o, (i * 40_961) % (8 << 20), &[i as u8; 4096]).unwrap();
+                    i += 1;
+                    if i.is_multiple_of(16) {
+                        pool.commit().unwrap();
+                    }
+                }
+            })
+        };
+        rebuild_all(&pool, 256 << 10, |_| std::thread::yield_now());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        pool.commit().unwrap();
+        assert_eq!(scrub(&pool), 0, "round {round}: the rebuilt member holds stale copies");
+    }
+}
+
+#[test]
+fn a_write_to_a_range_being_copied_waits_for_the_copy() {
+    let m = SimMirror::create(2, 32 << 20, 4096, SEED);
+    let pool = Arc::new(Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap());
+    let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    let o = pool.create_object(vol, &[0]).unwrap();
+    pool.write(vol, o, 0, &expected(0, 0, 1 << 20)).unwrap();
+    pool.commit().unwrap();
+    m.dev.offline(1).unwrap();
+    m.dev.online(1).unwrap();
+    // The first window is label 0 and its uberblock ring: what every commit writes.
+    let gate = m.dev.failpoints().pause(strata_engine::failpoint::MIRROR_REBUILD_COPY);
+    let copier = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.rebuild_step(256 << 10).unwrap())
+    };
+    gate.wait_arrivals(1);
+    let writer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            pool.write(vol, o, 0, b"a commit during the copy").unwrap();
+            pool.commit().unwrap()
+        })
+    };
+    while !writer.is_finished() && m.dev.writes_waiting() == 0 {
+        std::thread::yield_now();
+    }
+    assert!(!writer.is_finished(), "a commit wrote into a range while it was being copied");
+    drop(gate);
+    copier.join().unwrap();
+    let txg = writer.join().unwrap();
+    rebuild_all(&pool, 4 << 20, |_| {});
+    let want = capture(&pool).unwrap();
+    drop(pool);
+    // The rebuilt member alone has the newest root: the copy did not overwrite it.
+    let (_m, pool, _) = reopen(vec![None, Some(m.disks[1].clone())]);
+    assert_eq!(pool.committed_root().txg, txg);
+    assert_eq!(capture(&pool).unwrap(), want);
+}

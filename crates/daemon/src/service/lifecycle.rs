@@ -82,19 +82,23 @@ impl Daemon {
 
     /// Take `name` out of service and get sole ownership of its Pool, waiting a little for
     /// requests that still hold it. On failure the pool is served again.
-    fn take_pool(&self, name: &str) -> Result<(Pool, PathBuf, Option<PathBuf>), ApiError> {
+    /// Returns the pool, its devices (the device, or a mirror's members) and its log device.
+    fn take_pool(&self, name: &str) -> Result<(Pool, Vec<PathBuf>, Option<PathBuf>), ApiError> {
         let entry = self
             .pools
             .lock()
             .expect("pools")
             .remove(name)
             .ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-        let PoolEntry { pool, device, log_device } = entry;
+        let PoolEntry { pool, device, members, log_device } = entry;
         let start = Instant::now();
         let mut pool = pool;
         loop {
             match Arc::try_unwrap(pool) {
-                Ok(p) => return Ok((p, device, log_device)),
+                Ok(p) => {
+                    let devices = if members.is_empty() { vec![device] } else { members };
+                    return Ok((p, devices, log_device));
+                }
                 Err(shared) if start.elapsed() < RELEASE_WAIT => {
                     pool = shared;
                     std::thread::sleep(Duration::from_millis(20));
@@ -103,7 +107,7 @@ impl Daemon {
                     self.pools
                         .lock()
                         .expect("pools")
-                        .insert(name.into(), PoolEntry { pool: shared, device, log_device });
+                        .insert(name.into(), PoolEntry { pool: shared, device, members, log_device });
                     return Err(ApiError::conflict(
                         format!("pool {name} is still in use by requests in flight"),
                         "retry when they are done",
@@ -129,8 +133,15 @@ impl Daemon {
                 "unmount and unexport them, or give --force to do it as part of the export",
             ));
         }
+        if self.pool(name)?.status().devices.is_some() {
+            return Err(ApiError::conflict(
+                format!("pool {name} is a mirror: export and import of mirrors are not built yet"),
+                "keep it in this daemon; to move it, copy its volumes (clone, or `strata mirror` once built)",
+            ));
+        }
         self.release_pool_users(name)?;
-        let (pool, device, _) = self.take_pool(name)?;
+        let (pool, devices, _) = self.take_pool(name)?;
+        let device = devices.first().cloned().unwrap_or_default();
         pool.export()?;
         self.save_state()?;
         tracing::info!(pool = name, device = %device.display(), "pool exported");
@@ -160,12 +171,13 @@ impl Daemon {
             ));
         }
         self.release_pool_users(name)?;
-        let (pool, device, log_device) = self.take_pool(name)?;
+        let (pool, devices, log_device) = self.take_pool(name)?;
+        let device = devices.first().cloned().unwrap_or_default();
         if let Err(e) = pool.close() {
             tracing::warn!(pool = name, "close before destroy: {e}");
         }
         let mut erased = Vec::new();
-        for dev in std::iter::once(&device).chain(log_device.as_ref()) {
+        for dev in devices.iter().chain(log_device.as_ref()) {
             erase_ends(dev).map_err(|e| {
                 ApiError::new(
                     ErrorKind::Io,
@@ -325,11 +337,21 @@ impl Daemon {
         let dev = open_device(&c.device, None)?;
         let log = req.log_device.as_deref().map(|l| open_device(l, None)).transpose()?;
         let pool = Pool::open_with_log(dev, log, pool_options())?;
-        let record = PoolRecord { name: name.clone(), device: c.device.clone(), log_device: req.log_device.clone() };
+        let record = PoolRecord {
+            name: name.clone(),
+            device: c.device.clone(),
+            members: Vec::new(),
+            log_device: req.log_device.clone(),
+        };
         tracing::info!(pool = %name, guid = %c.guid, device = %c.device.display(), txg = pool.status().txg, "pool imported");
         self.pools.lock().expect("pools").insert(
             name.clone(),
-            PoolEntry { pool: Arc::new(pool), device: record.device, log_device: record.log_device },
+            PoolEntry {
+                pool: Arc::new(pool),
+                device: record.device,
+                members: Vec::new(),
+                log_device: record.log_device,
+            },
         );
         self.save_state()?;
         self.pool_info(&name)

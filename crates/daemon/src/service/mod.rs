@@ -22,6 +22,8 @@
 
 pub(crate) mod db_freeze;
 pub(crate) mod devcheck;
+pub(crate) mod devices;
+pub(crate) mod devset;
 pub(crate) mod error;
 pub(crate) mod exports;
 pub(crate) mod fsreg;
@@ -48,6 +50,8 @@ use strata_engine::{BlockDevice, Clock, ErrorKind, FileDevice, FileDeviceOptions
 pub(crate) struct PoolEntry {
     pub pool: Arc<Pool>,
     pub device: PathBuf,
+    /// The member devices of a mirror (empty for a pool on one device).
+    pub members: Vec<PathBuf>,
     /// The separate intent-log device, if the pool has one.
     pub log_device: Option<PathBuf>,
 }
@@ -82,6 +86,8 @@ pub struct Daemon {
     /// This daemon's host id (DATA_DIR/host-id): recorded in the pools it has open, so
     /// another daemon will not import them by accident.
     pub(crate) host_id: u64,
+    /// Rebuilds in progress, for their rate and ETA (devices.rs).
+    pub(crate) rebuilds: devices::RebuildTracks,
 }
 
 pub fn random_u64() -> u64 {
@@ -147,6 +153,7 @@ impl Daemon {
             nfs: exports::NfsService::new(),
             filesystems: fsreg::FsRegistry::default(),
             host_id,
+            rebuilds: Default::default(),
         });
         let state = match State::load(&d.state_path())? {
             Some(s) => s,
@@ -155,7 +162,9 @@ impl Daemon {
                 tracing::info!(image = %image.display(), "no configuration: creating the embedded default pool");
                 let req = strata_api::CreatePool {
                     name: "default".into(),
-                    device: image,
+                    device: Some(image),
+                    layout: None,
+                    devices: Vec::new(),
                     size_bytes: Some(d.opts.default_pool_bytes),
                     checksum: None,
                     log_device: None,
@@ -173,7 +182,12 @@ impl Daemon {
                     forgot_log |= log_device.is_none() && p.log_device.is_some();
                     d.pools.lock().expect("pools").insert(
                         p.name.clone(),
-                        PoolEntry { pool: Arc::new(pool), device: p.device.clone(), log_device },
+                        PoolEntry {
+                            pool: Arc::new(pool),
+                            device: p.device.clone(),
+                            members: p.members.clone(),
+                            log_device,
+                        },
                     );
                 }
                 Err(reason) => {
@@ -218,7 +232,12 @@ impl Daemon {
             .lock()
             .expect("pools")
             .iter()
-            .map(|(n, e)| PoolRecord { name: n.clone(), device: e.device.clone(), log_device: e.log_device.clone() })
+            .map(|(n, e)| PoolRecord {
+                name: n.clone(),
+                device: e.device.clone(),
+                members: e.members.clone(),
+                log_device: e.log_device.clone(),
+            })
             .collect();
         pools.extend(self.unavailable.lock().expect("unavailable").values().map(|u| u.record.clone()));
         pools.sort_by(|a, b| a.name.cmp(&b.name));

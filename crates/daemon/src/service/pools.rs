@@ -2,16 +2,19 @@
 //! (all fields or none), the checker, and the lifecycle: destroy, export, import.
 
 use super::state::PoolRecord;
-use super::{logdev, open_device, pool_options, random_u64, ApiError, Daemon, PoolEntry};
+use super::{devset, logdev, open_device, pool_options, random_u64, ApiError, Daemon, PoolEntry};
 use std::path::Path;
 use std::sync::Arc;
-use strata_api::{CheckReport, CommitFigures, CreatePool, PoolFigures, PoolInfo, PoolState, SetPool};
+use strata_api::{CheckReport, CommitFigures, CreatePool, PoolFigures, PoolInfo, PoolState, ScrubReport, SetPool};
 use strata_engine::{ChecksumAlgo, CreateOptions, Error, LogDeviceSpec, Pool, PoolOptions, PoolStatus};
 
 /// Open a pool of the state file; Err is the reason it is UNAVAILABLE. Also returns the
 /// log device it kept (None if it had none, or it was discarded).
 pub(crate) fn open_recorded(d: &Daemon, p: &PoolRecord) -> Result<(Pool, Option<std::path::PathBuf>), String> {
-    let dev = open_device(&p.device, None).map_err(|e| e.message)?;
+    let (dev, set_notes) = devset::open_recorded_devices(&p.device, &p.members, false)?;
+    for n in set_notes {
+        tracing::warn!(pool = %p.name, "{n}");
+    }
     let discard = d.opts.discard_missing_log.contains(&p.name);
     // A log device that cannot even be opened is missing: discardable, like one whose
     // label is gone.
@@ -73,6 +76,9 @@ pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
     PoolFigures {
         guid: format!("{:016x}", s.pool_guid),
         device_io: s.device.clone(),
+        layout: devset::device_figures(s).0,
+        devices: devset::device_figures(s).1,
+        rebuild: None,
         txg: s.txg,
         size_bytes: s.size_bytes,
         allocated_bytes: s.allocated_bytes,
@@ -148,23 +154,21 @@ impl Daemon {
                 reason: Some(u.reason.clone()),
                 device: u.record.device.clone(),
                 log_device: u.record.log_device.clone(),
+                members: u.record.members.clone(),
                 status: None,
             });
         }
-        let (pool, device, log_device) = {
+        let (pool, device, members, log_device) = {
             let pools = self.pools.lock().expect("pools");
             let e =
                 pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-            (e.pool.clone(), e.device.clone(), e.log_device.clone())
+            (e.pool.clone(), e.device.clone(), e.members.clone(), e.log_device.clone())
         };
-        Ok(PoolInfo {
-            name: name.into(),
-            state: PoolState::Online,
-            reason: None,
-            device,
-            log_device,
-            status: Some(figures(&pool.status())),
-        })
+        let status = pool.status();
+        let (_, _, state) = devset::device_figures(&status);
+        let mut f = figures(&status);
+        f.rebuild = super::devices::rebuild_figures(self, name, &status);
+        Ok(PoolInfo { name: name.into(), state, reason: None, device, log_device, members, status: Some(f) })
     }
 
     /// Every pool the daemon knows, open or not, by name.
@@ -188,18 +192,8 @@ impl Daemon {
             Some("crc32c") => ChecksumAlgo::Crc32c,
             Some(o) => return Err(ApiError::bad_request(format!("checksum {o:?}"), "use blake3 or crc32c")),
         };
-        if !req.device.is_absolute() {
-            return Err(ApiError::bad_request(
-                format!("device {} is not an absolute path", req.device.display()),
-                "give the full path",
-            ));
-        }
-        if !req.device.exists() && req.size_bytes.is_none() {
-            return Err(ApiError::bad_request(
-                format!("{} does not exist", req.device.display()),
-                "give size_bytes to create an image file",
-            ));
-        }
+        let layout = devset::LayoutRequest::parse(req)?;
+        let device = layout.paths()[0].clone();
         if self.name_taken(&req.name) {
             return Err(ApiError::new(
                 strata_api::ErrorKind::AlreadyExists,
@@ -207,24 +201,39 @@ impl Daemon {
                 "choose another name",
             ));
         }
-        let created_file = !req.device.exists();
-        if !created_file {
-            super::devcheck::refuse_foreign_data(&req.device, req.force)?;
-        }
-        // The log device first: its checks need nothing written (the pool's image file is
-        // created by opening it).
-        let log =
-            req.log_device.as_deref().map(|l| logdev::open_new_log_device(&req.device, l, req.force)).transpose()?;
-        let dev = open_device(&req.device, req.size_bytes)?;
-        let create =
-            CreateOptions { name: req.name.clone(), pool_guid: random_u64(), device_guid: random_u64(), checksum };
+        layout.refuse_foreign_data(req.force)?;
+        // The log device first: its checks need nothing written (the pool's image files
+        // are created by opening them).
+        let log = match &req.log_device {
+            None => None,
+            Some(l) => {
+                if layout.paths().iter().any(|d| d == l) {
+                    return Err(ApiError::bad_request(
+                        format!("log device {} is also a device of the pool", l.display()),
+                        "use a different device for the log",
+                    ));
+                }
+                Some(logdev::open_new_log_device(&device, l, req.force)?)
+            }
+        };
+        let pool_guid = random_u64();
+        let dev = layout.make(req.size_bytes, pool_guid)?;
+        let create = CreateOptions { name: req.name.clone(), pool_guid, device_guid: random_u64(), checksum };
         let log = log.map(|dev| LogDeviceSpec { dev, log_device_guid: random_u64() });
         let pool = Pool::create_with_log(dev, create, log, pool_options()).map_err(ApiError::from)?;
         self.pools.lock().expect("pools").insert(
             req.name.clone(),
-            PoolEntry { pool: Arc::new(pool), device: req.device.clone(), log_device: req.log_device.clone() },
+            PoolEntry {
+                pool: Arc::new(pool),
+                device: device.clone(),
+                members: match &layout {
+                    devset::LayoutRequest::Single(_) => Vec::new(),
+                    devset::LayoutRequest::Mirror(m) => m.clone(),
+                },
+                log_device: req.log_device.clone(),
+            },
         );
-        tracing::info!(pool = %req.name, device = %req.device.display(), "pool created");
+        tracing::info!(pool = %req.name, devices = ?layout.paths(), "pool created");
         self.save_state()
     }
 
@@ -300,5 +309,35 @@ impl Daemon {
     pub(crate) fn check_pool(&self, name: &str, verify_data: bool) -> Result<CheckReport, ApiError> {
         let r = self.pool(name)?.check(strata_engine::CheckOptions { verify_data, ..Default::default() })?;
         Ok(check_report(&r))
+    }
+
+    pub(crate) fn scrub_pool(&self, name: &str) -> Result<ScrubReport, ApiError> {
+        let pool = self.pool(name)?;
+        let sum = |s: &PoolStatus| -> (u64, u64) {
+            let m = s.devices.as_ref().map(|d| d.members.as_slice()).unwrap_or_default();
+            (m.iter().map(|m| m.checksum_errors).sum(), m.iter().map(|m| m.repaired_bytes).sum())
+        };
+        let before = sum(&pool.status());
+        let start = std::time::Instant::now();
+        let r = pool.check(strata_engine::CheckOptions { verify_data: true, all_copies: true })?;
+        let seconds = start.elapsed().as_secs_f64();
+        let status = pool.status();
+        let after = sum(&status);
+        tracing::info!(
+            pool = name,
+            blocks = r.copies_verified,
+            damaged = after.0 - before.0,
+            repaired_bytes = after.1 - before.1,
+            errors = r.errors.len(),
+            "scrub done in {seconds:.1} s"
+        );
+        Ok(ScrubReport {
+            check: check_report(&r),
+            blocks_verified: r.copies_verified,
+            checksum_errors: after.0.saturating_sub(before.0),
+            repaired_bytes: after.1.saturating_sub(before.1),
+            seconds,
+            devices: devset::device_figures(&status).1,
+        })
     }
 }

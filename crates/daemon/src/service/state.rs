@@ -8,7 +8,12 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PoolRecord {
     pub name: String,
+    /// The pool's device; for a mirror, its first member.
     pub device: PathBuf,
+    /// The member devices of a mirror; absent for a pool on one device (and in state
+    /// files of older daemons).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<PathBuf>,
     /// The pool's separate intent-log device; absent for pools without one (and in state
     /// files of older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]

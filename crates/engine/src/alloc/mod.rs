@@ -386,6 +386,29 @@ impl Allocator {
 
     /// Load the pack table as committed (opening a pool). Each pack must lie in the data
     /// area on allocated units and not overlap the one before it.
+    /// Runs of units of `first..first + count` that are not free for allocation (allocated,
+    /// or freed but held), as (first unit, units): what a rebuild must copy.
+    pub fn unavailable_runs(&self, first: u64, count: u64) -> Vec<(u64, u64)> {
+        let end = first.saturating_add(count).min(self.geo.data_units);
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut u = first;
+        while u < end {
+            // Whole words of free units at once: most of a young pool is free.
+            if u.is_multiple_of(64) && u + 64 <= end && self.unavailable.get((u / 64) as usize) == Some(&0) {
+                u += 64;
+                continue;
+            }
+            if bit(&self.unavailable, u) {
+                match runs.last_mut() {
+                    Some((f, n)) if *f + *n == u => *n += 1,
+                    _ => runs.push((u, 1)),
+                }
+            }
+            u += 1;
+        }
+        runs
+    }
+
     pub fn load_packs(&mut self, packs: impl IntoIterator<Item = (u64, PackPhys)>) -> Result<()> {
         let mut end = 0u64;
         for (addr, pack) in packs {

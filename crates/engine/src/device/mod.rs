@@ -12,7 +12,7 @@ mod status;
 
 pub use aligned::AlignedBuf;
 pub use file::{FileDevice, FileDeviceOptions};
-pub use mirror::MirrorDevice;
+pub use mirror::{MirrorDevice, RebuildStatus};
 pub use probe::{
     probe_foreign_data, probe_reader, probe_window, ForeignData, Signature, StrataLabel, PROBE_WINDOW_BYTES,
 };
@@ -89,6 +89,12 @@ pub trait BlockDevice: Send + Sync {
 
     /// A device set's layout, health and members; `None` for a plain device.
     fn set_status(&self) -> Option<SetStatus> {
+        None
+    }
+
+    /// The mirror this device is, for its administration (replace, online, offline,
+    /// rebuild).
+    fn as_mirror(&self) -> Option<&MirrorDevice> {
         None
     }
 }

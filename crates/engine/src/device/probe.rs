@@ -30,6 +30,7 @@
 
 use crate::format::label::LABEL_MAGIC;
 use crate::format::logdev::LOG_DEVICE_MAGIC;
+use crate::format::member::{MEMBER_LABEL_COPY_1, MEMBER_MAGIC};
 use crate::format::LABEL_SIZE;
 use std::fmt;
 use std::fs::File;
@@ -89,6 +90,9 @@ pub enum StrataLabel {
     Pool,
     /// A separate intent-log device's label (`format::logdev`), at byte 0.
     LogDevice,
+    /// A mirror member's label (`format::member`), copy 0 at byte 0 or copy 1 at
+    /// `MEMBER_LABEL_COPY_1`.
+    Member,
 }
 
 impl fmt::Display for StrataLabel {
@@ -96,6 +100,7 @@ impl fmt::Display for StrataLabel {
         f.write_str(match self {
             StrataLabel::Pool => "a Strata pool",
             StrataLabel::LogDevice => "a Strata log device",
+            StrataLabel::Member => "a device of a Strata mirror",
         })
     }
 }
@@ -343,6 +348,10 @@ fn strata(w: &Window) -> Option<ForeignData> {
         (StrataLabel::Pool, 0)
     } else if w.is(0, &LOG_DEVICE_MAGIC) {
         (StrataLabel::LogDevice, 0)
+    } else if w.is(0, &MEMBER_MAGIC) {
+        (StrataLabel::Member, 0)
+    } else if w.is(MEMBER_LABEL_COPY_1, &MEMBER_MAGIC) {
+        (StrataLabel::Member, MEMBER_LABEL_COPY_1)
     } else if w.is(LABEL_SIZE, &LABEL_MAGIC) {
         (StrataLabel::Pool, LABEL_SIZE)
     } else {

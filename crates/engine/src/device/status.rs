@@ -22,6 +22,8 @@ pub enum MemberState {
     Unavailable,
     /// Present but out of sync (it missed writes while away): not used until rebuilt.
     Stale,
+    /// Being rebuilt: written, not read, until the rebuild reaches its end.
+    Rebuilding,
 }
 
 impl MemberState {
@@ -34,6 +36,7 @@ impl MemberState {
             MemberState::Removed => "REMOVED",
             MemberState::Unavailable => "UNAVAILABLE",
             MemberState::Stale => "STALE",
+            MemberState::Rebuilding => "REBUILDING",
         }
     }
 
@@ -54,7 +57,8 @@ impl MemberState {
             3 => MemberState::Offline,
             4 => MemberState::Removed,
             5 => MemberState::Unavailable,
-            _ => MemberState::Stale,
+            6 => MemberState::Stale,
+            _ => MemberState::Rebuilding,
         }
     }
 }
@@ -111,4 +115,6 @@ pub struct SetStatus {
     pub set_guid: u64,
     pub health: SetHealth,
     pub members: Vec<MemberStatus>,
+    /// The rebuild in progress.
+    pub rebuild: Option<super::mirror::RebuildStatus>,
 }

@@ -41,6 +41,7 @@ mod open;
 pub mod prewrite;
 mod quiesce;
 mod read_pin;
+pub mod rebuild;
 mod replay;
 pub mod restore;
 pub mod snapshot;

@@ -16,6 +16,8 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<Daemon>> {
         .routes(routes!(list_pools, create_pool))
         .routes(routes!(show_pool, set_pool, destroy_pool))
         .routes(routes!(check_pool))
+        .routes(routes!(scrub_pool))
+        .routes(routes!(change_device))
         .routes(routes!(export_pool))
         .routes(routes!(scan_importable))
         .routes(routes!(import_pool))
@@ -80,6 +82,32 @@ async fn check_pool(
     Body(req): Body<CheckRequest>,
 ) -> Result<Json<CheckReport>, ApiError> {
     blocking(&d, move |d| d.check_pool(&pool, req.verify_data.unwrap_or(true))).await.map(Json)
+}
+
+/// Scrub: read every copy of every block (of a mirror: each device's), verify it, and
+/// repair damaged copies from a good one; also runs every check. Holds the pool's lock while
+/// it runs: a throttled background scrub is to come (docs/redundancy.md).
+#[utoipa::path(post, path = "/v1/pools/{pool}/scrub", tag = "pools", security(("token" = ["operator"])),
+    params(("pool" = String, Path)), responses((status = 200, body = ScrubReport)))]
+async fn scrub_pool(d: D, Path(pool): Path<String>) -> Result<Json<ScrubReport>, ApiError> {
+    blocking(&d, move |d| d.scrub_pool(&pool)).await.map(Json)
+}
+
+/// Change a device of a mirror: offline, online (rebuilds what it missed) or replace (the
+/// new device is rebuilt from the others in the background; `pool status` shows progress).
+#[utoipa::path(post, path = "/v1/pools/{pool}/devices", tag = "pools", security(("token" = ["admin"])),
+    params(("pool" = String, Path)), request_body = DeviceChange, responses((status = 200, body = PoolInfo)))]
+async fn change_device(
+    d: D,
+    Path(pool): Path<String>,
+    Body(req): Body<DeviceChange>,
+) -> Result<Json<PoolInfo>, ApiError> {
+    blocking(&d, move |d| {
+        d.change_device(&pool, &req)?;
+        d.pool_info(&pool)
+    })
+    .await
+    .map(Json)
 }
 
 /// Close the pool cleanly and forget it: its devices can be imported here or elsewhere.

@@ -9,7 +9,8 @@
 //!   configuration (the member FAULTED from the current txg) is on every member still in
 //!   use, so a later open never reads the faulted member as if it were in sync.
 //! - A read that fails tries the next member; a member faults after READ_ERRORS_TO_FAULT
-//!   read errors. Errors that mean the device is gone (ENODEV, ENXIO, ENOENT, ESTALE) mark
+//!   read errors. Errors that mean the device is gone (ENODEV, ENXIO, ENOENT, ESTALE, ENOTCONN,
+//!   ECONNABORTED) mark
 //!   it REMOVED at once.
 //! - `read_verified`: a copy that fails the caller's checksum is replaced by the next copy
 //!   that passes, and rewritten with it (self-healing read; counted per member).
@@ -27,6 +28,8 @@
 
 use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
 use super::BlockDevice;
+
+mod rebuild;
 use crate::error::{Corruption, Error, Result};
 use crate::format::member::{
     Layout, MemberEntryPhys, MemberLabelPhys, MemberPhysState, MEMBERS_MAX, MEMBER_AREA_BYTES, MEMBER_LABEL_COPY_1,
@@ -34,7 +37,8 @@ use crate::format::member::{
 };
 use crate::format::UNIT_SIZE;
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{Mutex, MutexGuard, PoisonError};
+use crate::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+pub use rebuild::RebuildStatus;
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
@@ -49,9 +53,8 @@ pub const CHECKSUM_ERRORS_TO_DEGRADE: u64 = 64;
 pub const MIRROR_WAYS: Range<usize> = 2..4;
 
 struct Member {
-    dev: Option<Arc<dyn BlockDevice>>,
-    guid: u64,
-    device: String,
+    /// The device, its guid and name: replaced by `replace` (rebuild.rs).
+    slot: Mutex<Slot>,
     state: AtomicUsize,
     read_errors: AtomicU64,
     write_errors: AtomicU64,
@@ -60,14 +63,38 @@ struct Member {
     note: Mutex<Option<String>>,
 }
 
+struct Slot {
+    dev: Option<Arc<dyn BlockDevice>>,
+    guid: u64,
+    device: String,
+}
+
 impl Member {
     fn state(&self) -> MemberState {
         MemberState::from_usize(self.state.load(Ordering::Acquire))
     }
 
-    /// The device, if the member is in use.
-    fn in_use(&self) -> Option<&Arc<dyn BlockDevice>> {
-        self.dev.as_ref().filter(|_| self.state().in_use())
+    fn dev(&self) -> Option<Arc<dyn BlockDevice>> {
+        lock(&self.slot).dev.clone()
+    }
+
+    fn guid(&self) -> u64 {
+        lock(&self.slot).guid
+    }
+
+    fn device(&self) -> String {
+        lock(&self.slot).device.clone()
+    }
+
+    /// The device, if the member is in use (read and written).
+    fn in_use(&self) -> Option<Arc<dyn BlockDevice>> {
+        self.state().in_use().then(|| self.dev()).flatten()
+    }
+
+    /// The device, if writes go to it: in use, or being rebuilt.
+    fn written(&self) -> Option<Arc<dyn BlockDevice>> {
+        let s = self.state();
+        (s.in_use() || s == MemberState::Rebuilding).then(|| self.dev()).flatten()
     }
 
     fn set_note(&self, note: String) {
@@ -77,6 +104,10 @@ impl Member {
 
 pub struct MirrorDevice {
     members: Vec<Member>,
+    /// The rebuild in progress and the writes in flight (rebuild.rs).
+    rebuild: Mutex<rebuild::RebuildState>,
+    rebuild_cv: Condvar,
+    failpoints: crate::failpoint::Failpoints,
     logical_size: u64,
     /// The newest configuration (its `member_guid`/`member_index` are those of whichever
     /// member it was read from; `write_labels` sets them per member).
@@ -99,7 +130,10 @@ fn suspended(what: &str) -> io::Error {
 
 /// Errors that say the device itself is gone, not that one I/O failed.
 fn is_gone(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ENXIO | libc::ENOENT | libc::ESTALE))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENODEV | libc::ENXIO | libc::ENOENT | libc::ESTALE | libc::ENOTCONN | libc::ECONNABORTED)
+    )
 }
 
 /// Of two errors met by one call, the one to return: a device that is gone explains only
@@ -187,6 +221,9 @@ impl MirrorDevice {
             .collect();
         let m = MirrorDevice {
             members,
+            rebuild: Mutex::new(rebuild::RebuildState::default()),
+            rebuild_cv: Condvar::new(),
+            failpoints: Default::default(),
             logical_size,
             config: Mutex::new(config),
             next_read: AtomicUsize::new(0),
@@ -195,7 +232,7 @@ impl MirrorDevice {
         };
         let cfg = lock(&m.config).clone();
         for (i, member) in m.members.iter().enumerate() {
-            let dev = member.dev.as_ref().ok_or_else(|| Error::invalid("member without device"))?;
+            let dev = member.dev().ok_or_else(|| Error::invalid("member without device"))?;
             write_label(dev.as_ref(), &cfg, i).map_err(|e| Error::io("write member label", e))?;
         }
         Ok(m)
@@ -250,6 +287,7 @@ impl MirrorDevice {
             }
         }
         let mut newly_stale = Vec::new();
+        let mut rebuilding_seen: Option<bool> = None;
         let members: Vec<Member> = config
             .members
             .iter()
@@ -266,6 +304,9 @@ impl MirrorDevice {
                     (MemberPhysState::Faulted, _) => {
                         (MemberState::Faulted, Some(format!("faulted at txg {}; replace it", e.since_txg)))
                     }
+                    (MemberPhysState::Rebuilding, Some(_)) if rebuilding_seen.replace(true).is_none() => {
+                        (MemberState::Rebuilding, Some(format!("being rebuilt, {} bytes done", e.rebuild_cursor)))
+                    }
                     (MemberPhysState::Stale | MemberPhysState::Rebuilding, _) => {
                         (MemberState::Stale, Some(format!("out of sync since txg {}; rebuild it", e.since_txg)))
                     }
@@ -281,12 +322,19 @@ impl MirrorDevice {
         for m in members.iter().filter(|m| !m.state().in_use()) {
             notes.push(format!(
                 "mirror member {} is {}: {}",
-                m.device,
+                m.device(),
                 m.state(),
                 lock(&m.note).clone().unwrap_or_default()
             ));
         }
+        let rebuilding = members.iter().position(|m| m.state() == MemberState::Rebuilding).map(|i| {
+            let cursor = config.members.get(i).map_or(0, |e| e.rebuild_cursor);
+            rebuild::Rebuild::resume(i, cursor)
+        });
         let mirror = MirrorDevice {
+            rebuild: Mutex::new(rebuild::RebuildState { active: rebuilding, ..Default::default() }),
+            rebuild_cv: Condvar::new(),
+            failpoints: Default::default(),
             logical_size: config.logical_size,
             members,
             config: Mutex::new(config),
@@ -312,6 +360,11 @@ impl MirrorDevice {
         Ok((mirror, notes))
     }
 
+    /// The mirror's failpoints (`mirror.rebuild_copy`: failpoint.rs).
+    pub fn failpoints(&self) -> &crate::failpoint::Failpoints {
+        &self.failpoints
+    }
+
     /// The configuration's generation (tests, status).
     pub fn generation(&self) -> u64 {
         lock(&self.config).generation
@@ -333,7 +386,7 @@ impl MirrorDevice {
             cfg.generation += 1;
             let mut failed = false;
             for (i, m) in self.members.iter().enumerate() {
-                let Some(dev) = m.in_use() else { continue };
+                let Some(dev) = m.written() else { continue };
                 if let Err(e) = write_label(dev.as_ref(), &cfg, i) {
                     m.write_errors.fetch_add(1, Ordering::Relaxed);
                     m.state.store(MemberState::Faulted.to_usize(), Ordering::Release);
@@ -359,7 +412,8 @@ impl MirrorDevice {
         let m = self.members.get(i)?;
         let mut cur = m.state.load(Ordering::Acquire);
         loop {
-            if !MemberState::from_usize(cur).in_use() {
+            let s = MemberState::from_usize(cur);
+            if !s.in_use() && s != MemberState::Rebuilding {
                 return None;
             }
             match m.state.compare_exchange(cur, state.to_usize(), Ordering::AcqRel, Ordering::Acquire) {
@@ -368,6 +422,9 @@ impl MirrorDevice {
             }
         }
         m.set_note(why);
+        if MemberState::from_usize(cur) == MemberState::Rebuilding {
+            lock(&self.rebuild).active = None;
+        }
         let txg = self.txg.load(Ordering::Relaxed);
         self.persist(|cfg| {
             if let Some(e) = cfg.members.get_mut(i) {
@@ -440,7 +497,7 @@ impl MirrorDevice {
     }
 
     /// Members in use, starting at the next one in the round robin.
-    fn read_order(&self) -> impl Iterator<Item = (usize, &Arc<dyn BlockDevice>)> {
+    fn read_order(&self) -> impl Iterator<Item = (usize, Arc<dyn BlockDevice>)> + '_ {
         let n = self.members.len();
         let start = self.next_read.fetch_add(1, Ordering::Relaxed) % n.max(1);
         (0..n).filter_map(move |k| {
@@ -454,7 +511,7 @@ impl MirrorDevice {
         let mut done = 0;
         let mut last = None;
         for (i, m) in self.members.iter().enumerate() {
-            let Some(dev) = m.in_use() else { continue };
+            let Some(dev) = m.written() else { continue };
             match op(dev.as_ref()) {
                 Ok(()) => done += 1,
                 Err(e) => {
@@ -476,9 +533,7 @@ impl MirrorDevice {
 impl Member {
     fn new(dev: Option<Arc<dyn BlockDevice>>, guid: u64, device: String, state: MemberState) -> Member {
         Member {
-            dev,
-            guid,
-            device,
+            slot: Mutex::new(Slot { dev, guid, device }),
             state: AtomicUsize::new(state.to_usize()),
             read_errors: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
@@ -522,6 +577,7 @@ impl BlockDevice for MirrorDevice {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let _w = self.begin_write(offset, buf.len() as u64);
         self.on_all("write", |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
     }
 
@@ -530,11 +586,12 @@ impl BlockDevice for MirrorDevice {
     }
 
     fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let _w = self.begin_write(offset, buf.len() as u64);
         self.on_all("durable write", |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
     }
 
     fn describe(&self) -> String {
-        let names: Vec<&str> = self.members.iter().map(|m| m.device.as_str()).collect();
+        let names: Vec<String> = self.members.iter().map(|m| m.device()).collect();
         format!("mirror of {}", names.join(", "))
     }
 
@@ -665,8 +722,8 @@ impl BlockDevice for MirrorDevice {
             .enumerate()
             .map(|(index, m)| MemberStatus {
                 index,
-                guid: m.guid,
-                device: m.device.clone(),
+                guid: m.guid(),
+                device: m.device(),
                 state: m.state(),
                 read_errors: m.read_errors.load(Ordering::Relaxed),
                 write_errors: m.write_errors.load(Ordering::Relaxed),
@@ -681,6 +738,16 @@ impl BlockDevice for MirrorDevice {
             n if n == members.len() && members.iter().all(|m| m.state == MemberState::Online) => SetHealth::Online,
             _ => SetHealth::Degraded,
         };
-        Some(SetStatus { layout: Layout::Mirror, set_guid: lock(&self.config).set_guid, health, members })
+        Some(SetStatus {
+            layout: Layout::Mirror,
+            set_guid: lock(&self.config).set_guid,
+            health,
+            members,
+            rebuild: self.rebuild_status(),
+        })
+    }
+
+    fn as_mirror(&self) -> Option<&MirrorDevice> {
+        Some(self)
     }
 }

@@ -1,0 +1,151 @@
+//! Mirror pools through the daemon and the CLI: create (and every refusal of a bad layout
+//! or device list), status with its device table, a member image that disappears across a
+//! restart (DEGRADED, not UNAVAILABLE), replace with a rebuild that finishes, offline/online,
+//! scrub, destroy erasing every member. Real daemons, real image files. Needs root and
+//! /dev/fuse.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 test paths")
+}
+
+fn pool(d: &Daemon, name: &str) -> Value {
+    d.json(&["pool", "status", name])
+}
+
+fn states(v: &Value) -> Vec<String> {
+    v["devices"].as_array().unwrap().iter().map(|d| d["state"].as_str().unwrap().to_string()).collect()
+}
+
+/// Wait until the pool has no rebuild in progress.
+fn wait_rebuilt(d: &Daemon, name: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let v = pool(d, name);
+        if v.get("rebuild").is_none() {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "rebuild did not finish: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn mirror_pools_through_the_cli() {
+    let dir = temp_dir("mirror-cli");
+    let mut d = Daemon::start(&dir);
+    let img: Vec<_> = (0..4).map(|i| dir.join(format!("m{i}.img"))).collect();
+
+    // Refusals: each says what to do.
+    d.fails(&["pool", "create", "m", "--layout", "mirror", "--device", s(&img[0]), "--size", "128M"], "2 or 3");
+    d.fails(
+        &["pool", "create", "m", "--layout", "raid5", "--device", s(&img[0]), "--size", "128M"],
+        "single or mirror",
+    );
+    d.fails(
+        &[
+            "pool",
+            "create",
+            "m",
+            "--layout",
+            "mirror",
+            "--device",
+            s(&img[0]),
+            "--device",
+            s(&img[0]),
+            "--size",
+            "128M",
+        ],
+        "given twice",
+    );
+    d.fails(&["pool", "create", "m", "--device", s(&img[0]), "--device", s(&img[1]), "--size", "128M"], "exactly one");
+    d.fails(
+        &["pool", "create", "m", "--layout", "mirror", "--device", s(&img[0]), "--device", s(&img[1])],
+        "does not exist",
+    );
+
+    d.ok(&[
+        "pool",
+        "create",
+        "m",
+        "--layout",
+        "mirror",
+        "--device",
+        s(&img[0]),
+        "--device",
+        s(&img[1]),
+        "--size",
+        "128M",
+    ]);
+    let v = pool(&d, "m");
+    assert_eq!(v["state"], "ONLINE", "{v}");
+    assert_eq!(v["layout"], "mirror");
+    assert_eq!(states(&v), ["ONLINE", "ONLINE"]);
+    assert_eq!(v["members"], serde_json::json!([s(&img[0]), s(&img[1])]));
+    let human = d.ok(&["pool", "status", "m"]);
+    assert!(human.contains("layout    mirror") && human.contains("CKSUM"), "{human}");
+    // A member of a mirror is not formatted over by another pool.
+    d.fails(&["pool", "create", "x", "--device", s(&img[1])], "Strata");
+
+    d.ok(&["volume", "create", "m/v"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "m/v", s(&mnt)]);
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(mnt.join("f"), &data).unwrap();
+    d.ok(&["pool", "scrub", "m"]);
+
+    // Member 1's image goes away across a restart: the pool opens DEGRADED, data served.
+    assert!(d.stop().success(), "{}", d.log());
+    let away = dir.join("m1.away");
+    std::fs::rename(&img[1], &away).unwrap();
+    d.spawn();
+    let v = pool(&d, "m");
+    assert_eq!(v["state"], "DEGRADED", "{v}");
+    assert_eq!(states(&v), ["ONLINE", "UNAVAILABLE"]);
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), data);
+    std::fs::write(mnt.join("g"), b"written while degraded").unwrap();
+    // The last member in sync cannot go offline.
+    d.fails(&["pool", "offline", "m", "0"], "last one in sync");
+
+    // Replace the missing member with a new image: rebuilt, ONLINE.
+    d.fails(&["pool", "replace", "m", "1", s(&img[0])], "already");
+    d.ok(&["pool", "replace", "m", "1", s(&img[2]), "--size", "128M"]);
+    let v = wait_rebuilt(&d, "m");
+    assert_eq!(states(&v), ["ONLINE", "ONLINE"], "{v}");
+    assert_eq!(v["state"], "ONLINE");
+    assert!(d.log().contains("rebuild complete"), "{}", d.log());
+    let scrub = d.json(&["pool", "scrub", "m"]);
+    assert_eq!(scrub["checksum_errors"], 0, "{scrub}");
+    assert_eq!(scrub["check"]["clean"], true, "{scrub}");
+
+    // Offline and online: what was missed is rebuilt.
+    d.ok(&["pool", "offline", "m", "0"]);
+    assert_eq!(states(&pool(&d, "m")), ["OFFLINE", "ONLINE"]);
+    std::fs::write(mnt.join("h"), b"member 0 misses this").unwrap();
+    d.ok(&["pool", "online", "m", "0"]);
+    let v = wait_rebuilt(&d, "m");
+    assert_eq!(states(&v), ["ONLINE", "ONLINE"], "{v}");
+
+    // After a restart the state file names the replacement.
+    d.ok(&["unmount", s(&mnt)]);
+    assert!(d.stop().success(), "{}", d.log());
+    d.spawn();
+    let v = pool(&d, "m");
+    assert_eq!(v["state"], "ONLINE", "{v}");
+    assert_eq!(v["members"], serde_json::json!([s(&img[0]), s(&img[2])]));
+    d.ok(&["mount", "m/v", s(&mnt)]);
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), data);
+    assert_eq!(std::fs::read(mnt.join("h")).unwrap(), b"member 0 misses this");
+    d.ok(&["unmount", s(&mnt)]);
+    d.fails(&["pool", "export", "m"], "not built yet");
+    d.ok(&["check", "m"]);
+
+    // Destroy erases every member: each can hold a new pool afterwards.
+    d.ok(&["pool", "destroy", "m", "--yes"]);
+    d.ok(&["pool", "create", "again", "--device", s(&img[2])]);
+}

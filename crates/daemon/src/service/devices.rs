@@ -1,0 +1,209 @@
+//! The devices of mirror pools at run time: `pool replace|online|offline`, the rebuild
+//! thread (copying at a bounded rate, so the database keeps its throughput), and the log
+//! lines that say when a device changed state (what `zpool events` would show).
+
+use super::{devcheck, devset, open_device, random_u64, ApiError, Daemon};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use strata_api::{DeviceChange, RebuildFigures};
+use strata_engine::{MemberState, Pool};
+
+/// Bytes a rebuild copies per second at most (a rebuild of a 30%-full 1 TB mirror member
+/// then takes ~20 min; docs/redundancy.md has the measurements behind it).
+pub(crate) const REBUILD_BYTES_PER_SECOND: u64 = 256 << 20;
+/// Logical bytes one rebuild step looks at (it copies only what the pool uses of them).
+const REBUILD_WINDOW: u64 = 8 << 20;
+
+/// A rebuild's figures over time, for its rate and ETA.
+#[derive(Default)]
+pub(crate) struct RebuildTracks {
+    tracks: Mutex<BTreeMap<String, Track>>,
+}
+
+struct Track {
+    started: Instant,
+    start_cursor: u64,
+    copied: u64,
+}
+
+impl RebuildTracks {
+    fn record(&self, pool: &str, cursor: u64, copied: u64) {
+        let mut t = self.tracks.lock().expect("rebuild tracks");
+        let e = t.entry(pool.to_string()).or_insert(Track { started: Instant::now(), start_cursor: cursor, copied: 0 });
+        e.copied += copied;
+    }
+
+    fn forget(&self, pool: &str) {
+        self.tracks.lock().expect("rebuild tracks").remove(pool);
+    }
+
+    /// The figures of pool `pool`'s rebuild at `cursor` of `end`.
+    pub(crate) fn figures(&self, pool: &str, device: String, cursor: u64, end: u64) -> RebuildFigures {
+        let t = self.tracks.lock().expect("rebuild tracks");
+        let (rate, copied) = match t.get(pool) {
+            Some(tr) => {
+                let secs = tr.started.elapsed().as_secs_f64().max(0.001);
+                ((cursor.saturating_sub(tr.start_cursor)) as f64 / secs, tr.copied)
+            }
+            None => (0.0, 0),
+        };
+        let eta = (rate > 0.0).then(|| (end.saturating_sub(cursor)) as f64 / rate);
+        RebuildFigures {
+            device,
+            done_bytes: cursor,
+            total_bytes: end,
+            percent: if end > 0 { (cursor as f64 * 1000.0 / end as f64).round() / 10.0 } else { 100.0 },
+            copied_bytes: copied,
+            scan_bytes_per_second: rate as u64,
+            eta_seconds: eta.map(|e| e.round() as u64),
+        }
+    }
+}
+
+impl Daemon {
+    /// Which member of pool `pool`'s mirror `device` names: its index ("0".."2"), the path
+    /// the daemon recorded, or the device as `pool status` shows it.
+    fn member_index(&self, pool: &str, device: &str) -> Result<(Arc<Pool>, usize), ApiError> {
+        let (p, members) = {
+            let pools = self.pools.lock().expect("pools");
+            let e =
+                pools.get(pool).ok_or_else(|| ApiError::not_found(format!("pool {pool}"), "see `strata pool list`"))?;
+            (e.pool.clone(), e.members.clone())
+        };
+        let set = p.status().devices.ok_or_else(|| {
+            ApiError::conflict(format!("pool {pool} is on one device"), "replace, online and offline are for mirrors")
+        })?;
+        let by_path = members.iter().position(|m| m.as_path() == Path::new(device));
+        let by_status =
+            set.members.iter().position(|m| m.device == device || m.device.starts_with(&format!("{device} (")));
+        let by_index = device.parse::<usize>().ok().filter(|&i| i < set.members.len());
+        let i = by_path.or(by_status).or(by_index).ok_or_else(|| {
+            ApiError::not_found(
+                format!("device {device} in pool {pool}"),
+                "give a device as `strata pool status` lists it, or its index (0, 1, 2)",
+            )
+        })?;
+        Ok((p, i))
+    }
+
+    /// `POST /v1/pools/{pool}/devices/{replace|online|offline}`.
+    pub(crate) fn change_device(&self, pool: &str, req: &DeviceChange) -> Result<(), ApiError> {
+        let _admin = self.admin.lock().expect("admin");
+        let (p, index) = self.member_index(pool, &req.device)?;
+        let dev = p.device();
+        let mirror = dev.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
+        match req.action.as_str() {
+            "offline" => mirror.offline(index).map_err(ApiError::from)?,
+            "online" => mirror.online(index).map_err(ApiError::from)?,
+            "replace" => {
+                let new = req.new_device.as_ref().ok_or_else(|| {
+                    ApiError::bad_request("replace without a new device", "give the new device (NEW)")
+                })?;
+                if !new.is_absolute() {
+                    return Err(ApiError::bad_request(
+                        format!("{} is not an absolute path", new.display()),
+                        "give the full path",
+                    ));
+                }
+                if !new.exists() && req.size_bytes.is_none() {
+                    return Err(ApiError::bad_request(
+                        format!("{} does not exist", new.display()),
+                        "give size_bytes to create an image file",
+                    ));
+                }
+                if self.device_in_use(new) {
+                    return Err(ApiError::conflict(
+                        format!("{} is a device of a pool already", new.display()),
+                        "choose a device no pool uses",
+                    ));
+                }
+                if new.exists() {
+                    devcheck::refuse_foreign_data(new, req.force)?;
+                }
+                let d = open_device(new, req.size_bytes)?;
+                mirror.replace(index, d, random_u64()).map_err(ApiError::from)?;
+                if let Some(e) = self.pools.lock().expect("pools").get_mut(pool) {
+                    if let Some(slot) = e.members.get_mut(index) {
+                        *slot = new.clone();
+                    }
+                    if index == 0 {
+                        e.device = new.clone();
+                    }
+                }
+                self.save_state()?;
+            }
+            other => {
+                return Err(ApiError::bad_request(format!("device action {other:?}"), "use replace, online or offline"))
+            }
+        }
+        tracing::warn!(pool, device = %req.device, action = %req.action, new = ?req.new_device, "device changed");
+        Ok(())
+    }
+
+    fn device_in_use(&self, path: &Path) -> bool {
+        let pools = self.pools.lock().expect("pools");
+        pools.values().any(|e| {
+            std::iter::once(&e.device).chain(&e.members).chain(&e.log_device).any(|d| devset::same_device(d, path))
+        })
+    }
+
+    /// The devices thread: every pool's member states (a change is logged), and the rebuild
+    /// of a mirror member, window by window, at most REBUILD_BYTES_PER_SECOND.
+    pub(crate) fn device_loop(self: Arc<Self>) {
+        let mut seen: BTreeMap<(String, usize), (MemberState, String)> = BTreeMap::new();
+        while !self.stopping.load(Ordering::Relaxed) {
+            let pools: Vec<(String, Arc<Pool>)> =
+                self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
+            let mut busy = false;
+            for (name, pool) in pools {
+                let Some(set) = pool.status().devices else { continue };
+                for m in &set.members {
+                    let now = (m.state, m.device.clone());
+                    let before = seen.insert((name.clone(), m.index), now.clone());
+                    if before.as_ref().is_some_and(|b| *b != now) || (before.is_none() && !m.state.in_use()) {
+                        let note = m.note.clone().unwrap_or_default();
+                        match m.state {
+                            MemberState::Online => tracing::info!(pool = %name, device = %m.device, "device ONLINE"),
+                            s => tracing::warn!(pool = %name, device = %m.device, "device {s}: {note}"),
+                        }
+                    }
+                }
+                if set.rebuild.is_some() {
+                    busy = true;
+                    let start = Instant::now();
+                    match pool.rebuild_step(REBUILD_WINDOW) {
+                        Ok(Some(p)) => {
+                            self.rebuilds.record(&name, p.status.cursor, p.copied);
+                            if p.done {
+                                self.rebuilds.forget(&name);
+                                tracing::info!(pool = %name, device = %p.status.device, "rebuild complete");
+                            }
+                            // Pace: the bytes copied at the allowed rate.
+                            let want = Duration::from_secs_f64(p.copied as f64 / REBUILD_BYTES_PER_SECOND as f64);
+                            if let Some(rest) = want.checked_sub(start.elapsed()) {
+                                std::thread::sleep(rest);
+                            }
+                        }
+                        Ok(None) => self.rebuilds.forget(&name),
+                        Err(e) => {
+                            tracing::error!(pool = %name, "rebuild step failed: {e}");
+                            std::thread::sleep(Duration::from_secs(1));
+                        }
+                    }
+                }
+            }
+            if !busy {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// The rebuild figures of a pool's status, if it has a rebuild in progress.
+pub(crate) fn rebuild_figures(d: &Daemon, pool: &str, s: &strata_engine::PoolStatus) -> Option<RebuildFigures> {
+    let r = s.devices.as_ref()?.rebuild.as_ref()?;
+    Some(d.rebuilds.figures(pool, r.device.clone(), r.cursor, r.end))
+}

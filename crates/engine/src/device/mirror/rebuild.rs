@@ -1,0 +1,311 @@
+//! Rebuild (resilver): filling a replaced, returning or new member from the members in sync,
+//! while the pool keeps writing (OpenZFS vdev_rebuild.c's sequential rebuild: copy what is
+//! allocated, in address order, without reading block pointers).
+//!
+//! The pool above decides *what* to copy (the fixed regions and the allocated units of the
+//! data area: pool/rebuild.rs) and how fast; this layer copies it and keeps the copy right:
+//! - From `replace`/`online` on, the member is REBUILDING: every write goes to it, no read
+//!   does. Below the cursor it is in sync.
+//! - A copy of a range and a write to the same range must not interleave (the copy could
+//!   read the old bytes, the write land, then the copy overwrite it with the old ones). Every
+//!   write registers its range (`begin_write`); `copy` marks its range, waits for the writes
+//!   in flight there to finish, and holds new ones off until it is done.
+//! - The cursor is written to the labels (flushing the member first) every
+//!   CURSOR_PERSIST_BYTES: a restart resumes there (`MirrorDevice::open`). At the end the
+//!   member is ONLINE in the labels.
+//!
+//! The copy reads one in-sync member per range (round robin) without verifying: a block that
+//! is damaged there is copied damaged, then found and repaired from another copy by a read
+//! or a scrub (a 2-way mirror being rebuilt has no other copy: that is what a scrub before a
+//! replacement is for).
+
+use super::{lock, MemberState, MirrorDevice};
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::format::member::{MemberEntryPhys, MemberPhysState, MEMBER_AREA_BYTES};
+use crate::sync::atomic::Ordering;
+use std::io;
+use std::sync::Arc;
+
+/// How often the cursor reaches the labels.
+pub const CURSOR_PERSIST_BYTES: u64 = 16 << 20;
+/// Largest single read/write of a copy.
+const COPY_CHUNK: u64 = 1 << 20;
+
+/// The rebuild in progress, and the writes in flight (behind `MirrorDevice::rebuild`).
+#[derive(Default)]
+pub(super) struct RebuildState {
+    pub active: Option<Rebuild>,
+    /// The range being copied now: writes overlapping it wait.
+    pub copying: Option<(u64, u64)>,
+    /// Ranges of writes in flight (a copy waits for those overlapping it).
+    pub in_flight: Vec<(u64, u64)>,
+    /// Writes waiting for a copy of their range to finish.
+    pub waiting: usize,
+}
+
+pub(super) struct Rebuild {
+    member: usize,
+    cursor: u64,
+    persisted: u64,
+}
+
+impl Rebuild {
+    pub fn resume(member: usize, cursor: u64) -> Rebuild {
+        Rebuild { member, cursor, persisted: cursor }
+    }
+}
+
+/// A rebuild's progress (`SetStatus::rebuild`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuildStatus {
+    pub member: usize,
+    pub device: String,
+    /// Logical bytes in sync (from 0).
+    pub cursor: u64,
+    /// The logical size: the rebuild is done when `cursor` reaches it.
+    pub end: u64,
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// A write in flight, unregistered when dropped.
+pub(super) struct WriteGuard<'a> {
+    mirror: &'a MirrorDevice,
+    range: (u64, u64),
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = lock(&self.mirror.rebuild);
+        if let Some(i) = st.in_flight.iter().position(|r| *r == self.range) {
+            st.in_flight.swap_remove(i);
+        }
+        if st.copying.is_some() {
+            self.mirror.rebuild_cv.notify_all();
+        }
+    }
+}
+
+impl MirrorDevice {
+    /// Register a write of `len` bytes at `offset` (waiting while a copy holds its range).
+    pub(super) fn begin_write(&self, offset: u64, len: u64) -> WriteGuard<'_> {
+        let range = (offset, offset.saturating_add(len));
+        let mut st = lock(&self.rebuild);
+        while st.copying.is_some_and(|c| overlaps(c, range)) {
+            st.waiting += 1;
+            st = self.rebuild_cv.wait(st).unwrap_or_else(crate::sync::PoisonError::into_inner);
+            st.waiting -= 1;
+        }
+        st.in_flight.push(range);
+        WriteGuard { mirror: self, range }
+    }
+
+    /// Writes waiting for a rebuild copy of their range (tests).
+    pub fn writes_waiting(&self) -> usize {
+        lock(&self.rebuild).waiting
+    }
+
+    /// The rebuild in progress, if any.
+    pub fn rebuild_status(&self) -> Option<RebuildStatus> {
+        let st = lock(&self.rebuild);
+        let r = st.active.as_ref()?;
+        let device = self.members.get(r.member).map(|m| m.device()).unwrap_or_default();
+        Some(RebuildStatus { member: r.member, device, cursor: r.cursor, end: self.logical_size })
+    }
+
+    /// Put `dev` in the place of member `index` (a failed, missing or healthy one) and start
+    /// rebuilding it. `guid` names the new member (a returning device keeps its old one).
+    pub fn replace(&self, index: usize, dev: Arc<dyn BlockDevice>, guid: u64) -> Result<()> {
+        if !self.writable {
+            return Err(Error::invalid("the pool is open read-only: nothing can be rebuilt"));
+        }
+        let m = self.members.get(index).ok_or_else(|| Error::invalid(format!("no member {index}")))?;
+        if let Some(r) = lock(&self.rebuild).active.as_ref() {
+            return Err(Error::invalid(format!(
+                "member {} is being rebuilt; wait for it to finish, then replace another",
+                r.member
+            )));
+        }
+        if !self.members.iter().enumerate().any(|(j, o)| j != index && o.in_use().is_some()) {
+            return Err(Error::invalid("no other member is in sync to rebuild from"));
+        }
+        if dev.size_bytes() < self.logical_size + MEMBER_AREA_BYTES {
+            return Err(Error::invalid(format!(
+                "device {} has {} bytes; a member of this mirror needs {}",
+                dev.describe(),
+                dev.size_bytes(),
+                self.logical_size + MEMBER_AREA_BYTES
+            )));
+        }
+        if self.members.iter().enumerate().any(|(j, o)| j != index && o.guid() == guid) {
+            return Err(Error::invalid("that guid belongs to another member"));
+        }
+        let txg = self.txg.load(Ordering::Relaxed);
+        {
+            let mut slot = lock(&m.slot);
+            slot.device = dev.describe();
+            slot.dev = Some(dev);
+            slot.guid = guid;
+        }
+        for c in [&m.read_errors, &m.write_errors, &m.checksum_errors, &m.repaired_bytes] {
+            c.store(0, Ordering::Relaxed);
+        }
+        *lock(&m.note) = Some("being rebuilt".into());
+        // Writes reach it from here on; the copy starts at 0 (rebuild_copy).
+        m.state.store(MemberState::Rebuilding.to_usize(), Ordering::Release);
+        lock(&self.rebuild).active = Some(Rebuild { member: index, cursor: 0, persisted: 0 });
+        let failed = self.persist(|cfg| {
+            if let Some(e) = cfg.members.get_mut(index) {
+                *e = MemberEntryPhys { guid, state: MemberPhysState::Rebuilding, since_txg: txg, rebuild_cursor: 0 };
+            }
+        });
+        if m.state() != MemberState::Rebuilding {
+            lock(&self.rebuild).active = None;
+            let why = failed.map_or_else(|| "its label could not be written".to_string(), |e| e.to_string());
+            return Err(Error::io("start the rebuild", io::Error::other(why)));
+        }
+        Ok(())
+    }
+
+    /// Rebuild member `index` onto its own device (it came back, or was taken offline).
+    pub fn online(&self, index: usize) -> Result<()> {
+        let m = self.members.get(index).ok_or_else(|| Error::invalid(format!("no member {index}")))?;
+        match m.state() {
+            MemberState::Online | MemberState::Degraded => return Ok(()),
+            MemberState::Rebuilding => return Ok(()),
+            _ => {}
+        }
+        let dev = m.dev().ok_or_else(|| {
+            Error::invalid(format!(
+                "member {} has no device (it was not found at open); replace it with a device, or restart \
+                 the daemon once it is back",
+                m.device()
+            ))
+        })?;
+        self.replace(index, dev, m.guid())
+    }
+
+    /// Stop using member `index` (it keeps its data; `online` rebuilds what it missed).
+    pub fn offline(&self, index: usize) -> Result<()> {
+        let m = self.members.get(index).ok_or_else(|| Error::invalid(format!("no member {index}")))?;
+        if !m.state().in_use() {
+            return Err(Error::invalid(format!("member {} is {}, not in use", m.device(), m.state())));
+        }
+        if !self.members.iter().enumerate().any(|(j, o)| j != index && o.in_use().is_some()) {
+            return Err(Error::invalid(format!(
+                "member {} is the last one in sync: taking it offline would suspend the pool",
+                m.device()
+            )));
+        }
+        m.state.store(MemberState::Offline.to_usize(), Ordering::Release);
+        *lock(&m.note) = Some("taken offline".into());
+        let txg = self.txg.load(Ordering::Relaxed);
+        self.persist(|cfg| {
+            if let Some(e) = cfg.members.get_mut(index) {
+                e.state = MemberPhysState::Offline;
+                e.since_txg = txg;
+            }
+        });
+        Ok(())
+    }
+
+    /// Copy `extents` (logical (offset, length), ascending, at or after the cursor and
+    /// before `end`) from the members in sync to the member being rebuilt, then move the
+    /// cursor to `end` (the bytes between the extents need no copy: the pool does not use
+    /// them). Returns the bytes copied.
+    pub fn rebuild_copy(&self, extents: &[(u64, u64)], end: u64) -> Result<u64> {
+        let (member, start) = {
+            let st = lock(&self.rebuild);
+            let r = st.active.as_ref().ok_or_else(|| Error::invalid("no rebuild in progress"))?;
+            (r.member, r.cursor)
+        };
+        let end = end.min(self.logical_size);
+        if extents.iter().any(|&(o, l)| o < start || o.saturating_add(l) > end) || end < start {
+            return Err(Error::invalid(format!("extents outside the rebuild window {start}..{end}")));
+        }
+        let target = self.members.get(member).and_then(|m| m.written()).ok_or_else(|| {
+            Error::io("rebuild", io::Error::other("the member being rebuilt failed; replace it again"))
+        })?;
+        let mut copied = 0u64;
+        let mut buf = vec![0u8; COPY_CHUNK as usize];
+        for &(offset, len) in extents {
+            let mut at = offset;
+            while at < offset + len {
+                let n = (offset + len - at).min(COPY_CHUNK);
+                self.copy_range(member, &target, at, &mut buf[..n as usize])?;
+                at += n;
+                copied += n;
+            }
+        }
+        let persist_now = {
+            let mut st = lock(&self.rebuild);
+            let r = st.active.as_mut().ok_or_else(|| Error::invalid("the rebuild was cancelled"))?;
+            r.cursor = end;
+            end >= self.logical_size || end - r.persisted >= CURSOR_PERSIST_BYTES
+        };
+        if persist_now {
+            self.persist_cursor(member, &target, end)?;
+        }
+        Ok(copied)
+    }
+
+    /// Copy one range to the member being rebuilt, excluding writes to it meanwhile.
+    fn copy_range(&self, member: usize, target: &Arc<dyn BlockDevice>, at: u64, buf: &mut [u8]) -> Result<()> {
+        let range = (at, at + buf.len() as u64);
+        {
+            let mut st = lock(&self.rebuild);
+            st.copying = Some(range);
+            while st.in_flight.iter().any(|w| overlaps(*w, range)) {
+                st = self.rebuild_cv.wait(st).unwrap_or_else(crate::sync::PoisonError::into_inner);
+            }
+        }
+        let result = self
+            .read_at(buf, at)
+            .map_err(|e| Error::io("rebuild read", e))
+            .and_then(|()| self.failpoints.hit(crate::failpoint::MIRROR_REBUILD_COPY))
+            .and_then(|()| {
+                target.write_at(buf, at + MEMBER_AREA_BYTES).map_err(|e| {
+                    self.write_error(member, "rebuild write", &e);
+                    Error::io("rebuild write", e)
+                })
+            });
+        lock(&self.rebuild).copying = None;
+        self.rebuild_cv.notify_all();
+        result
+    }
+
+    /// Flush the member being rebuilt and record the cursor (and, at the end, the member
+    /// ONLINE) in every label.
+    fn persist_cursor(&self, member: usize, target: &Arc<dyn BlockDevice>, cursor: u64) -> Result<()> {
+        target.flush().map_err(|e| {
+            self.write_error(member, "rebuild flush", &e);
+            Error::io("rebuild flush", e)
+        })?;
+        let done = cursor >= self.logical_size;
+        if done {
+            if let Some(m) = self.members.get(member) {
+                m.state.store(MemberState::Online.to_usize(), Ordering::Release);
+                *lock(&m.note) = None;
+            }
+        }
+        self.persist(|cfg| {
+            if let Some(e) = cfg.members.get_mut(member) {
+                e.state = if done { MemberPhysState::Online } else { MemberPhysState::Rebuilding };
+                e.rebuild_cursor = if done { 0 } else { cursor };
+                if done {
+                    e.since_txg = 0;
+                }
+            }
+        });
+        let mut st = lock(&self.rebuild);
+        if done {
+            st.active = None;
+        } else if let Some(r) = st.active.as_mut() {
+            r.persisted = cursor;
+        }
+        Ok(())
+    }
+}

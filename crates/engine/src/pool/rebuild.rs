@@ -1,0 +1,68 @@
+//! Rebuilding a mirror member (device/mirror/rebuild.rs does the copying): which logical
+//! ranges hold something — the fixed regions (labels, uberblock rings, space map, intent
+//! log) and the units of the data area that are allocated or freed but still held — taken
+//! window by window under the pool's lock (a moment: a bitmap scan), then copied without it.
+//! Units allocated after a window was scanned are written to the rebuilding member by their
+//! own writes; units freed meanwhile are copied for nothing. The daemon calls
+//! `rebuild_step` in a loop at the rate it allows.
+
+use crate::device::RebuildStatus;
+use crate::error::Result;
+use crate::format::UNIT_SIZE;
+use crate::pool::Pool;
+
+/// Where a rebuild stands after a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuildProgress {
+    pub status: RebuildStatus,
+    /// Bytes this step copied.
+    pub copied: u64,
+    /// The rebuild is complete (the member is ONLINE).
+    pub done: bool,
+}
+
+impl Pool {
+    /// Copy the next `window` logical bytes of the rebuild in progress (only what the pool
+    /// uses in them). `None`: no rebuild in progress (or the pool is not a mirror).
+    pub fn rebuild_step(&self, window: u64) -> Result<Option<RebuildProgress>> {
+        let dev = self.lock().dev.clone();
+        let Some(mirror) = dev.as_mirror() else { return Ok(None) };
+        let Some(status) = mirror.rebuild_status() else { return Ok(None) };
+        let start = status.cursor;
+        let end = start.saturating_add(window.max(UNIT_SIZE)).min(status.end);
+        let extents = {
+            let p = self.lock();
+            let geo = p.alloc.geometry();
+            let mut extents = Vec::new();
+            if start < geo.data_offset {
+                extents.push((start, end.min(geo.data_offset) - start));
+            }
+            let data_end = geo.data_offset + geo.data_units * UNIT_SIZE;
+            let lo = start.max(geo.data_offset);
+            let hi = end.min(data_end);
+            if lo < hi {
+                let first = (lo - geo.data_offset) / UNIT_SIZE;
+                let last = (hi - geo.data_offset).div_ceil(UNIT_SIZE);
+                for (u, n) in p.alloc.unavailable_runs(first, last - first) {
+                    let off = geo.data_offset + u * UNIT_SIZE;
+                    let stop = (off + n * UNIT_SIZE).min(hi);
+                    extents.push((off.max(lo), stop - off.max(lo)));
+                }
+            }
+            extents
+        };
+        let copied = mirror.rebuild_copy(&extents, end)?;
+        let now = mirror.rebuild_status();
+        let done = now.is_none();
+        Ok(Some(RebuildProgress {
+            status: now.unwrap_or(RebuildStatus { cursor: status.end, ..status }),
+            copied,
+            done,
+        }))
+    }
+
+    /// The pool's device (a mirror's logical device: `as_mirror` administers it).
+    pub fn device(&self) -> std::sync::Arc<dyn crate::device::BlockDevice> {
+        self.lock().dev.clone()
+    }
+}
