@@ -20,8 +20,7 @@
 //!   used; members it lists that are missing are UNAVAILABLE, and on a writable open are
 //!   recorded as STALE (they miss what is written from now on).
 //!
-//! I/O to the members is issued one after the other; see docs/redundancy.md for what that
-//! costs and the plan to overlap it.
+//! Writes and flushes go to the members at the same time (`on_all`); reads go to one.
 //!
 //! Locks: `config` (the configuration, held while labels are rewritten), then a member's
 //! `note`. Neither is held across I/O of the logical device.
@@ -506,13 +505,29 @@ impl MirrorDevice {
         })
     }
 
-    /// Run `op` on every member in use; Ok if at least one succeeded.
-    fn on_all(&self, what: &str, op: impl Fn(&dyn BlockDevice) -> io::Result<()>) -> io::Result<()> {
+    /// Run `op` on every member written to (in use or being rebuilt), at the same time (one
+    /// thread per member beyond the first: a mirror's write or flush takes as long as its
+    /// slowest member, not the sum); Ok if at least one succeeded.
+    fn on_all(&self, what: &str, op: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync) -> io::Result<()> {
+        let targets: Vec<(usize, Arc<dyn BlockDevice>)> =
+            self.members.iter().enumerate().filter_map(|(i, m)| m.written().map(|d| (i, d))).collect();
+        let results: Vec<(usize, io::Result<()>)> = match targets.split_first() {
+            Some((first, rest)) if !rest.is_empty() => crate::sync::thread::scope(|s| {
+                let op = &op;
+                let others: Vec<_> = rest.iter().map(|(i, d)| (*i, s.spawn(move || op(d.as_ref())))).collect();
+                let mut out = vec![(first.0, op(first.1.as_ref()))];
+                for (i, h) in others {
+                    let r = h.join().unwrap_or_else(|_| Err(io::Error::other("a member's I/O thread panicked")));
+                    out.push((i, r));
+                }
+                out
+            }),
+            _ => targets.iter().map(|(i, d)| (*i, op(d.as_ref()))).collect(),
+        };
         let mut done = 0;
         let mut last = None;
-        for (i, m) in self.members.iter().enumerate() {
-            let Some(dev) = m.written() else { continue };
-            match op(dev.as_ref()) {
+        for (i, r) in results {
+            match r {
                 Ok(()) => done += 1,
                 Err(e) => {
                     let later = self.write_error(i, what, &e);
