@@ -162,11 +162,13 @@ for r in $(seq 1 "$rounds"); do
   order=("${configs[@]}")
   if [ $((r % 2)) -eq 0 ]; then order=(btrfs-raid1 strata-mirror strata-single); fi
   for c in "${order[@]}"; do
+    # Not in a $(...) subshell: the loop devices it attaches must be detached here.
     case "$c" in
-      strata-single) v="$(strata_config single)" ;;
-      strata-mirror) v="$(strata_config mirror)" ;;
-      btrfs-raid1) v="$(btrfs_config)" ;;
+      strata-single) strata_config single >"$work/value" ;;
+      strata-mirror) strata_config mirror >"$work/value" ;;
+      btrfs-raid1) btrfs_config >"$work/value" ;;
     esac
+    v="$(cat "$work/value")"
     printf '%s\t%s\t%s\n' "$r" "$c" "$v" | tee -a "$results"
   done
 done
