@@ -433,3 +433,24 @@ fn a_write_to_a_range_being_copied_waits_for_the_copy() {
     assert_eq!(pool.committed_root().txg, txg);
     assert_eq!(capture(&pool).unwrap(), want);
 }
+
+#[test]
+fn a_member_whose_label_cannot_be_read_at_open_is_left_out() {
+    let (m, pool, vol, objs) = pool_with_data(3);
+    drop(pool);
+    // Member 0 answers every read with EIO (a dead transport), member 1's labels are gone.
+    m.disks[0].fail_reads_in(Some((0, u64::MAX / 2)));
+    let wiped = Arc::new(SimDisk::from_image(
+        {
+            let mut img = m.disks[1].current_image();
+            img[..member_offset(0) as usize].iter_mut().for_each(|b| *b = 0);
+            img
+        },
+        4096,
+    ));
+    let (_m, pool, notes) = reopen(vec![Some(m.disks[0].clone()), Some(wiped), Some(m.disks[2].clone())]);
+    assert!(notes.iter().any(|n| n.contains("read member label")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("no valid member label")), "{notes:?}");
+    assert_eq!(pool.status().devices.unwrap().health, SetHealth::Degraded);
+    assert_eq!(pool.read(vol, objs[1], 0, 100).unwrap(), expected(1, 0, 100));
+}

@@ -209,7 +209,7 @@ impl Daemon {
             Some(l) => {
                 if layout.paths().iter().any(|d| d == l) {
                     return Err(ApiError::bad_request(
-                        format!("log device {} is also a device of the pool", l.display()),
+                        format!("log device {} is the pool's device (or one of its mirror's)", l.display()),
                         "use a different device for the log",
                     ));
                 }

@@ -248,10 +248,12 @@ impl MirrorDevice {
         let mut present: Vec<(Arc<dyn BlockDevice>, MemberLabelPhys)> = Vec::new();
         for f in found {
             match f {
-                Ok(dev) => {
-                    let label = read_member_label(dev.as_ref())?;
-                    present.push((dev, label));
-                }
+                // A device whose label cannot be read (I/O errors, damaged) is missing:
+                // the set opens from the others, degraded, and says why.
+                Ok(dev) => match read_member_label(dev.as_ref()) {
+                    Ok(label) => present.push((dev, label)),
+                    Err(e) => notes.push(format!("device {}: {e}", dev.describe())),
+                },
                 Err(why) => notes.push(format!("device {why}")),
             }
         }

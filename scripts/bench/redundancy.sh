@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Redundancy benchmark (issue 25): PostgreSQL's pgbench on
+#   strata-single   a Strata pool on loop device 1
+#   strata-mirror   a Strata 2-way mirror of loop devices 1 and 2
+#   btrfs-raid1     btrfs -d raid1 -m raid1 on loop devices 1 and 2 (the in-kernel peer:
+#                   this kernel has no md RAID and no device mapper)
+# The same loop devices (direct I/O to image files in the work dir) for every config, fresh
+# each round; rounds alternate the order of the configs. Per round and config: initdb,
+# pgbench -i -s SCALE, a checkpoint, pgbench -T SECONDS (healthy). For the two redundant
+# configs then: one device out (Strata: `pool offline`; btrfs: unmounted, device 2 detached,
+# mounted -o degraded) and pgbench again (degraded), then the device back and rebuilt
+# (Strata: `pool online`, which copies what the pool uses; btrfs: `btrfs replace` onto a
+# third loop device), timed until the rebuild ends. Prints every round, the medians and
+# the ratios the issue's targets are stated in.
+#
+#   ROUNDS=5 scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
+#   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout)
+#
+# Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-redundancy); PG_PORT (55462). Root.
+set -euo pipefail
+shopt -s inherit_errexit
+unset STRATA_API
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+scale="${1:-10}"; secs="${2:-30}"; clients="${3:-4}"; rounds="${ROUNDS:-5}"
+for v in "$rounds" "$scale" "$secs" "$clients"; do
+  case "$v" in '' | *[!0-9]* | 0) echo "ROUNDS, SCALE, SECONDS and CLIENTS are positive integers ('$v')" >&2; exit 2 ;; esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "run as root (loop devices, mounts, PostgreSQL as user postgres)" >&2; exit 2; }
+PG_BIN=/usr/lib/postgresql/15/bin
+need=()
+[ -x "$PG_BIN/pgbench" ] || need+=(postgresql-15 postgresql-contrib)
+command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
+if [ "${#need[@]}" -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# STRATA_BENCH_BIN: a strata binary to measure instead of this checkout's release build.
+if [ -z "${STRATA_BENCH_BIN:-}" ]; then (cd "$ROOT" && cargo build --release -p strata-cli --quiet); fi
+PG_PORT="${PG_PORT:-55462}"
+work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-redundancy}"
+export STRATA_E2E_DIR="$work/strata" STRATA_BIN="$work/strata-bin"
+# shellcheck source=scripts/e2e/strata-env.sh
+. "$ROOT/scripts/e2e/strata-env.sh"
+mnt="$work/mnt"; sock="$work/pg-sock"; dev_size=4G
+loops=()
+pg_as() { runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
+pgb() { "$PG_BIN/pgbench" -h "$sock" -p "$PG_PORT" -U postgres "$@"; }
+
+detach_loops() {
+  local l
+  for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+  loops=()
+}
+cleanup() {
+  if [ -f "$mnt/pgdata/postmaster.pid" ]; then pg_as pg_ctl stop -D "$mnt/pgdata" -m immediate -w >/dev/null 2>&1 || true; fi
+  "$STRATA_BIN" unmount "$mnt" >/dev/null 2>&1 || true
+  umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+  strata_stop >/dev/null 2>&1 || true
+  detach_loops
+}
+trap cleanup EXIT
+rm -rf "$work"; mkdir -p "$work"; chmod 755 "$work"
+cp "${STRATA_BENCH_BIN:-$ROOT/target/release/strata}" "$STRATA_BIN"
+
+# Three fresh loop devices over zero image files (direct I/O).
+fresh_loops() {
+  detach_loops
+  local i
+  for i in 1 2 3; do
+    rm -f "$work/d$i.img"; truncate -s "$dev_size" "$work/d$i.img"
+    loops+=("$(losetup --find --show --direct-io=on "$work/d$i.img")")
+  done
+}
+
+start_pg() { # initdb when asked, then start
+  install -d -o postgres -g postgres -m 700 "$mnt/pgdata" "$sock"
+  if [ "${1:-}" = init ]; then
+    pg_as initdb -D "$mnt/pgdata" --auth=trust --username=postgres --encoding=UTF8 --locale=C >"$work/initdb.log" 2>&1
+    cat >>"$mnt/pgdata/postgresql.conf" <<CONF
+port = $PG_PORT
+listen_addresses = ''
+unix_socket_directories = '$sock'
+fsync = on
+synchronous_commit = on
+shared_buffers = 128MB
+CONF
+  fi
+  install -o postgres -g postgres -m 644 /dev/null "$work/pg.log"
+  pg_as pg_ctl start -D "$mnt/pgdata" -l "$work/pg.log" -w -t 120 >/dev/null || { cat "$work/pg.log" >&2; exit 1; }
+}
+stop_pg() { pg_as pg_ctl stop -D "$mnt/pgdata" -m fast -w -t 120 >/dev/null; }
+
+run_tps() { # prints the TPS of one pgbench run
+  local out="$work/run.out"
+  pgb -n -c "$clients" -j 2 -T "$secs" postgres >"$out" 2>&1
+  local tps failed
+  tps="$(awk '/^tps = / { print $3; exit }' "$out")"
+  failed="$(awk '/^number of failed transactions: / { print $5; exit }' "$out")"
+  if [ -z "$tps" ] || [ "${failed:-0}" != 0 ]; then cat "$out" >&2; echo "pgbench failed" >&2; exit 1; fi
+  printf '%.0f' "$tps"
+}
+
+load() {
+  start_pg init
+  pgb -i -s "$scale" -q postgres >"$work/init.log" 2>&1
+  "$PG_BIN/psql" -X -q -h "$sock" -p "$PG_PORT" -U postgres -c checkpoint postgres
+}
+
+strata_config() { # $1 = single | mirror; prints healthy [degraded rebuild_s]
+  cleanup; fresh_loops
+  rm -rf "$STRATA_E2E_DIR"; mkdir -p "$STRATA_E2E_DIR" "$mnt"
+  STRATA_POOL_SIZE=1G strata_start >&2
+  if [ "$1" = single ]; then
+    "$STRATA_BIN" pool create b --device "${loops[0]}" >/dev/null
+  else
+    "$STRATA_BIN" pool create b --layout mirror --device "${loops[0]}" --device "${loops[1]}" >/dev/null
+  fi
+  "$STRATA_BIN" volume create b/pg >/dev/null
+  "$STRATA_BIN" mount b/pg "$mnt" >/dev/null
+  chmod 755 "$mnt"
+  load
+  local healthy; healthy="$(run_tps)"
+  if [ "$1" = single ]; then stop_pg; printf '%s' "$healthy"; return; fi
+  "$STRATA_BIN" pool offline b "${loops[1]}" >/dev/null
+  local degraded; degraded="$(run_tps)"
+  stop_pg
+  local t0; t0="$(date +%s.%N)"
+  "$STRATA_BIN" pool online b "${loops[1]}" >/dev/null
+  while "$STRATA_BIN" --json pool status b | grep -q '"rebuild"'; do sleep 0.05; done
+  local t1; t1="$(date +%s.%N)"
+  printf '%s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
+}
+
+btrfs_config() { # prints healthy degraded rebuild_s
+  cleanup; fresh_loops
+  mkdir -p "$mnt"
+  mkfs.btrfs -q -f -d raid1 -m raid1 "${loops[0]}" "${loops[1]}"
+  mount "${loops[0]}" "$mnt"
+  chmod 755 "$mnt"
+  load
+  local healthy; healthy="$(run_tps)"
+  stop_pg; umount "$mnt"
+  losetup -d "${loops[1]}"
+  mount -o degraded "${loops[0]}" "$mnt"
+  start_pg
+  local degraded; degraded="$(run_tps)"
+  stop_pg
+  local devid t0 t1
+  devid="$(btrfs filesystem show "$mnt" | awk '/missing/ { print $2; exit }')"
+  [ -n "$devid" ] || devid=2
+  t0="$(date +%s.%N)"
+  btrfs replace start -B -f "$devid" "${loops[2]}" "$mnt" >/dev/null
+  t1="$(date +%s.%N)"
+  umount "$mnt"
+  loops=("${loops[0]}" "${loops[2]}")
+  printf '%s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
+}
+
+results="$work/results.tsv"; : >"$results"
+configs=(strata-single strata-mirror btrfs-raid1)
+for r in $(seq 1 "$rounds"); do
+  order=("${configs[@]}")
+  if [ $((r % 2)) -eq 0 ]; then order=(btrfs-raid1 strata-mirror strata-single); fi
+  for c in "${order[@]}"; do
+    # Not in a $(...) subshell: the loop devices it attaches must be detached here.
+    case "$c" in
+      strata-single) strata_config single >"$work/value" ;;
+      strata-mirror) strata_config mirror >"$work/value" ;;
+      btrfs-raid1) btrfs_config >"$work/value" ;;
+    esac
+    v="$(cat "$work/value")"
+    printf '%s\t%s\t%s\n' "$r" "$c" "$v" | tee -a "$results"
+  done
+done
+cleanup
+python3 - "$results" "$scale" "$secs" "$clients" <<'PY'
+import statistics, sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
+by = {}
+for r, c, v in rows:
+    by.setdefault(c, []).append([float(x) for x in v.split()])
+print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
+print("\n| round | strata-single tps | strata-mirror tps (healthy / degraded / rebuild s) | btrfs-raid1 tps (healthy / degraded / replace s) |")
+print("|---|---|---|---|")
+n = max(len(v) for v in by.values())
+fmt = lambda v: " / ".join(f"{x:.0f}" if i < 2 else f"{x:.2f}" for i, x in enumerate(v))
+for i in range(n):
+    print(f"| {i+1} | {fmt(by['strata-single'][i])} | {fmt(by['strata-mirror'][i])} | {fmt(by['btrfs-raid1'][i])} |")
+med = {c: [statistics.median(col) for col in zip(*v)] for c, v in by.items()}
+print(f"| median | {fmt(med['strata-single'])} | {fmt(med['strata-mirror'])} | {fmt(med['btrfs-raid1'])} |")
+s, m, b = med["strata-single"], med["strata-mirror"], med["btrfs-raid1"]
+print(f"\nmirror healthy / single: {m[0]/s[0]:.3f} (target >= 0.9)")
+print(f"mirror healthy / btrfs raid1 healthy: {m[0]/b[0]:.3f} (target >= 1.0)")
+print(f"mirror degraded / mirror healthy: {m[1]/m[0]:.3f} (target >= 0.9); btrfs: {b[1]/b[0]:.3f}")
+print(f"rebuild time, mirror / btrfs replace: {m[2]/b[2]:.3f} (target <= 1.0)")
+PY
