@@ -134,7 +134,7 @@ strata_config() { # $1 = single | mirror; prints healthy [degraded rebuild_s]
 btrfs_config() { # prints healthy degraded rebuild_s
   cleanup; fresh_loops
   mkdir -p "$mnt"
-  mkfs.btrfs -q -f -d raid1 -m raid1 "${loops[0]}" "${loops[1]}"
+  mkfs.btrfs -q -f -d raid1 -m raid1 "${loops[0]}" "${loops[1]}" >/dev/null
   mount "${loops[0]}" "$mnt"
   chmod 755 "$mnt"
   load

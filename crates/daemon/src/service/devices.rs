@@ -161,7 +161,7 @@ impl Daemon {
                 self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
             let mut busy = false;
             for (name, pool) in pools {
-                let Some(set) = pool.status().devices else { continue };
+                let Some(set) = pool.device().set_status() else { continue };
                 for m in &set.members {
                     let now = (m.state, m.device.clone());
                     let before = seen.insert((name.clone(), m.index), now.clone());
@@ -177,11 +177,12 @@ impl Daemon {
                     busy = true;
                     // Foreground I/O since the last step (the rebuild's own copying does not
                     // pass the block pipeline): only then is the rebuild paced.
-                    let st = pool.status();
-                    let io = (st.blocks_read, st.blocks_written, st.log_blocks_written);
+                    let io = pool.io_activity();
                     let foreground = activity.insert(name.clone(), io).is_none_or(|before| before != io);
                     let start = Instant::now();
-                    match pool.rebuild_step(REBUILD_WINDOW) {
+                    // Larger windows when idle: fewer steps over unused space.
+                    let window = if foreground { REBUILD_WINDOW } else { REBUILD_WINDOW * 8 };
+                    match pool.rebuild_step(window) {
                         Ok(Some(p)) => {
                             self.rebuilds.record(&name, p.status.cursor, p.copied);
                             if p.done {

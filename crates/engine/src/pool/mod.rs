@@ -317,6 +317,15 @@ impl Pool {
         self.lock_raw().commit_stats
     }
 
+    /// Foreground I/O counters (blocks read, blocks written, intent-log blocks written),
+    /// without building a whole status: what a background job looks at to see whether the
+    /// pool is busy.
+    pub fn io_activity(&self) -> (u64, u64, u64) {
+        let p = self.lock_raw();
+        let s = &p.io.stats;
+        (s.blocks_read.load(Ordering::Relaxed), s.blocks_written.load(Ordering::Relaxed), p.ilog.blocks_written)
+    }
+
     /// Dirty data of the open txg, in bytes.
     pub fn dirty_bytes(&self) -> u64 {
         self.lock_raw().dirty_bytes()
