@@ -73,11 +73,12 @@ pub(crate) fn ratio(logical: u64, physical: u64) -> f64 {
 }
 
 pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
+    let (layout, devices, _) = devset::device_figures(s);
     PoolFigures {
         guid: format!("{:016x}", s.pool_guid),
         device_io: s.device.clone(),
-        layout: devset::device_figures(s).0,
-        devices: devset::device_figures(s).1,
+        layout,
+        devices,
         rebuild: None,
         txg: s.txg,
         size_bytes: s.size_bytes,
