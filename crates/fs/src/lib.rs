@@ -377,6 +377,21 @@ impl VolumeFs {
         })
     }
 
+    /// The allocation map of `ino` from `offset` over at most `len` bytes (clipped at the end
+    /// of the file): runs of `(length, hole)` (`ReadPlan::extents`). Planned under the lock,
+    /// no data read.
+    pub fn extents(&self, ino: u64, offset: u64, len: u32) -> FsResult<Vec<(u64, bool)>> {
+        let mut t = self.pool.guard_for_data();
+        if self.load(&mut t, ino)?.is_dir() {
+            return err(libc::EISDIR);
+        }
+        let plan = t.plan_read(self.vol, ObjectId(ino), offset, len as usize).map_err(|e| match e.kind() {
+            ErrorKind::NotFound => FsError::new(libc::ENOENT),
+            _ => FsError::from(e),
+        })?;
+        Ok(plan.extents())
+    }
+
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.refuse_in_snapshot(&[ino])?;
         let now = self.now();

@@ -74,6 +74,22 @@ impl SharedBytes {
 }
 
 impl ReadPlan {
+    /// The planned range as runs of `(length, hole)`, adjacent runs of the same kind merged:
+    /// a hole is a range no record holds (it reads as zeros and takes no space); a record's
+    /// bytes — on the device or dirty in memory — are data even when they are zeros. What a
+    /// block server's allocation map reports (NBD `base:allocation`, SCSI GET LBA STATUS).
+    pub fn extents(&self) -> Vec<(u64, bool)> {
+        let mut out: Vec<(u64, bool)> = Vec::new();
+        for p in &self.pieces {
+            let hole = matches!(p.source, Source::Zeros);
+            match out.last_mut() {
+                Some((len, h)) if *h == hole => *len += p.len as u64,
+                _ => out.push((p.len as u64, hole)),
+            }
+        }
+        out
+    }
+
     /// The read's bytes as pieces of the buffers that hold them — dirty records, the data
     /// cache, shared zeros; no copy — doing the device reads (no lock needed: blocks are
     /// immutable, and the caller's read pin keeps the planned blocks from being reused
