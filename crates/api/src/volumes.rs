@@ -36,6 +36,18 @@ pub struct VolumeInfo {
     pub saved_bytes: Option<u64>,
     pub dedup: bool,
     pub compress_ratio: Option<f64>,
+    /// Set when the volume is a block LUN (served over NBD or iSCSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lun: Option<LunInfo>,
+}
+
+/// A block LUN: a volume holding one fixed-size file that the block front ends serve.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LunInfo {
+    /// The size clients see.
+    pub size_bytes: u64,
+    /// The logical block size clients see: 512 or 4096.
+    pub sector_bytes: u32,
 }
 
 /// `POST /v1/pools/{pool}/volumes`.
@@ -59,6 +71,13 @@ pub struct CreateVolume {
     pub reservation_bytes: Option<u64>,
     #[serde(default)]
     pub dedup: Option<bool>,
+    /// Make the volume a block LUN of this size (a multiple of `lun_sector_bytes`); its
+    /// record size defaults to 16 KiB, the LUN's block size.
+    #[serde(default)]
+    pub lun_bytes: Option<u64>,
+    /// The LUN's logical block size: 512 (default) or 4096.
+    #[serde(default)]
+    pub lun_sector_bytes: Option<u32>,
 }
 
 /// `PATCH /v1/pools/{pool}/volumes/{volume}`: every field given is applied, or none is.
@@ -76,6 +95,9 @@ pub struct SetVolume {
     pub reservation_bytes: Option<u64>,
     #[serde(default)]
     pub dedup: Option<bool>,
+    /// Grow the volume's LUN to this size (a LUN never shrinks).
+    #[serde(default)]
+    pub lun_bytes: Option<u64>,
 }
 
 /// Query of `DELETE /v1/pools/{pool}/volumes/{volume}`.

@@ -32,6 +32,18 @@ pub enum VolumeCmd {
         /// pool with BLAKE3 checksums, the default).
         #[arg(long, default_value = "off")]
         dedup: String,
+        /// Make the volume a block LUN of this size (served with `strata export nbd|iscsi`),
+        /// e.g. 100G. Thin: space is used as data is written.
+        #[arg(long)]
+        lun: Option<String>,
+        /// A LUN's block size: its record size, the unit of copy-on-write, checksums and
+        /// compression (4K, 8K or 16K suit databases; writes below it read-modify-write in
+        /// memory). Same as --record-size.
+        #[arg(long)]
+        block_size: Option<String>,
+        /// A LUN's logical sector size as clients see it: 512 (default) or 4096.
+        #[arg(long)]
+        sector: Option<u32>,
     },
     /// List volumes (of one pool, or all).
     List { pool: Option<String> },
@@ -55,6 +67,10 @@ pub enum VolumeCmd {
         /// Deduplicate data written from now on: on or off.
         #[arg(long)]
         dedup: Option<String>,
+        /// Grow the volume's LUN to this size (a LUN never shrinks); clients see it at their
+        /// next connection (iSCSI: a capacity-changed unit attention).
+        #[arg(long)]
+        lun_size: Option<String>,
     },
     /// Delete a volume and everything in it (it must not be mounted or exported). One with
     /// snapshots or clones needs --recursive, which deletes them too.
@@ -84,10 +100,14 @@ pub fn split(spec: &str) -> Result<(&str, &str), Failure> {
 
 pub fn run(c: &Client, out: &Out, cmd: VolumeCmd) -> Result<(), Failure> {
     match cmd {
-        VolumeCmd::Create { volume, size, record_size, sync, compression, reserve, dedup } => {
+        VolumeCmd::Create { volume, size, record_size, sync, compression, reserve, dedup, lun, block_size, sector } => {
             let dedup = parse_on_off("--dedup", &dedup)?;
             let (p, name) = split(&volume)?;
-            let rs = parse_size(&record_size)?;
+            if lun.is_none() && (block_size.is_some() || sector.is_some()) {
+                return Err(Failure::usage("--block-size and --sector are for LUNs: give --lun SIZE too"));
+            }
+            let rs = parse_size(block_size.as_deref().unwrap_or(&record_size))?;
+            let lun_bytes = lun.as_deref().map(parse_size).transpose()?;
             let req = CreateVolume {
                 name: name.into(),
                 record_size: Some(u32::try_from(rs).map_err(|_| Failure::usage("--record-size: at most 1M"))?),
@@ -96,10 +116,21 @@ pub fn run(c: &Client, out: &Out, cmd: VolumeCmd) -> Result<(), Failure> {
                 compression: Some(compression),
                 reservation_bytes: reserve.as_deref().map(parse_size).transpose()?,
                 dedup: Some(dedup),
+                lun_bytes,
+                lun_sector_bytes: sector,
             };
             let v: VolumeInfo = c.send("POST", &format!("/v1/pools/{}/volumes", seg(p)), &req)?;
-            out.show(&v, |v| {
-                println!("created volume {volume} (record size {}, compression {})", human(rs), v.compression)
+            out.show(&v, |v| match &v.lun {
+                Some(l) => println!(
+                    "created LUN {volume}: {} ({}-byte sectors, block size {}, compression {})",
+                    human(l.size_bytes),
+                    l.sector_bytes,
+                    human(rs),
+                    v.compression
+                ),
+                None => {
+                    println!("created volume {volume} (record size {}, compression {})", human(rs), v.compression)
+                }
             });
         }
         VolumeCmd::List { pool } => {
@@ -121,11 +152,17 @@ pub fn run(c: &Client, out: &Out, cmd: VolumeCmd) -> Result<(), Failure> {
             let v: VolumeInfo = c.get(&format!("/v1/pools/{}/volumes/{}", seg(p), seg(name)))?;
             out.show(&v, print_volume);
         }
-        VolumeCmd::Set { volume, size, sync, compression, reserve, dedup } => {
+        VolumeCmd::Set { volume, size, sync, compression, reserve, dedup, lun_size } => {
             let (p, name) = split(&volume)?;
-            if size.is_none() && sync.is_none() && compression.is_none() && reserve.is_none() && dedup.is_none() {
+            if size.is_none()
+                && sync.is_none()
+                && compression.is_none()
+                && reserve.is_none()
+                && dedup.is_none()
+                && lun_size.is_none()
+            {
                 return Err(Failure::usage(
-                    "nothing to set: give --size, --sync, --compression, --reserve and/or --dedup",
+                    "nothing to set: give --size, --sync, --compression, --reserve, --dedup and/or --lun-size",
                 ));
             }
             let req = SetVolume {
@@ -134,6 +171,7 @@ pub fn run(c: &Client, out: &Out, cmd: VolumeCmd) -> Result<(), Failure> {
                 compression,
                 reservation_bytes: reserve.as_deref().map(parse_size).transpose()?,
                 dedup: dedup.as_deref().map(|d| parse_on_off("--dedup", d)).transpose()?,
+                lun_bytes: lun_size.as_deref().map(parse_size).transpose()?,
             };
             let v: VolumeInfo = c.send("PATCH", &format!("/v1/pools/{}/volumes/{}", seg(p), seg(name)), &req)?;
             out.show(&v, print_volume);
@@ -174,7 +212,11 @@ fn print_volumes(rows: &[VolumeInfo]) {
             ratio_text(v.compress_ratio),
             v.compression,
             v.sync,
-            v.mounted_at.as_ref().map_or("-".into(), |m| m.display().to_string())
+            match (&v.lun, &v.mounted_at) {
+                (Some(l), _) => format!("(LUN {})", human(l.size_bytes)),
+                (None, Some(m)) => m.display().to_string(),
+                (None, None) => "-".into(),
+            }
         );
     }
 }
@@ -184,6 +226,9 @@ pub fn print_volume(v: &VolumeInfo) {
     let opt = |x: Option<u64>| x.map(human).unwrap_or_else(|| "- (not tracked: written by an older build)".into());
     println!("volume       {}/{}", v.pool, v.name);
     println!("record size  {}", human(v.record_size as u64));
+    if let Some(l) = &v.lun {
+        println!("LUN          {} ({}-byte sectors)", human(l.size_bytes), l.sector_bytes);
+    }
     println!("compression  {}", v.compression);
     println!("dedup        {}", if v.dedup { "on" } else { "off" });
     println!("sync         {}", v.sync);

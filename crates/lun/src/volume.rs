@@ -78,11 +78,11 @@ impl VolumeLun {
         fs.fsync(attr.ino).map_err(|e| fs_err("sync the new LUN", e))
     }
 
-    /// Whether the volume mounted as `fs` is a LUN (its size if so).
-    pub fn probe(fs: &VolumeFs) -> Option<u64> {
+    /// Whether the volume mounted as `fs` is a LUN: its size and logical block size if so.
+    pub fn probe(fs: &VolumeFs) -> Option<(u64, u32)> {
         let attr = fs.lookup(ROOT_INO, LUN_FILE.as_bytes()).ok()?;
         let v = fs.getxattr(attr.ino, LUN_XATTR.as_bytes()).ok()?;
-        parse_marker(&v).map(|_| attr.size)
+        parse_marker(&v).map(|b| (attr.size, b))
     }
 
     /// Serve the LUN of the volume mounted as `fs` (a snapshot's read-only file system

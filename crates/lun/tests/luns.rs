@@ -18,7 +18,7 @@ fn volume_lun(disk: Arc<SimDisk>, size: u64) -> (Arc<Pool>, VolumeLun) {
     let vol = pool.create_volume("lun0", &opts).unwrap();
     let fs = VolumeFs::mount(pool.clone(), vol, Arc::new(ManualClock::new(1)), ROOT).unwrap();
     VolumeLun::create(&fs, size, 512).unwrap();
-    assert_eq!(VolumeLun::probe(&fs), Some(size));
+    assert_eq!(VolumeLun::probe(&fs), Some((size, 512)));
     let lun = VolumeLun::open(Arc::new(fs), [7; 16], false).unwrap();
     (pool, lun)
 }

@@ -29,6 +29,7 @@ pub(crate) mod exports;
 pub(crate) mod fsreg;
 pub(crate) mod lifecycle;
 pub(crate) mod logdev;
+pub(crate) mod luns;
 pub(crate) mod mounts;
 pub(crate) mod policy;
 pub(crate) mod pools;
@@ -81,6 +82,8 @@ pub struct Daemon {
     pub(crate) stopping: AtomicBool,
     pub(crate) nfs: exports::NfsService,
     pub(crate) filesystems: fsreg::FsRegistry,
+    /// LUNs being served, one per volume (luns.rs).
+    pub(crate) luns: luns::LunRegistry,
     pub(crate) tokens: TokenStore,
     pub(crate) history: History,
     /// This daemon's host id (DATA_DIR/host-id): recorded in the pools it has open, so
@@ -152,6 +155,7 @@ impl Daemon {
             stopping: AtomicBool::new(false),
             nfs: exports::NfsService::new(),
             filesystems: fsreg::FsRegistry::default(),
+            luns: luns::LunRegistry::default(),
             host_id,
             rebuilds: Default::default(),
         });

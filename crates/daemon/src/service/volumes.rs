@@ -3,13 +3,15 @@
 
 use super::pools::ratio;
 use super::{ApiError, Daemon};
+use std::sync::Arc;
 use strata_api::{CreateVolume, Done, SetVolume, VolumeInfo};
 use strata_engine::{CompressionPolicy, Pool, SyncPolicy, VolumeId, VolumeOptions};
 
 impl Daemon {
-    pub(crate) fn volume_info(&self, pool_name: &str, pool: &Pool, id: VolumeId) -> Result<VolumeInfo, ApiError> {
+    pub(crate) fn volume_info(&self, pool_name: &str, pool: &Arc<Pool>, id: VolumeId) -> Result<VolumeInfo, ApiError> {
         let v = pool.volume_info(id)?;
         let mounted_at = self.mounted_at(pool_name, &v.name);
+        let lun = self.lun_info(pool_name, pool, &v.name);
         Ok(VolumeInfo {
             pool: pool_name.into(),
             id: v.id.0,
@@ -31,6 +33,7 @@ impl Daemon {
             saved_bytes: v.space.saved_bytes,
             dedup: v.space.dedup,
             compress_ratio: v.space.logical_bytes.map(|l| ratio(l, v.used_bytes)),
+            lun,
             name: v.name,
         })
     }
@@ -56,8 +59,22 @@ impl Daemon {
             reservation_bytes: req.reservation_bytes.unwrap_or(0),
             dedup: req.dedup.unwrap_or(false),
         };
+        if req.lun_bytes.is_none() && req.lun_sector_bytes.is_some() {
+            return Err(ApiError::bad_request(
+                "lun_sector_bytes is given without lun_bytes",
+                "give the LUN's size too (`--lun SIZE`), or leave the sector size out",
+            ));
+        }
         let _g = self.admin.lock().expect("admin");
         let id = pool.create_volume(&req.name, &opts)?;
+        if let Some(size) = req.lun_bytes {
+            if let Err(e) = self.make_lun(pool_name, &pool, &req.name, size, req.lun_sector_bytes.unwrap_or(512)) {
+                if let Err(de) = pool.delete_volume(&req.name) {
+                    tracing::error!(pool = pool_name, volume = %req.name, "removing the volume of a refused LUN: {de}");
+                }
+                return Err(e);
+            }
+        }
         pool.commit()?;
         self.volume_info(pool_name, &pool, id)
     }
@@ -71,6 +88,12 @@ impl Daemon {
         let compression = req.compression.as_deref().map(CompressionPolicy::parse).transpose()?;
         let _g = self.admin.lock().expect("admin");
         let old = pool.volume_info(id)?;
+        if req.lun_bytes.is_some() && self.lun_info(pool_name, &pool, vol).is_none() {
+            return Err(ApiError::bad_request(
+                format!("{pool_name}/{vol} is not a LUN"),
+                "only a LUN volume (`volume create --lun`) has a LUN size",
+            ));
+        }
         if let Some(size) = req.size_bytes {
             if size != 0 && size < old.used_bytes {
                 return Err(ApiError::conflict(
@@ -121,6 +144,10 @@ impl Daemon {
                 pool.set_compression(id, c)?;
                 let was = old.space.compression;
                 undo.push(Box::new(move |p| p.set_compression(id, was)));
+            }
+            // Last: a LUN does not shrink back, so nothing may be refused after it grew.
+            if let Some(size) = req.lun_bytes {
+                self.grow_lun(pool_name, vol, size)?;
             }
             Ok(())
         })();

@@ -312,6 +312,11 @@ impl Pool {
         self.lock_raw().txg.root
     }
 
+    /// The pool's identity, fixed at creation (names it to the outside: LUN identities).
+    pub fn guid(&self) -> u64 {
+        self.lock_raw().label.pool_guid
+    }
+
     /// Commit timings since open (also in `status`, without building all of it).
     pub fn status_commits(&self) -> CommitStats {
         self.lock_raw().commit_stats
