@@ -90,7 +90,8 @@ pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
-        "{cmd:?} failed: {}\nstdout: {}\nstderr: {}",
+        "{} failed: {}\nstdout: {}\nstderr: {}",
+        format!("{cmd:?}").chars().take(300).collect::<String>(),
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -103,7 +104,11 @@ pub fn stdout(cmd: &mut Command) -> String {
 }
 
 /// Run a Python script in nbdsh with `h` connected to `uri`; the script asserts.
+/// Run a Python script in nbdsh, with `uri` defined; the script asserts. nbdsh runs the
+/// `python3` first on PATH, so the system's comes first (a pyenv one lacks the module).
 pub fn nbdsh(uri: &str, script: &str) -> String {
     require("nbdsh", "python3-libnbd");
-    stdout(Command::new("nbdsh").arg("-u").arg(uri).arg("-c").arg(script))
+    let path = format!("/usr/bin:/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let script = format!("uri = {uri:?}\n{script}");
+    stdout(Command::new("nbdsh").env("PATH", path).arg("-c").arg(script))
 }
