@@ -75,6 +75,16 @@ impl Read for TlsReader {
         while self.pos == self.plain.len() {
             self.plain.clear();
             self.pos = 0;
+            {
+                // Plaintext the session already holds: what arrived with the end of the
+                // TLS handshake (a client's first option rides with its Finished).
+                let mut session = self.link.session.lock().unwrap_or_else(|p| p.into_inner());
+                let state = session.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                take_plaintext(&mut session, state.plaintext_bytes_to_read(), &mut self.plain)?;
+                if !self.plain.is_empty() {
+                    break;
+                }
+            }
             let n = self.sock.read(&mut self.raw)?;
             if n == 0 {
                 return Ok(0);
@@ -89,12 +99,7 @@ impl Read for TlsReader {
                     let _ = session.write_tls(&mut self.sock);
                     io::Error::new(io::ErrorKind::InvalidData, e)
                 })?;
-                let want = state.plaintext_bytes_to_read();
-                if want > 0 {
-                    let at = self.plain.len();
-                    self.plain.resize(at + want, 0);
-                    session.reader().read_exact(&mut self.plain[at..])?;
-                }
+                take_plaintext(&mut session, state.plaintext_bytes_to_read(), &mut self.plain)?;
                 closed |= state.peer_has_closed();
             }
             // Whatever the session owes the peer (alerts, key updates).
@@ -110,6 +115,16 @@ impl Read for TlsReader {
         self.pos += n;
         Ok(n)
     }
+}
+
+/// Move `want` bytes of decrypted data from the session to `plain`.
+fn take_plaintext(session: &mut ServerConnection, want: usize, plain: &mut Vec<u8>) -> io::Result<()> {
+    if want > 0 {
+        let at = plain.len();
+        plain.resize(at + want, 0);
+        session.reader().read_exact(&mut plain[at..])?;
+    }
+    Ok(())
 }
 
 /// The writing half.
