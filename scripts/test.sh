@@ -17,6 +17,10 @@ command -v sysbench >/dev/null || need+=(sysbench)
 python3 -m pytest --version >/dev/null 2>&1 || need+=(python3-pytest)
 command -v nfs-ls >/dev/null || need+=(libnfs-utils libnfs-dev python3-venv python3-dev)
 command -v openssl >/dev/null || need+=(openssl)
+# strata-nbd: its tests drive real NBD clients (crates/nbd/tests: nbdinfo, nbdcopy, nbdsh, qemu-io/qemu-img).
+command -v nbdinfo >/dev/null || need+=(libnbd-bin)
+command -v nbdsh >/dev/null || need+=(python3-libnbd)
+command -v qemu-io >/dev/null || need+=(qemu-utils)
 # What `pool create` must recognise on a device before formatting it: the probe's tests
 # make real file systems, partition tables and labels with these (device_probe.rs).
 for t in mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.f2fs:f2fs-tools \

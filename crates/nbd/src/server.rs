@@ -1,0 +1,384 @@
+//! The TCP server: listener, connections and the worker pool (the shape of the NFS
+//! server's, crates/nfs/src/server.rs).
+//!
+//! Threads: one acceptor; per connection, one thread that runs the handshake and then
+//! reads requests (header, then a WRITE's whole payload) and queues them; a shared pool
+//! of workers that run them on the LUN and write each reply, whole, under the
+//! connection's write lock as soon as it is ready. Replies go out in completion order;
+//! the client matches them by cookie.
+//!
+//! Bounds: a connection has at most `max_in_flight` requests queued or running and at
+//! most `max_in_flight_bytes` of their payloads and read data (one request is always let
+//! through, up to the 32 MiB maximum payload); its reader stops reading until one
+//! finishes, and TCP flow control pushes back on the client. At most
+//! [`MAX_CONNECTIONS`] connections; the handshake must finish within
+//! [`HANDSHAKE_TIMEOUT`].
+//!
+//! Locks: `Shared::conns` (the open sockets, for shutdown) and `Shared::conn_threads` are
+//! leaves. Per connection: `Conn::writer` (reply bytes on the wire) then the TLS session
+//! lock inside it (link.rs); `Conn::in_flight` is a leaf.
+//!
+//! Who may connect: a listener off loopback must authenticate its clients (TLS required
+//! and client certificates verified) unless `insecure_allow_plaintext` says otherwise; on
+//! top of that each export names its client networks (exports.rs).
+
+use crate::exports::ExportTable;
+use crate::handshake::{self, Ended, Negotiated, Outcome, TlsPolicy};
+use crate::link::{LinkReader, LinkWriter, TlsLink};
+use crate::proto::{RequestHeader, CMD_DISC, ESHUTDOWN};
+use crate::tls::TlsConfig;
+use crate::transmission::{self, Reply};
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Connections served at once; one more is closed at accept (each costs a thread and up to
+/// `max_in_flight_bytes` of memory).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// A client has this long from connecting to entering transmission: a connection that
+/// never negotiates does not hold a thread for ever.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    /// Worker threads. Requests block on the engine (device reads, intent-log flushes), so
+    /// there are more workers than cores: 16 keeps a queue depth of 16 busy on one
+    /// connection, and costs 16 idle threads otherwise.
+    pub workers: usize,
+    /// Requests queued or running per connection. 64 is above what clients keep in flight
+    /// (qemu: 16 per connection, nbdcopy: 64) and bounds the work one client queues.
+    pub max_in_flight: usize,
+    /// Payload and read-data bytes in flight per connection: 64 MiB (two maximum-size
+    /// requests) bounds a hostile connection's memory while letting a streaming client
+    /// keep 1 MiB requests 64 deep.
+    pub max_in_flight_bytes: usize,
+    /// TLS, offered through NBD_OPT_STARTTLS.
+    pub tls: Option<TlsConfig>,
+    /// Refuse every option but STARTTLS until TLS is up (FORCEDTLS).
+    pub require_tls: bool,
+    /// Allow a listener off loopback without authenticated clients (TLS required with
+    /// client certificates). Off: such a configuration does not start.
+    pub insecure_allow_plaintext: bool,
+}
+
+impl ServerConfig {
+    pub fn new(bind: SocketAddr) -> ServerConfig {
+        ServerConfig {
+            bind,
+            workers: 16,
+            max_in_flight: 64,
+            max_in_flight_bytes: 64 << 20,
+            tls: None,
+            require_tls: false,
+            insecure_allow_plaintext: false,
+        }
+    }
+}
+
+struct Shared {
+    exports: Arc<ExportTable>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    policy: TlsPolicy,
+    stopping: AtomicBool,
+    conns: Mutex<HashMap<u64, TcpStream>>,
+    conn_threads: Mutex<Vec<JoinHandle<()>>>,
+    live: AtomicUsize,
+    next_id: AtomicU64,
+    max_in_flight: usize,
+    max_in_flight_bytes: usize,
+}
+
+/// A connection in its transmission phase.
+struct Conn {
+    peer: SocketAddr,
+    n: Negotiated,
+    writer: Mutex<LinkWriter>,
+    /// (requests, bytes) queued or running.
+    in_flight: Mutex<(usize, usize)>,
+    done: Condvar,
+}
+
+impl Conn {
+    fn send(&self, reply: &Reply) {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = w.send(&reply.parts()) {
+            tracing::debug!(client = %self.peer, "NBD reply not sent: {e}");
+            // The stream may hold half a reply: nothing after it could be framed.
+            w.close();
+        }
+    }
+
+    fn finish(&self, cost: usize) {
+        let mut g = self.in_flight.lock().expect("in-flight count");
+        g.0 -= 1;
+        g.1 -= cost;
+        self.done.notify_all();
+    }
+}
+
+struct Job {
+    conn: Arc<Conn>,
+    header: RequestHeader,
+    payload: Vec<u8>,
+    cost: usize,
+}
+
+/// A running server; [`NbdServer::shutdown`] stops it.
+pub struct NbdServer {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    acceptor: Mutex<Option<JoinHandle<()>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl NbdServer {
+    pub fn start(config: ServerConfig, exports: Arc<ExportTable>) -> io::Result<NbdServer> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        if config.workers == 0 || config.max_in_flight == 0 {
+            return Err(invalid("NBD server: at least one worker and one request in flight".into()));
+        }
+        if config.require_tls && config.tls.is_none() {
+            return Err(invalid("NBD server: TLS required but no TLS configuration given".into()));
+        }
+        let authenticated = config.require_tls && config.tls.as_ref().is_some_and(|t| t.verifies_clients());
+        if !config.bind.ip().is_loopback() && !authenticated && !config.insecure_allow_plaintext {
+            return Err(invalid(format!(
+                "NBD server: refusing to listen on {} without authenticating clients: require TLS with client \
+                 certificates (a client CA), or set insecure_allow_plaintext",
+                config.bind
+            )));
+        }
+        let tls = config.tls.as_ref().map(|t| t.build()).transpose().map_err(invalid)?;
+        let listener = TcpListener::bind(config.bind)?;
+        let local_addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            exports,
+            policy: TlsPolicy { available: tls.is_some(), required: config.require_tls },
+            tls,
+            stopping: AtomicBool::new(false),
+            conns: Mutex::default(),
+            conn_threads: Mutex::default(),
+            live: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+            max_in_flight: config.max_in_flight,
+            max_in_flight_bytes: config.max_in_flight_bytes,
+        });
+        let (tx, rx) = sync_channel::<Job>(config.workers * 4);
+        let rx = Arc::new(Mutex::new(rx));
+        let mut workers = Vec::new();
+        for i in 0..config.workers {
+            let rx = rx.clone();
+            workers.push(std::thread::Builder::new().name(format!("nbd-worker-{i}")).spawn(move || worker(rx))?);
+        }
+        let s = shared.clone();
+        let acceptor = std::thread::Builder::new().name("nbd-accept".into()).spawn(move || accept(listener, tx, s))?;
+        tracing::info!(listen = %local_addr, tls = shared.policy.available, "NBD server ready");
+        Ok(NbdServer { shared, local_addr, acceptor: Mutex::new(Some(acceptor)), workers: Mutex::new(workers) })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Close the listener and every connection, and wait for all threads to end.
+    /// Requests running finish first (their replies may not reach the client).
+    pub fn shutdown(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Wake the acceptor blocked in accept().
+        let mut wake = self.local_addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake.ip() {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        if let Some(a) = self.acceptor.lock().expect("acceptor").take() {
+            let _ = a.join();
+        }
+        for c in self.shared.conns.lock().expect("connections").values() {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        let threads = std::mem::take(&mut *self.shared.conn_threads.lock().expect("connection threads"));
+        for t in threads {
+            let _ = t.join();
+        }
+        // Every sender is gone with the acceptor and the connections: workers end.
+        for w in self.workers.lock().expect("workers").drain(..) {
+            let _ = w.join();
+        }
+        tracing::info!(listen = %self.local_addr, "NBD server stopped");
+    }
+}
+
+fn accept(listener: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
+    for s in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("NBD accept: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let Ok(peer) = s.peer_addr() else { continue };
+        if shared.live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            shared.live.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(client = %peer, "NBD connection refused: {MAX_CONNECTIONS} connections are open");
+            continue;
+        }
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let _ = s.set_nodelay(true);
+        if let Ok(c) = s.try_clone() {
+            shared.conns.lock().expect("connections").insert(id, c);
+        }
+        let (tx, sh) = (tx.clone(), shared.clone());
+        let spawned = std::thread::Builder::new().name("nbd-conn".into()).spawn(move || {
+            tracing::debug!(client = %peer, "NBD connection opened");
+            let why = connection(&sh, s, peer, tx);
+            match why {
+                Ended::Protocol(m) => tracing::warn!(client = %peer, "NBD connection closed: {m}"),
+                Ended::Io(e) if e.kind() != io::ErrorKind::UnexpectedEof => {
+                    tracing::debug!(client = %peer, "NBD connection closed: {e}")
+                }
+                _ => tracing::debug!(client = %peer, "NBD connection closed"),
+            }
+            sh.conns.lock().expect("connections").remove(&id);
+            sh.live.fetch_sub(1, Ordering::SeqCst);
+        });
+        match spawned {
+            Ok(t) => {
+                let mut threads = shared.conn_threads.lock().expect("connection threads");
+                threads.retain(|t| !t.is_finished());
+                threads.push(t);
+            }
+            Err(e) => {
+                shared.conns.lock().expect("connections").remove(&id);
+                shared.live.fetch_sub(1, Ordering::SeqCst);
+                tracing::warn!(client = %peer, "NBD connection dropped: cannot start its thread: {e}");
+            }
+        }
+    }
+}
+
+/// Negotiate, then read requests until the connection ends; why it ended.
+fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSender<Job>) -> Ended {
+    let split = || -> io::Result<(LinkReader, LinkWriter)> {
+        Ok((LinkReader::Plain(stream.try_clone()?), LinkWriter::Plain(stream.try_clone()?)))
+    };
+    let (mut r, mut w) = match split() {
+        Ok(rw) => rw,
+        Err(e) => return Ended::Io(e),
+    };
+    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let mut session = match handshake::greet(&mut r, &mut w) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let mut tls_active = false;
+    let n = loop {
+        match handshake::haggle(&mut r, &mut w, &mut session, &shared.exports, peer.ip(), shared.policy, tls_active) {
+            Ok(Outcome::Transmit(n)) => break n,
+            Ok(Outcome::StartTls) => {
+                let Some(config) = shared.tls.clone() else { return Ended::Protocol("STARTTLS without TLS".into()) };
+                let upgraded = stream.try_clone().and_then(|mut s| {
+                    let link = TlsLink::accept(config, &mut s)?;
+                    Ok((LinkReader::tls(s.try_clone()?, link.clone()), LinkWriter::Tls { sock: s, link }))
+                });
+                match upgraded {
+                    Ok((tr, tw)) => (r, w) = (tr, tw),
+                    Err(e) => return Ended::Protocol(format!("TLS handshake failed: {e}")),
+                }
+                tls_active = true;
+                session.reset_for_tls();
+            }
+            Err(e) => return e,
+        }
+    };
+    let _ = stream.set_read_timeout(None);
+    tracing::debug!(client = %peer, export = %n.entry.name, tls = tls_active, structured = n.structured, flags = n.flags,
+        "NBD connection entered transmission");
+    let conn = Arc::new(Conn { peer, n, writer: Mutex::new(w), in_flight: Mutex::new((0, 0)), done: Condvar::new() });
+    let why = read_requests(shared, &conn, &mut r, &tx);
+    // Answer everything queued before closing (DISC: "handle all outstanding requests").
+    let mut g = conn.in_flight.lock().expect("in-flight count");
+    while g.0 > 0 {
+        g = conn.done.wait(g).expect("in-flight count");
+    }
+    drop(g);
+    conn.writer.lock().unwrap_or_else(|p| p.into_inner()).close();
+    why
+}
+
+fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &SyncSender<Job>) -> Ended {
+    loop {
+        let header = match transmission::read_header(r) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        let len = match transmission::payload_len(&header) {
+            Ok(l) => l,
+            Err(e) => return e,
+        };
+        if header.kind == CMD_DISC {
+            return Ended::Client;
+        }
+        let cost = transmission::request_cost(&header);
+        {
+            let mut g = conn.in_flight.lock().expect("in-flight count");
+            while g.0 > 0 && (g.0 >= shared.max_in_flight || g.1 + cost > shared.max_in_flight_bytes) {
+                g = conn.done.wait(g).expect("in-flight count");
+            }
+            g.0 += 1;
+            g.1 += cost;
+        }
+        // The whole payload before anything runs: a client gone mid-WRITE changes nothing.
+        let mut payload = vec![0u8; len];
+        if let Err(e) = r.read_exact(&mut payload) {
+            conn.finish(cost);
+            return Ended::Io(e);
+        }
+        if conn.n.entry.removed() || shared.stopping.load(Ordering::SeqCst) {
+            conn.send(&Reply::error(&conn.n, &header, ESHUTDOWN, "the export was removed or the server is stopping"));
+            conn.finish(cost);
+            tracing::info!(client = %conn.peer, export = %conn.n.entry.name, "NBD connection ended: export removed or server stopping");
+            return Ended::Client;
+        }
+        if tx.send(Job { conn: conn.clone(), header, payload, cost }).is_err() {
+            conn.finish(cost);
+            return Ended::Client;
+        }
+    }
+}
+
+fn worker(rx: Arc<Mutex<Receiver<Job>>>) {
+    loop {
+        let job = match rx.lock().expect("job queue").recv() {
+            Ok(j) => j,
+            Err(_) => return,
+        };
+        let Job { conn, header, payload, cost } = job;
+        // A panic ends this request (answered EIO), not the worker: DESIGN.md's failure
+        // policy.
+        let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            transmission::execute(&conn.n, &header, &payload)
+        }))
+        .unwrap_or_else(|_| {
+            tracing::error!(client = %conn.peer, kind = header.kind, "NBD request panicked; answered EIO");
+            Reply::error(&conn.n, &header, crate::proto::EIO, "internal error")
+        });
+        drop(payload);
+        conn.send(&reply);
+        conn.finish(cost);
+    }
+}

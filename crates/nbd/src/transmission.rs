@@ -1,0 +1,326 @@
+//! The transmission phase: reading requests and carrying them out on the LUN.
+//!
+//! [`read_header`] and [`payload_len`] cut the stream into requests (the server's reader
+//! thread reads a WRITE's whole payload before anything runs, so a client that leaves
+//! mid-payload changes nothing); [`execute`] checks a request and runs it, building the
+//! whole reply before any of it is sent, so an error found late can still be the reply.
+//! Replies: simple replies unless structured replies were negotiated, in which case READ
+//! answers with OFFSET_DATA / OFFSET_HOLE chunks following the LUN's allocation map (one
+//! chunk with NBD_CMD_FLAG_DF) and errors are error chunks carrying the LUN's message.
+//!
+//! Errors (proto.md "Error values"): unknown command or flag, zero length, a read or trim
+//! past the end → NBD_EINVAL; a write or write-zeroes past the end → NBD_ENOSPC; writes
+//! to a read-only export → NBD_EPERM; a read over 32 MiB → NBD_EOVERFLOW with DF, else
+//! NBD_EINVAL; a WRITE over 32 MiB ends the connection without its payload being read.
+
+use crate::handshake::{Ended, Negotiated};
+use crate::proto::*;
+use std::io::{Read, Write};
+use std::ops::Range;
+use strata_lun::{Extent, Lun, LunError, LunErrorKind};
+
+/// Most block-status descriptors in one reply (8 bytes each: a 128 KiB reply). The spec
+/// lets a server answer less than asked; clients ask again from where the reply ended.
+const MAX_DESCRIPTORS: usize = 16 << 10;
+
+/// Read one request header. End of stream before it, or a bad magic, ends the connection.
+pub(crate) fn read_header<R: Read>(r: &mut R) -> Result<RequestHeader, Ended> {
+    let mut b = [0u8; REQUEST_HEADER_BYTES];
+    r.read_exact(&mut b)?;
+    decode_request(&b).ok_or_else(|| Ended::Protocol("bad request magic".into()))
+}
+
+/// Bytes of payload that follow `h` (a WRITE's data); a WRITE larger than the maximum
+/// payload ends the connection (its payload is never read into memory).
+pub(crate) fn payload_len(h: &RequestHeader) -> Result<usize, Ended> {
+    if h.kind != CMD_WRITE {
+        return Ok(0);
+    }
+    if h.length > MAX_PAYLOAD_BYTES {
+        return Err(Ended::Protocol(format!("WRITE of {} bytes (at most {MAX_PAYLOAD_BYTES})", h.length)));
+    }
+    Ok(h.length as usize)
+}
+
+/// Bytes a request holds in memory while in flight (its payload or its reply's data).
+pub(crate) fn request_cost(h: &RequestHeader) -> usize {
+    match h.kind {
+        CMD_READ | CMD_WRITE => (h.length.min(MAX_PAYLOAD_BYTES) as usize).max(1),
+        _ => 1,
+    }
+}
+
+/// A reply: the pieces to send, in order, some of them ranges of `data`.
+pub(crate) struct Reply {
+    bytes: Vec<Vec<u8>>,
+    data: Vec<u8>,
+    layout: Vec<Piece>,
+}
+
+enum Piece {
+    Bytes(usize),
+    Data(Range<usize>),
+}
+
+impl Reply {
+    fn new() -> Reply {
+        Reply { bytes: Vec::new(), data: Vec::new(), layout: Vec::new() }
+    }
+
+    fn push(&mut self, b: Vec<u8>) {
+        self.layout.push(Piece::Bytes(self.bytes.len()));
+        self.bytes.push(b);
+    }
+
+    fn push_data(&mut self, r: Range<usize>) {
+        self.layout.push(Piece::Data(r));
+    }
+
+    pub fn parts(&self) -> Vec<&[u8]> {
+        self.layout
+            .iter()
+            .map(|p| match p {
+                Piece::Bytes(i) => self.bytes[*i].as_slice(),
+                Piece::Data(r) => &self.data[r.clone()],
+            })
+            .collect()
+    }
+
+    /// The error reply to `h`: an error chunk with the message when structured.
+    pub fn error(n: &Negotiated, h: &RequestHeader, errno: u32, message: &str) -> Reply {
+        let mut r = Reply::new();
+        if n.structured {
+            r.push(error_chunk(h.cookie, errno, message));
+        } else {
+            r.push(simple_reply(errno, h.cookie).to_vec());
+        }
+        r
+    }
+
+    fn ok(h: &RequestHeader) -> Reply {
+        let mut r = Reply::new();
+        r.push(simple_reply(0, h.cookie).to_vec());
+        r
+    }
+}
+
+/// A refusal before the LUN is asked.
+struct Refused(u32, String);
+
+fn refuse(errno: u32, message: impl Into<String>) -> Refused {
+    Refused(errno, message.into())
+}
+
+impl From<LunError> for Refused {
+    fn from(e: LunError) -> Refused {
+        match e.kind {
+            LunErrorKind::Io | LunErrorKind::NoSpace => tracing::warn!("NBD request failed on the LUN: {e}"),
+            _ => tracing::debug!("NBD request refused by the LUN: {e}"),
+        }
+        Refused(e.errno(), e.message)
+    }
+}
+
+fn allowed_flags(kind: u16, structured: bool) -> Option<u16> {
+    Some(match kind {
+        CMD_READ if structured => CMD_FLAG_FUA | CMD_FLAG_DF,
+        CMD_READ | CMD_WRITE | CMD_FLUSH | CMD_TRIM | CMD_CACHE => CMD_FLAG_FUA,
+        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+        CMD_BLOCK_STATUS => CMD_FLAG_FUA | CMD_FLAG_REQ_ONE,
+        _ => return None,
+    })
+}
+
+/// Check `h`'s range against the export: `errno` if it runs past the end (or is empty).
+fn check_range(lun: &dyn Lun, h: &RequestHeader, errno: u32) -> Result<(), Refused> {
+    if h.length == 0 {
+        return Err(refuse(EINVAL, "zero-length request"));
+    }
+    strata_lun::check_range(h.offset, u64::from(h.length), lun.size()).map_err(|e| Refused(errno, e.message))
+}
+
+/// Carry out one request (not DISC, which the reader handles) and build its reply.
+pub(crate) fn execute(n: &Negotiated, h: &RequestHeader, payload: &[u8]) -> Reply {
+    match run(n, h, payload) {
+        Ok(r) => r,
+        Err(Refused(errno, msg)) => Reply::error(n, h, errno, &msg),
+    }
+}
+
+fn run(n: &Negotiated, h: &RequestHeader, payload: &[u8]) -> Result<Reply, Refused> {
+    let lun: &dyn Lun = &*n.entry.export.lun;
+    let Some(allowed) = allowed_flags(h.kind, n.structured) else {
+        return Err(refuse(EINVAL, format!("unknown command {}", h.kind)));
+    };
+    if h.flags & !allowed != 0 {
+        return Err(refuse(EINVAL, format!("command {} with unknown flags {:#x}", h.kind, h.flags)));
+    }
+    let fua = h.flags & CMD_FLAG_FUA != 0;
+    let writes = matches!(h.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if writes && n.read_only {
+        return Err(refuse(EPERM, "the export is read-only"));
+    }
+    match h.kind {
+        CMD_READ => read(n, lun, h),
+        CMD_WRITE => {
+            check_range(lun, h, ENOSPC)?;
+            lun.write(h.offset, payload, fua)?;
+            Ok(Reply::ok(h))
+        }
+        CMD_FLUSH => {
+            lun.flush()?;
+            Ok(Reply::ok(h))
+        }
+        CMD_TRIM => {
+            check_range(lun, h, EINVAL)?;
+            lun.trim(h.offset, u64::from(h.length), fua)?;
+            Ok(Reply::ok(h))
+        }
+        CMD_WRITE_ZEROES => {
+            check_range(lun, h, ENOSPC)?;
+            let may_trim = h.flags & CMD_FLAG_NO_HOLE == 0;
+            // Zeroing by deallocation is fast; zeroing that must keep the space writes
+            // zero data, no faster than a WRITE.
+            if h.flags & CMD_FLAG_FAST_ZERO != 0 && !may_trim {
+                return Err(refuse(ENOTSUP, "zeroing with NO_HOLE writes zeros: not fast"));
+            }
+            lun.write_zeroes(h.offset, u64::from(h.length), may_trim, fua)?;
+            Ok(Reply::ok(h))
+        }
+        CMD_CACHE => {
+            // Nothing to prefetch into: reads go to the engine's own caches.
+            check_range(lun, h, EINVAL)?;
+            Ok(Reply::ok(h))
+        }
+        CMD_BLOCK_STATUS => block_status(n, lun, h),
+        _ => Err(refuse(EINVAL, format!("unknown command {}", h.kind))),
+    }
+}
+
+/// The allocation map of `offset..offset+len`, merged into alternating runs and clipped
+/// to the range; at most `max` runs. At least one run unless the LUN answers nothing.
+fn allocation(lun: &dyn Lun, offset: u64, len: u64, max: usize) -> Result<Vec<Extent>, LunError> {
+    let end = offset + len;
+    let mut runs: Vec<Extent> = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let got = lun.extents(at, end - at)?;
+        let before = at;
+        for e in got {
+            let l = e.len.min(end - at);
+            if l == 0 {
+                continue;
+            }
+            let full = runs.len() == max;
+            match runs.last_mut() {
+                Some(last) if last.hole == e.hole => last.len += l,
+                _ if full => return Ok(runs),
+                _ => runs.push(Extent { len: l, hole: e.hole }),
+            }
+            at += l;
+            if at == end {
+                break;
+            }
+        }
+        if at == before {
+            break; // the LUN answered nothing: report what we have
+        }
+    }
+    Ok(runs)
+}
+
+fn read(n: &Negotiated, lun: &dyn Lun, h: &RequestHeader) -> Result<Reply, Refused> {
+    let df = h.flags & CMD_FLAG_DF != 0;
+    if h.length > MAX_PAYLOAD_BYTES {
+        let errno = if df { EOVERFLOW } else { EINVAL };
+        return Err(refuse(errno, format!("READ of {} bytes (at most {MAX_PAYLOAD_BYTES})", h.length)));
+    }
+    check_range(lun, h, EINVAL)?;
+    let len = h.length as usize;
+    let mut data = vec![0u8; len];
+    lun.read(h.offset, &mut data)?;
+    let mut r = Reply::new();
+    r.data = data;
+    if !n.structured {
+        r.push(simple_reply(0, h.cookie).to_vec());
+        r.push_data(0..len);
+        return Ok(r);
+    }
+    // The map only shapes the reply; without one, the data goes as one chunk.
+    let runs = allocation(lun, h.offset, len as u64, usize::MAX).unwrap_or_default();
+    let covered: u64 = runs.iter().map(|e| e.len).sum();
+    let runs = if covered != len as u64 {
+        vec![Extent { len: len as u64, hole: false }]
+    } else if df {
+        vec![Extent { len: len as u64, hole: runs.iter().all(|e| e.hole) }]
+    } else {
+        runs
+    };
+    let mut at = 0usize;
+    let last = runs.len() - 1;
+    for (i, e) in runs.iter().enumerate() {
+        let l = e.len as usize;
+        let flags = if i == last { REPLY_FLAG_DONE } else { 0 };
+        let offset = h.offset + at as u64;
+        if e.hole {
+            let mut c = chunk_header(flags, REPLY_TYPE_OFFSET_HOLE, h.cookie, 12).to_vec();
+            c.extend_from_slice(&offset.to_be_bytes());
+            c.extend_from_slice(&(l as u32).to_be_bytes());
+            r.push(c);
+        } else {
+            let mut c = chunk_header(flags, REPLY_TYPE_OFFSET_DATA, h.cookie, 8 + l as u32).to_vec();
+            c.extend_from_slice(&offset.to_be_bytes());
+            r.push(c);
+            r.push_data(at..at + l);
+        }
+        at += l;
+    }
+    Ok(r)
+}
+
+fn block_status(n: &Negotiated, lun: &dyn Lun, h: &RequestHeader) -> Result<Reply, Refused> {
+    if !n.structured || !n.base_allocation {
+        return Err(refuse(EINVAL, "BLOCK_STATUS without base:allocation negotiated"));
+    }
+    check_range(lun, h, EINVAL)?;
+    let req_one = h.flags & CMD_FLAG_REQ_ONE != 0;
+    let runs = allocation(lun, h.offset, u64::from(h.length), if req_one { 1 } else { MAX_DESCRIPTORS })?;
+    if runs.is_empty() {
+        return Err(refuse(EIO, "the LUN reported no allocation map"));
+    }
+    let mut body = META_ID_BASE_ALLOCATION.to_be_bytes().to_vec();
+    for e in &runs {
+        // Clipped to the request, whose length is 32 bits: each run fits.
+        body.extend_from_slice(&(e.len as u32).to_be_bytes());
+        let state = if e.hole { STATE_HOLE | STATE_ZERO } else { 0 };
+        body.extend_from_slice(&state.to_be_bytes());
+    }
+    let mut r = Reply::new();
+    let mut c = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, h.cookie, body.len() as u32).to_vec();
+    c.extend_from_slice(&body);
+    r.push(c);
+    Ok(r)
+}
+
+/// Serve requests one at a time until the client leaves or breaks the protocol: the
+/// transmission phase without threads, for the fuzz target (the server's reader and
+/// workers do the same with many requests in flight).
+pub(crate) fn serve_serially<R: Read, W: Write>(r: &mut R, w: &mut W, n: &Negotiated) -> Result<(), Ended> {
+    loop {
+        let h = read_header(r)?;
+        let len = payload_len(&h)?;
+        let mut payload = vec![0u8; len];
+        r.read_exact(&mut payload)?;
+        if h.kind == CMD_DISC {
+            return Err(Ended::Client);
+        }
+        let reply = if n.entry.removed() {
+            Reply::error(n, &h, ESHUTDOWN, "the export was removed")
+        } else {
+            execute(n, &h, &payload)
+        };
+        for p in reply.parts() {
+            w.write_all(p)?;
+        }
+    }
+}
