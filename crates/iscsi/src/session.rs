@@ -536,17 +536,22 @@ impl<'a> Reader<'a> {
             return Flow::Continue;
         };
         let (offset, len) = (p.field32(40) as u64, p.data.len() as u64);
-        if offset != g.received || offset + len > g.until {
-            tracing::warn!(itt, offset, len, "iSCSI Data-Out out of order or past its burst");
+        if offset != g.received || offset + len > g.until || p.field32(36) != g.datasn {
+            // Reject the PDU and end the task with a data phase error; the session lives
+            // on (later Data-Out for the task is ignored).
+            tracing::warn!(
+                itt,
+                offset,
+                len,
+                datasn = p.field32(36),
+                "iSCSI Data-Out out of order, past its burst or with a wrong DataSN"
+            );
             self.conn.reject(&p, pdu::REJECT_PROTOCOL_ERROR);
-            return Flow::Close;
+            self.release(g.data.len() as u64);
+            self.conn.respond(&g.cmd, Outcome::check(sense::DATA_PHASE_ERROR));
+            return Flow::Continue;
         }
         // Keep at most `keep` bytes; the rest of an over-long transfer only advances.
-        if p.field32(36) != g.datasn {
-            tracing::warn!(itt, datasn = p.field32(36), expected = g.datasn, "iSCSI Data-Out with a wrong DataSN");
-            self.conn.reject(&p, pdu::REJECT_PROTOCOL_ERROR);
-            return Flow::Close;
-        }
         g.datasn = g.datasn.wrapping_add(1);
         let room = g.keep.saturating_sub(g.data.len() as u64).min(len) as usize;
         if !self.hold(room as u64) {
