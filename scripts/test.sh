@@ -17,6 +17,10 @@ command -v sysbench >/dev/null || need+=(sysbench)
 python3 -m pytest --version >/dev/null 2>&1 || need+=(python3-pytest)
 command -v nfs-ls >/dev/null || need+=(libnfs-utils libnfs-dev python3-venv python3-dev)
 command -v openssl >/dev/null || need+=(openssl)
+# iSCSI target tests (crates/iscsi/tests): libiscsi's conformance suite and tools, and its
+# headers for the round-trip client the tests build.
+command -v iscsi-test-cu >/dev/null || need+=(libiscsi-bin)
+[ -f /usr/include/iscsi/iscsi.h ] || need+=(libiscsi-dev)
 # What `pool create` must recognise on a device before formatting it: the probe's tests
 # make real file systems, partition tables and labels with these (device_probe.rs).
 for t in mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.f2fs:f2fs-tools \
