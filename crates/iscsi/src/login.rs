@@ -323,3 +323,146 @@ impl LoginState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::targets::TargetConfig;
+
+    const T: &str = "iqn.2026-01.org.strata:t";
+
+    fn req(csg: u8, nsg: u8, transit: bool, cont: bool, pairs: &[(&str, &str)]) -> Pdu {
+        let mut p = Pdu::new(OP_LOGIN_REQ);
+        p.bhs[0] |= 0x40;
+        p.bhs[1] = (if transit { 0x80 } else { 0 }) | (if cont { 0x40 } else { 0 }) | (csg << 2) | nsg;
+        p.bhs[8..14].copy_from_slice(&[0x80, 0, 0, 0, 0, 1]);
+        p.set32(16, 7);
+        p.set32(24, 100);
+        let owned: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        p.data = text::encode(&owned);
+        p
+    }
+
+    fn keys(p: &Pdu) -> Vec<(String, String)> {
+        text::parse(&p.data).unwrap()
+    }
+
+    fn get(p: &Pdu, k: &str) -> Option<String> {
+        keys(p).into_iter().find(|x| x.0 == k).map(|x| x.1)
+    }
+
+    fn status(p: &Pdu) -> u16 {
+        u16::from_be_bytes([p.bhs[36], p.bhs[37]])
+    }
+
+    fn table(chap: Option<Chap>) -> TargetTable {
+        let t = TargetTable::new();
+        let mut c = TargetConfig::new(T, vec![]);
+        c.chap = chap;
+        t.add(c).unwrap();
+        t
+    }
+
+    fn env(t: &TargetTable) -> LoginEnv<'_> {
+        LoginEnv { targets: t, discovery_chap: None, peer: "127.0.0.1".parse().unwrap(), window: 16, tsih: 9 }
+    }
+
+    #[test]
+    fn straight_to_full_feature_with_negotiation() {
+        let t = table(None);
+        let mut s = LoginState::default();
+        let first = req(0, 1, true, false, &[("InitiatorName", "iqn.i"), ("TargetName", T), ("AuthMethod", "None")]);
+        let Step::Reply(r) = s.handle(&first, &env(&t)) else { panic!("security stage refused") };
+        assert_eq!(get(&r, "AuthMethod").as_deref(), Some("None"));
+        assert_eq!(get(&r, "TargetPortalGroupTag").as_deref(), Some("1"));
+        assert_eq!(r.bhs[1], 0x80 | 1, "transit to operational");
+        let op = req(
+            1,
+            3,
+            true,
+            false,
+            &[("HeaderDigest", "CRC32C,None"), ("MaxRecvDataSegmentLength", "65536"), ("Foo", "1")],
+        );
+        let Step::Done(r, o) = s.handle(&op, &env(&t)) else { panic!("operational stage refused") };
+        assert_eq!(r.bhs[1], 0x80 | (1 << 2) | 3);
+        assert_eq!(pdu::be16(&r.bhs, 14), 9, "the TSIH");
+        assert_eq!(get(&r, "Foo").as_deref(), Some("NotUnderstood"));
+        assert_eq!(get(&r, "MaxRecvDataSegmentLength"), Some(OUR_MAX_RECV.to_string()));
+        assert!(o.params.header_digest);
+        assert_eq!(o.params.max_xmit_data_segment, 65536);
+        assert_eq!(o.exp_cmdsn, 100);
+        assert_eq!(r.field32(32), 100 + 15, "MaxCmdSN opens the window");
+        assert!(matches!(o.kind, SessionKind::Normal(_)));
+    }
+
+    #[test]
+    fn refusals() {
+        let t = table(None);
+        let no_target = req(0, 3, true, false, &[("InitiatorName", "iqn.i"), ("TargetName", "iqn.x:none")]);
+        let Step::Fail(r) = LoginState::default().handle(&no_target, &env(&t)) else { panic!() };
+        assert_eq!(status(&r), ST_NOT_FOUND);
+        let no_name = req(0, 3, true, false, &[("TargetName", T)]);
+        let Step::Fail(r) = LoginState::default().handle(&no_name, &env(&t)) else { panic!() };
+        assert_eq!(status(&r), ST_MISSING_PARAMETER);
+        let mut bad_stage = req(0, 3, true, false, &[("InitiatorName", "iqn.i"), ("TargetName", T)]);
+        bad_stage.bhs[1] = 0x80 | (3 << 2) | 3;
+        assert!(matches!(LoginState::default().handle(&bad_stage, &env(&t)), Step::Fail(_)));
+        let mut tsih = req(0, 3, true, false, &[("InitiatorName", "iqn.i"), ("TargetName", T)]);
+        tsih.bhs[15] = 5;
+        let Step::Fail(r) = LoginState::default().handle(&tsih, &env(&t)) else { panic!() };
+        assert_eq!(status(&r), ST_NO_SESSION);
+    }
+
+    #[test]
+    fn continued_text_is_gathered() {
+        let t = table(None);
+        let mut s = LoginState::default();
+        let all = text::encode(&[("InitiatorName".into(), "iqn.i".into()), ("TargetName".into(), T.into())]);
+        let mut a = req(0, 0, false, true, &[]);
+        a.data = all[..10].to_vec();
+        assert!(matches!(s.handle(&a, &env(&t)), Step::Reply(_)));
+        let mut b = req(0, 3, true, false, &[]);
+        b.data = all[10..].to_vec();
+        assert!(matches!(s.handle(&b, &env(&t)), Step::Done(..)), "the gathered text names the target");
+    }
+
+    fn chap_login(secret: &[u8], mutual: Option<(&str, &[u8])>) -> (Step, u8, Vec<u8>) {
+        let t = table(Some(Chap {
+            user: "u".into(),
+            secret: b"target-secret".to_vec(),
+            mutual: Some(("tgt".into(), b"m-secret".to_vec())),
+        }));
+        let mut s = LoginState::default();
+        let first =
+            req(0, 1, true, false, &[("InitiatorName", "iqn.i"), ("TargetName", T), ("AuthMethod", "CHAP,None")]);
+        let Step::Reply(r) = s.handle(&first, &env(&t)) else { panic!() };
+        assert_eq!(get(&r, "AuthMethod").as_deref(), Some("CHAP"));
+        assert_eq!(r.bhs[1] & 0x80, 0, "no transit before authenticating");
+        let Step::Reply(r) = s.handle(&req(0, 1, true, false, &[("CHAP_A", "7,5")]), &env(&t)) else { panic!() };
+        let id: u8 = get(&r, "CHAP_I").unwrap().parse().unwrap();
+        let challenge = text::unhex(&get(&r, "CHAP_C").unwrap()).unwrap();
+        let resp = text::hex(&chap::response(id, secret, &challenge));
+        let mut pairs = vec![("CHAP_N", "u".to_string()), ("CHAP_R", resp)];
+        if let Some((i, c)) = mutual {
+            pairs.push(("CHAP_I", i.to_string()));
+            pairs.push(("CHAP_C", text::hex(c)));
+        }
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        (s.handle(&req(0, 1, true, false, &pairs), &env(&t)), id, challenge)
+    }
+
+    #[test]
+    fn chap_accepts_the_secret_and_refuses_others() {
+        let (ok, _, _) = chap_login(b"target-secret", None);
+        let Step::Reply(r) = ok else { panic!("right secret refused") };
+        assert_eq!(r.bhs[1], 0x80 | 1, "authenticated: on to operational");
+        let (bad, _, _) = chap_login(b"target-secreT", None);
+        let Step::Fail(r) = bad else { panic!("wrong secret accepted") };
+        assert_eq!(status(&r), ST_AUTH_FAILED);
+        let (mutual, _, _) = chap_login(b"target-secret", Some(("3", b"initiator-challenge")));
+        let Step::Reply(r) = mutual else { panic!("mutual refused") };
+        assert_eq!(get(&r, "CHAP_N").as_deref(), Some("tgt"));
+        let want = text::hex(&chap::response(3, b"m-secret", b"initiator-challenge"));
+        assert_eq!(get(&r, "CHAP_R"), Some(want), "the target proves the mutual secret");
+    }
+}

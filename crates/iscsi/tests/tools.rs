@@ -201,3 +201,33 @@ fn refuses_non_loopback_without_auth() {
         IscsiServer::start(ServerConfig { insecure_allow_no_auth: true, ..cfg }, targets).expect("explicitly insecure");
     s.shutdown();
 }
+
+#[test]
+fn several_sessions_at_once() {
+    let f = common::start(4, 8 * MIB, |_, _| {});
+    let port = f.port;
+    let threads: Vec<_> = (0..4)
+        .map(|lun| {
+            std::thread::spawn(move || {
+                let len = 3 * MIB as usize + 77;
+                let file = random_file(&format!("many{lun}.bin"), len, 100 + lun as u64);
+                let back = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("many{lun}.back"));
+                let url = format!("iscsi://127.0.0.1:{port}/{IQN}/{lun}");
+                for _ in 0..3 {
+                    let w = roundtrip(&["write", &url, file.to_str().expect("path")], &[]);
+                    assert!(w.status.success(), "write LUN {lun}: {}", text(&w));
+                    let r = roundtrip(&["read", &url, &len.to_string(), back.to_str().expect("path")], &[]);
+                    assert!(r.status.success(), "read LUN {lun}: {}", text(&r));
+                    assert!(
+                        std::fs::read(&file).expect("src") == std::fs::read(&back).expect("copy"),
+                        "LUN {lun} differs"
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a session failed");
+    }
+    f.server.expect("server").shutdown();
+}
