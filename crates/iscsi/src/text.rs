@@ -241,7 +241,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Decode a CHAP binary value: `0x` hex or `0b` base64 (§6.1).
 pub fn unhex(v: &str) -> Option<Vec<u8>> {
     if let Some(h) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        if h.is_empty() || h.len() > 2048 {
+        if h.is_empty() || h.len() > 2048 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
         let h = if h.len() % 2 == 1 { format!("0{h}") } else { h.to_string() };
@@ -320,6 +320,7 @@ mod tests {
         assert_eq!(unhex("0xabc").unwrap(), vec![0x0a, 0xbc]);
         assert_eq!(unhex("0bAAEC").unwrap(), vec![0, 1, 2]);
         assert!(unhex("0xzz").is_none());
+        assert!(unhex("0xé1").is_none(), "non-ASCII is refused, not sliced through");
         assert!(unhex("12").is_none());
     }
 }

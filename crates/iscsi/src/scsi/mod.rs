@@ -11,6 +11,8 @@ pub mod inquiry;
 pub mod mode;
 pub mod pr;
 pub mod rw;
+#[cfg(test)]
+mod tests;
 
 use crate::sense::{self, Sense};
 use crate::targets::{LunSlot, Target};
@@ -255,7 +257,7 @@ fn request_sense(req: &Request, lun_present: bool) -> Cmd {
 }
 
 #[cfg(test)]
-mod tests {
+mod cdb_tests {
     use super::*;
 
     #[test]

@@ -264,7 +264,8 @@ pub fn get_lba_status(req: &Request, slot: &LunSlot) -> Cmd {
     let mut at = start;
     while at < start + span && runs.len() < 64 {
         let ext = slot.lun.extents(at, start + span - at).map_err(|e| sense::from_lun(&e, false))?;
-        if ext.is_empty() {
+        if ext.iter().all(|e| e.len == 0) {
+            // No progress: end the listing rather than ask again forever.
             break;
         }
         for e in ext {
