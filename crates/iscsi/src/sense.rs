@@ -25,11 +25,13 @@ pub struct Sense {
     pub asc: u8,
     pub ascq: u8,
     pub info: Option<u32>,
+    /// The CDB byte in error (sense-key specific field pointer, SKSV and C/D set).
+    pub cdb_field: Option<u16>,
 }
 
 impl Sense {
     pub const fn new(key: u8, asc: u8, ascq: u8) -> Sense {
-        Sense { key, asc, ascq, info: None }
+        Sense { key, asc, ascq, info: None, cdb_field: None }
     }
 
     /// Fixed-format sense data, 18 bytes.
@@ -42,6 +44,10 @@ impl Sense {
         }
         s[2] = self.key & 0x0f;
         s[7] = 10;
+        if let Some(f) = self.cdb_field {
+            s[15] = 0x80 | 0x40;
+            s[16..18].copy_from_slice(&f.to_be_bytes());
+        }
         s[12] = self.asc;
         s[13] = self.ascq;
         s
@@ -49,6 +55,11 @@ impl Sense {
 }
 
 pub const INVALID_OPCODE: Sense = Sense::new(ILLEGAL_REQUEST, 0x20, 0x00);
+/// INVALID FIELD IN CDB pointing at CDB byte `byte`.
+pub const fn invalid_cdb_field(byte: u16) -> Sense {
+    Sense { cdb_field: Some(byte), ..INVALID_FIELD_IN_CDB }
+}
+
 pub const LBA_OUT_OF_RANGE: Sense = Sense::new(ILLEGAL_REQUEST, 0x21, 0x00);
 pub const INVALID_FIELD_IN_CDB: Sense = Sense::new(ILLEGAL_REQUEST, 0x24, 0x00);
 pub const LUN_NOT_SUPPORTED: Sense = Sense::new(ILLEGAL_REQUEST, 0x25, 0x00);
@@ -63,6 +74,7 @@ pub const UNRECOVERED_READ_ERROR: Sense = Sense::new(MEDIUM_ERROR, 0x11, 0x00);
 pub const WRITE_ERROR: Sense = Sense::new(MEDIUM_ERROR, 0x0c, 0x00);
 pub const MISCOMPARE_DURING_VERIFY: Sense = Sense::new(MISCOMPARE, 0x1d, 0x00);
 pub const DATA_PHASE_ERROR: Sense = Sense::new(ABORTED_COMMAND, 0x4b, 0x00);
+pub const RESET_OCCURRED: Sense = Sense::new(UNIT_ATTENTION, 0x29, 0x00);
 pub const INTERNAL_TARGET_FAILURE: Sense = Sense::new(ABORTED_COMMAND, 0x44, 0x00);
 
 /// The sense for a LUN error; `write` picks WRITE ERROR over UNRECOVERED READ ERROR.

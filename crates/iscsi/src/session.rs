@@ -49,6 +49,9 @@ pub struct Conn {
     pub nexus: Nexus,
     in_flight: Mutex<Flight>,
     done: Condvar,
+    /// Per LUN of the target, the reset count this session has been told about (a unit
+    /// attention reports each newer reset once).
+    resets_seen: Mutex<Vec<u64>>,
 }
 
 /// What a session holds in the worker pool and in write buffers.
@@ -83,7 +86,12 @@ impl Conn {
             SessionKind::Normal(t) => Some(t),
             SessionKind::Discovery => None,
         };
+        let resets_seen = target
+            .as_ref()
+            .map(|t| t.luns.iter().map(|l| l.resets.load(Ordering::SeqCst)).collect())
+            .unwrap_or_default();
         Conn {
+            resets_seen: Mutex::new(resets_seen),
             writer: Mutex::new(Writer { stream, statsn }),
             params,
             exp_cmdsn: AtomicU32::new(exp_cmdsn),
@@ -151,9 +159,32 @@ impl Conn {
         self.done.notify_all();
     }
 
+    /// Whether a reset of the addressed LUN is still to be reported to this session; it
+    /// is reported once, to any command but INQUIRY, REPORT LUNS and REQUEST SENSE.
+    fn unit_attention(&self, t: &Target, lun: Option<u16>, opcode: u8) -> bool {
+        let Some(n) = lun else { return false };
+        let Some(slot) = t.lun(n) else { return false };
+        if matches!(opcode, 0x12 | 0xa0 | 0x03) {
+            return false;
+        }
+        let now = slot.resets.load(Ordering::SeqCst);
+        let mut seen = self.resets_seen.lock().expect("resets seen");
+        match seen.get_mut(n as usize) {
+            Some(s) if *s < now => {
+                *s = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Run one command and send its result (a worker's job).
     pub fn run(&self, cmd: &ScsiCommand, data_out: &[u8]) {
+        let lun = pdu::lun_number(cmd.lun);
         let outcome = match &self.target {
+            Some(t) if self.unit_attention(t, lun, cmd.cdb.first().copied().unwrap_or(0)) => {
+                Outcome::check(sense::RESET_OCCURRED)
+            }
             Some(t) => scsi::execute(&scsi::Request {
                 cdb: &cmd.cdb,
                 data_out,
@@ -407,6 +438,16 @@ impl<'a> Reader<'a> {
                         }
                     }
                     2 | 4 | 5 | 6 => {
+                        if let Some(t) = &self.conn.target {
+                            // LUN RESET and TARGET WARM RESET: a unit attention for every
+                            // session of the LUN(s), this one included (SAM-5 §6.3).
+                            let lun = pdu::lun_number(p.lun());
+                            for (i, slot) in t.luns.iter().enumerate() {
+                                if function == 6 || (function == 5 && lun == Some(i as u16)) {
+                                    slot.resets.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
+                        }
                         let held: u64 = self.gathering.drain().map(|(_, g)| g.data.len() as u64).sum();
                         self.release(held);
                         self.wait_idle();

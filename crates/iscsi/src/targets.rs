@@ -12,7 +12,7 @@
 use crate::scsi::pr::PrState;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use strata_lun::Lun;
 
@@ -97,6 +97,9 @@ pub struct LunSlot {
     /// a CAW's compare and its write).
     pub caw: RwLock<()>,
     pub pr: Mutex<PrState>,
+    /// LUN resets so far: a session that has seen fewer gets a unit attention (each
+    /// session remembers the count it last saw, so nothing here grows per session).
+    pub resets: AtomicU64,
 }
 
 pub struct Target {
@@ -167,7 +170,14 @@ impl TargetTable {
         let luns = config
             .luns
             .iter()
-            .map(|l| Arc::new(LunSlot { lun: l.clone(), caw: RwLock::new(()), pr: Mutex::new(PrState::default()) }))
+            .map(|l| {
+                Arc::new(LunSlot {
+                    lun: l.clone(),
+                    caw: RwLock::new(()),
+                    pr: Mutex::new(PrState::default()),
+                    resets: AtomicU64::new(0),
+                })
+            })
             .collect();
         t.insert(key, Arc::new(Target { config, luns, removed: AtomicBool::new(false) }));
         Ok(())

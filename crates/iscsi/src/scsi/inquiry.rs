@@ -159,6 +159,7 @@ const SUPPORTED: &[(u8, Option<u16>, u16)] = &[
     (0x88, None, 16),
     (0x89, None, 16),
     (0x8a, None, 16),
+    (0x8b, None, 16),
     (0x8e, None, 16),
     (0x8f, None, 16),
     (0x90, None, 16),
@@ -213,7 +214,7 @@ pub fn report_opcodes(req: &Request) -> Cmd {
             let has_sa = SUPPORTED.iter().any(|&(o, s, _)| o == op && s.is_some());
             // Option 1 names a command without service actions; 2 one with.
             if (opts == 1 && has_sa) || (opts == 2 && !has_sa && SUPPORTED.iter().any(|&(o, _, _)| o == op)) {
-                return Err(sense::INVALID_FIELD_IN_CDB);
+                return Err(sense::invalid_cdb_field(2));
             }
             let found = SUPPORTED
                 .iter()
@@ -230,7 +231,7 @@ pub fn report_opcodes(req: &Request) -> Cmd {
                 None => d.extend_from_slice(&[0, 0x01, 0, 0]),
             }
         }
-        _ => return Err(sense::INVALID_FIELD_IN_CDB),
+        _ => return Err(sense::invalid_cdb_field(2)),
     }
     Ok(Outcome::data(d, alloc))
 }

@@ -158,6 +158,7 @@ fn dispatch(op: u8, req: &Request, slot: &LunSlot) -> Cmd {
         0x42 => rw::unmap(req, slot),
         0x41 | 0x93 => rw::write_same(req, slot),
         0x89 => rw::compare_and_write(req, slot),
+        0x8b => rw::or_write(req, slot),
         0x34 | 0x90 => rw::prefetch(req, slot),
         0x1a | 0x5a => mode::sense(req, slot),
         0x15 | 0x55 => mode::select(req, slot),

@@ -1,5 +1,5 @@
 //! Block commands (SBC-3): READ, WRITE, WRITE AND VERIFY, VERIFY (6/10/12/16), WRITE SAME
-//! (10/16), UNMAP, COMPARE AND WRITE, GET LBA STATUS and PRE-FETCH.
+//! (10/16), UNMAP, COMPARE AND WRITE, ORWRITE, GET LBA STATUS and PRE-FETCH.
 //!
 //! COMPARE AND WRITE is atomic per LUN: it holds the LUN's `caw` lock exclusively over
 //! its read, compare and write, and every other write path holds it shared, so no write
@@ -155,6 +155,30 @@ pub fn compare_and_write(req: &Request, slot: &LunSlot) -> Cmd {
         return Err(Sense { info: Some(i as u32), ..sense::MISCOMPARE_DURING_VERIFY });
     }
     slot.lun.write(off, data, fua).map_err(|e| sense::from_lun(&e, true))?;
+    Ok(Outcome::good())
+}
+
+/// ORWRITE (16): the blocks become `old | data`, atomically like COMPARE AND WRITE.
+pub fn or_write(req: &Request, slot: &LunSlot) -> Cmd {
+    let c = Cdb(req.cdb);
+    no_protect(&c)?;
+    let (lba, n, fua) = (c.u64(2), c.u32(10) as u64, c.b(1) & 0x08 != 0);
+    writable(slot)?;
+    let (off, len) = range(slot, lba, n)?;
+    check_transfer(len)?;
+    if let Err(o) = data_matches(req, len) {
+        return Ok(o);
+    }
+    if len == 0 {
+        return Ok(Outcome::good());
+    }
+    let _w = slot.caw.write().expect("caw lock");
+    let mut cur = vec![0u8; len as usize];
+    slot.lun.read(off, &mut cur).map_err(|e| sense::from_lun(&e, false))?;
+    for (a, b) in cur.iter_mut().zip(req.data_out) {
+        *a |= b;
+    }
+    slot.lun.write(off, &cur, fua).map_err(|e| sense::from_lun(&e, true))?;
     Ok(Outcome::good())
 }
 
