@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing (libFuzzer via cargo-fuzz) of the on-disk decoders and of
-# damaged pool images, for SECONDS per target (default 20; CI runs the short default).
+# Coverage-guided fuzzing (libFuzzer via cargo-fuzz) of the on-disk decoders, of damaged
+# pool images and of the iSCSI PDU, login and CDB decoders, for SECONDS per target
+# (default 20; CI runs the short default).
 # cargo-fuzz needs nightly-only compiler flags: RUSTC_BOOTSTRAP lets the stable toolchain
 # accept them. Findings land in fuzz/artifacts/<target>/ and fail this script.
 set -euo pipefail
@@ -11,7 +12,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked --quiet
 fi
 export RUSTC_BOOTSTRAP=1
-for target in decode_all pool_image corrupt_rechecksum; do
+for target in decode_all pool_image corrupt_rechecksum iscsi_pdus; do
   echo "-- fuzz $target for ${secs}s"
   cargo fuzz build -O "$target" 2>&1 | grep -v -E '^\s*(Compiling|Finished)' || true
   cargo fuzz run -O "$target" -- -max_total_time="$secs" -len_control=0 -max_len=1024 \

@@ -21,6 +21,10 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v nbdinfo >/dev/null || need+=(libnbd-bin)
 command -v nbdsh >/dev/null || need+=(python3-libnbd)
 command -v qemu-io >/dev/null || need+=(qemu-utils)
+# iSCSI target tests (crates/iscsi/tests): libiscsi's conformance suite and tools, and its
+# headers for the round-trip client the tests build.
+command -v iscsi-test-cu >/dev/null || need+=(libiscsi-bin)
+[ -f /usr/include/iscsi/iscsi.h ] || need+=(libiscsi-dev)
 # What `pool create` must recognise on a device before formatting it: the probe's tests
 # make real file systems, partition tables and labels with these (device_probe.rs).
 for t in mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs mkfs.btrfs:btrfs-progs mkfs.f2fs:f2fs-tools \

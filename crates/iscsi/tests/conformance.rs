@@ -1,0 +1,116 @@
+//! libiscsi's conformance suite (`iscsi-test-cu`, Debian package libiscsi-bin) against
+//! the target, in process, over a VolumeLun on the real engine (a 64 MiB LUN of 512-byte
+//! blocks on a simulated disk). Runs the ALL family (230 tests in libiscsi 1.19) with
+//! destructive tests allowed, saves the XML results under the target directory, lists the
+//! failures, and asserts a floor on the passes and that the core suites pass entirely.
+//! 46 of the passes are tests that skip themselves (EXTENDED COPY, RESERVE(6), WRITE
+//! ATOMIC, SANITIZE without --allow-sanitize, removable-medium tests and the like).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Passes achieved when this floor was set (libiscsi 1.19.0): 229 of 230. The one failure
+/// is GetLBAStatus.UnmapSingle, whose second loop assumes one logical block per physical
+/// block (it asks at LBA i+1 and expects a descriptor at i+lbppb); we report 4 KiB
+/// physical blocks. tgt 1.0.85 passes 199 of 230 by the count.
+const PASS_FLOOR: usize = 229;
+
+/// Suites that must pass in full.
+const CORE: &[&str] = &[
+    "Read10",
+    "Write10",
+    "Read16",
+    "Write16",
+    "ReadCapacity10",
+    "ReadCapacity16",
+    "Inquiry",
+    "Unmap",
+    "WriteSame10",
+    "WriteSame16",
+    "CompareAndWrite",
+    "PrinReadKeys",
+    "PrinReportCapabilities",
+    "ProutRegister",
+    "ProutReserve",
+    "ProutClear",
+    "ProutPreempt",
+    "ModeSense6",
+    "ReportSupportedOpcodes",
+    "iSCSIcmdsn",
+    "iSCSIdatasn",
+    "iSCSIResiduals",
+    "iSCSITMF",
+    "MultipathIO",
+    "OrWrite",
+];
+
+/// (suite, test) → the first failed condition, or None for a pass.
+fn parse(xml: &str) -> BTreeMap<(String, String), Option<String>> {
+    fn field<'a>(s: &'a str, tag: &str) -> Option<&'a str> {
+        let open = format!("<{tag}>");
+        let close = format!("</{tag}>");
+        let a = s.find(&open)? + open.len();
+        let b = a + s[a..].find(&close)?;
+        Some(s[a..b].trim())
+    }
+    let mut out: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
+    for suite in xml.split("<CUNIT_RUN_SUITE>").skip(1) {
+        let Some(name) = field(suite, "SUITE_NAME") else { continue };
+        for rec in suite.split("<CUNIT_RUN_TEST_RECORD>").skip(1) {
+            let Some(test) = field(rec, "TEST_NAME") else { continue };
+            let failed = rec.contains("<CUNIT_RUN_TEST_FAILURE>");
+            let entry = out.entry((name.to_string(), test.to_string())).or_insert(None);
+            if failed && entry.is_none() {
+                let cond = field(rec, "CONDITION").unwrap_or("?");
+                let line = field(rec, "LINE_NUMBER").unwrap_or("?");
+                let file = field(rec, "FILE_NAME").unwrap_or("?");
+                *entry = Some(format!("{file}:{line}: {cond}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn iscsi_test_cu_all() {
+    let f = common::start(1, 64 * common::MIB, |_, _| {});
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("iscsi-test-cu");
+    std::fs::create_dir_all(&dir).expect("results directory");
+    let results = dir.join("CUnitAutomated-Results.xml");
+    let _ = std::fs::remove_file(&results);
+    let url = format!("iscsi://127.0.0.1:{}/{}/0", f.port, common::IQN);
+    let out = match std::process::Command::new("timeout")
+        .current_dir(&dir)
+        // The URL twice: the second is the multipath path (MultipathIO: two sessions to
+        // one LUN, unit attentions after a LUN reset, CAW across paths).
+        .args(["300", "iscsi-test-cu", "--dataloss", "-x", "-t", "ALL", &url, &url])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run timeout/iscsi-test-cu ({e}): install the Debian package libiscsi-bin"),
+    };
+    let Ok(xml) = std::fs::read_to_string(&results) else {
+        panic!(
+            "iscsi-test-cu wrote no results (is the Debian package libiscsi-bin installed?): {}",
+            common::text(&out)
+        );
+    };
+    println!("iscsi-test-cu results: {}", results.display());
+    let tests = parse(&xml);
+    let failed: Vec<_> = tests.iter().filter_map(|(k, v)| v.as_ref().map(|c| (k, c))).collect();
+    let passed = tests.len() - failed.len();
+    println!("iscsi-test-cu ALL: {} tests, {passed} passed, {} failed", tests.len(), failed.len());
+    for ((suite, test), cond) in &failed {
+        println!("  FAILED {suite}.{test}: {cond}");
+    }
+    assert!(tests.len() >= 230, "the ALL family has 230 tests in libiscsi 1.19; saw {}", tests.len());
+    let core_failed: Vec<_> = failed.iter().filter(|((s, _), _)| CORE.contains(&s.as_str())).collect();
+    assert!(core_failed.is_empty(), "core suites failed: {core_failed:?}");
+    for s in CORE {
+        assert!(tests.keys().any(|(suite, _)| suite == s), "core suite {s} did not run");
+    }
+    assert!(passed >= PASS_FLOOR, "{passed} passed, below the floor of {PASS_FLOOR}");
+    f.server.expect("server").shutdown();
+}
