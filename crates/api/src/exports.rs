@@ -39,7 +39,8 @@ pub struct UnmountRequest {
 pub struct CreateExport {
     /// POOL/VOLUME
     pub volume: String,
-    /// `nfs` (the default and, so far, the only one).
+    /// POOL/VOLUME (NBD and iSCSI also POOL/VOLUME@SNAPSHOT: the snapshot's LUN, read-only).
+    /// `nfs` (the default), `nbd` or `iscsi` (LUN volumes).
     #[serde(default)]
     pub protocol: Option<String>,
     /// Client networks (CIDRs or addresses); default this host only.
@@ -54,6 +55,18 @@ pub struct CreateExport {
     pub anon_uid: Option<u32>,
     #[serde(default)]
     pub anon_gid: Option<u32>,
+    /// NBD: the export name (default POOL/VOLUME); iSCSI: the target IQN (default
+    /// iqn.2026-11.io.strata:POOL.VOLUME).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// iSCSI: initiator IQNs allowed to log in (default: any from the client networks).
+    #[serde(default)]
+    pub initiators: Option<Vec<String>>,
+    /// iSCSI: CHAP user name and secret (12–255 characters) initiators must prove.
+    #[serde(default)]
+    pub chap_user: Option<String>,
+    #[serde(default)]
+    pub chap_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -75,6 +88,18 @@ pub struct ExportInfo {
     pub nfs_port: Option<u16>,
     /// A mount command for a Linux client.
     pub mount: Option<String>,
+    /// NBD / iSCSI: the server's port, if it serves the protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// NBD / iSCSI: the URI clients connect to (nbd://HOST:PORT/NAME, iscsi://HOST:PORT/IQN/0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// iSCSI: initiator IQNs allowed (empty: any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub initiators: Vec<String>,
+    /// iSCSI: initiators must pass CHAP.
+    #[serde(default)]
+    pub chap: bool,
     /// Something the caller should know (e.g. the daemon serves no NFS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,

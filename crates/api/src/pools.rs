@@ -109,6 +109,9 @@ pub struct PoolFigures {
     pub layout: String,
     /// The devices with their state and error counters (one for a single-device pool).
     pub devices: Vec<DeviceFigures>,
+    /// The scrub running, or the last one since the daemon started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<ScrubStatus>,
     /// The rebuild of a mirror member in progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuild: Option<RebuildFigures>,
@@ -328,7 +331,7 @@ pub struct CheckReport {
     pub notes: Vec<String>,
 }
 
-/// `POST /v1/pools/{pool}/scrub`: every copy of every block verified, the damaged ones
+/// What a finished scrub found: every copy of every block verified, the damaged ones
 /// repaired from a good copy.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ScrubReport {
@@ -344,4 +347,36 @@ pub struct ScrubReport {
     pub seconds: f64,
     /// The devices after the scrub.
     pub devices: Vec<DeviceFigures>,
+}
+
+/// `POST /v1/pools/{pool}/scrub`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScrubRequest {
+    /// `start` (default), `pause`, `resume` or `cancel`.
+    #[serde(default)]
+    pub action: Option<String>,
+}
+
+/// A pool's scrub: the one running, or the last one since the daemon started.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ScrubStatus {
+    /// `running`, `paused`, `finished`, `cancelled`, `yielded` (stopped: writers needed the
+    /// space its pin held; start it again), `failed`, or `none` (no scrub since the start).
+    pub state: String,
+    /// Bytes verified (each block counted once, all its copies read).
+    pub done_bytes: u64,
+    /// Bytes the pool had allocated when the scrub started.
+    pub total_bytes: u64,
+    pub percent: f64,
+    pub bytes_per_second: u64,
+    /// Seconds to the end at the current rate (running scrubs).
+    pub eta_seconds: Option<f64>,
+    /// Seconds since it started (to its end, once ended).
+    pub seconds: f64,
+    /// What it found, once ended (`finished`, `cancelled`, `yielded`: up to where it got).
+    pub report: Option<ScrubReport>,
+    /// Why it failed, or what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }

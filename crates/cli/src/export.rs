@@ -1,4 +1,5 @@
-//! `strata export nfs|list|delete`: NFS exports of volumes (the daemon's /v1/exports).
+//! `strata export nfs|nbd|iscsi|list|delete`: exports of volumes over NFS and of LUNs over
+//! NBD and iSCSI (the daemon's /v1/exports).
 
 use crate::client::{Client, Failure};
 use crate::Out;
@@ -33,6 +34,43 @@ pub enum ExportCmd {
         #[arg(long)]
         anon_gid: Option<u32>,
     },
+    /// Export a LUN volume (or a snapshot of one, read-only: POOL/VOLUME@SNAPSHOT) over NBD
+    /// (the daemon must run with --nbd-port to serve it).
+    Nbd {
+        volume: String,
+        /// The export name clients ask for (default POOL/VOLUME[@SNAPSHOT]).
+        #[arg(long)]
+        name: Option<String>,
+        /// Client networks allowed, comma-separated CIDRs or addresses (default: this host only).
+        #[arg(long, value_delimiter = ',')]
+        clients: Vec<String>,
+        /// Read-only: writes, trims and zeroing answer EPERM.
+        #[arg(long)]
+        ro: bool,
+    },
+    /// Export a LUN volume (or a snapshot of one, read-only) as an iSCSI target with one
+    /// LUN, 0 (the daemon must run with --iscsi-port to serve it).
+    Iscsi {
+        volume: String,
+        /// The target's name (default iqn.2026-11.io.strata:POOL.VOLUME).
+        #[arg(long)]
+        iqn: Option<String>,
+        /// Initiator IQNs allowed to log in, comma-separated (default: any from --clients).
+        #[arg(long, value_delimiter = ',')]
+        initiators: Vec<String>,
+        /// Client networks allowed, comma-separated CIDRs or addresses (default: this host only).
+        #[arg(long, value_delimiter = ',')]
+        clients: Vec<String>,
+        /// CHAP user name initiators must log in with (with --chap-secret).
+        #[arg(long, requires = "chap_secret")]
+        chap_user: Option<String>,
+        /// CHAP secret, 12 to 255 characters (with --chap-user).
+        #[arg(long, requires = "chap_user")]
+        chap_secret: Option<String>,
+        /// Read-only: writes answer DATA PROTECT.
+        #[arg(long)]
+        ro: bool,
+    },
     /// List exports.
     List,
     /// Delete an export (its clients' file handles become STALE).
@@ -40,16 +78,16 @@ pub enum ExportCmd {
 }
 
 fn print_exports(rows: &[ExportInfo]) {
-    println!("{:>4}  {:<24} {:<5} {:<6} {:<8}  CLIENTS", "ID", "VOLUME", "MODE", "SQUASH", "SERVED");
+    println!("{:>4}  {:<24} {:<5} {:<6} {:<12}  CLIENTS", "ID", "VOLUME", "MODE", "SQUASH", "SERVED");
     for r in rows {
         println!(
-            "{:>4}  {:<24} {:<5} {:<6} {:<8}  {}",
+            "{:>4}  {:<24} {:<5} {:<6} {:<12}  {}",
             r.id,
-            r.volume,
+            if r.protocol == "nfs" { r.volume.clone() } else { format!("{} ({})", r.volume, r.path) },
             if r.read_only { "ro" } else { "rw" },
             r.squash,
-            match (r.active, r.nfs_port) {
-                (true, Some(p)) => format!("port {p}"),
+            match (r.active, r.nfs_port.or(r.port)) {
+                (true, Some(p)) => format!("{} {p}", r.protocol),
                 _ => "no".into(),
             },
             r.clients.join(",")
@@ -75,6 +113,7 @@ pub fn run(c: &Client, out: &Out, cmd: ExportCmd) -> Result<(), Failure> {
                 squash: Some(squash.into()),
                 anon_uid,
                 anon_gid,
+                ..blank(&volume)
             };
             let v: ExportInfo = c.send("POST", "/v1/exports", &req)?;
             out.show(&v, |v| {
@@ -87,6 +126,33 @@ pub fn run(c: &Client, out: &Out, cmd: ExportCmd) -> Result<(), Failure> {
                 }
             });
         }
+        ExportCmd::Nbd { volume, name, clients, ro } => {
+            let req = CreateExport {
+                volume: volume.clone(),
+                protocol: Some("nbd".into()),
+                clients: (!clients.is_empty()).then_some(clients),
+                read_only: Some(ro),
+                name,
+                ..blank(&volume)
+            };
+            let v: ExportInfo = c.send("POST", "/v1/exports", &req)?;
+            out.show(&v, |v| print_block_export(&volume, v));
+        }
+        ExportCmd::Iscsi { volume, iqn, initiators, clients, chap_user, chap_secret, ro } => {
+            let req = CreateExport {
+                volume: volume.clone(),
+                protocol: Some("iscsi".into()),
+                clients: (!clients.is_empty()).then_some(clients),
+                read_only: Some(ro),
+                name: iqn,
+                initiators: (!initiators.is_empty()).then_some(initiators),
+                chap_user,
+                chap_secret,
+                ..blank(&volume)
+            };
+            let v: ExportInfo = c.send("POST", "/v1/exports", &req)?;
+            out.show(&v, |v| print_block_export(&volume, v));
+        }
         ExportCmd::List => {
             let v: Vec<ExportInfo> = c.get("/v1/exports")?;
             out.show(&v, |v| print_exports(v));
@@ -97,4 +163,31 @@ pub fn run(c: &Client, out: &Out, cmd: ExportCmd) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// A request with every option unset.
+fn blank(volume: &str) -> CreateExport {
+    CreateExport {
+        volume: volume.into(),
+        protocol: None,
+        clients: None,
+        read_only: None,
+        squash: None,
+        anon_uid: None,
+        anon_gid: None,
+        name: None,
+        initiators: None,
+        chap_user: None,
+        chap_secret: None,
+    }
+}
+
+fn print_block_export(volume: &str, v: &ExportInfo) {
+    println!("exported {volume} over {} as export {} ({})", v.protocol, v.id, v.path);
+    if let Some(u) = &v.uri {
+        println!("connect to: {u}");
+    }
+    if let Some(n) = &v.note {
+        println!("note: {n}");
+    }
 }

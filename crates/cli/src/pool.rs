@@ -41,9 +41,27 @@ pub enum PoolCmd {
     /// Space (logical vs physical, reservations, capacity warnings), txg and health of a pool.
     Status { name: String },
     /// Read every copy of every block (each device of a mirror), verify it, and repair the
-    /// damaged copies from a good one; runs every check too. Exit status 1 if damage could
-    /// not be repaired.
-    Scrub { name: String },
+    /// damaged copies from a good one; runs every check too. Runs in the background (the
+    /// pool serves meanwhile, the scrub paced while it does); this waits for the end, showing
+    /// progress, unless --no-wait. Exit status 1 if damage could not be repaired.
+    Scrub {
+        name: String,
+        /// Pause the running scrub (it keeps its place).
+        #[arg(long, conflicts_with_all = ["resume", "cancel", "status", "no_wait"])]
+        pause: bool,
+        /// Resume a paused scrub.
+        #[arg(long, conflicts_with_all = ["cancel", "status", "no_wait"])]
+        resume: bool,
+        /// Stop the running scrub (what it verified so far is reported).
+        #[arg(long, conflicts_with_all = ["status", "no_wait"])]
+        cancel: bool,
+        /// Show the running scrub, or the last one.
+        #[arg(long, conflicts_with = "no_wait")]
+        status: bool,
+        /// Start it and return at once (`--status` shows progress).
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Put NEW in the place of device OLD of a mirror (failed, missing or healthy); NEW is
     /// rebuilt from the other devices in the background (`pool status` shows progress).
     Replace {
@@ -203,27 +221,8 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
         }
         PoolCmd::Online { name, device } => device_action(c, out, &name, "online", &device)?,
         PoolCmd::Offline { name, device } => device_action(c, out, &name, "offline", &device)?,
-        PoolCmd::Scrub { name } => {
-            let r: strata_api::ScrubReport =
-                c.send("POST", &format!("/v1/pools/{}/scrub", seg(&name)), &serde_json::json!({}))?;
-            out.show(&r, |r| {
-                println!(
-                    "scrubbed pool {name} in {:.1} s: {} blocks, every copy verified; {} damaged copies found, {} repaired",
-                    r.seconds,
-                    r.blocks_verified,
-                    r.checksum_errors,
-                    human(r.repaired_bytes)
-                );
-                for e in &r.check.errors {
-                    println!("  error: {e}");
-                }
-            });
-            if !r.check.clean {
-                return Err(Failure::other(format!(
-                    "pool {name}: {} problems no copy could repair (see above; `strata check {name}`)",
-                    r.check.errors.len()
-                )));
-            }
+        PoolCmd::Scrub { name, pause, resume, cancel, status, no_wait } => {
+            scrub(c, out, &name, pause, resume, cancel, status, no_wait)?
         }
         PoolCmd::Set { name, capacity_alert, log_device, remove_log_device } => {
             let req = SetPool {
@@ -359,6 +358,7 @@ pub fn print_pool(p: &PoolInfo) {
     if s.layout != "single" || s.devices.iter().any(|d| d.state != "ONLINE") {
         print_devices(s);
     }
+    print_scrub_line(s);
     println!("guid      {}", s.guid);
     println!("txg       {}", s.txg);
     println!("size      {}", human(s.size_bytes));
@@ -473,4 +473,131 @@ fn print_devices(s: &strata_api::PoolFigures) {
             human(r.scan_bytes_per_second)
         );
     }
+}
+
+/// `pool status`'s scrub line (zpool status's `scan:`).
+fn print_scrub_line(s: &strata_api::PoolFigures) {
+    if let Some(sc) = &s.scrub {
+        let found = sc
+            .report
+            .as_ref()
+            .map(|r| format!(", {} damaged copies found, {} repaired", r.checksum_errors, human(r.repaired_bytes)))
+            .unwrap_or_default();
+        println!(
+            "scrub     {} {:.1}% ({} of {}) at {}/s{}{found}",
+            sc.state,
+            sc.percent,
+            human(sc.done_bytes),
+            human(sc.total_bytes),
+            human(sc.bytes_per_second),
+            sc.eta_seconds.map(|e| format!(", {e:.0} s to go")).unwrap_or_default()
+        );
+    }
+}
+
+fn print_scrub_status(name: &str, s: &ScrubStatus) {
+    match s.state.as_str() {
+        "none" => println!("pool {name}: no scrub since the daemon started"),
+        "running" | "paused" => println!(
+            "pool {name}: scrub {} {:.1}% ({} of {}) at {}/s{}",
+            s.state,
+            s.percent,
+            human(s.done_bytes),
+            human(s.total_bytes),
+            human(s.bytes_per_second),
+            s.eta_seconds.map(|e| format!(", {e:.0} s to go")).unwrap_or_default()
+        ),
+        state => {
+            println!("pool {name}: scrub {state} after {:.1} s ({} verified)", s.seconds, human(s.done_bytes));
+            if let Some(m) = &s.message {
+                println!("  {m}");
+            }
+        }
+    }
+}
+
+/// The final lines of a scrub (what `pool scrub` has always printed), and its exit status.
+fn scrub_result(name: &str, r: &ScrubReport, state: &str) -> Result<(), Failure> {
+    println!(
+        "scrubbed pool {name} in {:.1} s: {} blocks, every copy verified; {} damaged copies found, {} repaired{}",
+        r.seconds,
+        r.blocks_verified,
+        r.checksum_errors,
+        human(r.repaired_bytes),
+        if state == "finished" { String::new() } else { format!(" (scrub {state} before the end)") }
+    );
+    for e in &r.check.errors {
+        println!("  error: {e}");
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scrub(
+    c: &Client,
+    out: &Out,
+    name: &str,
+    pause: bool,
+    resume: bool,
+    cancel: bool,
+    status: bool,
+    no_wait: bool,
+) -> Result<(), Failure> {
+    let path = format!("/v1/pools/{}/scrub", seg(name));
+    let action = match (pause, resume, cancel) {
+        (true, _, _) => Some("pause"),
+        (_, true, _) => Some("resume"),
+        (_, _, true) => Some("cancel"),
+        _ if status => None,
+        _ => Some("start"),
+    };
+    let mut s: ScrubStatus = match action {
+        Some(a) => c.send("POST", &path, &ScrubRequest { action: Some(a.into()) })?,
+        None => c.get(&path)?,
+    };
+    if action != Some("start") || no_wait {
+        out.show(&s, |s| print_scrub_status(name, s));
+        return Ok(());
+    }
+    // Wait for the end, a progress line on stderr every few seconds.
+    let mut last = std::time::Instant::now();
+    while matches!(s.state.as_str(), "running" | "paused") {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        s = c.get(&path)?;
+        if last.elapsed() >= std::time::Duration::from_secs(5) && matches!(s.state.as_str(), "running" | "paused") {
+            eprintln!(
+                "scrub {} {:.1}% ({} of {}) at {}/s",
+                s.state,
+                s.percent,
+                human(s.done_bytes),
+                human(s.total_bytes),
+                human(s.bytes_per_second)
+            );
+            last = std::time::Instant::now();
+        }
+    }
+    let Some(r) = s.report.clone() else {
+        return Err(Failure::other(format!(
+            "pool {name}: the scrub {}: {}",
+            s.state,
+            s.message.as_deref().unwrap_or("see the daemon log")
+        )));
+    };
+    out.show(&r, |r| {
+        let _ = scrub_result(name, r, &s.state);
+    });
+    if !r.check.clean {
+        return Err(Failure::other(format!(
+            "pool {name}: {} problems no copy could repair (see above; `strata check {name}`)",
+            r.check.errors.len()
+        )));
+    }
+    if s.state != "finished" {
+        return Err(Failure::other(format!(
+            "pool {name}: the scrub {} before the end{}",
+            s.state,
+            s.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+        )));
+    }
+    Ok(())
 }

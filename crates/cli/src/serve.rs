@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 use strata_daemon::config::{self, Config};
-use strata_daemon::{ApiListen, NfsOptions, ServeOptions};
+use strata_daemon::{ApiListen, BlockListen, NfsOptions, ServeOptions};
 
 /// A config error: exit 78 (EX_CONFIG), which the systemd unit does not restart on.
 pub const EXIT_CONFIG: u8 = 78;
@@ -43,6 +43,23 @@ pub struct ServeArgs {
     /// Also answer the portmapper on this port (111 lets clients find NFS without ports).
     #[arg(long)]
     nfs_portmap_port: Option<u16>,
+    /// Most bytes per second a scrub verifies, whether the pool is busy or not (e.g. 100M);
+    /// default 256M while the pool serves I/O, full speed when it is idle.
+    #[arg(long)]
+    scrub_rate: Option<String>,
+    /// Serve NBD exports of LUNs on this TCP port (10809 is NBD's).
+    #[arg(long)]
+    nbd_port: Option<u16>,
+    /// Address of the NBD listener (127.0.0.1 by default; elsewhere needs TLS with client
+    /// certificates).
+    #[arg(long)]
+    nbd_bind: Option<IpAddr>,
+    /// Serve iSCSI exports of LUNs on this TCP port (3260 is iSCSI's).
+    #[arg(long)]
+    iscsi_port: Option<u16>,
+    /// Address of the iSCSI listener (127.0.0.1 by default; elsewhere every target needs CHAP).
+    #[arg(long)]
+    iscsi_bind: Option<IpAddr>,
     /// Data cache of each pool (e.g. 4G, 512M, 0 for none); default a quarter of memory.
     #[arg(long)]
     cache_size: Option<String>,
@@ -138,5 +155,21 @@ pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, St
     if a.nfs_portmap_port.is_some() && o.nfs.is_none() {
         return Err("--nfs-portmap-port needs --nfs-port".into());
     }
+    if let Some(r) = &a.scrub_rate {
+        let bytes = crate::units::parse_size(r).map_err(|e| format!("--scrub-rate: {e}"))?;
+        if bytes < 1 << 20 {
+            return Err(format!("--scrub-rate of {bytes} bytes/s: at least 1M"));
+        }
+        o.scrub_bytes_per_second = Some(bytes);
+    }
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    if a.nbd_bind.is_some() && a.nbd_port.is_none() {
+        return Err("--nbd-bind needs --nbd-port".into());
+    }
+    if a.iscsi_bind.is_some() && a.iscsi_port.is_none() {
+        return Err("--iscsi-bind needs --iscsi-port".into());
+    }
+    o.nbd = a.nbd_port.map(|port| BlockListen { bind: a.nbd_bind.unwrap_or(loopback), port });
+    o.iscsi = a.iscsi_port.map(|port| BlockListen { bind: a.iscsi_bind.unwrap_or(loopback), port });
     Ok(o)
 }

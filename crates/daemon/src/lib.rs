@@ -22,6 +22,7 @@ use strata_engine::Clock;
 
 pub use http::openapi_document;
 pub use http::server::ApiListen;
+pub use service::blockexports::BlockListen;
 pub use service::exports::NfsOptions;
 pub use service::{random_u64, ApiError, Daemon};
 
@@ -57,6 +58,13 @@ pub struct ServeOptions {
     pub fuse_threads: usize,
     /// Serve NFS exports (None: exports are recorded, not served). See nfs.rs.
     pub nfs: Option<NfsOptions>,
+    /// Serve NBD exports of LUNs (None: recorded, not served). See service/blockexports.rs.
+    pub nbd: Option<BlockListen>,
+    /// A scrub's rate limit in bytes per second, always (None: 256 MiB/s while the pool
+    /// serves I/O, full speed when idle). `serve --scrub-rate`.
+    pub scrub_bytes_per_second: Option<u64>,
+    /// Serve iSCSI exports of LUNs (None: recorded, not served).
+    pub iscsi: Option<BlockListen>,
     /// Data-record cache of each pool, in bytes (0: none).
     pub cache_bytes: u64,
     /// Dirty data of each pool before writers wait for a commit, in bytes.
@@ -78,6 +86,9 @@ impl ServeOptions {
             writeback_cache: true,
             fuse_threads: DEFAULT_FUSE_THREADS as usize,
             nfs: None,
+            nbd: None,
+            scrub_bytes_per_second: None,
+            iscsi: None,
             cache_bytes: default_cache_bytes(),
             dirty_limit_bytes: default_dirty_limit_bytes(),
             discard_missing_log: Vec::new(),

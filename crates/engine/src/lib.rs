@@ -30,7 +30,7 @@ pub mod tree;
 pub mod txg;
 
 pub use catalog::volume::ObjectId;
-pub use check::{CheckOptions, CheckReport};
+pub use check::{CheckOptions, CheckReport, ScrubControl, ScrubOutcome};
 pub use clock::{Clock, ManualClock};
 pub use device::{
     BlockDevice, FileDevice, FileDeviceOptions, MemberState, MemberStatus, MirrorDevice, SetHealth, SetStatus,

@@ -177,6 +177,10 @@ fn export_info(d: &Daemon, r: &ExportRecord) -> ExportInfo {
         nfs_port: port,
         mount: port
             .map(|p| format!("mount -t nfs -o vers=3,proto=tcp,port={p},mountport={p},nolock {host}:{} DIR", r.path())),
+        port: None,
+        uri: None,
+        initiators: Vec::new(),
+        chap: false,
         note: None,
     }
 }
@@ -187,10 +191,16 @@ fn not_found(id: u32) -> ApiError {
 
 impl Daemon {
     pub(crate) fn list_exports(&self) -> Vec<ExportInfo> {
-        self.nfs.records().iter().map(|r| export_info(self, r)).collect()
+        let mut all: Vec<ExportInfo> = self.nfs.records().iter().map(|r| export_info(self, r)).collect();
+        all.extend(self.blocks.records().iter().map(|r| super::blockexports::export_info(self, r)));
+        all.sort_by_key(|e| e.id);
+        all
     }
 
     pub(crate) fn export(&self, id: u32) -> Result<ExportInfo, ApiError> {
+        if let Some(r) = self.blocks.records().into_iter().find(|r| r.id == id) {
+            return Ok(super::blockexports::export_info(self, &r));
+        }
         let r = self.nfs.records().into_iter().find(|r| r.id == id).ok_or_else(|| not_found(id))?;
         Ok(export_info(self, &r))
     }
@@ -204,6 +214,9 @@ impl Daemon {
 
     /// Take export `id` out of service and out of the records (the caller saves the state).
     pub(crate) fn remove_export(&self, id: u32) -> Result<(), ApiError> {
+        if self.remove_block_export(id) {
+            return Ok(());
+        }
         let removed = {
             let mut records = self.nfs.records.lock().expect("export records");
             let before = records.len();
@@ -219,8 +232,25 @@ impl Daemon {
     }
 
     pub(crate) fn create_export(&self, b: CreateExport) -> Result<ExportInfo, ApiError> {
-        if let Some(p) = b.protocol.as_deref().filter(|p| *p != "nfs") {
-            return Err(ApiError::bad_request(format!("protocol {p:?}"), "only \"nfs\" exports exist so far"));
+        match b.protocol.as_deref() {
+            None | Some("nfs") => {}
+            Some(p @ ("nbd" | "iscsi")) => {
+                let p = p.to_string();
+                return self.create_block_export(b, &p);
+            }
+            Some(p) => return Err(ApiError::bad_request(format!("protocol {p:?}"), "nfs, nbd or iscsi")),
+        }
+        if b.name.is_some() || b.initiators.is_some() || b.chap_user.is_some() || b.chap_secret.is_some() {
+            return Err(ApiError::bad_request(
+                "name, initiators and CHAP are options of block exports",
+                "an NFS export is named by its path /POOL/VOLUME; leave them out",
+            ));
+        }
+        if b.volume.contains('@') {
+            return Err(ApiError::bad_request(
+                format!("{}: NFS exports serve live volumes", b.volume),
+                "a snapshot is readable under .snapshot/ of its volume's export",
+            ));
         }
         let (pool_name, vol_name) = split_volume(&b.volume)?;
         self.pool(pool_name)?.volume_id(vol_name).map_err(ApiError::from)?;
@@ -244,6 +274,12 @@ impl Daemon {
             ApiError::bad_request(e, "clients are CIDRs (10.0.0.0/8, 192.168.1.5); squash is none, root or all")
         })?;
         let _g = self.admin.lock().expect("admin");
+        if let Some(id) = self.blocks.exported(pool_name, vol_name) {
+            return Err(ApiError::conflict(
+                format!("volume {} is a LUN served as export {id}", b.volume),
+                "a LUN is served over NBD or iSCSI, not NFS",
+            ));
+        }
         if let Some(id) = self.nfs.exported(pool_name, vol_name) {
             return Err(ApiError::conflict(
                 format!("volume {} is already exported (export {id})", b.volume),

@@ -72,7 +72,9 @@ impl Daemon {
             }
         }
         let prefix = format!("{pool}/");
-        let ids: Vec<u32> = self.nfs.records().iter().filter(|r| r.volume.starts_with(&prefix)).map(|r| r.id).collect();
+        let mut ids: Vec<u32> =
+            self.nfs.records().iter().filter(|r| r.volume.starts_with(&prefix)).map(|r| r.id).collect();
+        ids.extend(self.blocks.records().iter().filter(|r| r.volume.starts_with(&prefix)).map(|r| r.id));
         for id in ids {
             self.remove_export(id)?;
         }
@@ -84,6 +86,8 @@ impl Daemon {
     /// requests that still hold it. On failure the pool is served again.
     /// Returns the pool, its devices (the device, or a mirror's members) and its log device.
     fn take_pool(&self, name: &str) -> Result<(Pool, Vec<PathBuf>, Option<PathBuf>), ApiError> {
+        // A scrub holds the pool: stop it first (and forget it).
+        self.scrubs.forget(name);
         let entry = self
             .pools
             .lock()

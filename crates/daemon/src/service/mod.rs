@@ -20,6 +20,7 @@
 //! the NFS service's `records` → `next_id`. `pools`, `unavailable`, `mounts` and `policies`
 //! are held only for map look-ups and updates, never across engine calls or I/O.
 
+pub(crate) mod blockexports;
 pub(crate) mod db_freeze;
 pub(crate) mod devcheck;
 pub(crate) mod devices;
@@ -33,6 +34,7 @@ pub(crate) mod luns;
 pub(crate) mod mounts;
 pub(crate) mod policy;
 pub(crate) mod pools;
+pub(crate) mod scrub;
 pub(crate) mod snapshots;
 pub(crate) mod state;
 pub(crate) mod volumes;
@@ -84,6 +86,8 @@ pub struct Daemon {
     pub(crate) filesystems: fsreg::FsRegistry,
     /// LUNs being served, one per volume (luns.rs).
     pub(crate) luns: luns::LunRegistry,
+    /// NBD and iSCSI exports of LUNs (blockexports.rs).
+    pub(crate) blocks: blockexports::BlockService,
     pub(crate) tokens: TokenStore,
     pub(crate) history: History,
     /// This daemon's host id (DATA_DIR/host-id): recorded in the pools it has open, so
@@ -91,6 +95,8 @@ pub struct Daemon {
     pub(crate) host_id: u64,
     /// Rebuilds in progress, for their rate and ETA (devices.rs).
     pub(crate) rebuilds: devices::RebuildTracks,
+    /// Scrubs running or ended, by pool (scrub.rs).
+    pub(crate) scrubs: scrub::Scrubs,
 }
 
 pub fn random_u64() -> u64 {
@@ -156,8 +162,10 @@ impl Daemon {
             nfs: exports::NfsService::new(),
             filesystems: fsreg::FsRegistry::default(),
             luns: luns::LunRegistry::default(),
+            blocks: blockexports::BlockService::new(),
             host_id,
             rebuilds: Default::default(),
+            scrubs: Default::default(),
         });
         let state = match State::load(&d.state_path())? {
             Some(s) => s,
@@ -176,6 +184,7 @@ impl Daemon {
                 };
                 d.create_pool(&req).map_err(|e| format!("create the default pool: {}", e.message))?;
                 exports::NfsService::start(&d, Vec::new(), 1)?;
+                blockexports::BlockService::start(&d, Vec::new())?;
                 return Ok(d);
             }
         };
@@ -219,6 +228,7 @@ impl Daemon {
             }
         }
         exports::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
+        blockexports::BlockService::start(&d, state.block_exports.clone())?;
         if forgot_log {
             // A discarded log device is no longer the pool's: do not ask for it again.
             d.save_state().map_err(|e| e.message)?;
@@ -263,6 +273,7 @@ impl Daemon {
                 .map(|(v, s)| policy::PolicyRecord { volume: v.clone(), schedules: s.clone() })
                 .collect(),
             exports: self.nfs.records(),
+            block_exports: self.blocks.records(),
             next_export_id: *self.nfs.next_id.lock().expect("export ids"),
         };
         s.save(&self.state_path()).map_err(|e| ApiError::internal(format!("save daemon state: {e}")))
@@ -333,7 +344,9 @@ impl Daemon {
     /// Unmount everything and close the pools (committing). The clean way out (SIGTERM).
     pub fn shutdown(&self) {
         self.stopping.store(true, Ordering::Relaxed);
+        self.scrubs.cancel_all();
         self.nfs.stop();
+        self.blocks.stop();
         let paths: Vec<PathBuf> = self.mounts.lock().expect("mounts").keys().cloned().collect();
         for p in paths {
             // Keep the mount in the state file: it comes back at the next start.

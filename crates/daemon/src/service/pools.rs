@@ -5,7 +5,7 @@ use super::state::PoolRecord;
 use super::{devset, logdev, open_device, pool_options, random_u64, ApiError, Daemon, PoolEntry};
 use std::path::Path;
 use std::sync::Arc;
-use strata_api::{CheckReport, CommitFigures, CreatePool, PoolFigures, PoolInfo, PoolState, ScrubReport, SetPool};
+use strata_api::{CheckReport, CommitFigures, CreatePool, PoolFigures, PoolInfo, PoolState, SetPool};
 use strata_engine::{ChecksumAlgo, CreateOptions, Error, LogDeviceSpec, Pool, PoolOptions, PoolStatus};
 
 /// Open a pool of the state file; Err is the reason it is UNAVAILABLE. Also returns the
@@ -80,6 +80,7 @@ pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
         layout,
         devices,
         rebuild: None,
+        scrub: None,
         txg: s.txg,
         size_bytes: s.size_bytes,
         allocated_bytes: s.allocated_bytes,
@@ -169,6 +170,7 @@ impl Daemon {
         let (_, _, state) = devset::device_figures(&status);
         let mut f = figures(&status);
         f.rebuild = super::devices::rebuild_figures(self, name, &status);
+        f.scrub = self.scrubs.status(name);
         Ok(PoolInfo { name: name.into(), state, reason: None, device, log_device, members, status: Some(f) })
     }
 
@@ -310,35 +312,5 @@ impl Daemon {
     pub(crate) fn check_pool(&self, name: &str, verify_data: bool) -> Result<CheckReport, ApiError> {
         let r = self.pool(name)?.check(strata_engine::CheckOptions { verify_data, ..Default::default() })?;
         Ok(check_report(&r))
-    }
-
-    pub(crate) fn scrub_pool(&self, name: &str) -> Result<ScrubReport, ApiError> {
-        let pool = self.pool(name)?;
-        let sum = |s: &PoolStatus| -> (u64, u64) {
-            let m = s.devices.as_ref().map(|d| d.members.as_slice()).unwrap_or_default();
-            (m.iter().map(|m| m.checksum_errors).sum(), m.iter().map(|m| m.repaired_bytes).sum())
-        };
-        let before = sum(&pool.status());
-        let start = std::time::Instant::now();
-        let r = pool.check(strata_engine::CheckOptions { verify_data: true, all_copies: true })?;
-        let seconds = start.elapsed().as_secs_f64();
-        let status = pool.status();
-        let after = sum(&status);
-        tracing::info!(
-            pool = name,
-            blocks = r.copies_verified,
-            damaged = after.0 - before.0,
-            repaired_bytes = after.1 - before.1,
-            errors = r.errors.len(),
-            "scrub done in {seconds:.1} s"
-        );
-        Ok(ScrubReport {
-            check: check_report(&r),
-            blocks_verified: r.copies_verified,
-            checksum_errors: after.0.saturating_sub(before.0),
-            repaired_bytes: after.1.saturating_sub(before.1),
-            seconds,
-            devices: devset::device_figures(&status).1,
-        })
     }
 }

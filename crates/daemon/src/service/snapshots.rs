@@ -105,6 +105,12 @@ pub(crate) fn show(d: &Daemon, pool: &str, volume: &str, name: &str) -> Result<S
 pub(crate) fn delete(d: &Daemon, pool: &str, volume: &str, name: &str) -> Result<Done, ApiError> {
     let p = d.pool(pool)?;
     let _g = d.admin.lock().expect("admin");
+    if let Some(id) = d.blocks.snapshot_exported(pool, volume, name) {
+        return Err(ApiError::conflict(
+            format!("snapshot {pool}/{volume}@{name} is exported (export {id})"),
+            "delete the export first (`strata export delete`)",
+        ));
+    }
     p.delete_snapshot(volume, name)?;
     tracing::info!(pool, volume, snapshot = name, "snapshot deleted");
     Ok(Done { target: format!("{pool}/{volume}@{name}"), also: Vec::new() })
@@ -119,6 +125,12 @@ pub(crate) fn restore(d: &Daemon, pool: &str, vols: &[String], snapshot: &str) -
     }
     let _g = d.admin.lock().expect("admin");
     for vol in vols {
+        if let Some(id) = d.blocks.records().iter().find(|r| r.volume == format!("{pool}/{vol}")).map(|r| r.id) {
+            return Err(ApiError::conflict(
+                format!("LUN {pool}/{vol} is exported (export {id})"),
+                "disconnect its clients and delete the export (`strata export delete`), restore, and export it again: a client must not keep cached blocks the restore replaces",
+            ));
+        }
         if let Some(id) = d.nfs.exported(pool, vol) {
             return Err(ApiError::conflict(
                 format!("volume {pool}/{vol} is exported over NFS (export {id})"),

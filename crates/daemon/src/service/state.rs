@@ -39,6 +39,9 @@ pub struct State {
     /// The next export id: ids are never reused, so old file handles cannot reach a new export.
     #[serde(default)]
     pub next_export_id: u32,
+    /// NBD and iSCSI exports of LUNs (service/blockexports.rs); absent in older state files.
+    #[serde(default)]
+    pub block_exports: Vec<crate::service::blockexports::BlockExportRecord>,
 }
 
 impl State {

@@ -190,7 +190,7 @@ impl Daemon {
             ));
         }
         for v in &doomed {
-            if let Some(id) = self.nfs.exported(pool_name, v) {
+            if let Some(id) = self.nfs.exported(pool_name, v).or_else(|| self.blocks.exported(pool_name, v)) {
                 return Err(ApiError::conflict(
                     format!("volume {pool_name}/{v} is exported (export {id})"),
                     "delete the export first (`strata export delete`)",

@@ -21,6 +21,12 @@
 //!
 //! Problems are collected, not fatal: one damaged block is reported and its subtree
 //! skipped, and the walk goes on.
+//!
+//! `check` holds the pool's lock throughout. A scrub (`Pool::scrub`) reads the fixed
+//! structures and the space map under the lock, then pins the committed root (nothing it
+//! reaches is reused until the scrub ends, pool/read_pin.rs) and walks it *outside* the lock,
+//! reading every copy, while the pool serves and commits; a [`ScrubControl`] sees every block
+//! (progress, pacing, pause) and may stop the walk.
 
 use crate::alloc::Allocator;
 use crate::catalog::volume::KEY_DNODE;
@@ -36,6 +42,14 @@ use crate::pipeline::BlockIo;
 use crate::pool::Pool;
 use crate::tree::blocktree;
 use std::collections::{BTreeMap, HashMap};
+
+/// What drives a scrub from outside the engine (which has no clock): told the bytes to
+/// verify at the start, then every verified block's size; it may wait in `block_done` (a
+/// paused or paced scrub) and returns false to stop the scrub there (cancelled).
+pub trait ScrubControl: Sync {
+    fn begin(&self, total_bytes: u64);
+    fn block_done(&self, bytes: u64) -> bool;
+}
 
 mod copies;
 mod destroy;
@@ -152,6 +166,14 @@ struct Checker<'a> {
     dedup_found: HashMap<[u8; 32], u32>,
     /// Dedup references visited, by (address, birth).
     visited_refs: HashMap<(u64, u64), BlockPtr>,
+    /// A scrub's driver.
+    control: Option<&'a dyn ScrubControl>,
+    /// The driver stopped the scrub, or the pool asked it to yield: nothing more is read.
+    stopped: bool,
+    /// A scrub's pin of the root it walks (outside the lock).
+    pin: Option<&'a crate::pool::read_pin::RootPin>,
+    /// The pool asked the scrub to yield its pin (short of space).
+    yielded: bool,
 }
 
 #[derive(PartialEq, Eq)]
@@ -173,12 +195,25 @@ impl Checker<'_> {
 
     /// Account for one block.
     fn claim(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
+        if self.stopped {
+            return Claim::Bad; // skip silently: the report says the scrub was stopped
+        }
+        if self.pin.is_some_and(|p| p.asked_to_yield()) {
+            // Before reading anything more: the pin is dropped only when the walk returns,
+            // so nothing this scrub read or reads was reused under it.
+            self.stopped = true;
+            self.yielded = true;
+            return Claim::Bad;
+        }
         let claim = self.claim_once(bp, ctx);
         if claim == Claim::New && self.opts.all_copies {
             if let Err(e) = self.io.verify_copies(bp) {
                 self.err(format!("{ctx}: block at {}: {e}", bp.addr));
             } else {
                 self.report.copies_verified += 1;
+            }
+            if let Some(c) = self.control {
+                self.stopped = !c.block_done(bp.psize as u64);
             }
         }
         claim
@@ -538,36 +573,79 @@ impl Checker<'_> {
     }
 }
 
+/// What a scrub found, and whether it ran to the end.
+#[derive(Debug, Clone, Default)]
+pub struct ScrubOutcome {
+    pub report: CheckReport,
+    /// It stopped before the end (the control said so, or the pool needed the space its
+    /// pin held): the report covers what was verified.
+    pub stopped: bool,
+    /// It stopped because a writer was short of space while the scrub held freed units back.
+    pub yielded_for_space: bool,
+}
+
 impl Pool {
-    /// Verify the pool's newest committed state (not the open txg's unwritten changes).
+    /// Verify the pool's newest committed state (not the open txg's unwritten changes),
+    /// holding the pool's lock throughout.
     pub fn check(&self, opts: CheckOptions) -> Result<CheckReport> {
+        Ok(self.check_with(opts, None)?.report)
+    }
+
+    /// Scrub: verify every copy of every block of the newest committed state and repair
+    /// the damaged copies from good ones, walking outside the pool's lock (the pool serves
+    /// and commits meanwhile; what the walk reaches stays pinned until it ends). `control`
+    /// sees every block and may pause, pace or stop it.
+    pub fn scrub(&self, control: &dyn ScrubControl) -> Result<ScrubOutcome> {
+        self.check_with(CheckOptions { verify_data: true, all_copies: true }, Some(control))
+    }
+
+    fn check_with(&self, opts: CheckOptions, control: Option<&dyn ScrubControl>) -> Result<ScrubOutcome> {
         let p = self.lock();
         let root = p.txg.root;
         let geo = p.alloc.geometry();
+        let features = p.label.features;
+        let pool_guid = p.label.pool_guid;
+        let notes = p.health.open_notes.clone();
+        let mut early_errors = p.check_log_device();
+        if opts.all_copies {
+            early_errors.extend(copies::scrub_fixed(p.dev.as_ref(), &geo, pool_guid, root.txg));
+        }
+        // The space map as committed with this root, read back from the device now: later
+        // commits rewrite its slots, and a scrub lets them run.
+        let on_disk = Allocator::load(p.dev.as_ref(), geo, pool_guid, root.txg);
+        let io = p.io.clone();
+        let (_locked, pin) = match control {
+            Some(c) => {
+                let pin = crate::pool::read_pin::RootPin::new(&p);
+                drop(p);
+                c.begin(root.allocated_units * UNIT_SIZE);
+                (None, Some(pin))
+            }
+            None => (Some(p), None),
+        };
         let mut c = Checker {
-            io: &p.io,
+            io: &io,
+            control,
+            stopped: false,
+            pin: pin.as_ref(),
+            yielded: false,
             opts,
             root_txg: root.txg,
             referenced: vec![0; geo.data_units.div_ceil(64) as usize],
             visited: HashMap::new(),
-            report: CheckReport { txg: root.txg, notes: p.health.open_notes.clone(), ..Default::default() },
+            report: CheckReport { txg: root.txg, notes, ..Default::default() },
             geo,
-            compression_feature: p.label.features.incompat & crate::format::features::INCOMPAT_COMPRESSION != 0,
-            packs_feature: p.label.features.incompat & crate::format::features::INCOMPAT_PACKS != 0,
+            compression_feature: features.incompat & crate::format::features::INCOMPAT_COMPRESSION != 0,
+            packs_feature: features.incompat & crate::format::features::INCOMPAT_PACKS != 0,
             packs: BTreeMap::new(),
             pack_found: HashMap::new(),
-            dedup_feature: p.label.features.incompat & crate::format::features::INCOMPAT_DEDUP != 0,
+            dedup_feature: features.incompat & crate::format::features::INCOMPAT_DEDUP != 0,
             dedup: HashMap::new(),
             dedup_found: HashMap::new(),
             visited_refs: HashMap::new(),
         };
-        for e in p.check_log_device() {
+        for e in early_errors {
             c.err(e);
-        }
-        if opts.all_copies {
-            for e in copies::scrub_fixed(p.dev.as_ref(), &geo, p.label.pool_guid, root.txg) {
-                c.err(e);
-            }
         }
         let mut vols: Vec<(String, VolumeRecordPhys)> = Vec::new();
         let mut snaps: Vec<(String, SnapshotRecordPhys)> = Vec::new();
@@ -641,7 +719,11 @@ impl Pool {
         for (name, rec) in &snaps {
             c.volume_tree(&format!("snapshot {}@{name}", rec.volume), &rec.tree_root, rec.next_object_id);
         }
-        let (destroy_sectors, queued_deadlists) = c.destroy_queue(&destroy_queue, p.label.features.ro_compat);
+        let (destroy_sectors, queued_deadlists) = c.destroy_queue(&destroy_queue, features.ro_compat);
+        if c.stopped {
+            // Stopped part way: the cross-checks below would report what was not walked.
+            return Ok(ScrubOutcome { yielded_for_space: c.yielded, report: c.report, stopped: true });
+        }
         c.report.volumes = vols.len() as u64;
         c.report.snapshots = snaps.len() as u64;
         let pack_slack = c.check_packs();
@@ -649,7 +731,7 @@ impl Pool {
         let unowned = catalog_sectors + pack_slack + destroy_sectors;
         space::check(&mut c, &vols, &snaps, &deadlist_entries, &queued_deadlists, unowned, dedup_extra);
         // The space map as committed with this root, read back from the device.
-        match Allocator::load(p.dev.as_ref(), geo, p.label.pool_guid, root.txg) {
+        match on_disk {
             Ok(on_disk) => {
                 c.report.allocated_units = on_disk.allocated_units();
                 if on_disk.allocated_units() != root.allocated_units {
@@ -680,6 +762,6 @@ impl Pool {
             }
             Err(e) => c.err(format!("space map: {e}")),
         }
-        Ok(c.report)
+        Ok(ScrubOutcome { report: c.report, stopped: false, yielded_for_space: false })
     }
 }

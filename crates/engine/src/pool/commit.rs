@@ -71,7 +71,12 @@ impl PoolInner {
         dirty > 0 && self.catalog.volumes.values().map(|v| v.dirty.rewritten_bytes()).sum::<u64>() >= dirty
     }
 
+    /// Asked by a writer short of space: a scrub's pin holds back the frees made while it
+    /// runs, so a scrub in progress is asked to yield it (check/mod.rs).
     pub(crate) fn could_free_space(&self) -> bool {
+        if self.alloc.held_units() > 0 {
+            self.read_pins.ask_scrubs_to_yield();
+        }
         self.alloc.held_units() > 0
             || self.catalog.volumes.values().any(|v| v.dirty.changed || v.dirty.is_frozen())
             || self.destroy_pending()

@@ -40,7 +40,7 @@ mod log_sync;
 mod open;
 pub mod prewrite;
 mod quiesce;
-mod read_pin;
+pub(crate) mod read_pin;
 pub mod rebuild;
 mod replay;
 pub mod restore;
@@ -310,6 +310,12 @@ impl Pool {
     /// The root the pool stands on: the newest committed uberblock.
     pub fn committed_root(&self) -> UberblockPhys {
         self.lock_raw().txg.root
+    }
+
+    /// A writer short of space asked the running scrub to give back the freed space its pin
+    /// holds: a scrub's driver waiting (paused, paced) should return to it now.
+    pub fn scrub_yield_requested(&self) -> bool {
+        self.lock_raw().read_pins.scrub_should_yield()
     }
 
     /// The pool's identity, fixed at creation (names it to the outside: LUN identities).

@@ -224,6 +224,13 @@ impl Pool {
                 Err(Error::CommitInFlight) if !wait_for_commit => wait_for_commit = true,
                 Err(Error::NoSpace(_)) if tries < 3 && t.inner().could_free_space() => {
                     tries += 1;
+                    let pins = t.inner().read_pins.clone();
+                    if pins.scrubs_running() {
+                        // Asked to yield by `could_free_space`: let go of the lock while it does.
+                        drop(t);
+                        pins.wait_scrubs_gone();
+                        continue;
+                    }
                     if t.inner().txg.quiescing {
                         // The commit in flight releases space as it syncs: wait for it.
                         wait_for_commit = true;

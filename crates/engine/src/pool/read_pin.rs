@@ -18,6 +18,7 @@ use crate::catalog::volume::{ObjectId, ReadPlan, SharedBytes};
 use crate::error::Result;
 use crate::pipeline::BlockIo;
 use crate::pool::{Pool, VolumeId};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +28,10 @@ use std::sync::Arc;
 #[derive(Default)]
 pub(crate) struct ReadPins {
     pins: Mutex<BTreeMap<u64, usize>>,
+    /// Scrubs walking a pinned root (`RootPin`): their pins hold back every free made while
+    /// they run, so a pool short of space asks them to yield (`ask_scrubs_to_yield`).
+    scrubs: AtomicUsize,
+    yield_requested: AtomicBool,
 }
 
 impl ReadPins {
@@ -59,6 +64,37 @@ impl ReadPins {
     pub(crate) fn count(&self) -> usize {
         self.pins().values().sum()
     }
+
+    /// A writer is short of space while units are held: ask the scrubs to stop and drop
+    /// their pins (they do before their next block read). True if there were any.
+    pub(crate) fn ask_scrubs_to_yield(&self) -> bool {
+        let any = self.scrubs.load(Ordering::Acquire) > 0;
+        if any {
+            self.yield_requested.store(true, Ordering::Release);
+        }
+        any
+    }
+
+    pub(crate) fn scrub_should_yield(&self) -> bool {
+        self.yield_requested.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn scrubs_running(&self) -> bool {
+        self.scrubs.load(Ordering::Acquire) > 0
+    }
+
+    /// After `ask_scrubs_to_yield`, wait (without the pool's lock) until they dropped their
+    /// pins: a scrub stops before its next block read, so this takes milliseconds — bounded
+    /// at 5 s for a scrub whose driver is slow to come back. (The simulator runs no scrub.)
+    pub(crate) fn wait_scrubs_gone(&self) {
+        #[cfg(not(strata_sim))]
+        for _ in 0..5000 {
+            if !self.scrubs_running() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// A read planned under the pool's lock whose blocks cannot be reused until it is dropped.
@@ -89,6 +125,39 @@ impl PinnedRead {
 impl Drop for PinnedRead {
     fn drop(&mut self) {
         self.pins.unpin(self.txg);
+    }
+}
+
+/// A pin of the committed root for a walk of it outside the pool's lock (a background
+/// scrub, check/mod.rs): the blocks it reaches are not reused until it is dropped.
+pub(crate) struct RootPin {
+    pins: Arc<ReadPins>,
+    txg: u64,
+}
+
+impl RootPin {
+    /// Pin under the lock (`p` is the pool's locked state).
+    pub(crate) fn new(p: &crate::pool::PoolInner) -> RootPin {
+        let txg = p.txg.next;
+        p.read_pins.pin(txg);
+        if p.read_pins.scrubs.fetch_add(1, Ordering::AcqRel) == 0 {
+            p.read_pins.yield_requested.store(false, Ordering::Release);
+        }
+        RootPin { pins: p.read_pins.clone(), txg }
+    }
+
+    /// The pool asked the scrub holding this pin to stop (it is short of space).
+    pub(crate) fn asked_to_yield(&self) -> bool {
+        self.pins.scrub_should_yield()
+    }
+}
+
+impl Drop for RootPin {
+    fn drop(&mut self) {
+        self.pins.unpin(self.txg);
+        if self.pins.scrubs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.pins.yield_requested.store(false, Ordering::Release);
+        }
     }
 }
 

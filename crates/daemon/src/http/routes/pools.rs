@@ -16,7 +16,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<Daemon>> {
         .routes(routes!(list_pools, create_pool))
         .routes(routes!(show_pool, set_pool, destroy_pool))
         .routes(routes!(check_pool))
-        .routes(routes!(scrub_pool))
+        .routes(routes!(scrub_pool, scrub_status))
         .routes(routes!(change_device))
         .routes(routes!(export_pool))
         .routes(routes!(scan_importable))
@@ -85,12 +85,26 @@ async fn check_pool(
 }
 
 /// Scrub: read every copy of every block (of a mirror: each device's), verify it, and
-/// repair damaged copies from a good one; also runs every check. Holds the pool's lock while
-/// it runs: a throttled background scrub is to come (docs/redundancy.md).
+/// repair damaged copies from a good one; also runs every check. `start` runs it in the
+/// background (outside the pool's lock, paced while the pool serves I/O) and returns at
+/// once; `pause`, `resume` and `cancel` drive it; `GET` shows its progress and, at the end,
+/// its report.
 #[utoipa::path(post, path = "/v1/pools/{pool}/scrub", tag = "pools", security(("token" = ["operator"])),
-    params(("pool" = String, Path)), responses((status = 200, body = ScrubReport)))]
-async fn scrub_pool(d: D, Path(pool): Path<String>) -> Result<Json<ScrubReport>, ApiError> {
-    blocking(&d, move |d| d.scrub_pool(&pool)).await.map(Json)
+    params(("pool" = String, Path)), request_body = ScrubRequest, responses((status = 200, body = ScrubStatus)))]
+async fn scrub_pool(
+    d: D,
+    Path(pool): Path<String>,
+    Body(req): Body<ScrubRequest>,
+) -> Result<Json<ScrubStatus>, ApiError> {
+    let action = req.action.unwrap_or_else(|| "start".into());
+    blocking(&d, move |d| d.scrub_action(&pool, &action)).await.map(Json)
+}
+
+/// The pool's scrub: running (progress, rate, ETA) or the last one since the daemon started.
+#[utoipa::path(get, path = "/v1/pools/{pool}/scrub", tag = "pools", security(("token" = ["viewer"])),
+    params(("pool" = String, Path)), responses((status = 200, body = ScrubStatus)))]
+async fn scrub_status(d: D, Path(pool): Path<String>) -> Result<Json<ScrubStatus>, ApiError> {
+    blocking(&d, move |d| d.scrub_status(&pool)).await.map(Json)
 }
 
 /// Change a device of a mirror: offline, online (rebuilds what it missed) or replace (the

@@ -1,0 +1,91 @@
+//! The background scrub through the daemon and the CLI: start without waiting, status with
+//! progress, pause (no progress while paused), resume, cancel (a report of what was
+//! verified), a finished scrub's report in `pool status`, and every refusal. A real daemon
+//! with `--scrub-rate 1M`, so the scrub is slow enough to drive. Needs root and /dev/fuse.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn scrub(d: &Daemon, extra: &[&str]) -> Value {
+    let mut args = vec!["pool", "scrub", "default"];
+    args.extend_from_slice(extra);
+    d.json(&args)
+}
+
+fn wait_state(d: &Daemon, want: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let s = scrub(d, &["--status"]);
+        if s["state"] == want {
+            return s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "scrub never {want}: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_background_scrub_is_paused_resumed_cancelled_and_reported() {
+    let dir = temp_dir("scrub-cli");
+    let mut d = Daemon::start(&dir);
+    d.stop();
+    d.spawn_with(&["--scrub-rate", "1M"]);
+    // ~24 MiB of data to scrub: 24+ s at 1 MiB/s.
+    let mnt = dir.join("mnt");
+    d.ok(&["volume", "create", "default/data"]);
+    d.ok(&["mount", "default/data", mnt.to_str().unwrap()]);
+    let blob: Vec<u8> = (0..24u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(mnt.join("blob"), &blob).unwrap();
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+
+    let s = scrub(&d, &["--status"]);
+    assert_eq!(s["state"], "none", "{s}");
+    d.fails(&["pool", "scrub", "default", "--pause"], "no scrub running");
+
+    let s = scrub(&d, &["--no-wait"]);
+    assert_eq!(s["state"], "running", "{s}");
+    d.fails(&["pool", "scrub", "default", "--no-wait"], "being scrubbed already");
+    // Progress while running; none while paused.
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = scrub(&d, &["--pause"]);
+    assert_eq!(s["state"], "paused", "{s}");
+    std::thread::sleep(Duration::from_millis(300));
+    let a = scrub(&d, &["--status"])["done_bytes"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let b = scrub(&d, &["--status"]);
+    assert_eq!(b["state"], "paused", "{b}");
+    assert!(a > 0 && b["done_bytes"].as_u64().unwrap() == a, "progress while paused: {a} then {b}");
+    assert!(b["total_bytes"].as_u64().unwrap() > 24 << 20, "{b}");
+    let status = d.ok(&["pool", "status", "default"]);
+    assert!(status.contains("scrub     paused"), "{status}");
+
+    let s = scrub(&d, &["--resume"]);
+    assert_eq!(s["state"], "running", "{s}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let c = scrub(&d, &["--status"]);
+    assert!(c["done_bytes"].as_u64().unwrap() > a, "no progress after resume: {c}");
+    assert!(c["eta_seconds"].as_f64().is_some(), "{c}");
+
+    scrub(&d, &["--cancel"]);
+    let s = wait_state(&d, "cancelled");
+    let r = &s["report"];
+    assert_eq!(r["check"]["clean"], true, "a cancelled scrub reports nothing false: {s}");
+    assert!(r["blocks_verified"].as_u64().unwrap() > 0, "{s}");
+    d.fails(&["pool", "scrub", "default", "--cancel"], "no scrub running");
+
+    // A scrub to the end (at full speed: a restart without --scrub-rate, idle pool).
+    d.stop();
+    d.spawn();
+    let r = d.json(&["pool", "scrub", "default"]);
+    assert_eq!(r["check"]["clean"], true, "{r}");
+    assert!(r["blocks_verified"].as_u64().unwrap() > 24 * 64, "{r}");
+    let s = scrub(&d, &["--status"]);
+    assert_eq!(s["state"], "finished", "{s}");
+    assert_eq!(s["percent"], 100.0, "{s}");
+    let status = d.ok(&["pool", "status", "default"]);
+    assert!(status.contains("scrub     finished 100.0%"), "{status}");
+    d.fails(&["pool", "scrub", "nosuchpool"], "pool nosuchpool");
+    d.stop();
+}

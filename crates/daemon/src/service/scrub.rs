@@ -1,0 +1,304 @@
+//! Scrubs in the background: `strata pool scrub POOL` starts one (a thread per pool), and
+//! `--pause`, `--resume`, `--cancel`, `--status` drive it; `pool status` shows its progress.
+//!
+//! The engine walks the committed root outside the pool's lock (`Pool::scrub`), so the
+//! pool serves and commits meanwhile; this driver paces it while the pool serves I/O (at
+//! most `SCRUB_BYTES_PER_SECOND`, full speed when idle), holds it while paused, and stops it
+//! when cancelled. The engine stops it by itself when writers run short of the space its pin
+//! holds back ("yielded": start it again later). A scrub does not survive a restart of the
+//! daemon (it starts over when asked again).
+
+use super::{devset, ApiError, Daemon};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use strata_api::{ScrubReport, ScrubStatus};
+use strata_engine::{Pool, PoolStatus, ScrubControl};
+
+/// Bytes a scrub verifies per second at most while the pool serves I/O.
+pub(crate) const SCRUB_BYTES_PER_SECOND: u64 = 256 << 20;
+
+#[derive(Default)]
+pub(crate) struct Scrubs {
+    jobs: Mutex<BTreeMap<String, Arc<ScrubJob>>>,
+}
+
+struct ScrubJob {
+    pool: Arc<Pool>,
+    /// `serve --scrub-rate`: a limit that holds whether the pool is busy or not.
+    limit: Option<u64>,
+    started: Instant,
+    done: AtomicU64,
+    total: AtomicU64,
+    cancel: AtomicBool,
+    paused: Mutex<bool>,
+    wake: Condvar,
+    /// Set when it ended: the state and the report.
+    ended: Mutex<Option<(String, Option<ScrubReport>, Option<String>, f64)>>,
+    /// Pacing: bytes verified since `window_start`, and the I/O counters seen there.
+    pace: Mutex<Pace>,
+}
+
+struct Pace {
+    window_start: Instant,
+    window_bytes: u64,
+    activity: (u64, u64, u64),
+    busy: bool,
+}
+
+impl ScrubControl for ScrubJob {
+    fn begin(&self, total_bytes: u64) {
+        self.total.store(total_bytes, Ordering::Relaxed);
+    }
+
+    fn block_done(&self, bytes: u64) -> bool {
+        self.done.fetch_add(bytes, Ordering::Relaxed);
+        // Paused: wait here (holding no lock), unless cancelled or the pool wants the space
+        // the scrub's pin holds back.
+        let mut paused = self.paused.lock().expect("scrub pause");
+        while *paused && !self.cancel.load(Ordering::Relaxed) && !self.pool.scrub_yield_requested() {
+            paused = self.wake.wait_timeout(paused, Duration::from_millis(100)).expect("scrub pause").0;
+        }
+        drop(paused);
+        self.pace(bytes);
+        !self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+impl ScrubJob {
+    /// While the pool serves I/O (its counters moved in the last window), keep to
+    /// `SCRUB_BYTES_PER_SECOND`; when idle, run at full speed.
+    fn pace(&self, bytes: u64) {
+        let mut p = self.pace.lock().expect("scrub pace");
+        p.window_bytes += bytes;
+        let elapsed = p.window_start.elapsed();
+        if elapsed >= Duration::from_millis(100) {
+            let now = self.pool.io_activity();
+            p.busy = now != p.activity;
+            p.activity = now;
+            p.window_start = Instant::now();
+            p.window_bytes = 0;
+            return;
+        }
+        let rate = match self.limit {
+            Some(l) => Some(l),
+            None => p.busy.then_some(SCRUB_BYTES_PER_SECOND),
+        };
+        if let Some(rate) = rate {
+            let allowed = Duration::from_secs_f64(p.window_bytes as f64 / rate.max(1) as f64);
+            if allowed > elapsed {
+                let wait = allowed - elapsed;
+                drop(p);
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+            }
+        }
+    }
+
+    fn status(&self) -> ScrubStatus {
+        let done = self.done.load(Ordering::Relaxed);
+        let total = self.total.load(Ordering::Relaxed);
+        let ended = self.ended.lock().expect("scrub end").clone();
+        let seconds = ended.as_ref().map(|e| e.3).unwrap_or_else(|| self.started.elapsed().as_secs_f64());
+        let rate = if seconds > 0.0 { done as f64 / seconds } else { 0.0 };
+        let paused = *self.paused.lock().expect("scrub pause");
+        let (state, report, message) = match ended {
+            Some((s, r, m, _)) => (s, r, m),
+            None if paused => ("paused".to_string(), None, None),
+            None => ("running".to_string(), None, None),
+        };
+        let running = state == "running";
+        ScrubStatus {
+            percent: if total > 0 {
+                ((done.min(total) as f64 * 1000.0 / total as f64).round() / 10.0).min(100.0)
+            } else {
+                0.0
+            },
+            eta_seconds: (running && rate > 0.0).then(|| total.saturating_sub(done) as f64 / rate),
+            bytes_per_second: rate as u64,
+            state,
+            done_bytes: done,
+            total_bytes: total,
+            seconds,
+            report,
+            message,
+        }
+    }
+}
+
+fn sums(s: &PoolStatus) -> (u64, u64) {
+    let m = s.devices.as_ref().map(|d| d.members.as_slice()).unwrap_or_default();
+    (m.iter().map(|m| m.checksum_errors).sum(), m.iter().map(|m| m.repaired_bytes).sum())
+}
+
+impl Scrubs {
+    pub(crate) fn status(&self, pool: &str) -> Option<ScrubStatus> {
+        self.jobs.lock().expect("scrubs").get(pool).map(|j| j.status())
+    }
+
+    fn running(&self, pool: &str) -> Option<Arc<ScrubJob>> {
+        self.jobs.lock().expect("scrubs").get(pool).filter(|j| j.ended.lock().expect("scrub end").is_none()).cloned()
+    }
+
+    /// Cancel pool `pool`'s scrub, wait for it to end, and drop it (the pool is going away).
+    pub(crate) fn forget(&self, pool: &str) {
+        let job = self.jobs.lock().expect("scrubs").remove(pool);
+        if let Some(j) = job {
+            Self::cancel_and_wait(&[j]);
+        }
+    }
+
+    /// Cancel every scrub and wait (a little) for them to end: the daemon is stopping.
+    pub(crate) fn cancel_all(&self) {
+        let jobs: Vec<Arc<ScrubJob>> = self.jobs.lock().expect("scrubs").values().cloned().collect();
+        Self::cancel_and_wait(&jobs);
+        self.jobs.lock().expect("scrubs").clear();
+    }
+
+    fn cancel_and_wait(jobs: &[Arc<ScrubJob>]) {
+        for j in jobs {
+            j.cancel.store(true, Ordering::Relaxed);
+            j.wake.notify_all();
+        }
+        for j in jobs {
+            for _ in 0..100 {
+                if j.ended.lock().expect("scrub end").is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Daemon {
+    /// `POST /v1/pools/{pool}/scrub`: start, pause, resume or cancel the pool's scrub.
+    pub(crate) fn scrub_action(&self, name: &str, action: &str) -> Result<ScrubStatus, ApiError> {
+        let pool = self.pool(name)?;
+        let running = self.scrubs.running(name);
+        let none = || {
+            ApiError::conflict(format!("pool {name} has no scrub running"), "start one with `strata pool scrub POOL`")
+        };
+        match action {
+            "start" => {
+                if running.is_some() {
+                    return Err(ApiError::conflict(
+                        format!("pool {name} is being scrubbed already"),
+                        "see `strata pool scrub POOL --status`; `--cancel` stops it",
+                    ));
+                }
+                if pool.status().latched.is_some() {
+                    return Err(ApiError::conflict(
+                        format!("pool {name} refuses writes (its I/O failed): a scrub could not repair anything"),
+                        "restart the daemon once the devices are healthy, then scrub",
+                    ));
+                }
+                let job = Arc::new(ScrubJob {
+                    pool: pool.clone(),
+                    limit: self.opts.scrub_bytes_per_second,
+                    started: Instant::now(),
+                    done: AtomicU64::new(0),
+                    total: AtomicU64::new(0),
+                    cancel: AtomicBool::new(false),
+                    paused: Mutex::new(false),
+                    wake: Condvar::new(),
+                    ended: Mutex::new(None),
+                    pace: Mutex::new(Pace {
+                        window_start: Instant::now(),
+                        window_bytes: 0,
+                        activity: pool.io_activity(),
+                        busy: false,
+                    }),
+                });
+                self.scrubs.jobs.lock().expect("scrubs").insert(name.to_string(), job.clone());
+                let pool_name = name.to_string();
+                std::thread::Builder::new()
+                    .name(format!("scrub {name}"))
+                    .spawn(move || run(&pool_name, &job))
+                    .map_err(|e| ApiError::internal(format!("start the scrub thread: {e}")))?;
+                tracing::info!(pool = name, "scrub started");
+            }
+            "pause" | "resume" => {
+                let job = running.ok_or_else(none)?;
+                *job.paused.lock().expect("scrub pause") = action == "pause";
+                job.wake.notify_all();
+                tracing::info!(pool = name, "scrub {}", if action == "pause" { "paused" } else { "resumed" });
+            }
+            "cancel" => {
+                let job = running.ok_or_else(none)?;
+                job.cancel.store(true, Ordering::Relaxed);
+                job.wake.notify_all();
+                tracing::info!(pool = name, "scrub cancelled");
+            }
+            other => {
+                return Err(ApiError::bad_request(format!("scrub action {other:?}"), "start, pause, resume or cancel"))
+            }
+        }
+        Ok(self.scrubs.status(name).expect("a scrub was recorded"))
+    }
+
+    /// `GET /v1/pools/{pool}/scrub`.
+    pub(crate) fn scrub_status(&self, name: &str) -> Result<ScrubStatus, ApiError> {
+        self.pool(name)?;
+        Ok(self.scrubs.status(name).unwrap_or(ScrubStatus {
+            state: "none".into(),
+            done_bytes: 0,
+            total_bytes: 0,
+            percent: 0.0,
+            bytes_per_second: 0,
+            eta_seconds: None,
+            seconds: 0.0,
+            report: None,
+            message: None,
+        }))
+    }
+}
+
+/// The scrub thread: run the engine's scrub under this job's control, then record the end.
+fn run(name: &str, job: &ScrubJob) {
+    let before = sums(&job.pool.status());
+    let out = job.pool.scrub(job);
+    let seconds = job.started.elapsed().as_secs_f64();
+    let status = job.pool.status();
+    let after = sums(&status);
+    let end = match out {
+        Ok(o) => {
+            let state = if !o.stopped {
+                "finished"
+            } else if o.yielded_for_space {
+                "yielded"
+            } else {
+                "cancelled"
+            };
+            let report = ScrubReport {
+                check: super::pools::check_report(&o.report),
+                blocks_verified: o.report.copies_verified,
+                checksum_errors: after.0.saturating_sub(before.0),
+                repaired_bytes: after.1.saturating_sub(before.1),
+                seconds,
+                devices: devset::device_figures(&status).1,
+            };
+            tracing::info!(
+                pool = name,
+                state,
+                blocks = report.blocks_verified,
+                damaged = report.checksum_errors,
+                repaired_bytes = report.repaired_bytes,
+                errors = report.check.errors.len(),
+                "scrub {state} in {seconds:.1} s"
+            );
+            if !report.check.clean {
+                tracing::warn!(pool = name, problems = ?report.check.errors, "scrub found damage no copy could repair");
+            }
+            let message = (state == "yielded").then(|| {
+                "writers needed the freed space the scrub held back: start it again when the pool has room".to_string()
+            });
+            (state.to_string(), Some(report), message, seconds)
+        }
+        Err(e) => {
+            tracing::warn!(pool = name, "scrub failed: {e}");
+            ("failed".to_string(), None, Some(e.to_string()), seconds)
+        }
+    };
+    *job.ended.lock().expect("scrub end") = Some(end);
+}
