@@ -12,7 +12,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked --quiet
 fi
 export RUSTC_BOOTSTRAP=1
-for target in decode_all pool_image corrupt_rechecksum iscsi_pdus; do
+for target in decode_all pool_image corrupt_rechecksum iscsi_pdus nbd_requests; do
   echo "-- fuzz $target for ${secs}s"
   cargo fuzz build -O "$target" 2>&1 | grep -v -E '^\s*(Compiling|Finished)' || true
   cargo fuzz run -O "$target" -- -max_total_time="$secs" -len_control=0 -max_len=1024 \

@@ -26,18 +26,39 @@ pub use memlun::MemLun;
 pub use server::{NbdServer, ServerConfig, HANDSHAKE_TIMEOUT, MAX_CONNECTIONS};
 pub use tls::TlsConfig;
 
-/// Run one whole session over `input` (handshake, then requests one at a time) against
-/// a fresh table of in-memory exports ("" writable, "ro" read-only), discarding the
-/// replies. For the fuzz target: no input may panic it.
+/// Run one whole session over `input` against a fresh table of in-memory exports (""
+/// writable, "ro" read-only), discarding the replies: the handshake, then requests one at
+/// a time. For the fuzz target: no input may panic it. An odd first byte puts a canned
+/// handshake (structured replies, base:allocation, GO "") before the rest, so that
+/// arbitrary bytes reach the transmission phase too; an even one fuzzes the handshake.
 #[doc(hidden)]
 pub fn fuzz_session(input: &[u8]) {
     use std::sync::Arc;
+    let Some((&mode, rest)) = input.split_first() else { return };
+    let mut stream = Vec::new();
+    if mode & 1 == 1 {
+        stream.extend_from_slice(&(proto::FLAG_C_FIXED_NEWSTYLE | proto::FLAG_C_NO_ZEROES).to_be_bytes());
+        let mut opt = |option: u32, data: &[u8]| {
+            stream.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
+            stream.extend_from_slice(&option.to_be_bytes());
+            stream.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            stream.extend_from_slice(data);
+        };
+        opt(proto::OPT_STRUCTURED_REPLY, &[]);
+        let mut meta = 0u32.to_be_bytes().to_vec();
+        meta.extend_from_slice(&1u32.to_be_bytes());
+        meta.extend_from_slice(&(proto::META_BASE_ALLOCATION.len() as u32).to_be_bytes());
+        meta.extend_from_slice(proto::META_BASE_ALLOCATION.as_bytes());
+        opt(proto::OPT_SET_META_CONTEXT, &meta);
+        opt(proto::OPT_GO, &[0, 0, 0, 0, 0, 0]);
+    }
+    stream.extend_from_slice(rest);
     let exports = ExportTable::new();
     let lun: Arc<dyn strata_lun::Lun> = Arc::new(MemLun::new(1 << 20, 512));
     exports.add("", Export::new(lun.clone())).expect("a short name");
     exports.add("ro", Export { read_only: true, ..Export::new(lun) }).expect("a short name");
     let peer = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-    let mut r = input;
+    let mut r = stream.as_slice();
     let mut w = std::io::sink();
     let policy = handshake::TlsPolicy { available: false, required: false };
     let Ok(mut s) = handshake::greet(&mut r, &mut w) else { return };

@@ -149,6 +149,9 @@ impl LinkWriter {
                         // The session buffers a bounded amount of plaintext (64 KiB by
                         // default): encrypt, send, repeat.
                         let n = session.writer().write(rest)?;
+                        if n == 0 && !session.wants_write() {
+                            return Err(io::Error::new(io::ErrorKind::WriteZero, "TLS session takes no more data"));
+                        }
                         rest = &rest[n..];
                         while session.wants_write() {
                             session.write_tls(sock)?;

@@ -324,3 +324,98 @@ pub(crate) fn serve_serially<R: Read, W: Write>(r: &mut R, w: &mut W, n: &Negoti
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exports::{Export, ExportTable};
+    use crate::memlun::MemLun;
+    use std::sync::Arc;
+
+    fn negotiated(structured: bool, base_allocation: bool) -> Negotiated {
+        let t = ExportTable::new();
+        let lun = Arc::new(MemLun::new(1 << 20, 512));
+        lun.write(0, &[7u8; 4096], false).unwrap();
+        lun.write(12288, &[9u8; 4096], false).unwrap();
+        t.add("", Export::new(lun)).unwrap();
+        let entry = t.lookup("", "127.0.0.1".parse().unwrap()).unwrap();
+        Negotiated { entry, structured, base_allocation, read_only: false, flags: 0 }
+    }
+
+    fn header(kind: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {
+        RequestHeader { flags, kind, cookie: 0xc0, offset, length }
+    }
+
+    fn bytes(r: &Reply) -> Vec<u8> {
+        r.parts().concat()
+    }
+
+    /// (flags, type, payload) of each chunk in a structured reply.
+    fn chunks(mut b: &[u8]) -> Vec<(u16, u16, Vec<u8>)> {
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            let mut d = Decoder::new(b);
+            assert_eq!(d.u32(), Some(STRUCTURED_REPLY_MAGIC));
+            let (flags, kind, cookie, len) = (d.u16().unwrap(), d.u16().unwrap(), d.u64().unwrap(), d.u32().unwrap());
+            assert_eq!(cookie, 0xc0);
+            out.push((flags, kind, b[20..20 + len as usize].to_vec()));
+            b = &b[20 + len as usize..];
+        }
+        out
+    }
+
+    #[test]
+    fn structured_read_follows_the_map() {
+        let n = negotiated(true, false);
+        let c = chunks(&bytes(&execute(&n, &header(CMD_READ, 0, 0, 16384), &[])));
+        let kinds: Vec<(u16, u16)> = c.iter().map(|(f, k, _)| (*f, *k)).collect();
+        assert_eq!(
+            kinds,
+            vec![(0, REPLY_TYPE_OFFSET_DATA), (0, REPLY_TYPE_OFFSET_HOLE), (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA)]
+        );
+        assert_eq!(c[0].2[..8], 0u64.to_be_bytes());
+        assert!(c[0].2[8..].iter().all(|&b| b == 7) && c[0].2.len() == 8 + 4096);
+        assert_eq!(c[1].2, [4096u64.to_be_bytes().as_slice(), &8192u32.to_be_bytes()].concat());
+        assert_eq!(c[2].2[..8], 12288u64.to_be_bytes());
+        // DF: one data chunk over the lot; a hole alone stays a hole.
+        let c = chunks(&bytes(&execute(&n, &header(CMD_READ, CMD_FLAG_DF, 0, 16384), &[])));
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].0, c[0].1, c[0].2.len()), (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 8 + 16384));
+        let c = chunks(&bytes(&execute(&n, &header(CMD_READ, CMD_FLAG_DF, 4096, 8192), &[])));
+        assert_eq!((c.len(), c[0].1), (1, REPLY_TYPE_OFFSET_HOLE));
+    }
+
+    #[test]
+    fn simple_read_and_errors() {
+        let n = negotiated(false, false);
+        let b = bytes(&execute(&n, &header(CMD_READ, 0, 0, 512), &[]));
+        assert_eq!(b[..16], simple_reply(0, 0xc0));
+        assert_eq!(b.len(), 16 + 512);
+        let b = bytes(&execute(&n, &header(CMD_READ, 0, 1 << 20, 512), &[]));
+        assert_eq!(b, simple_reply(EINVAL, 0xc0), "past the end: EINVAL, no data");
+        let b = bytes(&execute(&n, &header(CMD_WRITE, 0, (1 << 20) - 256, 512), &[0; 512]));
+        assert_eq!(b, simple_reply(ENOSPC, 0xc0));
+        let b = bytes(&execute(&n, &header(CMD_READ, CMD_FLAG_DF, 0, 512), &[]));
+        assert_eq!(b, simple_reply(EINVAL, 0xc0), "DF without structured replies");
+        // Structured: an error chunk with the message.
+        let n = negotiated(true, false);
+        let c = chunks(&bytes(&execute(&n, &header(CMD_READ, CMD_FLAG_DF, 0, MAX_PAYLOAD_BYTES + 1), &[])));
+        assert_eq!((c[0].0, c[0].1), (REPLY_FLAG_DONE, REPLY_TYPE_ERROR));
+        assert_eq!(c[0].2[..4], EOVERFLOW.to_be_bytes());
+        let c = chunks(&bytes(&execute(&n, &header(CMD_BLOCK_STATUS, 0, 0, 512), &[])));
+        assert_eq!(c[0].2[..4], EINVAL.to_be_bytes(), "no base:allocation negotiated");
+    }
+
+    #[test]
+    fn block_status_descriptors() {
+        let n = negotiated(true, true);
+        let c = chunks(&bytes(&execute(&n, &header(CMD_BLOCK_STATUS, 0, 0, 20480), &[])));
+        assert_eq!((c.len(), c[0].0, c[0].1), (1, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS));
+        let words: Vec<u32> = c[0].2.chunks(4).map(|w| u32::from_be_bytes(w.try_into().unwrap())).collect();
+        let hole = STATE_HOLE | STATE_ZERO;
+        assert_eq!(words, vec![META_ID_BASE_ALLOCATION, 4096, 0, 8192, hole, 4096, 0, 4096, hole]);
+        let c = chunks(&bytes(&execute(&n, &header(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 2048, 20480), &[])));
+        let words: Vec<u32> = c[0].2.chunks(4).map(|w| u32::from_be_bytes(w.try_into().unwrap())).collect();
+        assert_eq!(words, vec![META_ID_BASE_ALLOCATION, 2048, 0]);
+    }
+}

@@ -165,3 +165,50 @@ fn network_listeners_need_client_certificates() {
         TlsConfig { cert_pem: dir.0.join("nope.pem"), key_pem: dir.0.join("server-key.pem"), client_ca_pem: None };
     assert!(bad.build().is_err());
 }
+
+/// The client's first option sent in the same segment as its TLS Finished (rustls does,
+/// writing buffered data as soon as the handshake allows): the server must answer it, not
+/// wait on the socket for more.
+#[test]
+fn an_option_riding_with_the_tls_finished_is_answered() {
+    let dir = TempDir::new("tls-early");
+    make_certificates(&dir.0);
+    let (server, _b) = tls_server(&dir.0, "127.0.0.1:0", false, true).unwrap();
+    let mut s = std::net::TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes()).unwrap();
+    let option = |o: u32| {
+        let mut b = IHAVEOPT.to_be_bytes().to_vec();
+        b.extend_from_slice(&o.to_be_bytes());
+        b.extend_from_slice(&0u32.to_be_bytes());
+        b
+    };
+    s.write_all(&option(OPT_STARTTLS)).unwrap();
+    let mut ack = [0u8; 20];
+    s.read_exact(&mut ack).unwrap();
+    assert_eq!(u32::from_be_bytes(ack[12..16].try_into().unwrap()), REP_ACK);
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_file(dir.0.join("ca-cert.pem")).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut tls = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    // Buffered now, sent right after the Finished, in the same write.
+    tls.writer().write_all(&option(OPT_STRUCTURED_REPLY)).unwrap();
+    while tls.is_handshaking() {
+        tls.complete_io(&mut s).unwrap();
+    }
+    while tls.wants_write() {
+        tls.write_tls(&mut s).unwrap();
+    }
+    let mut reply = [0u8; 20];
+    rustls::Stream::new(&mut tls, &mut s).read_exact(&mut reply).expect("the option is answered");
+    assert_eq!(u32::from_be_bytes(reply[8..12].try_into().unwrap()), OPT_STRUCTURED_REPLY);
+    assert_eq!(u32::from_be_bytes(reply[12..16].try_into().unwrap()), REP_ACK);
+    server.shutdown();
+}

@@ -289,3 +289,34 @@ fn no_unauthenticated_listener_off_loopback() {
     let server = NbdServer::start(ServerConfig { insecure_allow_plaintext: true, ..cfg }, exports).unwrap();
     server.shutdown();
 }
+
+#[test]
+fn client_networks_apply_over_ipv6() {
+    let exports = Arc::new(ExportTable::new());
+    let (_b, lun) = file_lun(MIB);
+    exports.add("local", Export::new(lun.clone())).unwrap();
+    let v4_only = Export { clients: vec![strata_nbd::Cidr::parse("127.0.0.0/8").unwrap()], ..Export::new(lun.clone()) };
+    exports.add("v4only", v4_only).unwrap();
+    let v6_net = Export { clients: vec![strata_nbd::Cidr::parse("::1/128").unwrap()], ..Export::new(lun) };
+    exports.add("v6only", v6_net).unwrap();
+    let server = match NbdServer::start(ServerConfig::new("[::1]:0".parse().unwrap()), exports) {
+        Ok(s) => s,
+        Err(e) => panic!("cannot listen on ::1 (IPv6 loopback needed by this test): {e}"),
+    };
+    let mut s = connect(server.local_addr(), FIXED);
+    send_opt(&mut s, OPT_LIST, &[]);
+    let mut names = Vec::new();
+    loop {
+        let (_, kind, data) = opt_reply(&mut s);
+        if kind == REP_ACK {
+            break;
+        }
+        assert_eq!(kind, REP_SERVER);
+        let n = u32::from_be_bytes(data[0..4].try_into().unwrap()) as usize;
+        names.push(String::from_utf8(data[4..4 + n].to_vec()).unwrap());
+    }
+    assert_eq!(names, vec!["local".to_string(), "v6only".to_string()], "an IPv6 client sees what ::1 may");
+    assert_eq!(go(&mut s, "v4only"), vec![REP_ERR_UNKNOWN]);
+    assert_eq!(go(&mut s, "v6only").last(), Some(&REP_ACK));
+    server.shutdown();
+}

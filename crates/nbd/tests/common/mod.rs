@@ -82,8 +82,9 @@ pub fn uri(addr: SocketAddr, export: &str) -> String {
 
 /// Fail (not skip) when a client tool is missing, naming its package.
 pub fn require(tool: &str, package: &str) {
-    let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().unwrap();
-    assert!(found.status.success(), "{tool} is not installed: apt-get install {package} (scripts/test.sh does)");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|d| d.join(tool).is_file());
+    assert!(found, "{tool} is not installed: apt-get install {package} (scripts/test.sh does)");
 }
 
 pub fn run(cmd: &mut Command) -> Output {
