@@ -119,5 +119,28 @@ fn luns_over_nbd_and_iscsi_through_the_daemon() {
     assert!(!o.status.success(), "a deleted export still serves: {}", text(&o));
     d.ok(&["snapshot", "create", "default/lun0@s2"]);
     d.ok(&["export", "nbd", "default/lun0@s2", "--name", "snap2"]);
+
+    // A pool whose LUN is exported, with a client connected and idle, is refused without
+    // --force and exported with it: the idle connection is closed and lets go of the pool.
+    let img = dir.join("p2.img");
+    d.ok(&["pool", "create", "p2", "--device", img.to_str().unwrap(), "--size", "256M"]);
+    d.ok(&["volume", "create", "p2/l", "--lun", "16M"]);
+    d.ok(&["export", "nbd", "p2/l"]);
+    let idle_uri = format!("nbd://127.0.0.1:{nbd}/p2/l");
+    let mut idle = Command::new("nbdsh")
+        .env("PATH", format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default()))
+        .args(["-u", &idle_uri, "-c", "import time; h.pread(512, 0); time.sleep(60)"])
+        .spawn()
+        .expect("nbdsh (Debian package python3-libnbd)");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(idle.try_wait().unwrap().is_none(), "nbdsh did not stay connected");
+    d.fails(&["pool", "export", "p2"], "NBD export");
+    let start = std::time::Instant::now();
+    d.ok(&["pool", "export", "p2", "--force"]);
+    assert!(start.elapsed() < std::time::Duration::from_secs(8), "the export waited for the idle client");
+    let _ = idle.kill();
+    let _ = idle.wait();
+    let list = d.ok(&["export", "list"]);
+    assert!(!list.contains("p2/l"), "{list}");
     d.stop();
 }

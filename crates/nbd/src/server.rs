@@ -22,7 +22,7 @@
 //! and client certificates verified) unless `insecure_allow_plaintext` says otherwise; on
 //! top of that each export names its client networks (exports.rs).
 
-use crate::exports::ExportTable;
+use crate::exports::{ExportEntry, ExportTable};
 use crate::handshake::{self, Ended, Negotiated, Outcome, TlsPolicy};
 use crate::link::{LinkReader, LinkWriter, TlsLink};
 use crate::proto::{RequestHeader, CMD_DISC, ESHUTDOWN};
@@ -88,6 +88,9 @@ struct Shared {
     policy: TlsPolicy,
     stopping: AtomicBool,
     conns: Mutex<HashMap<u64, TcpStream>>,
+    /// The export each connection in transmission serves: the reaper closes the sockets
+    /// of removed exports, so an idle client does not hold its LUN (and the pool under it).
+    serving: Mutex<HashMap<u64, Arc<ExportEntry>>>,
     conn_threads: Mutex<Vec<JoinHandle<()>>>,
     live: AtomicUsize,
     next_id: AtomicU64,
@@ -135,6 +138,7 @@ pub struct NbdServer {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
     acceptor: Mutex<Option<JoinHandle<()>>>,
+    reaper: Mutex<Option<JoinHandle<()>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -164,6 +168,7 @@ impl NbdServer {
             tls,
             stopping: AtomicBool::new(false),
             conns: Mutex::default(),
+            serving: Mutex::default(),
             conn_threads: Mutex::default(),
             live: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
@@ -179,8 +184,16 @@ impl NbdServer {
         }
         let s = shared.clone();
         let acceptor = std::thread::Builder::new().name("nbd-accept".into()).spawn(move || accept(listener, tx, s))?;
+        let s = shared.clone();
+        let reaper = std::thread::Builder::new().name("nbd-reaper".into()).spawn(move || reap(&s))?;
         tracing::info!(listen = %local_addr, tls = shared.policy.available, "NBD server ready");
-        Ok(NbdServer { shared, local_addr, acceptor: Mutex::new(Some(acceptor)), workers: Mutex::new(workers) })
+        Ok(NbdServer {
+            shared,
+            local_addr,
+            acceptor: Mutex::new(Some(acceptor)),
+            reaper: Mutex::new(Some(reaper)),
+            workers: Mutex::new(workers),
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -202,6 +215,9 @@ impl NbdServer {
         let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
         if let Some(a) = self.acceptor.lock().expect("acceptor").take() {
             let _ = a.join();
+        }
+        if let Some(r) = self.reaper.lock().expect("reaper").take() {
+            let _ = r.join();
         }
         for c in self.shared.conns.lock().expect("connections").values() {
             let _ = c.shutdown(Shutdown::Both);
@@ -245,7 +261,7 @@ fn accept(listener: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
         let (tx, sh) = (tx.clone(), shared.clone());
         let spawned = std::thread::Builder::new().name("nbd-conn".into()).spawn(move || {
             tracing::debug!(client = %peer, "NBD connection opened");
-            let why = connection(&sh, s, peer, tx);
+            let why = connection(&sh, s, peer, tx, id);
             match why {
                 Ended::Protocol(m) => tracing::warn!(client = %peer, "NBD connection closed: {m}"),
                 Ended::Io(e) if e.kind() != io::ErrorKind::UnexpectedEof => {
@@ -254,6 +270,7 @@ fn accept(listener: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
                 _ => tracing::debug!(client = %peer, "NBD connection closed"),
             }
             sh.conns.lock().expect("connections").remove(&id);
+            sh.serving.lock().expect("serving").remove(&id);
             sh.live.fetch_sub(1, Ordering::SeqCst);
         });
         match spawned {
@@ -272,7 +289,30 @@ fn accept(listener: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
 }
 
 /// Negotiate, then read requests until the connection ends; why it ended.
-fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSender<Job>) -> Ended {
+/// Every 200 ms: close the connections whose export was removed (an idle client would
+/// otherwise keep it until its next request). Ends when the server stops.
+fn reap(shared: &Shared) {
+    while !shared.stopping.load(Ordering::SeqCst) {
+        std::thread::sleep(REAP_INTERVAL);
+        let gone: Vec<u64> =
+            shared.serving.lock().expect("serving").iter().filter(|(_, e)| e.removed()).map(|(id, _)| *id).collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let conns = shared.conns.lock().expect("connections");
+        for id in gone {
+            if let Some(c) = conns.get(&id) {
+                tracing::debug!(connection = id, "NBD connection closed: its export was removed");
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// How often the reaper looks for connections of removed exports.
+const REAP_INTERVAL: Duration = Duration::from_millis(200);
+
+fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSender<Job>, id: u64) -> Ended {
     let split = || -> io::Result<(LinkReader, LinkWriter)> {
         Ok((LinkReader::Plain(stream.try_clone()?), LinkWriter::Plain(stream.try_clone()?)))
     };
@@ -288,7 +328,10 @@ fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSend
     let mut tls_active = false;
     let n = loop {
         match handshake::haggle(&mut r, &mut w, &mut session, &shared.exports, peer.ip(), shared.policy, tls_active) {
-            Ok(Outcome::Transmit(n)) => break n,
+            Ok(Outcome::Transmit(n)) => {
+                shared.serving.lock().expect("serving").insert(id, n.entry.clone());
+                break n;
+            }
             Ok(Outcome::StartTls) => {
                 let Some(config) = shared.tls.clone() else { return Ended::Protocol("STARTTLS without TLS".into()) };
                 let upgraded = stream.try_clone().and_then(|mut s| {

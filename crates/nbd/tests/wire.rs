@@ -263,6 +263,25 @@ fn removing_an_export_ends_its_connections_with_eshutdown() {
     server.shutdown();
 }
 
+/// An idle client of a removed export is disconnected within a second and lets go of the
+/// LUN (the daemon needs the pool under it back to export or destroy the pool).
+#[test]
+fn removing_an_export_closes_its_idle_connections_and_frees_the_lun() {
+    let (_b, lun) = file_lun(MIB);
+    let (server, exports) = serve(lun.clone());
+    let mut idle = connect(server.local_addr(), FIXED);
+    go(&mut idle, "lun");
+    assert!(exports.remove("lun") && exports.remove("ro"));
+    idle.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    assert!(closed(&mut idle), "an idle connection of a removed export stays open");
+    let start = std::time::Instant::now();
+    while Arc::strong_count(&lun) > 1 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(Arc::strong_count(&lun), 1, "the connection still holds the LUN");
+    server.shutdown();
+}
+
 #[test]
 fn shutdown_closes_open_connections() {
     let (_b, lun) = file_lun(MIB);

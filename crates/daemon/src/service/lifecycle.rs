@@ -49,6 +49,13 @@ impl Daemon {
                 .filter(|r| r.volume.starts_with(&prefix))
                 .map(|r| format!("{} (NFS export {})", r.volume, r.id)),
         );
+        out.extend(
+            self.blocks
+                .records()
+                .iter()
+                .filter(|r| r.volume.starts_with(&prefix))
+                .map(|r| format!("{} ({} export {})", r.volume, r.protocol.to_uppercase(), r.id)),
+        );
         out
     }
 
