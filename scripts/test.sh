@@ -75,9 +75,16 @@ scripts/e2e/mariadb-snapshots.sh
 echo "== PostgreSQL on a 3-way mirror of nbdkit devices: bit rot scrubbed, an EIO device, a vanished device, a rebuild, under pgbench"
 scripts/e2e/mirror-postgres.sh
 
+echo "== PostgreSQL on ext4 on an NBD LUN (nbdfuse, loop): the daemon killed under load; snapshot, clone, grow, restore"
+scripts/e2e/lun-postgres.sh
+
+echo "== MariaDB on xfs on an NBD LUN (TR-4722 sysbench): the daemon killed under load"
+scripts/e2e/lun-mariadb.sh
+
 echo "== install script and shipped configuration"
 bash -n scripts/install.sh
 shellcheck -S warning scripts/install.sh scripts/run.sh scripts/test.sh scripts/sim.sh
+shellcheck -x -S warning scripts/e2e/*.sh scripts/bench/lun.sh
 
 echo "== unit, property, crash, fault and daemon tests"
 STRATA_REQUIRE_PROBE_TOOLS=1 cargo nextest run --workspace --no-fail-fast --failure-output final

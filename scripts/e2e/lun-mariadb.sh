@@ -50,8 +50,11 @@ strata_start
 lun_attach default/mylun 1 "$STRATA_E2E_DIR/db" xfs
 log "xfs on the LUN: $(df -h "$STRATA_E2E_DIR/db" | tail -1)"
 env="$PWD/scripts/e2e/strata-env.sh"
+# PRE_CRASH_CMD: the file system on the LUN writes back what the harness wrote without fsync
+# (its additions to the database's configuration) 30 s later, as on any disk: sync it first,
+# then commit the pool, so the crash tests the database's own fsyncs through the intent log.
 DB_DIR="$STRATA_E2E_DIR/db" STORAGE_PID_FILE="$STRATA_E2E_DIR/daemon.pid" CRASH_CMD="$env kill" \
-  RESTART_CMD="$PWD/scripts/e2e/lun-mariadb.sh reattach" PRE_CRASH_CMD="$env commit" \
+  RESTART_CMD="$PWD/scripts/e2e/lun-mariadb.sh reattach" PRE_CRASH_CMD="sync -f $STRATA_E2E_DIR/db && $env commit" \
   bash scripts/e2e/mariadb-crash.sh
 lun_detach 1 "$STRATA_E2E_DIR/db"
 "$STRATA_BIN" check default

@@ -76,12 +76,15 @@ log "ext4 on the LUN: $(df -h "$STRATA_E2E_DIR/db" | tail -1)"
 
 # 1. The crash test.
 env="$PWD/scripts/e2e/strata-env.sh"
+# PRE_CRASH_CMD: the file system on the LUN writes back what the harness wrote without fsync
+# (its additions to the database's configuration) 30 s later, as on any disk: sync it first,
+# then commit the pool, so the crash tests the database's own fsyncs through the intent log.
 DB_DIR="$STRATA_E2E_DIR/db" STORAGE_PID_FILE="$STRATA_E2E_DIR/daemon.pid" CRASH_CMD="$env kill" \
-  RESTART_CMD="$PWD/scripts/e2e/lun-postgres.sh reattach" PRE_CRASH_CMD="$env commit" \
+  RESTART_CMD="$PWD/scripts/e2e/lun-postgres.sh reattach" PRE_CRASH_CMD="sync -f $STRATA_E2E_DIR/db && $env commit" \
   SCALE="${SCALE:-5}" CLIENTS="${CLIENTS:-4}" DURATION="${DURATION:-20}" \
   bash scripts/e2e/postgres-crash.sh
 
-# 2. Snapshot and clone under load.
+# 2. Snapshot and clone under load (the crash test's database is e2e).
 PGDATA="$STRATA_E2E_DIR/db/pgdata"
 SOCK="$STRATA_E2E_DIR/sock"
 mkdir -p "$SOCK" && chown postgres: "$SOCK"
@@ -93,7 +96,7 @@ pg_start() { # DATA PORT LOG
 }
 pg() { local port="$1"; shift; "$PG_BIN/$1" -h "$SOCK" -p "$port" -U postgres "${@:2}"; }
 pg_start "$PGDATA" "$PG_PORT" "$STRATA_E2E_DIR/postgres.log"
-pg "$PG_PORT" pgbench -c 4 -j 2 -T 30 postgres >"$STRATA_E2E_DIR/pgbench-snap.out" 2>&1 &
+pg "$PG_PORT" pgbench -c 4 -j 2 -T 30 e2e >"$STRATA_E2E_DIR/pgbench-snap.out" 2>&1 &
 BENCH_PID=$!
 sleep 8
 "$STRATA_BIN" snapshot create default/pglun@s1
@@ -104,8 +107,8 @@ lun_attach default/pgclone 2 "$STRATA_E2E_DIR/clone"
 CLONE="$STRATA_E2E_DIR/clone/pgdata"
 rm -f "$CLONE/postmaster.pid" # the live instance's, copied by the snapshot
 pg_start "$CLONE" $((PG_PORT + 1)) "$STRATA_E2E_DIR/postgres-clone.log"
-clone_history="$(pg $((PG_PORT + 1)) psql -At -c 'select count(*) from pgbench_history' postgres)"
-pg $((PG_PORT + 1)) pg_amcheck -d postgres --heapallindexed >"$STRATA_E2E_DIR/amcheck-clone.out" 2>&1 ||
+clone_history="$(pg $((PG_PORT + 1)) psql -At -c 'select count(*) from pgbench_history' e2e)"
+pg $((PG_PORT + 1)) pg_amcheck -d e2e --heapallindexed >"$STRATA_E2E_DIR/amcheck-clone.out" 2>&1 ||
   die "pg_amcheck on the clone failed: $(cat "$STRATA_E2E_DIR/amcheck-clone.out")"
 [ ! -s "$STRATA_E2E_DIR/amcheck-clone.out" ] || die "pg_amcheck on the clone: $(cat "$STRATA_E2E_DIR/amcheck-clone.out")"
 log "clone of the LUN mounted and recovered by a second PostgreSQL: $clone_history history rows, amcheck clean"
@@ -140,10 +143,10 @@ for id in $ids; do "$STRATA_BIN" export delete "$id"; done
 lun_attach default/pglun 1 "$STRATA_E2E_DIR/db"
 rm -f "$PGDATA/postmaster.pid"
 pg_start "$PGDATA" "$PG_PORT" "$STRATA_E2E_DIR/postgres.log"
-restored_history="$(pg "$PG_PORT" psql -At -c 'select count(*) from pgbench_history' postgres)"
+restored_history="$(pg "$PG_PORT" psql -At -c 'select count(*) from pgbench_history' e2e)"
 [ "$restored_history" = "$clone_history" ] ||
   die "after the restore the LUN holds $restored_history history rows, the snapshot's clone $clone_history"
-pg "$PG_PORT" pg_amcheck -d postgres --heapallindexed >"$STRATA_E2E_DIR/amcheck-restored.out" 2>&1 ||
+pg "$PG_PORT" pg_amcheck -d e2e --heapallindexed >"$STRATA_E2E_DIR/amcheck-restored.out" 2>&1 ||
   die "pg_amcheck after the restore failed: $(cat "$STRATA_E2E_DIR/amcheck-restored.out")"
 runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$PGDATA" -m fast -w -t 60 >/dev/null
 lun_detach 2 "$STRATA_E2E_DIR/clone"
