@@ -18,7 +18,8 @@ if ! "$venv/bin/python" -c 'import libnfs, pytest' 2>/dev/null; then
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-export STRATA_NFS_PORT="$(free_port)"
+STRATA_NFS_PORT="$(free_port)"
+export STRATA_NFS_PORT
 export STRATA_SERVE_ARGS="--nfs-port $STRATA_NFS_PORT --nfs-bind 127.0.0.1"
 export STRATA_DAEMON_LOG="$STRATA_E2E_DIR/daemon.log"
 export STRATA_CRASH_CMD="$PWD/scripts/e2e/strata-env.sh crash"

@@ -11,7 +11,6 @@
 #   bash scripts/e2e/postgres-snapshots.sh      (root; installs postgresql-15 if missing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT="$PWD"
 E2E_NAME=postgres-snapshots
 STEP_TIMEOUT="${STEP_TIMEOUT:-600}"
 # shellcheck source=scripts/e2e/db-common.sh

@@ -145,8 +145,7 @@ strata_stop() {
   local pid; pid="$(cat "$STRATA_E2E_DIR/daemon.pid" 2>/dev/null)" || return 0
   kill -TERM "$pid" 2>/dev/null || return 0
   kill -CONT "$pid" 2>/dev/null || true # a test that failed while it was frozen
-  local i
-  for i in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
   echo "strata daemon did not stop in 30 s after SIGTERM"; return 1
 }
 
@@ -165,7 +164,7 @@ strata_log_clean() {
 strata_fresh() {
   strata_stop || true
   local m
-  for m in $(grep -o " $STRATA_E2E_DIR[^ ]*" /proc/self/mountinfo 2>/dev/null || true); do umount -l "$m" || true; done
+  for m in $(grep -o " ${STRATA_E2E_DIR}[^ ]*" /proc/self/mountinfo 2>/dev/null || true); do umount -l "$m" || true; done
   rm -rf "$STRATA_E2E_DIR"
   mkdir -p "$STRATA_E2E_DIR"
 }
