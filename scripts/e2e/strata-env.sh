@@ -26,8 +26,7 @@ strata_start() {
   "$STRATA_BIN" serve --config /dev/null --data-dir "$STRATA_E2E_DIR/data" --default-pool-size "${STRATA_POOL_SIZE:-8G}" \
       ${STRATA_SERVE_ARGS:-} >>"$STRATA_E2E_DIR/daemon.log" 2>&1 &
   echo $! >"$STRATA_E2E_DIR/daemon.pid"
-  local i
-  for i in $(seq 1 200); do
+  for _ in $(seq 1 200); do
     if "$STRATA_BIN" pool list >/dev/null 2>&1; then return 0; fi
     if ! kill -0 "$(cat "$STRATA_E2E_DIR/daemon.pid")" 2>/dev/null; then
       echo "strata daemon died at start:"; tail -20 "$STRATA_E2E_DIR/daemon.log"; return 1
@@ -70,10 +69,10 @@ strata_mount() {
 # not reaped yet counts as gone: its files, /dev/fuse included, are closed). Its mounts go
 # ENOTCONN and the requests it held fail. Writes the marker line strata_recover looks for.
 strata_kill() {
-  local pid i; pid="$(cat "$STRATA_E2E_DIR/daemon.pid")"
+  local pid; pid="$(cat "$STRATA_E2E_DIR/daemon.pid")"
   kill -STOP "$pid" 2>/dev/null || { echo "strata daemon $pid is not running"; return 1; }
   kill -KILL "$pid"
-  for i in $(seq 1 600); do
+  for _ in $(seq 1 600); do
     # Gone, or a zombie with no thread left (the leader shows Z while its other threads
     # still exit, holding the socket and the mounts).
     if ! kill -0 "$pid" 2>/dev/null || { [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = Z ] &&
