@@ -54,12 +54,29 @@ pub struct ServeArgs {
     /// certificates).
     #[arg(long)]
     nbd_bind: Option<IpAddr>,
+    /// NBD over TLS: the server's certificate chain (PEM); every client must then use TLS.
+    #[arg(long, requires = "nbd_tls_key")]
+    nbd_tls_cert: Option<PathBuf>,
+    /// NBD over TLS: the server's private key (PEM).
+    #[arg(long, requires = "nbd_tls_cert")]
+    nbd_tls_key: Option<PathBuf>,
+    /// NBD over TLS: accept only clients with a certificate signed by this CA (PEM) — what
+    /// an NBD listener off loopback needs.
+    #[arg(long, requires = "nbd_tls_cert")]
+    nbd_tls_client_ca: Option<PathBuf>,
     /// Serve iSCSI exports of LUNs on this TCP port (3260 is iSCSI's).
     #[arg(long)]
     iscsi_port: Option<u16>,
-    /// Address of the iSCSI listener (127.0.0.1 by default; elsewhere every target needs CHAP).
+    /// Address of the iSCSI listener (127.0.0.1 by default; elsewhere every target needs CHAP,
+    /// and discovery too: --iscsi-discovery-user/--iscsi-discovery-secret).
     #[arg(long)]
     iscsi_bind: Option<IpAddr>,
+    /// CHAP user name of iSCSI discovery sessions (SendTargets).
+    #[arg(long, requires = "iscsi_discovery_secret")]
+    iscsi_discovery_user: Option<String>,
+    /// CHAP secret of iSCSI discovery sessions, 12 to 255 characters.
+    #[arg(long, requires = "iscsi_discovery_user")]
+    iscsi_discovery_secret: Option<String>,
     /// Data cache of each pool (e.g. 4G, 512M, 0 for none); default a quarter of memory.
     #[arg(long)]
     cache_size: Option<String>,
@@ -169,7 +186,31 @@ pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, St
     if a.iscsi_bind.is_some() && a.iscsi_port.is_none() {
         return Err("--iscsi-bind needs --iscsi-port".into());
     }
-    o.nbd = a.nbd_port.map(|port| BlockListen { bind: a.nbd_bind.unwrap_or(loopback), port });
-    o.iscsi = a.iscsi_port.map(|port| BlockListen { bind: a.iscsi_bind.unwrap_or(loopback), port });
+    let tls = match (a.nbd_tls_cert, a.nbd_tls_key) {
+        (Some(cert_pem), Some(key_pem)) => {
+            if a.nbd_port.is_none() {
+                return Err("--nbd-tls-cert needs --nbd-port".into());
+            }
+            Some(strata_daemon::NbdTlsConfig { cert_pem, key_pem, client_ca_pem: a.nbd_tls_client_ca })
+        }
+        _ => None,
+    };
+    let discovery_chap = match (a.iscsi_discovery_user, a.iscsi_discovery_secret) {
+        (Some(u), Some(s)) => {
+            if !(12..=255).contains(&s.len()) {
+                return Err("--iscsi-discovery-secret: 12 to 255 characters (RFC 7143 asks for 96 bits)".into());
+            }
+            Some((u, s))
+        }
+        _ => None,
+    };
+    o.nbd =
+        a.nbd_port.map(|port| BlockListen { bind: a.nbd_bind.unwrap_or(loopback), port, tls, discovery_chap: None });
+    o.iscsi = a.iscsi_port.map(|port| BlockListen {
+        bind: a.iscsi_bind.unwrap_or(loopback),
+        port,
+        tls: None,
+        discovery_chap,
+    });
     Ok(o)
 }

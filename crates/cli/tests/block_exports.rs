@@ -144,3 +144,51 @@ fn luns_over_nbd_and_iscsi_through_the_daemon() {
     assert!(!list.contains("p2/l"), "{list}");
     d.stop();
 }
+
+/// Secure by default: an NBD listener off loopback without TLS client certificates does not
+/// start; an iSCSI listener off loopback takes only exports with CHAP.
+#[test]
+fn block_listeners_off_loopback_need_authentication() {
+    let dir = temp_dir("block-auth");
+    let nbd = free_port().to_string();
+    let o = Command::new(BIN)
+        .args(["serve", "--config", "/dev/null", "--data-dir", dir.join("data").to_str().unwrap()])
+        .args(["--default-pool-size", "256M", "--nbd-port", &nbd, "--nbd-bind", "0.0.0.0"])
+        .env("STRATA_SOCKET", dir.join("s.sock"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "an NBD listener on 0.0.0.0 without TLS started");
+    assert!(text(&o).contains("without authenticating clients"), "{}", text(&o));
+
+    let iscsi = free_port().to_string();
+    let mut d = Daemon::start(&dir);
+    d.stop();
+    let o = Command::new(BIN)
+        .args(["serve", "--config", "/dev/null", "--data-dir", dir.join("data").to_str().unwrap()])
+        .args(["--iscsi-port", &iscsi, "--iscsi-bind", "0.0.0.0"])
+        .env("STRATA_SOCKET", dir.join("s.sock"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "an iSCSI listener on 0.0.0.0 with open discovery started");
+    assert!(text(&o).contains("without CHAP"), "{}", text(&o));
+    d.spawn_with(&[
+        "--iscsi-port",
+        &iscsi,
+        "--iscsi-bind",
+        "0.0.0.0",
+        "--iscsi-discovery-user",
+        "disc",
+        "--iscsi-discovery-secret",
+        "discovery-secret",
+    ]);
+    d.ok(&["volume", "create", "default/l", "--lun", "16M"]);
+    d.fails(&["export", "iscsi", "default/l"], "without CHAP");
+    let e = d.json(&["export", "iscsi", "default/l", "--chap-user", "u", "--chap-secret", "a-long-secret"]);
+    assert_eq!(e["chap"], true, "{e}");
+    assert!(e["uri"].as_str().unwrap().starts_with("iscsi://HOST:"), "{e}");
+    let o = tool("iscsi-ls", "libiscsi-bin", &[&format!("iscsi://disc%discovery-secret@127.0.0.1:{iscsi}")]);
+    assert!(text(&o).contains("iqn.2026-11.io.strata:default.l"), "discovery with CHAP: {}", text(&o));
+    let o = tool("iscsi-ls", "libiscsi-bin", &[&format!("iscsi://127.0.0.1:{iscsi}")]);
+    assert!(!text(&o).contains("iqn.2026-11.io.strata:default.l"), "discovery without CHAP: {}", text(&o));
+    d.stop();
+}

@@ -25,6 +25,7 @@ pub use http::server::ApiListen;
 pub use service::blockexports::BlockListen;
 pub use service::exports::NfsOptions;
 pub use service::{random_u64, ApiError, Daemon};
+pub use strata_nbd::TlsConfig as NbdTlsConfig;
 
 /// The API's Unix socket unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/strata/strata.sock";

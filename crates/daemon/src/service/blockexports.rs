@@ -61,6 +61,11 @@ impl BlockExportRecord {
 pub struct BlockListen {
     pub bind: IpAddr,
     pub port: u16,
+    /// NBD: TLS (required of every client when given); with a client CA, clients are
+    /// authenticated by certificate — what a listener off loopback needs.
+    pub tls: Option<strata_nbd::TlsConfig>,
+    /// iSCSI: CHAP (user, secret) for discovery sessions (SendTargets); needed off loopback.
+    pub discovery_chap: Option<(String, String)>,
 }
 
 /// What an active export holds: the LUN, and the snapshot view it reads (closed when the
@@ -121,14 +126,21 @@ impl BlockService {
         }
         *d.blocks.records.lock().expect("block export records") = records;
         if let Some(o) = d.opts.nbd.clone() {
-            let cfg = strata_nbd::ServerConfig::new(std::net::SocketAddr::new(o.bind, o.port));
+            let mut cfg = strata_nbd::ServerConfig::new(std::net::SocketAddr::new(o.bind, o.port));
+            cfg.require_tls = o.tls.is_some();
+            cfg.tls = o.tls.clone();
             let server = strata_nbd::NbdServer::start(cfg, d.blocks.nbd_table.clone())
                 .map_err(|e| format!("start the NBD server on {}:{}: {e}", o.bind, o.port))?;
             tracing::info!(addr = %server.local_addr(), "NBD server listening");
             *d.blocks.nbd.lock().expect("nbd server") = Some(server);
         }
         if let Some(o) = d.opts.iscsi.clone() {
-            let cfg = strata_iscsi::ServerConfig::new(std::net::SocketAddr::new(o.bind, o.port));
+            let mut cfg = strata_iscsi::ServerConfig::new(std::net::SocketAddr::new(o.bind, o.port));
+            cfg.discovery_chap = o.discovery_chap.as_ref().map(|(user, secret)| strata_iscsi::Chap {
+                user: user.clone(),
+                secret: secret.as_bytes().to_vec(),
+                mutual: None,
+            });
             let server = strata_iscsi::IscsiServer::start(cfg, d.blocks.iscsi_table.clone())
                 .map_err(|e| format!("start the iSCSI target on {}:{}: {e}", o.bind, o.port))?;
             tracing::info!(addr = %server.local_addr(), "iSCSI target listening");
@@ -341,6 +353,15 @@ impl Daemon {
         let clients = b.clients.unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
         if clients.is_empty() {
             return Err(ApiError::bad_request("an export with no client networks", "give at least one CIDR"));
+        }
+        if protocol == "iscsi"
+            && b.chap_user.is_none()
+            && self.opts.iscsi.as_ref().is_some_and(|o| !o.bind.is_loopback())
+        {
+            return Err(ApiError::bad_request(
+                "an iSCSI export without CHAP on a listener reachable from the network",
+                "give --chap-user and --chap-secret (the target listens off loopback)",
+            ));
         }
         let name = match protocol {
             "nbd" => {
