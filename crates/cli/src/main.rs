@@ -49,8 +49,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon: own the pools, serve mounts, exports and the control API.
-    Serve(serve::ServeArgs),
-    /// NFS exports of volumes.
+    Serve(Box<serve::ServeArgs>),
+    /// Exports: volumes over NFS, LUNs over NBD and iSCSI.
     #[command(subcommand)]
     Export(export::ExportCmd),
     /// Create, list, inspect, destroy, export and import pools.
@@ -131,7 +131,7 @@ impl Out {
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let out = Out { json: cli.json };
     if let Command::Serve(args) = cli.command {
-        return serve_daemon(args, cli.socket);
+        return serve_daemon(*args, cli.socket);
     }
     if let Command::Openapi = cli.command {
         print!("{}", strata_daemon::openapi_document());
