@@ -4,7 +4,8 @@
 # disk; Strata serves a LUN (block size 4K) of its pool image on the same disk.
 # Rows: 4 KiB and 16 KiB random 70/30 read/write at queue depth 1 and 16, 1 MiB sequential
 # write and read (QD 4), 16 KiB writes each followed by a flush (QD 1: a database's commit).
-# Prints a Markdown table (IOPS, p50/p99 latency, ratio to the best peer) of medians.
+# Prints a Markdown table (IOPS, p50/p99 latency, ratio to the best peer) of medians; the
+# write+flush row's latency is the write's plus the flush's (what a commit waits for).
 #
 #   scripts/bench/lun.sh [SECONDS_PER_ROW=10] [FILE_MIB=1024]
 #   ROUNDS=5 scripts/bench/lun.sh 10 1024   # each row ROUNDS times per server, the order
@@ -45,7 +46,7 @@ fio --enghelp 2>/dev/null | grep -qw nbd || { echo "this fio has no nbd engine" 
 pids=(); loopdev=""
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   mountpoint -q "$work/ext4" && umount "$work/ext4"
   if [ -n "$loopdev" ]; then losetup -d "$loopdev" 2>/dev/null || true; fi
 }
@@ -95,7 +96,7 @@ measure() { # SERVER bs mix qd rw
   [ "$2" = 16k ] && [ "$5" = randwrite ] && extra=(--fsync=1)
   fio --name=row --ioengine=nbd --uri="${uri[$s]}" --rw="$5" --rwmixread="$3" --bs="$2" --iodepth="$4" \
     --size="${mib}M" --time_based --runtime="$secs" --random_generator=tausworthe64 --randrepeat=0 \
-    "${extra[@]}" --output-format=json >"$work/row.json" || { echo "fio failed: $s $*" >&2; return 1; }
+    "${extra[@]}" --output-format=json --output="$work/row.json" >/dev/null || { echo "fio failed: $s $*" >&2; return 1; }
   python3 - "$work/row.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
@@ -104,7 +105,14 @@ def pct(side, p):
     c = j[side].get("clat_ns", {}).get("percentile", {})
     return c.get(p, 0) / 1000
 side = "write" if j["write"]["iops"] >= j["read"]["iops"] else "read"
-print(f"iops={iops:.0f} p50={pct(side, '50.000000'):.0f} p99={pct(side, '99.000000'):.0f}")
+p50, p99 = pct(side, "50.000000"), pct(side, "99.000000")
+sync = j.get("sync", {}).get("lat_ns", {})
+if sync.get("N", 0) > 0:
+    # write + flush: the latency a commit waits is the write's plus the flush's.
+    sp = sync.get("percentile", {})
+    p50 += sp.get("50.000000", 0) / 1000
+    p99 += sp.get("99.000000", 0) / 1000
+print(f"iops={iops:.0f} p50={p50:.0f} p99={p99:.0f}")
 PY
   sync; sleep 3
 }
