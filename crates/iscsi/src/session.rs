@@ -333,6 +333,13 @@ impl<'a> Reader<'a> {
             }
         }
         self.wait_idle();
+        // The I_T nexus is gone: so is its SPC-2 reservation.
+        if let Some(t) = &self.conn.target {
+            let me = self.conn.nexus.id();
+            for slot in &t.luns {
+                scsi::pr::release_spc2(slot, Some(&me));
+            }
+        }
     }
 
     fn wait_idle(&self) {
@@ -437,14 +444,17 @@ impl<'a> Reader<'a> {
                             1
                         }
                     }
-                    2 | 4 | 5 | 6 => {
+                    2 | 4 | 5 | 6 | 7 => {
                         if let Some(t) = &self.conn.target {
-                            // LUN RESET and TARGET WARM RESET: a unit attention for every
-                            // session of the LUN(s), this one included (SAM-5 §6.3).
+                            // LUN RESET and TARGET WARM/COLD RESET: a unit attention for
+                            // every session of the LUN(s), this one included (SAM-5 §6.3),
+                            // and SPC-2 reservations are released. A cold reset is served
+                            // as a warm one (sessions are kept).
                             let lun = pdu::lun_number(p.lun());
                             for (i, slot) in t.luns.iter().enumerate() {
-                                if function == 6 || (function == 5 && lun == Some(i as u16)) {
+                                if function >= 6 || (function == 5 && lun == Some(i as u16)) {
                                     slot.resets.fetch_add(1, Ordering::SeqCst);
+                                    scsi::pr::release_spc2(slot, None);
                                 }
                             }
                         }
@@ -453,7 +463,7 @@ impl<'a> Reader<'a> {
                         self.wait_idle();
                         0
                     }
-                    3 | 7 | 8 => 5, // CLEAR ACA, TARGET COLD RESET, TASK REASSIGN: not supported
+                    3 | 8 => 5, // CLEAR ACA, TASK REASSIGN: not supported
                     _ => 255,
                 };
                 let mut r = Pdu::new(pdu::OP_TMF_RESP);
