@@ -98,3 +98,23 @@ fn reject_nop_and_window() {
     assert_eq!(r.field32(28), 2, "ExpCmdSN advanced past the TUR");
     f.server.expect("server").shutdown();
 }
+
+#[test]
+fn shutdown_closes_sessions_and_joins() {
+    let mut f = common::start(1, 4 * MIB, |_, _| {});
+    let mut s = logged_in(f.port);
+    // A session mid-way through a login, too.
+    let mut half = TcpStream::connect(("127.0.0.1", f.port)).expect("connect");
+    half.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let server = f.server.take().expect("server");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        server.shutdown();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("shutdown() returned within 10 s");
+    let mut buf = [0u8; 8];
+    assert!(matches!(s.read(&mut buf), Ok(0)), "the full-feature session was closed");
+    assert!(matches!(half.read(&mut buf), Ok(0)), "the half-logged-in connection was closed");
+    assert!(TcpStream::connect(("127.0.0.1", f.port)).is_err(), "the listener was closed");
+}
