@@ -12,6 +12,12 @@
 //! `scsi::MAX_TRANSFER_BYTES` of Data-Out; a PDU's data segment is at most our declared
 //! MaxRecvDataSegmentLength. A protocol violation that leaves the stream in doubt ends the
 //! connection; a malformed but delimited PDU is answered with a Reject.
+//!
+//! Locks of a connection, each taken alone (none is held while taking another, so there
+//! is no order to keep): `writer` (the socket's sending side and StatSN: one PDU train at
+//! a time), `in_flight` (commands in the pool and Data-Out bytes held, with the `done`
+//! condvar the reader waits on), `resets_seen`. The SCSI layer's per-LUN locks
+//! (targets.rs) are taken only inside `scsi::execute`, with none of these held.
 
 use crate::login::SessionKind;
 use crate::pdu::{self, Pdu, PduError, ScsiCommand, RESERVED_TAG};
