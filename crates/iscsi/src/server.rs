@@ -27,8 +27,10 @@ use std::time::Duration;
 pub const MAX_CONNECTIONS: usize = 256;
 pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How the server runs; [`ServerConfig::new`] gives the defaults below.
 #[derive(Clone)]
 pub struct ServerConfig {
+    /// The listener (3260 is iSCSI's port).
     pub bind: SocketAddr,
     /// Worker threads. Commands block on the engine (device reads, intent-log flushes), so
     /// more workers than cores: 8 keeps a queue depth of 8 busy on two cores.
@@ -78,6 +80,9 @@ pub struct IscsiServer {
 }
 
 impl IscsiServer {
+    /// Bind `config.bind` and serve `targets` (which may change while the server runs).
+    /// Errors: the bind's, or `PermissionDenied` for a non-loopback address while a target
+    /// or discovery lacks CHAP and `insecure_allow_no_auth` is not set.
     pub fn start(config: ServerConfig, targets: Arc<TargetTable>) -> io::Result<IscsiServer> {
         assert!(config.workers > 0 && config.window > 0, "at least one worker and a window of one");
         let exposed = !config.bind.ip().is_loopback();
@@ -121,6 +126,7 @@ impl IscsiServer {
         Ok(IscsiServer { shared, local_addr, acceptor: Some(acceptor), workers })
     }
 
+    /// The address the listener is bound to (the port, when `bind` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
