@@ -223,8 +223,37 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
     }
 }
 
+/// TCP keepalive: a session idles between commands for as long as it likes, so a dead
+/// initiator (power loss, no FIN) is found by the kernel's probes — after 60 s idle,
+/// 6 probes 10 s apart — and its connection, threads and reservations are released.
+fn keepalive(s: &TcpStream) {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(s);
+    for (level, name, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 6),
+    ] {
+        let v: libc::c_int = value;
+        // SAFETY: a valid socket descriptor and a c_int option value of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!("iSCSI keepalive option {name}: {}", io::Error::last_os_error());
+        }
+    }
+}
+
 fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, shared: Arc<Shared>) {
     let _ = s.set_nodelay(true);
+    keepalive(&s);
     let _ = s.set_read_timeout(Some(LOGIN_TIMEOUT));
     let discovery_chap = shared.config.discovery_chap.clone();
     let tsih = loop {

@@ -55,9 +55,9 @@ pub struct Conn {
     pub nexus: Nexus,
     in_flight: Mutex<Flight>,
     done: Condvar,
-    /// Per LUN of the target, the reset count this session has been told about (a unit
-    /// attention reports each newer reset once).
-    resets_seen: Mutex<Vec<u64>>,
+    /// Per LUN of the target, (reset count, size in bytes) this session has been told
+    /// about: a unit attention reports each newer reset, and a changed size, once.
+    resets_seen: Mutex<Vec<(u64, u64)>>,
 }
 
 /// What a session holds in the worker pool and in write buffers.
@@ -94,7 +94,7 @@ impl Conn {
         };
         let resets_seen = target
             .as_ref()
-            .map(|t| t.luns.iter().map(|l| l.resets.load(Ordering::SeqCst)).collect())
+            .map(|t| t.luns.iter().map(|l| (l.resets.load(Ordering::SeqCst), l.lun.size())).collect())
             .unwrap_or_default();
         Conn {
             resets_seen: Mutex::new(resets_seen),
@@ -165,40 +165,46 @@ impl Conn {
         self.done.notify_all();
     }
 
-    /// Whether a reset of the addressed LUN is still to be reported to this session; it
-    /// is reported once, to any command but INQUIRY, REPORT LUNS and REQUEST SENSE.
-    fn unit_attention(&self, t: &Target, lun: Option<u16>, opcode: u8) -> bool {
-        let Some(n) = lun else { return false };
-        let Some(slot) = t.lun(n) else { return false };
+    /// A unit attention still to be reported to this session for the addressed LUN: a
+    /// reset (29/00) or a new size (CAPACITY DATA HAS CHANGED, 2A/09: initiators then
+    /// re-read the capacity of a grown LUN). Each is reported once, to any command but
+    /// INQUIRY, REPORT LUNS and REQUEST SENSE.
+    fn unit_attention(&self, t: &Target, lun: Option<u16>, opcode: u8) -> Option<sense::Sense> {
+        let slot = t.lun(lun?)?;
         if matches!(opcode, 0x12 | 0xa0 | 0x03) {
-            return false;
+            return None;
         }
-        let now = slot.resets.load(Ordering::SeqCst);
+        let (resets, size) = (slot.resets.load(Ordering::SeqCst), slot.lun.size());
         let mut seen = self.resets_seen.lock().expect("resets seen");
-        match seen.get_mut(n as usize) {
-            Some(s) if *s < now => {
-                *s = now;
-                true
-            }
-            _ => false,
+        let s = seen.get_mut(lun? as usize)?;
+        if s.0 < resets {
+            // A reset's attention also covers a size change seen with it.
+            *s = (resets, size);
+            return Some(sense::RESET_OCCURRED);
         }
+        if s.1 != size {
+            s.1 = size;
+            return Some(sense::CAPACITY_CHANGED);
+        }
+        None
     }
 
     /// Run one command and send its result (a worker's job).
     pub fn run(&self, cmd: &ScsiCommand, data_out: &[u8]) {
         let lun = pdu::lun_number(cmd.lun);
+        let opcode = cmd.cdb.first().copied().unwrap_or(0);
         let outcome = match &self.target {
-            Some(t) if self.unit_attention(t, lun, cmd.cdb.first().copied().unwrap_or(0)) => {
-                Outcome::check(sense::RESET_OCCURRED)
-            }
-            Some(t) => scsi::execute(&scsi::Request {
-                cdb: &cmd.cdb,
-                data_out,
-                edtl: if cmd.read { cmd.edtl } else { 0 }.max(if cmd.write { cmd.edtl } else { 0 }),
-                target: t,
-                lun: pdu::lun_number(cmd.lun),
-                nexus: &self.nexus,
-            }),
+            Some(t) => match self.unit_attention(t, lun, opcode) {
+                Some(ua) => Outcome::check(ua),
+                None => scsi::execute(&scsi::Request {
+                    cdb: &cmd.cdb,
+                    data_out,
+                    edtl: if cmd.read { cmd.edtl } else { 0 }.max(if cmd.write { cmd.edtl } else { 0 }),
+                    target: t,
+                    lun,
+                    nexus: &self.nexus,
+                }),
+            },
             None => Outcome::check(sense::INVALID_OPCODE),
         };
         self.respond(cmd, outcome);

@@ -41,6 +41,20 @@ fn logged_in(port: u16) -> TcpStream {
     s
 }
 
+fn response(s: &mut TcpStream, itt: u32) -> Pdu {
+    let r = read(s);
+    assert_eq!((r.opcode(), r.itt()), (pdu::OP_SCSI_RESP, itt));
+    r
+}
+
+/// The (status, sense key, ASC, ASCQ) of a SCSI Response.
+fn status(r: &Pdu) -> (u8, u8, u8, u8) {
+    match r.data.get(2..20) {
+        Some(sense) => (r.bhs[3], sense[2] & 0x0f, sense[12], sense[13]),
+        None => (r.bhs[3], 0, 0, 0),
+    }
+}
+
 fn tur(cmdsn: u32, itt: u32) -> Pdu {
     let mut p = Pdu::new(pdu::OP_SCSI_CMD);
     p.bhs[1] = 0x80;
@@ -117,4 +131,39 @@ fn shutdown_closes_sessions_and_joins() {
     assert!(matches!(s.read(&mut buf), Ok(0)), "the full-feature session was closed");
     assert!(matches!(half.read(&mut buf), Ok(0)), "the half-logged-in connection was closed");
     assert!(TcpStream::connect(("127.0.0.1", f.port)).is_err(), "the listener was closed");
+}
+
+#[test]
+fn unit_attentions_for_a_grown_lun_and_a_lun_reset() {
+    let (_pool, lun) = common::volume_lun_concrete(4 * MIB, 512, 5, false);
+    let targets = std::sync::Arc::new(strata_iscsi::TargetTable::new());
+    targets.add(strata_iscsi::TargetConfig::new(IQN, vec![lun.clone()])).expect("target");
+    let server = strata_iscsi::IscsiServer::start(
+        strata_iscsi::ServerConfig::new("127.0.0.1:0".parse().expect("addr")),
+        targets,
+    )
+    .expect("server");
+    let mut s = logged_in(server.local_addr().port());
+    tur(1, 1).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 1)), (0, 0, 0, 0), "no attention pending at first");
+    lun.grow(8 * MIB).expect("grow the LUN");
+    tur(2, 2).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 2)), (2, 6, 0x2a, 0x09), "CAPACITY DATA HAS CHANGED");
+    tur(3, 3).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 3)), (0, 0, 0, 0), "reported once");
+    // LUN RESET (immediate TMF), then the attention, once.
+    let mut tmf = Pdu::new(pdu::OP_TMF_REQ);
+    tmf.bhs[0] |= 0x40;
+    tmf.bhs[1] = 0x80 | 5;
+    tmf.set32(16, 4);
+    tmf.set32(20, pdu::RESERVED_TAG);
+    tmf.set32(24, 4);
+    tmf.write(&mut s, false, false).expect("send");
+    let r = read(&mut s);
+    assert_eq!((r.opcode(), r.bhs[2]), (pdu::OP_TMF_RESP, 0), "function complete");
+    tur(4, 5).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 5)), (2, 6, 0x29, 0x00), "reset reported");
+    tur(5, 6).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 6)), (0, 0, 0, 0), "reported once");
+    server.shutdown();
 }

@@ -22,6 +22,12 @@ pub struct Fixture {
 
 /// A pool on its own SimDisk with one LUN volume of `size` bytes.
 pub fn volume_lun(size: u64, block: u32, seed: u8, read_only: bool) -> (Arc<Pool>, Arc<dyn Lun>) {
+    let (pool, lun) = volume_lun_concrete(size, block, seed, read_only);
+    (pool, lun)
+}
+
+/// As [`volume_lun`], keeping the VolumeLun type (to grow it).
+pub fn volume_lun_concrete(size: u64, block: u32, seed: u8, read_only: bool) -> (Arc<Pool>, Arc<VolumeLun>) {
     let disk = Arc::new(SimDisk::new(size * 2 + 64 * MIB, 512));
     let pool =
         Arc::new(Pool::create(disk, test_create_options(seed as u64), test_pool_options()).expect("create pool"));
