@@ -15,9 +15,9 @@ use crate::pdu::{Pdu, PduError};
 use crate::session::{Conn, Job, Reader};
 use crate::targets::{Chap, TargetTable};
 use crate::text::LOGIN_MAX_RECV;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -63,13 +63,29 @@ pub struct Shared {
     next_tsih: AtomicU16,
     /// Whether the server listens beyond loopback (auth then required).
     exposed: bool,
+    /// (client, reason) pairs already logged as refused logins.
+    refusals: Mutex<HashSet<(IpAddr, &'static str)>>,
 }
 
 impl Shared {
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
+
+    /// Log a refused login: a warning the first time for a client and reason, then at
+    /// debug level, so a client retrying in a loop does not flood the log (at most
+    /// [`REFUSALS_LOGGED`] pairs are remembered).
+    fn log_refusal(&self, client: IpAddr, why: &'static str, initiator: Option<&str>) {
+        let mut seen = self.refusals.lock().expect("refusal log");
+        if seen.len() < REFUSALS_LOGGED && seen.insert((client, why)) {
+            tracing::warn!(%client, ?initiator, "iSCSI login refused: {why}");
+        } else {
+            tracing::debug!(%client, ?initiator, "iSCSI login refused: {why}");
+        }
+    }
 }
+
+const REFUSALS_LOGGED: usize = 4096;
 
 /// A running iSCSI target server.
 pub struct IscsiServer {
@@ -111,6 +127,7 @@ impl IscsiServer {
             next_conn: AtomicU64::new(1),
             next_tsih: AtomicU16::new(1),
             exposed,
+            refusals: Mutex::new(HashSet::new()),
         });
         let (tx, rx) = sync_channel::<Job>(config.workers * 4);
         let rx = Arc::new(Mutex::new(rx));
@@ -195,7 +212,7 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
         };
         let Ok(peer) = s.peer_addr() else { continue };
         if !shared.targets.all().iter().any(|t| t.client_allowed(peer.ip())) && !peer.ip().is_loopback() {
-            tracing::warn!(client = %peer, "iSCSI connection refused: no target allows this client");
+            shared.log_refusal(peer.ip(), "no target allows this client", None);
             continue;
         }
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -286,6 +303,8 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
                 }
             }
             Step::Fail(r) => {
+                let (why, initiator) = login.refusal().unwrap_or(("refused", None));
+                shared.log_refusal(peer.ip(), why, initiator);
                 let _ = r.write(&mut s, false, false);
                 let _ = s.flush();
                 return forget(&shared, id);
@@ -293,7 +312,7 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
             Step::Done(r, outcome) => {
                 if let crate::login::SessionKind::Normal(t) = &outcome.kind {
                     if shared.exposed && !shared.config.insecure_allow_no_auth && t.config.chap.is_none() {
-                        tracing::warn!(target = %t.config.name, "iSCSI login refused: target without CHAP on a non-loopback server");
+                        shared.log_refusal(peer.ip(), "target without CHAP on a non-loopback server", None);
                         return forget(&shared, id);
                     }
                 }

@@ -167,3 +167,15 @@ fn unit_attentions_for_a_grown_lun_and_a_lun_reset() {
     assert_eq!(status(&response(&mut s, 6)), (0, 0, 0, 0), "reported once");
     server.shutdown();
 }
+
+#[test]
+fn a_new_login_with_the_same_isid_reinstates_the_session() {
+    let f = common::start(1, 4 * MIB, |_, _| {});
+    let mut old = logged_in(f.port);
+    let mut new = logged_in(f.port);
+    let mut buf = [0u8; 8];
+    assert!(matches!(old.read(&mut buf), Ok(0)), "the old connection of the same initiator and ISID was closed");
+    tur(1, 1).write(&mut new, false, false).expect("send");
+    assert_eq!(response(&mut new, 1).bhs[3], 0, "the new session works");
+    f.server.expect("server").shutdown();
+}
