@@ -307,6 +307,9 @@ pub struct Reader<'a> {
     pub jobs: SyncSender<Job>,
     gathering: HashMap<u32, Gathering>,
     next_ttt: u32,
+    /// A text response longer than the initiator takes in one PDU: (ITT, TTT, the rest),
+    /// sent on as the initiator asks for it with empty Text requests (§6.2.1).
+    text_rest: Option<(u32, u32, Vec<u8>)>,
 }
 
 enum Flow {
@@ -316,7 +319,7 @@ enum Flow {
 
 impl<'a> Reader<'a> {
     pub fn new(conn: Arc<Conn>, shared: &'a Shared, jobs: SyncSender<Job>) -> Reader<'a> {
-        Reader { conn, shared, jobs, gathering: HashMap::new(), next_ttt: 1 }
+        Reader { conn, shared, jobs, gathering: HashMap::new(), next_ttt: 1, text_rest: None }
     }
 
     /// Read and handle PDUs until the connection ends.
@@ -574,12 +577,8 @@ impl<'a> Reader<'a> {
         let edtl = g.cmd.edtl as u64;
         let n = (self.conn.params.max_burst as u64).min(edtl - at);
         g.until = at + n;
-        g.ttt = self.next_ttt;
+        g.ttt = self.new_ttt();
         g.datasn = 0;
-        self.next_ttt = self.next_ttt.wrapping_add(1).max(1);
-        if self.next_ttt == RESERVED_TAG {
-            self.next_ttt = 1;
-        }
         let mut r = Pdu::new(pdu::OP_R2T);
         r.bhs[1] = 0x80;
         r.bhs[8..16].copy_from_slice(&g.cmd.lun.to_be_bytes());
@@ -637,6 +636,40 @@ impl<'a> Reader<'a> {
 
     /// Text requests: SendTargets (discovery) and key negotiation we decline.
     fn text(&mut self, p: &Pdu) {
+        let data = match self.text_rest.take() {
+            Some((itt, ttt, rest)) if itt == p.itt() && ttt == p.field32(20) => rest,
+            _ => self.text_answer(p),
+        };
+        let mut r = Pdu::new(pdu::OP_TEXT_RESP);
+        r.bhs[8..16].copy_from_slice(&p.bhs[8..16]);
+        r.set32(16, p.itt());
+        let max = self.conn.params.max_xmit_data_segment as usize;
+        if data.len() > max {
+            // More than one PDU: this part with C set and a TTT to ask for the rest by.
+            let ttt = self.new_ttt();
+            r.bhs[1] = 0x40;
+            r.set32(20, ttt);
+            r.data = data[..max].to_vec();
+            self.text_rest = Some((p.itt(), ttt, data[max..].to_vec()));
+        } else {
+            r.bhs[1] = 0x80;
+            r.set32(20, RESERVED_TAG);
+            r.data = data;
+        }
+        self.conn.send(r, true);
+    }
+
+    fn new_ttt(&mut self) -> u32 {
+        let t = self.next_ttt;
+        self.next_ttt = match self.next_ttt.wrapping_add(1) {
+            0 | RESERVED_TAG => 1,
+            n => n,
+        };
+        t
+    }
+
+    /// The answer to a Text request's keys: SendTargets, and NotUnderstood for the rest.
+    fn text_answer(&self, p: &Pdu) -> Vec<u8> {
         let mut out: Vec<(String, String)> = Vec::new();
         let pairs = text::parse(&p.data).unwrap_or_default();
         for (k, v) in &pairs {
@@ -662,20 +695,6 @@ impl<'a> Reader<'a> {
                 out.push((k.clone(), "NotUnderstood".into()));
             }
         }
-        let mut r = Pdu::new(pdu::OP_TEXT_RESP);
-        r.bhs[1] = 0x80;
-        r.bhs[8..16].copy_from_slice(&p.bhs[8..16]);
-        r.set32(16, p.itt());
-        r.set32(20, RESERVED_TAG);
-        let mut data = text::encode(&out);
-        // No continuation: a listing longer than the initiator takes is cut at a pair.
-        let max = self.conn.params.max_xmit_data_segment as usize;
-        if data.len() > max {
-            let cut = data[..max].iter().rposition(|&b| b == 0).map(|i| i + 1).unwrap_or(0);
-            tracing::warn!("iSCSI SendTargets answer cut to {cut} bytes");
-            data.truncate(cut);
-        }
-        r.data = data;
-        self.conn.send(r, true);
+        text::encode(&out)
     }
 }

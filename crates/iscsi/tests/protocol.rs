@@ -179,3 +179,62 @@ fn a_new_login_with_the_same_isid_reinstates_the_session() {
     assert_eq!(response(&mut new, 1).bhs[3], 0, "the new session works");
     f.server.expect("server").shutdown();
 }
+
+#[test]
+fn a_long_sendtargets_answer_comes_in_continued_pdus() {
+    let targets = std::sync::Arc::new(strata_iscsi::TargetTable::new());
+    for i in 0..40 {
+        targets
+            .add(strata_iscsi::TargetConfig::new(format!("iqn.2026-01.org.strata:many-{i:02}"), vec![]))
+            .expect("target");
+    }
+    let server = strata_iscsi::IscsiServer::start(
+        strata_iscsi::ServerConfig::new("127.0.0.1:0".parse().expect("addr")),
+        targets,
+    )
+    .expect("server");
+    let mut s = TcpStream::connect(server.local_addr()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    // A discovery session whose initiator takes 512 bytes per PDU.
+    login_pdu(&[
+        ("InitiatorName", "iqn.2026-01.org.strata:raw"),
+        ("SessionType", "Discovery"),
+        ("MaxRecvDataSegmentLength", "512"),
+    ])
+    .write(&mut s, false, false)
+    .expect("send");
+    assert_eq!(read(&mut s).bhs[36], 0, "discovery login");
+    let mut req = Pdu::new(pdu::OP_TEXT_REQ);
+    req.bhs[0] |= 0x40;
+    req.bhs[1] = 0x80;
+    req.set32(16, 3);
+    req.set32(20, pdu::RESERVED_TAG);
+    req.set32(24, 1);
+    req.data = b"SendTargets=All\0".to_vec();
+    req.write(&mut s, false, false).expect("send");
+    let mut all = Vec::new();
+    let mut pdus = 0;
+    loop {
+        let r = read(&mut s);
+        assert_eq!((r.opcode(), r.itt()), (pdu::OP_TEXT_RESP, 3));
+        assert!(r.data.len() <= 512, "a PDU larger than the initiator takes");
+        all.extend_from_slice(&r.data);
+        pdus += 1;
+        if r.final_bit() {
+            break;
+        }
+        assert!(r.flags() & 0x40 != 0 && r.field32(20) != pdu::RESERVED_TAG, "C set and a TTT to continue by");
+        let mut more = Pdu::new(pdu::OP_TEXT_REQ);
+        more.bhs[0] |= 0x40;
+        more.bhs[1] = 0x80;
+        more.set32(16, 3);
+        more.set32(20, r.field32(20));
+        more.set32(24, 1);
+        more.write(&mut s, false, false).expect("send");
+    }
+    let pairs = text::parse(&all).expect("the gathered answer parses");
+    let names = pairs.iter().filter(|(k, _)| k == "TargetName").count();
+    assert_eq!(names, 40, "every target listed, in {pdus} PDUs");
+    assert!(pdus > 1);
+    server.shutdown();
+}
