@@ -8,7 +8,8 @@
 //! no target allows is closed at accept.
 //!
 //! Bounds: at most [`MAX_CONNECTIONS`] connections; per session `window` commands (see
-//! session.rs); a login phase that stalls for [`LOGIN_TIMEOUT`] is dropped.
+//! session.rs); a login phase that stalls for [`LOGIN_TIMEOUT`] is dropped, and so is a
+//! session that leaves a response unread for `send_timeout`.
 
 use crate::login::{LoginEnv, LoginState, Step};
 use crate::pdu::{Pdu, PduError};
@@ -26,6 +27,9 @@ use std::time::Duration;
 
 pub const MAX_CONNECTIONS: usize = 256;
 pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`ServerConfig::send_timeout`]: far beyond any live initiator's pause,
+/// short enough that a stalled one does not keep a worker from other sessions for long.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the server runs; [`ServerConfig::new`] gives the defaults below.
 #[derive(Clone)]
@@ -42,11 +46,21 @@ pub struct ServerConfig {
     pub discovery_chap: Option<Chap>,
     /// Allow targets without CHAP on a non-loopback address.
     pub insecure_allow_no_auth: bool,
+    /// Longest a response may wait for the initiator to take it before the connection
+    /// is dropped (workers send responses themselves).
+    pub send_timeout: Duration,
 }
 
 impl ServerConfig {
     pub fn new(bind: SocketAddr) -> ServerConfig {
-        ServerConfig { bind, workers: 8, window: 32, discovery_chap: None, insecure_allow_no_auth: false }
+        ServerConfig {
+            bind,
+            workers: 8,
+            window: 32,
+            discovery_chap: None,
+            insecure_allow_no_auth: false,
+            send_timeout: SEND_TIMEOUT,
+        }
     }
 }
 
@@ -324,6 +338,9 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
         }
     };
     let _ = s.set_read_timeout(None);
+    // A worker sends responses itself: an initiator that stops reading must not hold it
+    // (and with it every session's commands) for longer than this.
+    let _ = s.set_write_timeout(Some(shared.config.send_timeout));
     let key = match &outcome.kind {
         crate::login::SessionKind::Normal(t) => {
             Some(format!("{}|{}", outcome.nexus.id(), t.config.name.to_ascii_lowercase()))

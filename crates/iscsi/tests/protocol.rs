@@ -238,3 +238,36 @@ fn a_long_sendtargets_answer_comes_in_continued_pdus() {
     assert!(pdus > 1);
     server.shutdown();
 }
+
+#[test]
+fn an_initiator_that_stops_reading_does_not_hold_the_workers() {
+    let f = common::start(1, 16 * MIB, |_, s| {
+        s.workers = 2;
+        s.send_timeout = Duration::from_secs(1);
+    });
+    // The stalled initiator: 32 READs of 4 MiB, none of the data read.
+    let mut stalled = logged_in(f.port);
+    for i in 0..32u32 {
+        let mut read10 = Pdu::new(pdu::OP_SCSI_CMD);
+        read10.bhs[1] = 0x80 | 0x40;
+        read10.set32(16, 100 + i);
+        read10.set32(20, 4 << 20);
+        read10.set32(24, 1 + i);
+        read10.bhs[32] = 0x28;
+        read10.bhs[39..41].copy_from_slice(&8192u16.to_be_bytes());
+        read10.write(&mut stalled, false, false).expect("send");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Another session is served within a few seconds all the same.
+    let mut other = TcpStream::connect(("127.0.0.1", f.port)).expect("connect");
+    other.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut login = login_pdu(&[("InitiatorName", "iqn.2026-01.org.strata:other"), ("TargetName", IQN)]);
+    login.bhs[13] = 10;
+    login.write(&mut other, false, false).expect("send");
+    assert_eq!(read(&mut other).bhs[36], 0, "login");
+    let started = std::time::Instant::now();
+    tur(1, 1).write(&mut other, false, false).expect("send");
+    assert_eq!(response(&mut other, 1).bhs[3], 0);
+    assert!(started.elapsed() < Duration::from_secs(8), "the other session waited {:?}", started.elapsed());
+    f.server.expect("server").shutdown();
+}
