@@ -90,6 +90,7 @@ pub struct LoginState {
     params: Params,
     declared_mrdsl: bool,
     text: Vec<u8>,
+    refusal: Option<&'static str>,
 }
 
 impl Default for LoginState {
@@ -108,6 +109,7 @@ impl Default for LoginState {
             params: Params::default(),
             declared_mrdsl: false,
             text: Vec::new(),
+            refusal: None,
         }
     }
 }
@@ -130,9 +132,14 @@ impl LoginState {
         p
     }
 
-    fn fail(&mut self, req: &Pdu, status: u16, why: &str) -> Step {
-        tracing::warn!(initiator = ?self.initiator, status = format!("{status:#06x}"), "iSCSI login refused: {why}");
+    fn fail(&mut self, req: &Pdu, status: u16, why: &'static str) -> Step {
+        self.refusal = Some(why);
         Step::Fail(self.response(req, false, 0, status, &[]))
+    }
+
+    /// Why the login was refused (after [`Step::Fail`]), and by whom, for the log.
+    pub fn refusal(&self) -> Option<(&'static str, Option<&str>)> {
+        self.refusal.map(|why| (why, self.initiator.as_deref()))
     }
 
     /// Handle one PDU of the login phase.

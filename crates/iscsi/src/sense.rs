@@ -75,6 +75,7 @@ pub const WRITE_ERROR: Sense = Sense::new(MEDIUM_ERROR, 0x0c, 0x00);
 pub const MISCOMPARE_DURING_VERIFY: Sense = Sense::new(MISCOMPARE, 0x1d, 0x00);
 pub const DATA_PHASE_ERROR: Sense = Sense::new(ABORTED_COMMAND, 0x4b, 0x00);
 pub const RESET_OCCURRED: Sense = Sense::new(UNIT_ATTENTION, 0x29, 0x00);
+pub const CAPACITY_CHANGED: Sense = Sense::new(UNIT_ATTENTION, 0x2a, 0x09);
 pub const INTERNAL_TARGET_FAILURE: Sense = Sense::new(ABORTED_COMMAND, 0x44, 0x00);
 
 /// The sense for a LUN error; `write` picks WRITE ERROR over UNRECOVERED READ ERROR.

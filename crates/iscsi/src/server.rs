@@ -8,16 +8,17 @@
 //! no target allows is closed at accept.
 //!
 //! Bounds: at most [`MAX_CONNECTIONS`] connections; per session `window` commands (see
-//! session.rs); a login phase that stalls for [`LOGIN_TIMEOUT`] is dropped.
+//! session.rs); a login phase that stalls for [`LOGIN_TIMEOUT`] is dropped, and so is a
+//! session that leaves a response unread for `send_timeout`.
 
 use crate::login::{LoginEnv, LoginState, Step};
 use crate::pdu::{Pdu, PduError};
 use crate::session::{Conn, Job, Reader};
 use crate::targets::{Chap, TargetTable};
 use crate::text::LOGIN_MAX_RECV;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -26,9 +27,14 @@ use std::time::Duration;
 
 pub const MAX_CONNECTIONS: usize = 256;
 pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`ServerConfig::send_timeout`]: far beyond any live initiator's pause,
+/// short enough that a stalled one does not keep a worker from other sessions for long.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How the server runs; [`ServerConfig::new`] gives the defaults below.
 #[derive(Clone)]
 pub struct ServerConfig {
+    /// The listener (3260 is iSCSI's port).
     pub bind: SocketAddr,
     /// Worker threads. Commands block on the engine (device reads, intent-log flushes), so
     /// more workers than cores: 8 keeps a queue depth of 8 busy on two cores.
@@ -40,11 +46,21 @@ pub struct ServerConfig {
     pub discovery_chap: Option<Chap>,
     /// Allow targets without CHAP on a non-loopback address.
     pub insecure_allow_no_auth: bool,
+    /// Longest a response may wait for the initiator to take it before the connection
+    /// is dropped (workers send responses themselves).
+    pub send_timeout: Duration,
 }
 
 impl ServerConfig {
     pub fn new(bind: SocketAddr) -> ServerConfig {
-        ServerConfig { bind, workers: 8, window: 32, discovery_chap: None, insecure_allow_no_auth: false }
+        ServerConfig {
+            bind,
+            workers: 8,
+            window: 32,
+            discovery_chap: None,
+            insecure_allow_no_auth: false,
+            send_timeout: SEND_TIMEOUT,
+        }
     }
 }
 
@@ -61,13 +77,29 @@ pub struct Shared {
     next_tsih: AtomicU16,
     /// Whether the server listens beyond loopback (auth then required).
     exposed: bool,
+    /// (client, reason) pairs already logged as refused logins.
+    refusals: Mutex<HashSet<(IpAddr, &'static str)>>,
 }
 
 impl Shared {
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
+
+    /// Log a refused login: a warning the first time for a client and reason, then at
+    /// debug level, so a client retrying in a loop does not flood the log (at most
+    /// [`REFUSALS_LOGGED`] pairs are remembered).
+    fn log_refusal(&self, client: IpAddr, why: &'static str, initiator: Option<&str>) {
+        let mut seen = self.refusals.lock().expect("refusal log");
+        if seen.len() < REFUSALS_LOGGED && seen.insert((client, why)) {
+            tracing::warn!(%client, ?initiator, "iSCSI login refused: {why}");
+        } else {
+            tracing::debug!(%client, ?initiator, "iSCSI login refused: {why}");
+        }
+    }
 }
+
+const REFUSALS_LOGGED: usize = 4096;
 
 /// A running iSCSI target server.
 pub struct IscsiServer {
@@ -78,6 +110,9 @@ pub struct IscsiServer {
 }
 
 impl IscsiServer {
+    /// Bind `config.bind` and serve `targets` (which may change while the server runs).
+    /// Errors: the bind's, or `PermissionDenied` for a non-loopback address while a target
+    /// or discovery lacks CHAP and `insecure_allow_no_auth` is not set.
     pub fn start(config: ServerConfig, targets: Arc<TargetTable>) -> io::Result<IscsiServer> {
         assert!(config.workers > 0 && config.window > 0, "at least one worker and a window of one");
         let exposed = !config.bind.ip().is_loopback();
@@ -106,6 +141,7 @@ impl IscsiServer {
             next_conn: AtomicU64::new(1),
             next_tsih: AtomicU16::new(1),
             exposed,
+            refusals: Mutex::new(HashSet::new()),
         });
         let (tx, rx) = sync_channel::<Job>(config.workers * 4);
         let rx = Arc::new(Mutex::new(rx));
@@ -121,6 +157,7 @@ impl IscsiServer {
         Ok(IscsiServer { shared, local_addr, acceptor: Some(acceptor), workers })
     }
 
+    /// The address the listener is bound to (the port, when `bind` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
@@ -189,7 +226,7 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
         };
         let Ok(peer) = s.peer_addr() else { continue };
         if !shared.targets.all().iter().any(|t| t.client_allowed(peer.ip())) && !peer.ip().is_loopback() {
-            tracing::warn!(client = %peer, "iSCSI connection refused: no target allows this client");
+            shared.log_refusal(peer.ip(), "no target allows this client", None);
             continue;
         }
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -217,8 +254,37 @@ fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
     }
 }
 
+/// TCP keepalive: a session idles between commands for as long as it likes, so a dead
+/// initiator (power loss, no FIN) is found by the kernel's probes — after 60 s idle,
+/// 6 probes 10 s apart — and its connection, threads and reservations are released.
+fn keepalive(s: &TcpStream) {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(s);
+    for (level, name, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 6),
+    ] {
+        let v: libc::c_int = value;
+        // SAFETY: a valid socket descriptor and a c_int option value of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!("iSCSI keepalive option {name}: {}", io::Error::last_os_error());
+        }
+    }
+}
+
 fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, shared: Arc<Shared>) {
     let _ = s.set_nodelay(true);
+    keepalive(&s);
     let _ = s.set_read_timeout(Some(LOGIN_TIMEOUT));
     let discovery_chap = shared.config.discovery_chap.clone();
     let tsih = loop {
@@ -251,6 +317,8 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
                 }
             }
             Step::Fail(r) => {
+                let (why, initiator) = login.refusal().unwrap_or(("refused", None));
+                shared.log_refusal(peer.ip(), why, initiator);
                 let _ = r.write(&mut s, false, false);
                 let _ = s.flush();
                 return forget(&shared, id);
@@ -258,7 +326,7 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
             Step::Done(r, outcome) => {
                 if let crate::login::SessionKind::Normal(t) = &outcome.kind {
                     if shared.exposed && !shared.config.insecure_allow_no_auth && t.config.chap.is_none() {
-                        tracing::warn!(target = %t.config.name, "iSCSI login refused: target without CHAP on a non-loopback server");
+                        shared.log_refusal(peer.ip(), "target without CHAP on a non-loopback server", None);
                         return forget(&shared, id);
                     }
                 }
@@ -270,6 +338,9 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
         }
     };
     let _ = s.set_read_timeout(None);
+    // A worker sends responses itself: an initiator that stops reading must not hold it
+    // (and with it every session's commands) for longer than this.
+    let _ = s.set_write_timeout(Some(shared.config.send_timeout));
     let key = match &outcome.kind {
         crate::login::SessionKind::Normal(t) => {
             Some(format!("{}|{}", outcome.nexus.id(), t.config.name.to_ascii_lowercase()))

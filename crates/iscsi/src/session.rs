@@ -12,6 +12,12 @@
 //! `scsi::MAX_TRANSFER_BYTES` of Data-Out; a PDU's data segment is at most our declared
 //! MaxRecvDataSegmentLength. A protocol violation that leaves the stream in doubt ends the
 //! connection; a malformed but delimited PDU is answered with a Reject.
+//!
+//! Locks of a connection, each taken alone (none is held while taking another, so there
+//! is no order to keep): `writer` (the socket's sending side and StatSN: one PDU train at
+//! a time), `in_flight` (commands in the pool and Data-Out bytes held, with the `done`
+//! condvar the reader waits on), `resets_seen`. The SCSI layer's per-LUN locks
+//! (targets.rs) are taken only inside `scsi::execute`, with none of these held.
 
 use crate::login::SessionKind;
 use crate::pdu::{self, Pdu, PduError, ScsiCommand, RESERVED_TAG};
@@ -49,9 +55,9 @@ pub struct Conn {
     pub nexus: Nexus,
     in_flight: Mutex<Flight>,
     done: Condvar,
-    /// Per LUN of the target, the reset count this session has been told about (a unit
-    /// attention reports each newer reset once).
-    resets_seen: Mutex<Vec<u64>>,
+    /// Per LUN of the target, (reset count, size in bytes) this session has been told
+    /// about: a unit attention reports each newer reset, and a changed size, once.
+    resets_seen: Mutex<Vec<(u64, u64)>>,
 }
 
 /// What a session holds in the worker pool and in write buffers.
@@ -88,7 +94,7 @@ impl Conn {
         };
         let resets_seen = target
             .as_ref()
-            .map(|t| t.luns.iter().map(|l| l.resets.load(Ordering::SeqCst)).collect())
+            .map(|t| t.luns.iter().map(|l| (l.resets.load(Ordering::SeqCst), l.lun.size())).collect())
             .unwrap_or_default();
         Conn {
             resets_seen: Mutex::new(resets_seen),
@@ -159,40 +165,46 @@ impl Conn {
         self.done.notify_all();
     }
 
-    /// Whether a reset of the addressed LUN is still to be reported to this session; it
-    /// is reported once, to any command but INQUIRY, REPORT LUNS and REQUEST SENSE.
-    fn unit_attention(&self, t: &Target, lun: Option<u16>, opcode: u8) -> bool {
-        let Some(n) = lun else { return false };
-        let Some(slot) = t.lun(n) else { return false };
+    /// A unit attention still to be reported to this session for the addressed LUN: a
+    /// reset (29/00) or a new size (CAPACITY DATA HAS CHANGED, 2A/09: initiators then
+    /// re-read the capacity of a grown LUN). Each is reported once, to any command but
+    /// INQUIRY, REPORT LUNS and REQUEST SENSE.
+    fn unit_attention(&self, t: &Target, lun: Option<u16>, opcode: u8) -> Option<sense::Sense> {
+        let slot = t.lun(lun?)?;
         if matches!(opcode, 0x12 | 0xa0 | 0x03) {
-            return false;
+            return None;
         }
-        let now = slot.resets.load(Ordering::SeqCst);
+        let (resets, size) = (slot.resets.load(Ordering::SeqCst), slot.lun.size());
         let mut seen = self.resets_seen.lock().expect("resets seen");
-        match seen.get_mut(n as usize) {
-            Some(s) if *s < now => {
-                *s = now;
-                true
-            }
-            _ => false,
+        let s = seen.get_mut(lun? as usize)?;
+        if s.0 < resets {
+            // A reset's attention also covers a size change seen with it.
+            *s = (resets, size);
+            return Some(sense::RESET_OCCURRED);
         }
+        if s.1 != size {
+            s.1 = size;
+            return Some(sense::CAPACITY_CHANGED);
+        }
+        None
     }
 
     /// Run one command and send its result (a worker's job).
     pub fn run(&self, cmd: &ScsiCommand, data_out: &[u8]) {
         let lun = pdu::lun_number(cmd.lun);
+        let opcode = cmd.cdb.first().copied().unwrap_or(0);
         let outcome = match &self.target {
-            Some(t) if self.unit_attention(t, lun, cmd.cdb.first().copied().unwrap_or(0)) => {
-                Outcome::check(sense::RESET_OCCURRED)
-            }
-            Some(t) => scsi::execute(&scsi::Request {
-                cdb: &cmd.cdb,
-                data_out,
-                edtl: if cmd.read { cmd.edtl } else { 0 }.max(if cmd.write { cmd.edtl } else { 0 }),
-                target: t,
-                lun: pdu::lun_number(cmd.lun),
-                nexus: &self.nexus,
-            }),
+            Some(t) => match self.unit_attention(t, lun, opcode) {
+                Some(ua) => Outcome::check(ua),
+                None => scsi::execute(&scsi::Request {
+                    cdb: &cmd.cdb,
+                    data_out,
+                    edtl: if cmd.read { cmd.edtl } else { 0 }.max(if cmd.write { cmd.edtl } else { 0 }),
+                    target: t,
+                    lun,
+                    nexus: &self.nexus,
+                }),
+            },
             None => Outcome::check(sense::INVALID_OPCODE),
         };
         self.respond(cmd, outcome);
@@ -295,6 +307,9 @@ pub struct Reader<'a> {
     pub jobs: SyncSender<Job>,
     gathering: HashMap<u32, Gathering>,
     next_ttt: u32,
+    /// A text response longer than the initiator takes in one PDU: (ITT, TTT, the rest),
+    /// sent on as the initiator asks for it with empty Text requests (§6.2.1).
+    text_rest: Option<(u32, u32, Vec<u8>)>,
 }
 
 enum Flow {
@@ -304,7 +319,7 @@ enum Flow {
 
 impl<'a> Reader<'a> {
     pub fn new(conn: Arc<Conn>, shared: &'a Shared, jobs: SyncSender<Job>) -> Reader<'a> {
-        Reader { conn, shared, jobs, gathering: HashMap::new(), next_ttt: 1 }
+        Reader { conn, shared, jobs, gathering: HashMap::new(), next_ttt: 1, text_rest: None }
     }
 
     /// Read and handle PDUs until the connection ends.
@@ -333,6 +348,13 @@ impl<'a> Reader<'a> {
             }
         }
         self.wait_idle();
+        // The I_T nexus is gone: so is its SPC-2 reservation.
+        if let Some(t) = &self.conn.target {
+            let me = self.conn.nexus.id();
+            for slot in &t.luns {
+                scsi::pr::release_spc2(slot, Some(&me));
+            }
+        }
     }
 
     fn wait_idle(&self) {
@@ -437,14 +459,17 @@ impl<'a> Reader<'a> {
                             1
                         }
                     }
-                    2 | 4 | 5 | 6 => {
+                    2 | 4 | 5 | 6 | 7 => {
                         if let Some(t) = &self.conn.target {
-                            // LUN RESET and TARGET WARM RESET: a unit attention for every
-                            // session of the LUN(s), this one included (SAM-5 §6.3).
+                            // LUN RESET and TARGET WARM/COLD RESET: a unit attention for
+                            // every session of the LUN(s), this one included (SAM-5 §6.3),
+                            // and SPC-2 reservations are released. A cold reset is served
+                            // as a warm one (sessions are kept).
                             let lun = pdu::lun_number(p.lun());
                             for (i, slot) in t.luns.iter().enumerate() {
-                                if function == 6 || (function == 5 && lun == Some(i as u16)) {
+                                if function >= 6 || (function == 5 && lun == Some(i as u16)) {
                                     slot.resets.fetch_add(1, Ordering::SeqCst);
+                                    scsi::pr::release_spc2(slot, None);
                                 }
                             }
                         }
@@ -453,7 +478,7 @@ impl<'a> Reader<'a> {
                         self.wait_idle();
                         0
                     }
-                    3 | 7 | 8 => 5, // CLEAR ACA, TARGET COLD RESET, TASK REASSIGN: not supported
+                    3 | 8 => 5, // CLEAR ACA, TASK REASSIGN: not supported
                     _ => 255,
                 };
                 let mut r = Pdu::new(pdu::OP_TMF_RESP);
@@ -552,12 +577,8 @@ impl<'a> Reader<'a> {
         let edtl = g.cmd.edtl as u64;
         let n = (self.conn.params.max_burst as u64).min(edtl - at);
         g.until = at + n;
-        g.ttt = self.next_ttt;
+        g.ttt = self.new_ttt();
         g.datasn = 0;
-        self.next_ttt = self.next_ttt.wrapping_add(1).max(1);
-        if self.next_ttt == RESERVED_TAG {
-            self.next_ttt = 1;
-        }
         let mut r = Pdu::new(pdu::OP_R2T);
         r.bhs[1] = 0x80;
         r.bhs[8..16].copy_from_slice(&g.cmd.lun.to_be_bytes());
@@ -615,6 +636,40 @@ impl<'a> Reader<'a> {
 
     /// Text requests: SendTargets (discovery) and key negotiation we decline.
     fn text(&mut self, p: &Pdu) {
+        let data = match self.text_rest.take() {
+            Some((itt, ttt, rest)) if itt == p.itt() && ttt == p.field32(20) => rest,
+            _ => self.text_answer(p),
+        };
+        let mut r = Pdu::new(pdu::OP_TEXT_RESP);
+        r.bhs[8..16].copy_from_slice(&p.bhs[8..16]);
+        r.set32(16, p.itt());
+        let max = self.conn.params.max_xmit_data_segment as usize;
+        if data.len() > max {
+            // More than one PDU: this part with C set and a TTT to ask for the rest by.
+            let ttt = self.new_ttt();
+            r.bhs[1] = 0x40;
+            r.set32(20, ttt);
+            r.data = data[..max].to_vec();
+            self.text_rest = Some((p.itt(), ttt, data[max..].to_vec()));
+        } else {
+            r.bhs[1] = 0x80;
+            r.set32(20, RESERVED_TAG);
+            r.data = data;
+        }
+        self.conn.send(r, true);
+    }
+
+    fn new_ttt(&mut self) -> u32 {
+        let t = self.next_ttt;
+        self.next_ttt = match self.next_ttt.wrapping_add(1) {
+            0 | RESERVED_TAG => 1,
+            n => n,
+        };
+        t
+    }
+
+    /// The answer to a Text request's keys: SendTargets, and NotUnderstood for the rest.
+    fn text_answer(&self, p: &Pdu) -> Vec<u8> {
         let mut out: Vec<(String, String)> = Vec::new();
         let pairs = text::parse(&p.data).unwrap_or_default();
         for (k, v) in &pairs {
@@ -640,20 +695,6 @@ impl<'a> Reader<'a> {
                 out.push((k.clone(), "NotUnderstood".into()));
             }
         }
-        let mut r = Pdu::new(pdu::OP_TEXT_RESP);
-        r.bhs[1] = 0x80;
-        r.bhs[8..16].copy_from_slice(&p.bhs[8..16]);
-        r.set32(16, p.itt());
-        r.set32(20, RESERVED_TAG);
-        let mut data = text::encode(&out);
-        // No continuation: a listing longer than the initiator takes is cut at a pair.
-        let max = self.conn.params.max_xmit_data_segment as usize;
-        if data.len() > max {
-            let cut = data[..max].iter().rposition(|&b| b == 0).map(|i| i + 1).unwrap_or(0);
-            tracing::warn!("iSCSI SendTargets answer cut to {cut} bytes");
-            data.truncate(cut);
-        }
-        r.data = data;
-        self.conn.send(r, true);
+        text::encode(&out)
     }
 }

@@ -153,6 +153,7 @@ impl TargetTable {
         TargetTable::default()
     }
 
+    /// Offer a new target; its LUNs are numbered from 0 in the order given.
     pub fn add(&self, config: TargetConfig) -> Result<(), TargetError> {
         let n = &config.name.to_ascii_lowercase();
         let ok_prefix = ["iqn.", "eui.", "naa."].iter().any(|p| n.starts_with(p));
@@ -199,6 +200,7 @@ impl TargetTable {
         self.targets.read().expect("target table").get(&name.to_ascii_lowercase()).cloned()
     }
 
+    /// Every target, in name order.
     pub fn all(&self) -> Vec<Arc<Target>> {
         self.targets.read().expect("target table").values().cloned().collect()
     }

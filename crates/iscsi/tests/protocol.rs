@@ -41,6 +41,20 @@ fn logged_in(port: u16) -> TcpStream {
     s
 }
 
+fn response(s: &mut TcpStream, itt: u32) -> Pdu {
+    let r = read(s);
+    assert_eq!((r.opcode(), r.itt()), (pdu::OP_SCSI_RESP, itt));
+    r
+}
+
+/// The (status, sense key, ASC, ASCQ) of a SCSI Response.
+fn status(r: &Pdu) -> (u8, u8, u8, u8) {
+    match r.data.get(2..20) {
+        Some(sense) => (r.bhs[3], sense[2] & 0x0f, sense[12], sense[13]),
+        None => (r.bhs[3], 0, 0, 0),
+    }
+}
+
 fn tur(cmdsn: u32, itt: u32) -> Pdu {
     let mut p = Pdu::new(pdu::OP_SCSI_CMD);
     p.bhs[1] = 0x80;
@@ -96,5 +110,164 @@ fn reject_nop_and_window() {
     let r = read(&mut s);
     assert_eq!((r.opcode(), r.itt(), r.bhs[3]), (pdu::OP_SCSI_RESP, 9, 0), "only the in-window TUR is answered");
     assert_eq!(r.field32(28), 2, "ExpCmdSN advanced past the TUR");
+    f.server.expect("server").shutdown();
+}
+
+#[test]
+fn shutdown_closes_sessions_and_joins() {
+    let mut f = common::start(1, 4 * MIB, |_, _| {});
+    let mut s = logged_in(f.port);
+    // A session mid-way through a login, too.
+    let mut half = TcpStream::connect(("127.0.0.1", f.port)).expect("connect");
+    half.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let server = f.server.take().expect("server");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        server.shutdown();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("shutdown() returned within 10 s");
+    let mut buf = [0u8; 8];
+    assert!(matches!(s.read(&mut buf), Ok(0)), "the full-feature session was closed");
+    assert!(matches!(half.read(&mut buf), Ok(0)), "the half-logged-in connection was closed");
+    assert!(TcpStream::connect(("127.0.0.1", f.port)).is_err(), "the listener was closed");
+}
+
+#[test]
+fn unit_attentions_for_a_grown_lun_and_a_lun_reset() {
+    let (_pool, lun) = common::volume_lun_concrete(4 * MIB, 512, 5, false);
+    let targets = std::sync::Arc::new(strata_iscsi::TargetTable::new());
+    targets.add(strata_iscsi::TargetConfig::new(IQN, vec![lun.clone()])).expect("target");
+    let server = strata_iscsi::IscsiServer::start(
+        strata_iscsi::ServerConfig::new("127.0.0.1:0".parse().expect("addr")),
+        targets,
+    )
+    .expect("server");
+    let mut s = logged_in(server.local_addr().port());
+    tur(1, 1).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 1)), (0, 0, 0, 0), "no attention pending at first");
+    lun.grow(8 * MIB).expect("grow the LUN");
+    tur(2, 2).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 2)), (2, 6, 0x2a, 0x09), "CAPACITY DATA HAS CHANGED");
+    tur(3, 3).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 3)), (0, 0, 0, 0), "reported once");
+    // LUN RESET (immediate TMF), then the attention, once.
+    let mut tmf = Pdu::new(pdu::OP_TMF_REQ);
+    tmf.bhs[0] |= 0x40;
+    tmf.bhs[1] = 0x80 | 5;
+    tmf.set32(16, 4);
+    tmf.set32(20, pdu::RESERVED_TAG);
+    tmf.set32(24, 4);
+    tmf.write(&mut s, false, false).expect("send");
+    let r = read(&mut s);
+    assert_eq!((r.opcode(), r.bhs[2]), (pdu::OP_TMF_RESP, 0), "function complete");
+    tur(4, 5).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 5)), (2, 6, 0x29, 0x00), "reset reported");
+    tur(5, 6).write(&mut s, false, false).expect("send");
+    assert_eq!(status(&response(&mut s, 6)), (0, 0, 0, 0), "reported once");
+    server.shutdown();
+}
+
+#[test]
+fn a_new_login_with_the_same_isid_reinstates_the_session() {
+    let f = common::start(1, 4 * MIB, |_, _| {});
+    let mut old = logged_in(f.port);
+    let mut new = logged_in(f.port);
+    let mut buf = [0u8; 8];
+    assert!(matches!(old.read(&mut buf), Ok(0)), "the old connection of the same initiator and ISID was closed");
+    tur(1, 1).write(&mut new, false, false).expect("send");
+    assert_eq!(response(&mut new, 1).bhs[3], 0, "the new session works");
+    f.server.expect("server").shutdown();
+}
+
+#[test]
+fn a_long_sendtargets_answer_comes_in_continued_pdus() {
+    let targets = std::sync::Arc::new(strata_iscsi::TargetTable::new());
+    for i in 0..40 {
+        targets
+            .add(strata_iscsi::TargetConfig::new(format!("iqn.2026-01.org.strata:many-{i:02}"), vec![]))
+            .expect("target");
+    }
+    let server = strata_iscsi::IscsiServer::start(
+        strata_iscsi::ServerConfig::new("127.0.0.1:0".parse().expect("addr")),
+        targets,
+    )
+    .expect("server");
+    let mut s = TcpStream::connect(server.local_addr()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    // A discovery session whose initiator takes 512 bytes per PDU.
+    login_pdu(&[
+        ("InitiatorName", "iqn.2026-01.org.strata:raw"),
+        ("SessionType", "Discovery"),
+        ("MaxRecvDataSegmentLength", "512"),
+    ])
+    .write(&mut s, false, false)
+    .expect("send");
+    assert_eq!(read(&mut s).bhs[36], 0, "discovery login");
+    let mut req = Pdu::new(pdu::OP_TEXT_REQ);
+    req.bhs[0] |= 0x40;
+    req.bhs[1] = 0x80;
+    req.set32(16, 3);
+    req.set32(20, pdu::RESERVED_TAG);
+    req.set32(24, 1);
+    req.data = b"SendTargets=All\0".to_vec();
+    req.write(&mut s, false, false).expect("send");
+    let mut all = Vec::new();
+    let mut pdus = 0;
+    loop {
+        let r = read(&mut s);
+        assert_eq!((r.opcode(), r.itt()), (pdu::OP_TEXT_RESP, 3));
+        assert!(r.data.len() <= 512, "a PDU larger than the initiator takes");
+        all.extend_from_slice(&r.data);
+        pdus += 1;
+        if r.final_bit() {
+            break;
+        }
+        assert!(r.flags() & 0x40 != 0 && r.field32(20) != pdu::RESERVED_TAG, "C set and a TTT to continue by");
+        let mut more = Pdu::new(pdu::OP_TEXT_REQ);
+        more.bhs[0] |= 0x40;
+        more.bhs[1] = 0x80;
+        more.set32(16, 3);
+        more.set32(20, r.field32(20));
+        more.set32(24, 1);
+        more.write(&mut s, false, false).expect("send");
+    }
+    let pairs = text::parse(&all).expect("the gathered answer parses");
+    let names = pairs.iter().filter(|(k, _)| k == "TargetName").count();
+    assert_eq!(names, 40, "every target listed, in {pdus} PDUs");
+    assert!(pdus > 1);
+    server.shutdown();
+}
+
+#[test]
+fn an_initiator_that_stops_reading_does_not_hold_the_workers() {
+    let f = common::start(1, 16 * MIB, |_, s| {
+        s.workers = 2;
+        s.send_timeout = Duration::from_secs(1);
+    });
+    // The stalled initiator: 32 READs of 4 MiB, none of the data read.
+    let mut stalled = logged_in(f.port);
+    for i in 0..32u32 {
+        let mut read10 = Pdu::new(pdu::OP_SCSI_CMD);
+        read10.bhs[1] = 0x80 | 0x40;
+        read10.set32(16, 100 + i);
+        read10.set32(20, 4 << 20);
+        read10.set32(24, 1 + i);
+        read10.bhs[32] = 0x28;
+        read10.bhs[39..41].copy_from_slice(&8192u16.to_be_bytes());
+        read10.write(&mut stalled, false, false).expect("send");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Another session is served within a few seconds all the same.
+    let mut other = TcpStream::connect(("127.0.0.1", f.port)).expect("connect");
+    other.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut login = login_pdu(&[("InitiatorName", "iqn.2026-01.org.strata:other"), ("TargetName", IQN)]);
+    login.bhs[13] = 10;
+    login.write(&mut other, false, false).expect("send");
+    assert_eq!(read(&mut other).bhs[36], 0, "login");
+    let started = std::time::Instant::now();
+    tur(1, 1).write(&mut other, false, false).expect("send");
+    assert_eq!(response(&mut other, 1).bhs[3], 0);
+    assert!(started.elapsed() < Duration::from_secs(8), "the other session waited {:?}", started.elapsed());
     f.server.expect("server").shutdown();
 }

@@ -13,17 +13,22 @@ use std::process::Command;
 use std::sync::OnceLock;
 use strata_iscsi::{Chap, Cidr, IscsiServer, ServerConfig, TargetConfig, TargetTable};
 
-/// Build tests/roundtrip.c once per test run.
+/// Build tests/roundtrip.c once per test process. Under nextest every test is its own
+/// process: each builds under its own name and renames into place (atomic), so none runs
+/// a half-written binary.
 fn roundtrip_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("iscsi-roundtrip");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let out = dir.join("iscsi-roundtrip");
+        let tmp = dir.join(format!("iscsi-roundtrip.{}", std::process::id()));
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/roundtrip.c");
-        let o = match Command::new("cc").args(["-O1", "-o"]).arg(&out).arg(src).arg("-liscsi").output() {
+        let o = match Command::new("cc").args(["-O1", "-o"]).arg(&tmp).arg(src).arg("-liscsi").output() {
             Ok(o) => o,
             Err(e) => panic!("cannot run cc ({e}): install the Debian package build-essential"),
         };
         assert!(o.status.success(), "building {src} failed (install the Debian package libiscsi-dev): {}", text(&o));
+        std::fs::rename(&tmp, &out).expect("move the client into place");
         out
     })
     .clone()

@@ -167,6 +167,7 @@ fn dispatch(op: u8, req: &Request, slot: &LunSlot) -> Cmd {
         0x1e => Ok(Outcome::good()),
         0x5e => pr::pr_in(req, slot),
         0x5f => pr::pr_out(req, slot),
+        0x16 | 0x17 | 0x56 | 0x57 => pr::reserve_release(req, slot),
         _ => Err(sense::INVALID_OPCODE),
     }
 }

@@ -3,6 +3,8 @@
 //!
 //! Kept in memory per LUN (`LunSlot::pr`): a daemon restart forgets them, and APTPL
 //! (persist through power loss) is refused as unsupported, so no initiator relies on it.
+//! The SPC-2 RESERVE/RELEASE (6 and 10) reservation lives beside them: one holder,
+//! released by RELEASE, by the holder's logout or lost connection, and by resets.
 
 use super::{Cdb, Cmd, Outcome, Request};
 use crate::sense;
@@ -22,6 +24,8 @@ pub struct PrState {
     pub registrations: Vec<(String, u64)>,
     /// (holder nexus id, type); for the all-registrants types every registrant holds it.
     pub reservation: Option<(String, u8)>,
+    /// The SPC-2 (RESERVE 6/10) holder.
+    pub spc2: Option<String>,
 }
 
 impl PrState {
@@ -59,6 +63,16 @@ impl PrState {
 /// RESERVATION CONFLICT for a command the nexus may not run under the LUN's reservation.
 pub fn check_access(req: &Request, slot: &LunSlot) -> Option<Outcome> {
     let op = req.cdb[0];
+    {
+        // SPC-2: everything but INQUIRY, REQUEST SENSE, REPORT LUNS and RELEASE
+        // conflicts for other nexuses (SPC-2 §5.5.1).
+        let pr = slot.pr.lock().expect("pr state");
+        if let Some(holder) = &pr.spc2 {
+            if *holder != req.nexus.id() && !matches!(op, 0x12 | 0x03 | 0xa0 | 0x17 | 0x57) {
+                return Some(Outcome::conflict());
+            }
+        }
+    }
     let writes = matches!(
         op,
         0x0a | 0x2a | 0xaa | 0x8a | 0x8b | 0x2e | 0xae | 0x8e | 0x41 | 0x93 | 0x42 | 0x89 | 0x35 | 0x91 | 0x15 | 0x55
@@ -262,4 +276,32 @@ pub fn pr_out(req: &Request, slot: &LunSlot) -> Cmd {
         _ => return Err(sense::INVALID_FIELD_IN_CDB),
     }
     Ok(Outcome::good())
+}
+
+/// RESERVE(6)/(10) and RELEASE(6)/(10), SPC-2 style.
+pub fn reserve_release(req: &Request, slot: &LunSlot) -> Cmd {
+    let op = req.cdb[0];
+    let me = req.nexus.id();
+    let mut pr = slot.pr.lock().expect("pr state");
+    if matches!(op, 0x16 | 0x56) {
+        // Third-party and extent reservations are not supported.
+        if req.cdb.get(1).is_some_and(|b| b & 0x13 != 0) {
+            return Err(sense::INVALID_FIELD_IN_CDB);
+        }
+        if pr.reservation.is_some() || pr.spc2.as_ref().is_some_and(|h| *h != me) {
+            return Ok(Outcome::conflict());
+        }
+        pr.spc2 = Some(me);
+    } else if pr.spc2.as_ref() == Some(&me) {
+        pr.spc2 = None;
+    }
+    Ok(Outcome::good())
+}
+
+/// Drop the SPC-2 reservation `nexus` holds (its session ended), or any (`None`: reset).
+pub fn release_spc2(slot: &LunSlot, nexus: Option<&str>) {
+    let mut pr = slot.pr.lock().expect("pr state");
+    if nexus.is_none() || pr.spc2.as_deref() == nexus {
+        pr.spc2 = None;
+    }
 }

@@ -21,7 +21,13 @@ pub struct Fixture {
 }
 
 /// A pool on its own SimDisk with one LUN volume of `size` bytes.
-pub fn volume_lun(size: u64, block: u32, seed: u8) -> (Arc<Pool>, Arc<dyn Lun>) {
+pub fn volume_lun(size: u64, block: u32, seed: u8, read_only: bool) -> (Arc<Pool>, Arc<dyn Lun>) {
+    let (pool, lun) = volume_lun_concrete(size, block, seed, read_only);
+    (pool, lun)
+}
+
+/// As [`volume_lun`], keeping the VolumeLun type (to grow it).
+pub fn volume_lun_concrete(size: u64, block: u32, seed: u8, read_only: bool) -> (Arc<Pool>, Arc<VolumeLun>) {
     let disk = Arc::new(SimDisk::new(size * 2 + 64 * MIB, 512));
     let pool =
         Arc::new(Pool::create(disk, test_create_options(seed as u64), test_pool_options()).expect("create pool"));
@@ -30,7 +36,7 @@ pub fn volume_lun(size: u64, block: u32, seed: u8) -> (Arc<Pool>, Arc<dyn Lun>) 
     let fs =
         VolumeFs::mount(pool.clone(), vol, Arc::new(ManualClock::new(1)), Caller { uid: 0, gid: 0 }).expect("mount");
     VolumeLun::create(&fs, size, block).expect("create LUN");
-    let lun = VolumeLun::open(Arc::new(fs), [seed; 16], false).expect("open LUN");
+    let lun = VolumeLun::open(Arc::new(fs), [seed; 16], read_only).expect("open LUN");
     (pool, Arc::new(lun))
 }
 
@@ -39,7 +45,7 @@ pub fn start(luns: usize, size: u64, edit: impl FnOnce(&mut TargetConfig, &mut S
     let mut pools = Vec::new();
     let mut l = Vec::new();
     for i in 0..luns {
-        let (p, lun) = volume_lun(size, 512, 7 + i as u8);
+        let (p, lun) = volume_lun(size, 512, 7 + i as u8, false);
         pools.push(p);
         l.push(lun);
     }
