@@ -14,7 +14,7 @@
 use crate::login::{LoginEnv, LoginState, Step};
 use crate::pdu::{Pdu, PduError};
 use crate::session::{Conn, Job, Reader};
-use crate::targets::{Chap, TargetTable};
+use crate::targets::{Chap, Target, TargetTable};
 use crate::text::LOGIN_MAX_RECV;
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
@@ -72,6 +72,9 @@ pub struct Shared {
     /// Open connections by id (to close them at shutdown or on reinstatement), and the
     /// session key (nexus + target) each serves.
     conns: Mutex<HashMap<u64, (TcpStream, Option<String>)>>,
+    /// The target each normal session serves: the reaper closes the sessions of removed
+    /// targets, so an idle initiator does not hold its LUNs (and the pool under them).
+    serving: Mutex<HashMap<u64, Arc<Target>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_conn: AtomicU64,
     next_tsih: AtomicU16,
@@ -106,6 +109,7 @@ pub struct IscsiServer {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
     acceptor: Option<JoinHandle<()>>,
+    reaper: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -142,6 +146,7 @@ impl IscsiServer {
             next_tsih: AtomicU16::new(1),
             exposed,
             refusals: Mutex::new(HashSet::new()),
+            serving: Mutex::new(HashMap::new()),
         });
         let (tx, rx) = sync_channel::<Job>(config.workers * 4);
         let rx = Arc::new(Mutex::new(rx));
@@ -154,7 +159,9 @@ impl IscsiServer {
         let acceptor =
             std::thread::Builder::new().name("iscsi-accept".into()).spawn(move || acceptor(listener, tx, s))?;
         tracing::info!(listen = %local_addr, "iSCSI target ready");
-        Ok(IscsiServer { shared, local_addr, acceptor: Some(acceptor), workers })
+        let s = shared.clone();
+        let reaper = std::thread::Builder::new().name("iscsi-reaper".into()).spawn(move || reap(&s))?;
+        Ok(IscsiServer { shared, local_addr, acceptor: Some(acceptor), reaper: Some(reaper), workers })
     }
 
     /// The address the listener is bound to (the port, when `bind` asked for port 0).
@@ -172,6 +179,9 @@ impl IscsiServer {
         let _ = TcpStream::connect(self.local_addr);
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
+        }
+        if let Some(r) = self.reaper.take() {
+            let _ = r.join();
         }
         for (_, (c, _)) in self.shared.conns.lock().expect("connections").drain() {
             let _ = c.shutdown(Shutdown::Both);
@@ -343,6 +353,7 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
     let _ = s.set_write_timeout(Some(shared.config.send_timeout));
     let key = match &outcome.kind {
         crate::login::SessionKind::Normal(t) => {
+            shared.serving.lock().expect("serving").insert(id, t.clone());
             Some(format!("{}|{}", outcome.nexus.id(), t.config.name.to_ascii_lowercase()))
         }
         crate::login::SessionKind::Discovery => None,
@@ -369,7 +380,31 @@ fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, 
 }
 
 fn forget(shared: &Shared, id: u64) {
+    shared.serving.lock().expect("serving").remove(&id);
     if let Some((c, _)) = shared.conns.lock().expect("connections").remove(&id) {
         let _ = c.shutdown(Shutdown::Both);
+    }
+}
+
+/// How often the reaper looks for sessions of removed targets.
+const REAP_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Every 200 ms: close the sessions whose target was removed (an idle initiator would keep
+/// it, and its LUNs, until its next PDU). Ends when the server stops.
+fn reap(shared: &Shared) {
+    while !shared.stopping() {
+        std::thread::sleep(REAP_INTERVAL);
+        let gone: Vec<u64> =
+            shared.serving.lock().expect("serving").iter().filter(|(_, t)| t.removed()).map(|(id, _)| *id).collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let conns = shared.conns.lock().expect("connections");
+        for id in gone {
+            if let Some((c, _)) = conns.get(&id) {
+                tracing::info!(connection = id, "iSCSI session closed: its target was removed");
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@ mod common;
 use common::{IQN, MIB};
 use std::io::Read;
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::Duration;
 use strata_iscsi::pdu::{self, Pdu};
 use strata_iscsi::text;
@@ -131,6 +132,28 @@ fn shutdown_closes_sessions_and_joins() {
     assert!(matches!(s.read(&mut buf), Ok(0)), "the full-feature session was closed");
     assert!(matches!(half.read(&mut buf), Ok(0)), "the half-logged-in connection was closed");
     assert!(TcpStream::connect(("127.0.0.1", f.port)).is_err(), "the listener was closed");
+}
+
+/// An idle session of a removed target is closed within a second and lets go of its LUN
+/// (the daemon needs the pool under it back to export or destroy the pool).
+#[test]
+fn removing_a_target_closes_its_idle_sessions_and_frees_its_luns() {
+    let f = common::start(1, 4 * MIB, |_, _| {});
+    let mut s = logged_in(f.port);
+    let t = f.targets.get(IQN).expect("target");
+    let lun = t.luns[0].lun.clone();
+    drop(t);
+    assert!(f.targets.remove(IQN));
+    s.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+    let mut buf = [0u8; 64];
+    assert!(matches!(s.read(&mut buf), Ok(0)), "an idle session of a removed target stays open");
+    let start = std::time::Instant::now();
+    while Arc::strong_count(&lun) > 1 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The fixture's pool holds the LUN's file system, not the LUN: only this test holds it.
+    assert_eq!(Arc::strong_count(&lun), 1, "the session still holds the LUN");
+    f.server.expect("server").shutdown();
 }
 
 #[test]
