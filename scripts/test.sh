@@ -81,6 +81,9 @@ scripts/e2e/lun-postgres.sh
 echo "== MariaDB on xfs on an NBD LUN (TR-4722 sysbench): the daemon killed under load"
 scripts/e2e/lun-mariadb.sh
 
+echo "== fsx-style random I/O on LUNs over NBD and through nbdfuse, checked against a model across a restart"
+scripts/e2e/lun-fsx.sh
+
 echo "== install script and shipped configuration"
 bash -n scripts/install.sh
 shellcheck -S warning scripts/install.sh scripts/run.sh scripts/test.sh scripts/sim.sh
