@@ -193,10 +193,12 @@ fn read_capacity16(req: &Request, slot: &LunSlot) -> Cmd {
     let mut d = vec![0u8; 32];
     d[..8].copy_from_slice(&blocks.saturating_sub(1).to_be_bytes());
     d[8..12].copy_from_slice(&bs.to_be_bytes());
-    // Physical block: the record size, but at most 4 KiB — Linux takes it as the sector
-    // size file systems align to, and a 1 MiB "sector" confuses mkfs.
-    let per_phys = (slot.lun.preferred_block_size().min(4096) / bs).max(1);
-    d[13] = (per_phys.trailing_zeros() as u8).min(15);
+    // Logical blocks per physical block: one. The record size is announced as the optimal
+    // transfer granularity (VPD 0xB0), which is what initiators align I/O to; a physical
+    // exponent above 0 made libiscsi's GetLBAStatus.UnmapSingle fail (it assumes GET LBA
+    // STATUS descriptors start on physical block boundaries) and gains nothing here: a
+    // write below the record size is a read-modify-write in memory, never on disk.
+    d[13] = 0;
     // LBPME: thin provisioned (UNMAP works); LBPRZ: unmapped blocks read as zeros.
     d[14] = 0x80 | 0x40;
     Ok(Outcome::data(d, c.u32(10) as usize))
