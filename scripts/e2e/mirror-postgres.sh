@@ -13,8 +13,9 @@
 # member 1 FAULTED and member 2 REMOVED; pg_amcheck and `strata check` must be clean; the
 # daemon's log must have no ERROR line. Then the daemon restarts and the pool opens degraded
 # from the one member left, with the database intact.
-#   DURATION (default 100, at least 80: the faults come at 10 s, after two scrubs, and 10 s
-#   apart) seconds of pgbench; SCALE (default 10); CLIENTS (default 4)
+#   DURATION (default 220: the faults come at 10 s, after two scrubs — each ~50 s, running in
+#   the background beside pgbench, paced, on these FUSE-backed devices — and 10 s apart)
+#   seconds of pgbench; SCALE (default 10); CLIENTS (default 4)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 E2E_NAME=mirror-postgres
@@ -24,7 +25,7 @@ source scripts/e2e/strata-env.sh
 export STRATA_E2E_DIR="${STRATA_E2E_DIR%/}-mirror"
 PG_BIN=/usr/lib/postgresql/15/bin
 PG_PORT="${PG_PORT:-55441}"
-DURATION="${DURATION:-100}"
+DURATION="${DURATION:-220}"
 SCALE="${SCALE:-10}"
 CLIENTS="${CLIENTS:-4}"
 [ "$(id -u)" -eq 0 ] || die "run as root"
