@@ -54,7 +54,10 @@ impl Daemon {
                 return Some(LunInfo { size_bytes: l.size(), sector_bytes: l.block_size() });
             }
         }
-        let fs = self.filesystems.get(pool_name, vol, pool.clone()).ok()?;
+        // Read only: mounting the live file system would create one in a volume that has
+        // none yet (and charge the volume for it), just to be asked whether it is a LUN.
+        let id = pool.volume_id(vol).ok()?;
+        let fs = strata_fs::VolumeFs::mount_read_only(pool.clone(), id, Arc::new(crate::SystemClock)).ok()?;
         VolumeLun::probe(&fs).map(|(size_bytes, sector_bytes)| LunInfo { size_bytes, sector_bytes })
     }
 
