@@ -37,8 +37,8 @@ cleanup() {
 }
 trap cleanup EXIT
 if mountpoint -q "$work/ext4" 2>/dev/null; then umount "$work/ext4"; fi
-rm -rf "$work"; mkdir -p "$work" "$LUN_WORK"
-chmod 755 "$work"
+rm -rf "$work"; mkdir -p "$work" "$LUN_WORK" "$work/logs"
+chmod 755 "$work"; chown postgres: "$work/logs"
 export STRATA_SOCKET="$work/strata.sock"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sport="$(free_port)"; kport="$(free_port)"
@@ -64,7 +64,7 @@ round() {
   mkdir -p "$work/db/pgdata" "$work/sock"
   chown postgres: "$work/db/pgdata" "$work/sock"; chmod 700 "$work/db/pgdata"; chmod 755 "$work/db"
   runuser -u postgres -- "$PG_BIN/initdb" -D "$work/db/pgdata" -A trust -U postgres >/dev/null
-  runuser -u postgres -- "$PG_BIN/pg_ctl" start -D "$work/db/pgdata" -w -t 120 -l "$work/pg-$server.log" \
+  runuser -u postgres -- "$PG_BIN/pg_ctl" start -D "$work/db/pgdata" -w -t 120 -l "$work/logs/pg-$server.log" \
     -o "-k $work/sock -c listen_addresses='' -c fsync=on -c synchronous_commit=on -c shared_buffers=128MB" >/dev/null
   "$PG_BIN/pgbench" -h "$work/sock" -U postgres -i -q -s "$scale" postgres >/dev/null 2>&1
   "$PG_BIN/psql" -h "$work/sock" -U postgres -qc checkpoint postgres
@@ -83,7 +83,7 @@ for ((i = 1; i <= rounds; i++)); do
   order=(strata nbdkit); ((i % 2 == 0)) && order=(nbdkit strata)
   for s in "${order[@]}"; do
     t="$(round "$s")" || exit 1
-    [ -n "$t" ] || { echo "round $i of $s gave no TPS (see $work/pg-$s.log)" >&2; exit 1; }
+    [ -n "$t" ] || { echo "round $i of $s gave no TPS (see $work/logs/pg-$s.log)" >&2; exit 1; }
     got[$s]+="$t "
     echo "round $i $s: $t tps" >&2
   done

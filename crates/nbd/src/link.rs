@@ -56,6 +56,20 @@ impl LinkReader {
     pub fn tls(sock: TcpStream, link: Arc<TlsLink>) -> LinkReader {
         LinkReader::Tls(TlsReader { sock, link, plain: Vec::new(), pos: 0, raw: vec![0; RAW_READ_BYTES] })
     }
+
+    /// Nothing more has arrived yet (a plain socket with no bytes waiting): the request
+    /// just read is alone. Unknown for TLS (records are decrypted ahead): false.
+    pub fn idle(&self) -> bool {
+        match self {
+            LinkReader::Plain(s) => {
+                let mut n: libc::c_int = 0;
+                // SAFETY: FIONREAD on an open socket writes one int.
+                let r = unsafe { libc::ioctl(std::os::unix::io::AsRawFd::as_raw_fd(s), libc::FIONREAD, &mut n) };
+                r == 0 && n == 0
+            }
+            LinkReader::Tls(_) => false,
+        }
+    }
 }
 
 impl Read for LinkReader {

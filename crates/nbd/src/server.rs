@@ -5,7 +5,9 @@
 //! reads requests (header, then a WRITE's whole payload) and queues them; a shared pool
 //! of workers that run them on the LUN and write each reply, whole, under the
 //! connection's write lock as soon as it is ready. Replies go out in completion order;
-//! the client matches them by cookie.
+//! the client matches them by cookie. A request that arrives alone (nothing of its
+//! connection running, no more bytes waiting on a plain socket: a client at queue depth
+//! 1) is run by the reader itself, saving the hand-off to a worker and back.
 //!
 //! Bounds: a connection has at most `max_in_flight` requests queued or running and at
 //! most `max_in_flight_bytes` of their payloads and read data (one request is always let
@@ -377,14 +379,15 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Syn
             return Ended::Client;
         }
         let cost = transmission::request_cost(&header);
-        {
+        let first = {
             let mut g = conn.in_flight.lock().expect("in-flight count");
             while g.0 > 0 && (g.0 >= shared.max_in_flight || g.1 + cost > shared.max_in_flight_bytes) {
                 g = conn.done.wait(g).expect("in-flight count");
             }
             g.0 += 1;
             g.1 += cost;
-        }
+            g.0 == 1
+        };
         // The whole payload before anything runs: a client gone mid-WRITE changes nothing.
         let mut payload = vec![0u8; len];
         if let Err(e) = r.read_exact(&mut payload) {
@@ -397,11 +400,34 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Syn
             tracing::info!(client = %conn.peer, export = %conn.n.entry.name, "NBD connection ended: export removed or server stopping");
             return Ended::Client;
         }
-        if tx.send(Job { conn: conn.clone(), header, payload, cost }).is_err() {
+        let job = Job { conn: conn.clone(), header, payload, cost };
+        // A request that arrived alone (nothing of this connection running, nothing more
+        // waiting on the socket: a client at queue depth 1) is run here, saving the hand-off
+        // to a worker and back (the NFS server does the same).
+        if first && r.idle() {
+            run(job);
+            continue;
+        }
+        if tx.send(job).is_err() {
             conn.finish(cost);
             return Ended::Client;
         }
     }
+}
+
+/// Run one request and send its reply. A panic ends this request (answered EIO), not the
+/// thread: DESIGN.md's failure policy.
+fn run(job: Job) {
+    let Job { conn, header, payload, cost } = job;
+    let reply =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transmission::execute(&conn.n, &header, &payload)))
+            .unwrap_or_else(|_| {
+                tracing::error!(client = %conn.peer, kind = header.kind, "NBD request panicked; answered EIO");
+                Reply::error(&conn.n, &header, crate::proto::EIO, "internal error")
+            });
+    drop(payload);
+    conn.send(&reply);
+    conn.finish(cost);
 }
 
 fn worker(rx: Arc<Mutex<Receiver<Job>>>) {
@@ -410,18 +436,6 @@ fn worker(rx: Arc<Mutex<Receiver<Job>>>) {
             Ok(j) => j,
             Err(_) => return,
         };
-        let Job { conn, header, payload, cost } = job;
-        // A panic ends this request (answered EIO), not the worker: DESIGN.md's failure
-        // policy.
-        let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            transmission::execute(&conn.n, &header, &payload)
-        }))
-        .unwrap_or_else(|_| {
-            tracing::error!(client = %conn.peer, kind = header.kind, "NBD request panicked; answered EIO");
-            Reply::error(&conn.n, &header, crate::proto::EIO, "internal error")
-        });
-        drop(payload);
-        conn.send(&reply);
-        conn.finish(cost);
+        run(job);
     }
 }
