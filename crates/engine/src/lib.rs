@@ -6,8 +6,9 @@
 //! (CoW B+tree and per-object block trees) → `txg` (commit protocol, uberblock ring, intent
 //! log) → `catalog` (volumes: records, object sets, dirty state) → `pool` (the public
 //! face: commits, snapshots, clones, restores, destroy, intent-log sync and replay) →
-//! `check` (the offline checker). Each imports only the layers before it and the
-//! foundations (`error`, `clock`, `sync`, `failpoint`); `tests/layers.rs` fails otherwise.
+//! `check` (the offline checker) → `repl` (send/receive streams for mirrors). Each imports
+//! only the layers before it and the foundations (`error`, `clock`, `sync`, `failpoint`);
+//! `tests/layers.rs` fails otherwise.
 //!
 //! The engine has no FUSE, NFS or HTTP dependency and reads neither the wall clock nor OS
 //! randomness: time comes through [`Clock`], identities through [`CreateOptions`].
@@ -26,6 +27,7 @@ pub mod device;
 pub mod format;
 pub mod pipeline;
 pub mod pool;
+pub mod repl;
 pub mod tree;
 pub mod txg;
 

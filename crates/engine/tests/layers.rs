@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 const FOUNDATIONS: &[&str] = &["error", "clock", "sync", "failpoint"];
 
 /// Bottom up. A module of layer i may name layers 0..=i.
-const LAYERS: &[&str] = &["format", "device", "alloc", "pipeline", "tree", "txg", "catalog", "pool", "check"];
+const LAYERS: &[&str] = &["format", "device", "alloc", "pipeline", "tree", "txg", "catalog", "pool", "check", "repl"];
 
 fn rank(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| *l == module)

@@ -33,6 +33,10 @@ pub struct Catalog {
     /// Open read-only views of snapshots (`Pool::open_snapshot_view`), by snapshot id: not
     /// volumes, never dirty, never committed.
     pub views: BTreeMap<VolumeId, VolumeState>,
+    /// Snapshots a transfer is reading (repl/send.rs), by snapshot id: deleting one (or its
+    /// volume) is refused until the transfer lets go. In memory only: a transfer that
+    /// outlives a restart takes its holds again.
+    pub holds: BTreeMap<u64, u32>,
     /// The next volume, snapshot or deadlist id (ids are never reused).
     pub next_id: u64,
     /// The tree or a volume record changed: the next commit writes the catalog.
@@ -49,6 +53,7 @@ impl Catalog {
             by_name: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             views: BTreeMap::new(),
+            holds: BTreeMap::new(),
             next_id,
             dirty: false,
             released: Vec::new(),

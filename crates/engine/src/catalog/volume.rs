@@ -119,6 +119,49 @@ impl VolumeState {
         Ok(obj)
     }
 
+    /// Make object `obj` exist with `record_size`, `attr` and `size`, as a received stream
+    /// describes it (repl/receive.rs): created at that id if absent (the id counter moves
+    /// past it), recreated empty if its record size differs, else its attribute replaced
+    /// and its size set by truncation (records past the new end become holes).
+    pub(crate) fn receive_object(
+        &mut self,
+        io: &BlockIo,
+        alloc: &mut Allocator,
+        obj: ObjectId,
+        record_size: u32,
+        size: u64,
+        attr: &[u8],
+    ) -> Result<()> {
+        validate_record_size(record_size)?;
+        if attr.len() > ATTR_MAX || obj.0 == 0 || size > MAX_OBJECT_BYTES {
+            return Err(Error::invalid(format!(
+                "object {} of {size} bytes with a {}-byte attribute: outside the limits",
+                obj.0,
+                attr.len()
+            )));
+        }
+        if self.exists(io, obj)? && self.dnode(io, obj)?.dnode.record_size != record_size {
+            self.delete_object(io, obj)?;
+        }
+        if !self.exists(io, obj)? {
+            let dnode =
+                DnodePhys { size: 0, record_size, levels: 0, root: BlockPtr::HOLE, data_sectors: 0, attr: Vec::new() };
+            self.objset.objects.insert(obj, ObjState { dnode, dirty: true });
+            self.record.phys.next_object_id = self.record.phys.next_object_id.max(obj.0.saturating_add(1));
+        }
+        self.truncate(io, alloc, obj, size)?;
+        self.set_attr(io, obj, attr)
+    }
+
+    /// Move the object id counter to at least `next` (a received volume's, so that objects
+    /// created after a break never take an id the source used).
+    pub(crate) fn raise_next_object_id(&mut self, next: u64) {
+        if next > self.record.phys.next_object_id {
+            self.record.phys.next_object_id = next;
+            self.dirty.changed = true;
+        }
+    }
+
     pub fn exists(&mut self, io: &BlockIo, obj: ObjectId) -> Result<bool> {
         Ok(self.objset.dnode(io, obj)?.is_some())
     }

@@ -63,14 +63,18 @@ impl<'a> PoolGuard<'a> {
     /// after it had synced, and no commit freezes while a `PoolGuard` holds the lock.
     ///
     /// [`Pool::txn_data`]: crate::Pool::txn_data
-    fn settled(&self) -> Result<()> {
+    pub(super) fn settled(&self) -> Result<()> {
         if self.p.txg.quiescing {
             return Err(Error::CommitInFlight);
         }
         Ok(())
     }
 
-    fn vol_mut(&mut self, vol: VolumeId, write: bool) -> Result<(&mut VolumeState, &BlockIo, &mut Allocator)> {
+    pub(super) fn vol_mut(
+        &mut self,
+        vol: VolumeId,
+        write: bool,
+    ) -> Result<(&mut VolumeState, &BlockIo, &mut Allocator)> {
         if write {
             self.p.writable()?;
         }

@@ -47,6 +47,7 @@ pub mod restore;
 pub mod snapshot;
 pub mod space;
 pub mod status;
+pub mod transfer;
 
 use crate::alloc::Allocator;
 use crate::catalog::volume::{validate_record_size, ObjectId, VolumeState, USER_KEY_MAX};

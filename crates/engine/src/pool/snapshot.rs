@@ -183,6 +183,7 @@ impl PoolInner {
 
     fn delete_snapshot(&mut self, vol: VolumeId, name: &str) -> Result<()> {
         let id = self.catalog.snapshot_id(vol, name)?;
+        self.refuse_held(&[id])?;
         let children = self.catalog.children(id);
         let display = self.catalog.snapshot_display(id);
         let clones: Vec<String> = children
@@ -277,9 +278,21 @@ impl PoolInner {
     }
 
     /// Refuse to delete volume `vol` while clones depend on its snapshots.
+    /// Refuse to delete a snapshot a transfer holds (`Pool::hold_snapshot`).
+    pub(crate) fn refuse_held(&self, ids: &[u64]) -> Result<()> {
+        if let Some(id) = ids.iter().find(|id| self.catalog.holds.get(id).is_some_and(|n| *n > 0)) {
+            return Err(Error::Busy(format!(
+                "snapshot {} is being sent by a mirror transfer; wait for it to finish or pause the mirror",
+                self.catalog.snapshot_display(*id)
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn refuse_delete_with_clones(&self, vol: VolumeId) -> Result<()> {
         let snaps: Vec<u64> =
             self.catalog.snapshots.iter().filter(|(_, s)| s.rec.volume == vol.0).map(|(id, _)| *id).collect();
+        self.refuse_held(&snaps)?;
         let mut clones = Vec::new();
         for sid in &snaps {
             for c in self.catalog.children(*sid) {

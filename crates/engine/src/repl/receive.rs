@@ -1,0 +1,194 @@
+//! The receiving side: frames of a send stream applied to a volume, which becomes equal to
+//! the sent snapshot and gets a snapshot of the same name when the end frame arrives.
+//!
+//! A receive starts from the base snapshot: unless it resumes, the volume is first restored
+//! to it (a full stream: the volume must be empty), so whatever an interrupted transfer left
+//! behind is discarded — the volume between two snapshots is the hidden, half-applied state;
+//! only the snapshot taken at the end is a transferred state.
+//!
+//! Durability and resume: the receiver commits every `CHECKPOINT_BYTES` of data and reports
+//! the last frame index the commit covers; whoever drives the transfer records it and, after
+//! a crash or a cut connection, asks the sender to resume after it. Frames past that point
+//! may have been applied already; applying them again is harmless, because each frame sets
+//! state (an object's shape, a record's bytes, a key's value) rather than changing it, and
+//! each object, record and key appears once per stream, in order.
+
+use super::stream::{SendRecord, StreamHeader};
+use crate::catalog::volume::ObjectId;
+use crate::error::{Error, Result};
+use crate::pool::snapshot::SnapshotInfo;
+use crate::pool::{Pool, VolumeId};
+
+/// Data applied between checkpoint commits. 64 MiB: a few seconds of a fast transfer, and
+/// far below the pool's dirty limit on the machines we run on, so a crash costs little.
+pub const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// A receive in progress (`Pool::receive_begin`).
+pub struct Receiver<'a> {
+    pool: &'a Pool,
+    vol: VolumeId,
+    volume: String,
+    header: StreamHeader,
+    /// Index of the last frame applied.
+    applied: u64,
+    /// Index of the last frame a commit covers.
+    committed: u64,
+    since_checkpoint: u64,
+    /// Record bytes applied by this receiver.
+    pub data_bytes: u64,
+}
+
+impl Pool {
+    /// Begin receiving the stream that `header` opens into `volume`. `resume_after`: the
+    /// frames a previous receive of the same stream applied and committed (0 to start over).
+    pub fn receive_begin(&self, volume: &str, header: &StreamHeader, resume_after: u64) -> Result<Receiver<'_>> {
+        let vol = self.volume_id(volume)?;
+        let snaps = self.snapshots(Some(volume))?;
+        if snaps.iter().any(|s| s.name == header.snapshot.name) {
+            return Err(Error::AlreadyExists(format!(
+                "{volume}@{} exists: this snapshot was received already",
+                header.snapshot.name
+            )));
+        }
+        match &header.base {
+            Some(b) => {
+                if !snaps.iter().any(|s| s.name == b.name) {
+                    return Err(Error::NotFound(format!(
+                        "{volume}@{}, the base of this incremental stream: send a full stream, or from a snapshot \
+                         {volume} holds",
+                        b.name
+                    )));
+                }
+                if resume_after == 0 {
+                    self.restore_volume(volume, &b.name)?;
+                }
+            }
+            None => {
+                if let Some(s) = snaps.first() {
+                    return Err(Error::invalid(format!(
+                        "a full stream cannot be received into {volume}, which has snapshots ({volume}@{}): receive \
+                         into a new volume",
+                        s.name
+                    )));
+                }
+                if resume_after == 0
+                    && (!self.list_objects(vol, None, 1)?.is_empty() || !self.kv_range(vol, &[], None, 1)?.is_empty())
+                {
+                    return Err(Error::invalid(format!(
+                        "{volume} is not empty: a full stream is received into a new, empty volume"
+                    )));
+                }
+            }
+        }
+        Ok(Receiver {
+            pool: self,
+            vol,
+            volume: volume.to_string(),
+            header: header.clone(),
+            applied: resume_after,
+            committed: resume_after,
+            since_checkpoint: 0,
+            data_bytes: 0,
+        })
+    }
+}
+
+impl Receiver<'_> {
+    /// Index of the last frame applied.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Index of the last frame a commit covers: where to resume after a crash.
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    pub fn header(&self) -> &StreamHeader {
+        &self.header
+    }
+
+    /// Apply frame `index`. Returns `Some(index)` when a checkpoint commit made every frame
+    /// up to it durable, and the snapshot once the end frame is applied.
+    pub fn apply(&mut self, index: u64, rec: &SendRecord) -> Result<Applied> {
+        if index != self.applied + 1 {
+            return Err(Error::invalid(format!(
+                "frame {index} where frame {} was expected: resume the sender after frame {}",
+                self.applied + 1,
+                self.committed
+            )));
+        }
+        let (pool, vol) = (self.pool, self.vol);
+        let bad = |what: String| Error::invalid(format!("send stream frame {index}: {what}"));
+        match rec {
+            SendRecord::Begin(_) => return Err(bad("a second begin frame".into())),
+            SendRecord::Object { obj, size, record_size, attr } => {
+                pool.with_space_retry(|t| t.receive_object(vol, ObjectId(*obj), *record_size, *size, attr))?
+            }
+            SendRecord::FreeObject { obj } => pool.with_space_retry(|t| t.receive_free_object(vol, ObjectId(*obj)))?,
+            SendRecord::Data { obj, offset, data } => {
+                let o = ObjectId(*obj);
+                let (size, rs) = {
+                    let mut t = pool.guard_for_data();
+                    let size = t.object_size(vol, o).map_err(|e| bad(format!("data for object {obj}: {e}")))?;
+                    let dn = t.object_record_size(vol, o)?;
+                    (size, dn as u64)
+                };
+                if offset % rs != 0 || data.len() as u64 > rs || *offset >= size {
+                    return Err(bad(format!(
+                        "{} bytes at {offset} of object {obj} ({size} bytes, records of {rs}): not one record",
+                        data.len()
+                    )));
+                }
+                let extent = rs.min(size - offset) as usize;
+                if data.len() > extent {
+                    return Err(bad(format!("a record of {} bytes past the end of object {obj}", data.len())));
+                }
+                let mut record = data.clone();
+                record.resize(extent, 0);
+                pool.with_space_retry(|t| t.receive_write(vol, o, *offset, &record))?;
+                self.data_bytes += data.len() as u64;
+                self.since_checkpoint += extent as u64;
+            }
+            SendRecord::Hole { obj, offset, len } => {
+                pool.with_space_retry(|t| t.receive_punch(vol, ObjectId(*obj), *offset, *len))?
+            }
+            SendRecord::KvPut { key, value } => pool.with_space_retry(|t| t.receive_kv(vol, key, Some(value)))?,
+            SendRecord::KvDelete { key } => pool.with_space_retry(|t| t.receive_kv(vol, key, None))?,
+            SendRecord::End { frames, .. } => {
+                if *frames != index - 1 {
+                    return Err(bad(format!("the end frame counts {frames} frames before it, not {}", index - 1)));
+                }
+                pool.with_space_retry(|t| t.receive_next_object_id(vol, self.header.next_object_id))?;
+                self.applied = index;
+                let snap = pool.create_snapshots(&[&self.volume], &self.header.snapshot.name)?;
+                self.committed = index;
+                return Ok(Applied::Finished(snap.into_iter().next().expect("one volume, one snapshot")));
+            }
+        }
+        self.applied = index;
+        if self.since_checkpoint >= CHECKPOINT_BYTES {
+            self.checkpoint()?;
+            return Ok(Applied::Checkpoint(self.committed));
+        }
+        Ok(Applied::Frame)
+    }
+
+    /// Commit what is applied; returns the frame index that is now durable.
+    pub fn checkpoint(&mut self) -> Result<u64> {
+        self.pool.commit()?;
+        self.committed = self.applied;
+        self.since_checkpoint = 0;
+        Ok(self.committed)
+    }
+}
+
+/// What applying a frame did.
+#[derive(Debug)]
+pub enum Applied {
+    Frame,
+    /// A checkpoint commit: frames up to this index are durable.
+    Checkpoint(u64),
+    /// The end frame: the volume equals the sent snapshot, and has a snapshot of its name.
+    Finished(SnapshotInfo),
+}
