@@ -11,6 +11,7 @@
 mod access;
 mod error;
 mod exports;
+mod mirrors;
 mod pools;
 mod snapshots;
 mod volumes;
@@ -18,6 +19,7 @@ mod volumes;
 pub use access::*;
 pub use error::*;
 pub use exports::*;
+pub use mirrors::*;
 pub use pools::*;
 pub use snapshots::*;
 pub use volumes::*;

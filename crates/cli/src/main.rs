@@ -11,6 +11,7 @@
 mod access;
 mod client;
 mod export;
+mod mirror;
 mod offline;
 mod pool;
 mod serve;
@@ -53,6 +54,9 @@ enum Command {
     /// Exports: volumes over NFS, LUNs over NBD and iSCSI.
     #[command(subcommand)]
     Export(export::ExportCmd),
+    /// Mirrors: replicate volumes (or a group of them, as one unit) to another pool.
+    #[command(subcommand)]
+    Mirror(mirror::MirrorCmd),
     /// Create, list, inspect, destroy, export and import pools.
     #[command(subcommand)]
     Pool(pool::PoolCmd),
@@ -149,6 +153,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         }
         Command::Clone(cmd) => snapshot::run_clone(cmd, &c, &out)?,
         Command::Export(cmd) => export::run(&c, &out, cmd)?,
+        Command::Mirror(cmd) => mirror::run(&c, &out, cmd)?,
         Command::Token(cmd) => access::run_token(&c, &out, cmd)?,
         Command::History { pool, limit } => access::run_history(&c, &out, pool, limit)?,
         Command::Whoami => access::run_whoami(&c, &out)?,

@@ -188,6 +188,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
             .spawn(move || d.policy_loop())
             .map_err(|e| e.to_string())?;
     }
+    {
+        let d = d.clone();
+        std::thread::Builder::new().name("mirrors".into()).spawn(move || d.mirror_loop()).map_err(|e| e.to_string())?;
+    }
     // The API's runtime: two workers (the API is light; handlers run on its blocking pool).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -43,6 +43,17 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("the request's handler failed: {e}")))?
 }
 
+/// `blocking` for services that start background work and so need the daemon's `Arc`.
+pub(crate) async fn blocking_arc<T: Send + 'static>(
+    d: &Arc<Daemon>,
+    f: impl FnOnce(&Arc<Daemon>) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let d = d.clone();
+    tokio::task::spawn_blocking(move || f(&d))
+        .await
+        .map_err(|e| ApiError::internal(format!("the request's handler failed: {e}")))?
+}
+
 /// The router (without the guard and the daemon) and the OpenAPI document of its routes.
 pub(crate) fn routes() -> (Router<Arc<Daemon>>, Value) {
     let (router, api) = OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -51,6 +62,7 @@ pub(crate) fn routes() -> (Router<Arc<Daemon>>, Value) {
         .merge(routes::volumes::routes())
         .merge(routes::snapshots::routes())
         .merge(routes::exports::routes())
+        .merge(routes::mirrors::routes())
         .split_for_parts();
     let mut doc = serde_json::to_value(&api).expect("the OpenAPI document serialises");
     complete_document(&mut doc);

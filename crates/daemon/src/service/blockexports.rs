@@ -338,8 +338,9 @@ impl Daemon {
         };
         let pool = self.pool(pool_name)?;
         pool.volume_id(vol_name)?;
-        if let Some(s) = snap {
-            pool.snapshot(vol_name, s)?;
+        match snap {
+            Some(s) => drop(pool.snapshot(vol_name, s)?),
+            None => self.refuse_mirror_target(pool_name, vol_name, "an export")?,
         }
         if self.lun_info(pool_name, &pool, vol_name).is_none() {
             return Err(ApiError::bad_request(

@@ -31,6 +31,7 @@ pub(crate) mod fsreg;
 pub(crate) mod lifecycle;
 pub(crate) mod logdev;
 pub(crate) mod luns;
+pub(crate) mod mirrors;
 pub(crate) mod mounts;
 pub(crate) mod policy;
 pub(crate) mod pools;
@@ -97,6 +98,8 @@ pub struct Daemon {
     pub(crate) rebuilds: devices::RebuildTracks,
     /// Scrubs running or ended, by pool (scrub.rs).
     pub(crate) scrubs: scrub::Scrubs,
+    /// Mirrors to other pools and their transfers (mirrors/).
+    pub(crate) mirrors: mirrors::Mirrors,
 }
 
 pub fn random_u64() -> u64 {
@@ -166,6 +169,7 @@ impl Daemon {
             host_id,
             rebuilds: Default::default(),
             scrubs: Default::default(),
+            mirrors: Default::default(),
         });
         let state = match State::load(&d.state_path())? {
             Some(s) => s,
@@ -229,6 +233,7 @@ impl Daemon {
         }
         exports::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
         blockexports::BlockService::start(&d, state.block_exports.clone())?;
+        d.mirrors.load(state.mirrors.clone());
         if forgot_log {
             // A discarded log device is no longer the pool's: do not ask for it again.
             d.save_state().map_err(|e| e.message)?;
@@ -275,6 +280,7 @@ impl Daemon {
             exports: self.nfs.records(),
             block_exports: self.blocks.records(),
             next_export_id: *self.nfs.next_id.lock().expect("export ids"),
+            mirrors: self.mirrors.records(),
         };
         s.save(&self.state_path()).map_err(|e| ApiError::internal(format!("save daemon state: {e}")))
     }

@@ -105,6 +105,7 @@ pub(crate) fn show(d: &Daemon, pool: &str, volume: &str, name: &str) -> Result<S
 pub(crate) fn delete(d: &Daemon, pool: &str, volume: &str, name: &str) -> Result<Done, ApiError> {
     let p = d.pool(pool)?;
     let _g = d.admin.lock().expect("admin");
+    d.refuse_mirror_source(pool, volume, Some(name))?;
     if let Some(id) = d.blocks.snapshot_exported(pool, volume, name) {
         return Err(ApiError::conflict(
             format!("snapshot {pool}/{volume}@{name} is exported (export {id})"),
@@ -125,6 +126,7 @@ pub(crate) fn restore(d: &Daemon, pool: &str, vols: &[String], snapshot: &str) -
     }
     let _g = d.admin.lock().expect("admin");
     for vol in vols {
+        d.refuse_mirror_target(pool, vol, "a restore")?;
         if let Some(id) = d.blocks.records().iter().find(|r| r.volume == format!("{pool}/{vol}")).map(|r| r.id) {
             return Err(ApiError::conflict(
                 format!("LUN {pool}/{vol} is exported (export {id})"),

@@ -42,6 +42,9 @@ pub struct State {
     /// NBD and iSCSI exports of LUNs (service/blockexports.rs); absent in older state files.
     #[serde(default)]
     pub block_exports: Vec<crate::service::blockexports::BlockExportRecord>,
+    /// Mirrors and their transfers in progress (service/mirrors/); absent in older state files.
+    #[serde(default)]
+    pub mirrors: Vec<crate::service::mirrors::MirrorRecord>,
 }
 
 impl State {

@@ -169,6 +169,8 @@ impl Daemon {
         let pool = self.pool(pool_name)?;
         pool.volume_id(vol)?;
         let _g = self.admin.lock().expect("admin");
+        self.refuse_mirror_target(pool_name, vol, "deleting it")?;
+        self.refuse_mirror_source(pool_name, vol, None)?;
         // Everything that goes with it: its snapshots, and clones of them (and theirs).
         let mut doomed = vec![vol.to_string()];
         let mut also = Vec::new();
@@ -190,6 +192,8 @@ impl Daemon {
             ));
         }
         for v in &doomed {
+            self.refuse_mirror_target(pool_name, v, "deleting it")?;
+            self.refuse_mirror_source(pool_name, v, None)?;
             if let Some(id) = self.nfs.exported(pool_name, v).or_else(|| self.blocks.exported(pool_name, v)) {
                 return Err(ApiError::conflict(
                     format!("volume {pool_name}/{v} is exported (export {id})"),

@@ -1,0 +1,76 @@
+//! Mirrors: replication of a volume (or a group of volumes, as one unit) to another pool.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /v1/mirrors`: mirror `source` (POOL/VOLUME) and `group` to `dest_pool`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMirror {
+    /// POOL/VOLUME of the source.
+    pub source: String,
+    /// More volumes of the source's pool, mirrored with it as one unit (every transfer is
+    /// one group snapshot: a database's data and log volumes always match on the target).
+    #[serde(default)]
+    pub group: Vec<String>,
+    /// The pool that receives (same daemon). The target volumes get the source names.
+    pub dest_pool: String,
+    /// Transfer every this many seconds (none: only on `update`).
+    #[serde(default)]
+    pub every_seconds: Option<u64>,
+    /// Transferred snapshots kept on each side (default 2, at least 1; the newest common one
+    /// is always kept).
+    #[serde(default)]
+    pub keep: Option<u32>,
+}
+
+/// `POST /v1/mirrors/{pool}/{volume}`: `update` (transfer now), `break` (make the target
+/// writable), `resync` (a broken mirror again: the target's writes since the break are
+/// kept as a snapshot, then it is restored to the common snapshot), `pause`, `resume`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorAction {
+    pub action: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MirrorTransfer {
+    /// The snapshot transferred (or being transferred).
+    pub snapshot: String,
+    /// Incremental from this snapshot; none: a full transfer.
+    pub base: Option<String>,
+    /// Record bytes sent so far (all volumes of the group).
+    pub done_bytes: u64,
+    /// Record bytes the transfer carries, estimated when it started.
+    pub total_bytes: u64,
+    pub percent: f64,
+    pub bytes_per_second: u64,
+    /// Seconds to the end at the current rate (transfers in progress).
+    pub eta_seconds: Option<f64>,
+    pub seconds: f64,
+    /// When it ended (ns since 1970); none while running.
+    pub finished_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MirrorInfo {
+    /// DEST_POOL/VOLUME: the mirror's name.
+    pub name: String,
+    pub source_pool: String,
+    /// The volumes mirrored (one, or a group), by name in both pools.
+    pub volumes: Vec<String>,
+    pub dest_pool: String,
+    /// `uninitialized`, `transferring`, `mirrored`, `broken`, `paused`, or `failed` (the last
+    /// transfer failed; `message` says why; the next update retries).
+    pub state: String,
+    pub every_seconds: Option<u64>,
+    pub keep: u32,
+    /// The newest snapshot both sides hold (what the next update sends from).
+    pub common_snapshot: Option<String>,
+    /// RPO: seconds since the newest snapshot the target has was taken on the source.
+    pub lag_seconds: Option<f64>,
+    pub last_transfer: Option<MirrorTransfer>,
+    pub transfer: Option<MirrorTransfer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,240 @@
+//! `strata mirror`: replicate volumes to another pool (create, update, break, resync,
+//! pause, resume, delete, list, show). A mirror is named by its target, DEST_POOL/VOLUME.
+
+use crate::client::{seg, Client, Failure};
+use crate::units::human;
+use crate::Out;
+use clap::Subcommand;
+use strata_api::{CreateMirror, Done, MirrorAction, MirrorInfo};
+
+#[derive(Subcommand)]
+pub enum MirrorCmd {
+    /// Mirror POOL/VOLUME to DEST_POOL: the target volumes are created, then the first
+    /// (full) transfer runs; this waits for it unless --no-wait.
+    Create {
+        source: String,
+        dest_pool: String,
+        /// More volumes of the source's pool mirrored with it as one unit (one group
+        /// snapshot per transfer: a database's data and log volumes always match).
+        #[arg(long, value_delimiter = ',')]
+        group: Vec<String>,
+        /// Transfer on a schedule: 30s, 5m, 1h, 1d.
+        #[arg(long)]
+        every: Option<String>,
+        /// Transferred snapshots kept on each side (default 2).
+        #[arg(long)]
+        keep: Option<u32>,
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Transfer what changed since the last transfer now (waits unless --no-wait).
+    Update {
+        mirror: String,
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Make the target volumes writable, at the last transferred snapshot.
+    Break {
+        mirror: String,
+    },
+    /// Make a broken mirror a mirror again from the common snapshot; what was written on the
+    /// target since the break is kept as a snapshot `resync-…`.
+    Resync {
+        mirror: String,
+    },
+    /// Stop transfers (one in progress stops at its checkpoint and resumes later).
+    Pause {
+        mirror: String,
+    },
+    Resume {
+        mirror: String,
+    },
+    /// End the relationship; the target volumes and their snapshots stay, writable.
+    Delete {
+        mirror: String,
+    },
+    List,
+    Show {
+        mirror: String,
+    },
+}
+
+fn parse_every(s: &str) -> Result<u64, Failure> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let bad = || Failure::usage(format!("--every {s:?}: a number and a unit s, m, h or d (e.g. 5m)"));
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(bad()),
+    };
+    Ok(n.saturating_mul(mult))
+}
+
+fn path(mirror: &str) -> Result<String, Failure> {
+    match mirror.split_once('/') {
+        Some((p, v)) if !p.is_empty() && !v.is_empty() && !v.contains('/') => {
+            Ok(format!("/v1/mirrors/{}/{}", seg(p), seg(v)))
+        }
+        _ => Err(Failure::usage(format!(
+            "{mirror:?}: name a mirror by its target, DEST_POOL/VOLUME (see `strata mirror list`)"
+        ))),
+    }
+}
+
+fn age(secs: f64) -> String {
+    match secs {
+        s if s < 120.0 => format!("{s:.0}s"),
+        s if s < 7200.0 => format!("{:.0}m", s / 60.0),
+        s => format!("{:.1}h", s / 3600.0),
+    }
+}
+
+fn print_line(m: &MirrorInfo) {
+    let what = match &m.transfer {
+        Some(t) => format!("{:.1}% of {} at {}/s", t.percent, human(t.total_bytes), human(t.bytes_per_second)),
+        None => m.last_transfer.as_ref().map_or(String::new(), |l| {
+            format!("last: {} in {:.1}s ({}/s)", human(l.done_bytes), l.seconds, human(l.bytes_per_second))
+        }),
+    };
+    println!(
+        "{:<24} {:<14} {:<22} {:<8} {}",
+        m.name,
+        m.state,
+        format!("{}/{}", m.source_pool, m.volumes.join(",")),
+        m.lag_seconds.map_or("-".into(), age),
+        what
+    );
+}
+
+fn print_info(m: &MirrorInfo) {
+    println!("mirror {}: {}", m.name, m.state);
+    println!("  source:   {}/{}", m.source_pool, m.volumes.join(", "));
+    println!("  target:   {}/{}", m.dest_pool, m.volumes.join(", "));
+    println!(
+        "  schedule: {}; keep {} transferred snapshots",
+        m.every_seconds.map_or("on update only".into(), |s| format!("every {s} s")),
+        m.keep
+    );
+    println!(
+        "  common:   {} (lag {})",
+        m.common_snapshot.as_deref().unwrap_or("none yet"),
+        m.lag_seconds.map_or("-".into(), age)
+    );
+    if let Some(l) = &m.last_transfer {
+        println!(
+            "  last:     {} {} in {:.1} s ({}/s), {}",
+            l.snapshot,
+            human(l.done_bytes),
+            l.seconds,
+            human(l.bytes_per_second),
+            l.base.as_deref().map_or("full".into(), |b| format!("incremental from {b}"))
+        );
+    }
+    if let Some(t) = &m.transfer {
+        println!(
+            "  transfer: {} {:.1}% ({} of {}) at {}/s{}",
+            t.snapshot,
+            t.percent,
+            human(t.done_bytes),
+            human(t.total_bytes),
+            human(t.bytes_per_second),
+            t.eta_seconds.map_or(String::new(), |e| format!(", {} to go", age(e)))
+        );
+    }
+    if let Some(msg) = &m.message {
+        println!("  error:    {msg}");
+    }
+}
+
+/// Follow the transfer until it ends; a progress line on stderr every few seconds.
+fn wait(c: &Client, p: &str, mut m: MirrorInfo) -> Result<MirrorInfo, Failure> {
+    let mut last = std::time::Instant::now();
+    while m.state == "transferring" {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        m = c.get(p)?;
+        if let (Some(t), true) = (&m.transfer, last.elapsed() >= std::time::Duration::from_secs(5)) {
+            eprintln!(
+                "transfer {} {:.1}% ({} of {}) at {}/s",
+                t.snapshot,
+                t.percent,
+                human(t.done_bytes),
+                human(t.total_bytes),
+                human(t.bytes_per_second)
+            );
+            last = std::time::Instant::now();
+        }
+    }
+    if m.state == "failed" {
+        return Err(Failure::other(format!(
+            "mirror {}: the transfer failed: {}",
+            m.name,
+            m.message.as_deref().unwrap_or("see the daemon log")
+        )));
+    }
+    Ok(m)
+}
+
+pub fn run(c: &Client, out: &Out, cmd: MirrorCmd) -> Result<(), Failure> {
+    match cmd {
+        MirrorCmd::Create { source, dest_pool, group, every, keep, no_wait } => {
+            let req = CreateMirror {
+                source,
+                group,
+                dest_pool,
+                every_seconds: every.as_deref().map(parse_every).transpose()?,
+                keep,
+            };
+            let mut m: MirrorInfo = c.send("POST", "/v1/mirrors", &req)?;
+            if !no_wait {
+                // The first transfer may not have been picked up yet: wait for it to show.
+                let p = path(&m.name)?;
+                for _ in 0..50 {
+                    if m.state != "uninitialized" {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    m = c.get(&p)?;
+                }
+                m = wait(c, &p, m)?;
+            }
+            out.show(&m, print_info);
+        }
+        MirrorCmd::Update { mirror, no_wait } => {
+            let p = path(&mirror)?;
+            let mut m: MirrorInfo = c.send("POST", &p, &MirrorAction { action: "update".into() })?;
+            if !no_wait {
+                m = wait(c, &p, m)?;
+            }
+            out.show(&m, print_info);
+        }
+        MirrorCmd::Break { mirror } => act(c, out, &mirror, "break")?,
+        MirrorCmd::Resync { mirror } => act(c, out, &mirror, "resync")?,
+        MirrorCmd::Pause { mirror } => act(c, out, &mirror, "pause")?,
+        MirrorCmd::Resume { mirror } => act(c, out, &mirror, "resume")?,
+        MirrorCmd::Delete { mirror } => {
+            let d: Done = c.call("DELETE", &path(&mirror)?, None::<&()>)?;
+            out.show(&d, |d| println!("deleted mirror {} (its target volumes stay, writable)", d.target));
+        }
+        MirrorCmd::List => {
+            let v: Vec<MirrorInfo> = c.get("/v1/mirrors")?;
+            out.show(&v, |v| {
+                println!("{:<24} {:<14} {:<22} {:<8} TRANSFER", "MIRROR", "STATE", "SOURCE", "LAG");
+                v.iter().for_each(print_line);
+            });
+        }
+        MirrorCmd::Show { mirror } => {
+            let m: MirrorInfo = c.get(&path(&mirror)?)?;
+            out.show(&m, print_info);
+        }
+    }
+    Ok(())
+}
+
+fn act(c: &Client, out: &Out, mirror: &str, action: &str) -> Result<(), Failure> {
+    let m: MirrorInfo = c.send("POST", &path(mirror)?, &MirrorAction { action: action.into() })?;
+    out.show(&m, print_info);
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! Mirrors through the daemon and the CLI: a group of two volumes mirrored to a second pool,
+//! full then incremental transfers (the target snapshots read exactly as the source's),
+//! the rules on a target (no mount, no delete, no restore; the common snapshot held on both
+//! sides), pause and resume, a transfer cut by `kill -9` and resumed after the restart, break
+//! (target writable at the last transferred snapshot), resync (the target's writes kept as a
+//! snapshot), retention, and delete. Needs root and /dev/fuse.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn write_file(path: &Path, seed: u32, len: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(path, &data).unwrap();
+    // Through the page cache to the daemon: a snapshot then holds it.
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+    data
+}
+
+fn show(d: &Daemon, m: &str) -> Value {
+    d.json(&["mirror", "show", m])
+}
+
+/// Mount `pool/vol@snap` through a clone, read `file`, unmount and delete the clone.
+fn read_snapshot_file(d: &Daemon, dir: &Path, pool: &str, vol: &str, snap: &str, file: &str) -> Option<Vec<u8>> {
+    let clone = format!("{pool}/check-{vol}");
+    d.ok(&["clone", "create", &format!("{pool}/{vol}@{snap}"), &clone]);
+    let mnt = dir.join(format!("check-{vol}"));
+    std::fs::create_dir_all(&mnt).unwrap();
+    d.ok(&["mount", &clone, mnt.to_str().unwrap()]);
+    let data = std::fs::read(mnt.join(file)).ok();
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    d.ok(&["volume", "delete", &clone]);
+    data
+}
+
+fn show_after_restart(d: &mut Daemon) -> Value {
+    d.spawn();
+    show(d, "p2/data")
+}
+
+#[test]
+fn a_group_is_mirrored_updated_broken_resynced_and_resumed_after_a_crash() {
+    let dir = temp_dir("mirrors");
+    let mut d = Daemon::start(&dir);
+    let img = dir.join("p2.img");
+    d.ok(&["pool", "create", "p2", "--device", img.to_str().unwrap(), "--size", "1G"]);
+    let (data_mnt, wal_mnt) = (dir.join("mdata"), dir.join("mwal"));
+    for (v, m) in [("data", &data_mnt), ("wal", &wal_mnt)] {
+        d.ok(&["volume", "create", &format!("default/{v}")]);
+        std::fs::create_dir_all(m).unwrap();
+        d.ok(&["mount", &format!("default/{v}"), m.to_str().unwrap()]);
+    }
+    let a1 = write_file(&data_mnt.join("table"), 1, 3 << 20);
+    let w1 = write_file(&wal_mnt.join("log"), 2, 1 << 20);
+
+    // Bad requests first: each a clear refusal.
+    d.fails(&["mirror", "create", "default/data", "default"], "both in pool default");
+    d.fails(&["mirror", "create", "default/nope", "p2"], "nope");
+    d.fails(&["mirror", "create", "default/data", "p2", "--every", "5x"], "unit s, m, h or d");
+    d.fails(&["mirror", "show", "p2"], "DEST_POOL/VOLUME");
+
+    // Create: the target volumes appear, the full transfer runs (the CLI waits for it).
+    let m = d.json(&["mirror", "create", "default/data", "p2", "--group", "wal", "--keep", "2"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    assert_eq!(m["name"], "p2/data");
+    let s1 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert!(s1.starts_with("mirror-"), "{m}");
+    let full_bytes = m["last_transfer"]["done_bytes"].as_u64().unwrap();
+    assert!(full_bytes >= (4 << 20) - 4096, "the full transfer carries both volumes: {m}");
+    assert_eq!(read_snapshot_file(&d, &dir, "p2", "data", &s1, "table").as_deref(), Some(&a1[..]));
+    assert_eq!(read_snapshot_file(&d, &dir, "p2", "wal", &s1, "log").as_deref(), Some(&w1[..]));
+
+    // The rules on a target while mirrored.
+    let tm = dir.join("target-mnt");
+    std::fs::create_dir_all(&tm).unwrap();
+    d.fails(&["mount", "p2/data", tm.to_str().unwrap()], "target of mirror p2/data");
+    d.fails(&["volume", "delete", "p2/wal"], "target of mirror p2/data");
+    d.fails(&["restore", &format!("p2/data@{s1}")], "target of mirror");
+    d.fails(&["snapshot", "delete", &format!("default/data@{s1}")], "common snapshot of mirror p2/data");
+    d.fails(&["snapshot", "delete", &format!("p2/wal@{s1}")], "common snapshot of mirror p2/data");
+    d.fails(&["volume", "delete", "default/data"], "mirrored by p2/data");
+
+    // An incremental carries what changed: 256 KiB rewritten in the 3 MiB table.
+    let mut a2 = a1.clone();
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(data_mnt.join("table")).unwrap();
+        f.seek(SeekFrom::Start(1 << 20)).unwrap();
+        f.write_all(&vec![0xAB; 256 << 10]).unwrap();
+        f.sync_all().unwrap();
+        a2[1 << 20..(1 << 20) + (256 << 10)].fill(0xAB);
+    }
+    let m = d.json(&["mirror", "update", "p2/data"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    let s2 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_ne!(s1, s2);
+    let inc = m["last_transfer"]["done_bytes"].as_u64().unwrap();
+    assert!(
+        (256 << 10..1 << 20).contains(&inc),
+        "the incremental carries the rewrite, not the volume: {inc} bytes: {m}"
+    );
+    assert_eq!(m["last_transfer"]["base"], s1.as_str());
+    assert_eq!(read_snapshot_file(&d, &dir, "p2", "data", &s2, "table").as_deref(), Some(&a2[..]));
+
+    // Pause: updates refused; resume: allowed again.
+    d.json(&["mirror", "pause", "p2/data"]);
+    d.fails(&["mirror", "update", "p2/data"], "paused");
+    let m = d.json(&["mirror", "resume", "p2/data"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+
+    // A transfer cut by kill -9 resumes after the restart and completes.
+    let big = write_file(&data_mnt.join("big"), 3, 160 << 20);
+    d.ok(&["mirror", "update", "p2/data", "--no-wait"]);
+    let start = Instant::now();
+    let cut_at = loop {
+        let s = show(&d, "p2/data");
+        let done = s["transfer"]["done_bytes"].as_u64().unwrap_or(0);
+        // Past the receiver's first checkpoint (64 MiB): the restart resumes from there.
+        if done > 80 << 20 {
+            break done;
+        }
+        assert!(s["state"] == "transferring" && start.elapsed() < Duration::from_secs(60), "no transfer to cut: {s}");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    d.kill9();
+    let before = show_after_restart(&mut d);
+    assert_eq!(
+        before["common_snapshot"],
+        s2.as_str(),
+        "the cut transfer had not finished ({cut_at} bytes sent): {before}"
+    );
+    let start = Instant::now();
+    let m = loop {
+        let m = show(&d, "p2/data");
+        if m["common_snapshot"] != s2.as_str() && m["state"] != "transferring" {
+            break m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "the cut transfer never finished: {m}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(m["state"], "mirrored", "{m}");
+    let s3 = m["common_snapshot"].as_str().unwrap().to_string();
+    let log = d.log();
+    assert!(log.contains("resuming a mirror transfer"), "the restart resumed the transfer: {log}");
+    assert!(log.contains("mirror transfer done"), "the daemon's log tells the transfer ended");
+    // Resumed from the checkpoint: what was committed before the crash is not sent again.
+    let resent = m["last_transfer"]["done_bytes"].as_u64().unwrap();
+    assert!(resent < 120 << 20, "the resumed transfer sent {resent} bytes of 160 MiB (cut at {cut_at}): {log}");
+    assert_eq!(read_snapshot_file(&d, &dir, "p2", "data", &s3, "big").as_deref(), Some(&big[..]));
+    // Retention: two transferred snapshots per side.
+    let snaps = d.json(&["snapshot", "list", "p2/data"]);
+    let names: Vec<&str> = snaps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .filter(|n| n.starts_with("mirror-"))
+        .collect();
+    assert_eq!(names.len(), 2, "keep 2: {names:?}");
+    assert!(names.contains(&s3.as_str()));
+
+    // Break: the target is writable, at the last transferred snapshot.
+    let m = d.json(&["mirror", "break", "p2/data"]);
+    assert_eq!(m["state"], "broken", "{m}");
+    d.ok(&["mount", "p2/data", tm.to_str().unwrap()]);
+    assert_eq!(std::fs::read(tm.join("big")).unwrap(), big);
+    std::fs::write(tm.join("written-on-target"), b"keep me").unwrap();
+    d.fails(&["mirror", "update", "p2/data"], "broken");
+    d.fails(&["mirror", "resync", "p2/data"], "is mounted");
+    d.ok(&["unmount", tm.to_str().unwrap()]);
+
+    // Resync: the target's writes are kept as a snapshot; updates flow again.
+    let m = d.json(&["mirror", "resync", "p2/data"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    let snaps = d.json(&["snapshot", "list", "p2/data"]);
+    let saved = snaps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .find(|n| n.starts_with("resync-"))
+        .expect("a resync snapshot")
+        .to_string();
+    assert_eq!(
+        read_snapshot_file(&d, &dir, "p2", "data", &saved, "written-on-target").as_deref(),
+        Some(&b"keep me"[..])
+    );
+    std::fs::write(data_mnt.join("after-resync"), b"new").unwrap();
+    let m = d.json(&["mirror", "update", "p2/data"]);
+    let s4 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_eq!(read_snapshot_file(&d, &dir, "p2", "data", &s4, "after-resync").as_deref(), Some(&b"new"[..]));
+    assert_eq!(read_snapshot_file(&d, &dir, "p2", "data", &s4, "written-on-target"), None);
+
+    // List, delete: the targets stay, writable.
+    let l = d.json(&["mirror", "list"]);
+    assert_eq!(l.as_array().unwrap().len(), 1, "{l}");
+    d.ok(&["mirror", "delete", "p2/data"]);
+    d.ok(&["mount", "p2/data", tm.to_str().unwrap()]);
+    d.ok(&["unmount", tm.to_str().unwrap()]);
+    for m in [&data_mnt, &wal_mnt] {
+        d.ok(&["unmount", m.to_str().unwrap()]);
+    }
+    let c = d.json(&["check", "p2"]);
+    assert_eq!(c["clean"], true, "{c}");
+    let c = d.json(&["check", "default"]);
+    assert_eq!(c["clean"], true, "{c}");
+}

@@ -1,0 +1,500 @@
+//! Mirrors: a volume, or a group of volumes as one unit, replicated to another pool of this
+//! daemon (`strata mirror create POOL/VOL DEST_POOL [--group ...]`).
+//!
+//! A mirror is named by its target, DEST_POOL/VOLUME (SnapMirror names relationships by
+//! destination). Each transfer takes one group snapshot of the source volumes
+//! (`mirror-YYYYMMDD-HHMMSS`), sends each volume incrementally from the newest snapshot both
+//! sides hold (`common`) with the engine's send/receive (engine repl/), and, once every
+//! volume has received it, makes it the new common snapshot and prunes older transferred
+//! snapshots beyond `keep` on both sides. So the target always holds a snapshot where the
+//! data and log volumes of a database match.
+//!
+//! Durability: the state file records the transfer in progress — its snapshot, the volumes
+//! done, and for the one under way the last frame its receiver committed — before and while
+//! it runs, so a transfer cut by a restart resumes where it stopped (transfer.rs).
+//!
+//! Rules while a mirror is not broken: its target volumes take no clients (no mount, no
+//! export of the live volume; their snapshots can be cloned or exported), cannot be deleted
+//! or restored, and the common snapshot cannot be deleted on either side (delete the mirror
+//! first). `break` lifts the rules for the target; `resync` puts them back, keeping what was
+//! written on the target meanwhile as a snapshot (`resync-…`) instead of destroying it.
+
+mod transfer;
+
+use super::{ApiError, Daemon};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use strata_api::{CreateMirror, MirrorInfo, MirrorTransfer};
+use strata_engine::VolumeOptions;
+pub(crate) use transfer::TransferJob;
+
+/// Transferred snapshots each side keeps by default: the common one and the one before
+/// (a fallback if the newest is ever lost).
+const KEEP_DEFAULT: u32 = 2;
+pub(crate) const SNAPSHOT_PREFIX: &str = "mirror-";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MirrorRecord {
+    pub source_pool: String,
+    /// The volumes, by the same name in both pools; the first names the mirror.
+    pub volumes: Vec<String>,
+    pub dest_pool: String,
+    /// `uninitialized`, `mirrored`, `broken` or `paused`.
+    pub state: String,
+    #[serde(default)]
+    pub every_seconds: Option<u64>,
+    pub keep: u32,
+    /// The newest snapshot both sides hold, and when it was taken (ns since 1970).
+    #[serde(default)]
+    pub common: Option<String>,
+    #[serde(default)]
+    pub common_created_ns: Option<u64>,
+    #[serde(default)]
+    pub last: Option<LastTransfer>,
+    /// The transfer in progress (survives restarts).
+    #[serde(default)]
+    pub pending: Option<PendingTransfer>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LastTransfer {
+    pub snapshot: String,
+    pub base: Option<String>,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub finished_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PendingTransfer {
+    pub snapshot: String,
+    pub base: Option<String>,
+    pub created_ns: u64,
+    /// Volumes that have received the snapshot.
+    pub done: Vec<String>,
+    /// Per volume: the last frame its receiver committed (where a resumed send starts).
+    pub committed: BTreeMap<String, u64>,
+}
+
+impl MirrorRecord {
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.dest_pool, self.volumes[0])
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Mirrors {
+    pub(crate) records: Mutex<BTreeMap<String, MirrorRecord>>,
+    pub(crate) jobs: Mutex<BTreeMap<String, Arc<TransferJob>>>,
+}
+
+impl Mirrors {
+    pub(crate) fn load(&self, records: Vec<MirrorRecord>) {
+        let mut m = self.records.lock().expect("mirrors");
+        for r in records {
+            m.insert(r.name(), r);
+        }
+    }
+
+    pub(crate) fn records(&self) -> Vec<MirrorRecord> {
+        self.records.lock().expect("mirrors").values().cloned().collect()
+    }
+
+    fn get(&self, name: &str) -> Result<MirrorRecord, ApiError> {
+        self.records.lock().expect("mirrors").get(name).cloned().ok_or_else(|| {
+            ApiError::not_found(
+                format!("mirror {name}"),
+                "see `strata mirror list` (mirrors are named DEST_POOL/VOLUME)",
+            )
+        })
+    }
+
+    fn update(&self, name: &str, f: impl FnOnce(&mut MirrorRecord)) {
+        if let Some(r) = self.records.lock().expect("mirrors").get_mut(name) {
+            f(r);
+        }
+    }
+
+    fn running(&self, name: &str) -> Option<Arc<TransferJob>> {
+        self.jobs.lock().expect("mirror jobs").get(name).filter(|j| j.is_running()).cloned()
+    }
+}
+
+fn split(spec: &str) -> Result<(&str, &str), ApiError> {
+    spec.split_once('/').filter(|(p, v)| !p.is_empty() && !v.is_empty() && !v.contains('/')).ok_or_else(|| {
+        ApiError::bad_request(format!("{spec:?} is not POOL/VOLUME"), "name the mirror by its target, DEST_POOL/VOLUME")
+    })
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Daemon {
+    pub(crate) fn create_mirror(self: &Arc<Self>, req: &CreateMirror) -> Result<MirrorInfo, ApiError> {
+        let (src_pool, first) = split(&req.source)?;
+        let mut volumes = vec![first.to_string()];
+        for v in &req.group {
+            if v.contains('/') || v.is_empty() {
+                return Err(ApiError::bad_request(
+                    format!("group volume {v:?}"),
+                    "give the group's other volumes by name: they are in the source's pool",
+                ));
+            }
+            if volumes.contains(v) {
+                return Err(ApiError::bad_request(format!("volume {v} given twice"), "name each volume once"));
+            }
+            volumes.push(v.clone());
+        }
+        if req.dest_pool == src_pool {
+            return Err(ApiError::bad_request(
+                format!("source and target are both in pool {src_pool}"),
+                "mirror to another pool (a copy in the same pool is a clone: `strata clone create`)",
+            ));
+        }
+        let keep = req.keep.unwrap_or(KEEP_DEFAULT);
+        if keep == 0 || keep > 1000 || req.every_seconds == Some(0) {
+            return Err(ApiError::bad_request(
+                format!("keep {keep}, every {:?} s", req.every_seconds),
+                "keep 1 to 1000 transferred snapshots; a schedule of at least 1 s",
+            ));
+        }
+        let _g = self.admin.lock().expect("admin");
+        let src = self.pool(src_pool)?;
+        let dst = self.pool(&req.dest_pool)?;
+        let name = format!("{}/{}", req.dest_pool, first);
+        if self.mirrors.records.lock().expect("mirrors").contains_key(&name) {
+            return Err(ApiError::conflict(format!("mirror {name} exists"), "see `strata mirror show`"));
+        }
+        for v in &volumes {
+            let id = src.volume_id(v)?;
+            if let Some(m) = self.mirror_of_target(src_pool, v) {
+                return Err(ApiError::conflict(
+                    format!("{src_pool}/{v} is the target of mirror {m}"),
+                    "mirror the source of that mirror, or break it first",
+                ));
+            }
+            if dst.volume_id(v).is_ok() {
+                return Err(ApiError::conflict(
+                    format!("{}/{v} exists", req.dest_pool),
+                    "a mirror creates its target volumes: delete or rename that volume, or mirror to another pool",
+                ));
+            }
+            let _ = id;
+        }
+        let mut created: Vec<String> = Vec::new();
+        for v in &volumes {
+            let info = src.volume_info(src.volume_id(v)?)?;
+            let opts = VolumeOptions {
+                record_size: info.record_size,
+                quota_bytes: info.quota_bytes,
+                sync: info.sync,
+                compression: info.space.compression,
+                reservation_bytes: 0,
+                dedup: info.space.dedup,
+            };
+            if let Err(e) = dst.create_volume(v, &opts) {
+                for c in &created {
+                    let _ = dst.delete_volume(c);
+                }
+                return Err(e.into());
+            }
+            created.push(v.clone());
+        }
+        dst.commit()?;
+        let rec = MirrorRecord {
+            source_pool: src_pool.to_string(),
+            volumes,
+            dest_pool: req.dest_pool.clone(),
+            state: "uninitialized".into(),
+            every_seconds: req.every_seconds,
+            keep,
+            common: None,
+            common_created_ns: None,
+            last: None,
+            pending: None,
+        };
+        self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
+        self.save_state()?;
+        tracing::info!(mirror = %name, source = %req.source, "mirror created");
+        drop(_g);
+        self.start_transfer(&name)?;
+        self.mirror_info(&name)
+    }
+
+    pub(crate) fn list_mirrors(&self) -> Vec<MirrorInfo> {
+        let names: Vec<String> = self.mirrors.records.lock().expect("mirrors").keys().cloned().collect();
+        names.iter().filter_map(|n| self.mirror_info(n).ok()).collect()
+    }
+
+    pub(crate) fn mirror_info(&self, name: &str) -> Result<MirrorInfo, ApiError> {
+        let r = self.mirrors.get(name)?;
+        let job = self.mirrors.jobs.lock().expect("mirror jobs").get(name).cloned();
+        let running = job.as_ref().is_some_and(|j| j.is_running());
+        let failed = job.as_ref().and_then(|j| j.failure());
+        let state = match (&failed, running) {
+            (_, true) => "transferring".to_string(),
+            (Some(_), false) if r.state != "broken" && r.state != "paused" => "failed".to_string(),
+            _ => r.state.clone(),
+        };
+        Ok(MirrorInfo {
+            name: name.to_string(),
+            source_pool: r.source_pool.clone(),
+            volumes: r.volumes.clone(),
+            dest_pool: r.dest_pool.clone(),
+            state,
+            every_seconds: r.every_seconds,
+            keep: r.keep,
+            common_snapshot: r.common.clone(),
+            lag_seconds: r.common_created_ns.map(|c| now_ns().saturating_sub(c) as f64 / 1e9),
+            last_transfer: r.last.as_ref().map(|l| MirrorTransfer {
+                snapshot: l.snapshot.clone(),
+                base: l.base.clone(),
+                done_bytes: l.bytes,
+                total_bytes: l.bytes,
+                percent: 100.0,
+                bytes_per_second: if l.seconds > 0.0 { (l.bytes as f64 / l.seconds) as u64 } else { 0 },
+                eta_seconds: None,
+                seconds: l.seconds,
+                finished_ns: Some(l.finished_ns),
+            }),
+            transfer: job.filter(|j| j.is_running()).map(|j| j.progress()),
+            message: failed,
+        })
+    }
+
+    /// `update`, `break`, `resync`, `pause`, `resume`.
+    pub(crate) fn mirror_action(self: &Arc<Self>, name: &str, action: &str) -> Result<MirrorInfo, ApiError> {
+        let r = self.mirrors.get(name)?;
+        let running = self.mirrors.running(name);
+        match action {
+            "update" => {
+                if r.state == "broken" || r.state == "paused" {
+                    return Err(ApiError::conflict(
+                        format!("mirror {name} is {}", r.state),
+                        if r.state == "broken" {
+                            "resync it first (`strata mirror resync`)"
+                        } else {
+                            "resume it first"
+                        },
+                    ));
+                }
+                if running.is_none() {
+                    self.start_transfer(name)?;
+                }
+            }
+            "pause" => {
+                if r.state == "broken" {
+                    return Err(ApiError::conflict(format!("mirror {name} is broken"), "resync it, or delete it"));
+                }
+                self.mirrors.update(name, |m| m.state = "paused".into());
+                if let Some(j) = running {
+                    j.stop();
+                    j.wait();
+                }
+                self.save_state()?;
+            }
+            "resume" => {
+                if r.state != "paused" {
+                    return Err(ApiError::conflict(
+                        format!("mirror {name} is {}, not paused", r.state),
+                        "nothing to resume",
+                    ));
+                }
+                let state = if r.common.is_some() { "mirrored" } else { "uninitialized" };
+                self.mirrors.update(name, |m| m.state = state.into());
+                self.save_state()?;
+                if r.pending.is_some() {
+                    self.start_transfer(name)?;
+                }
+            }
+            "break" => {
+                if running.is_some() {
+                    return Err(ApiError::conflict(
+                        format!("mirror {name} is transferring"),
+                        "pause it first (the transfer resumes after a resync), or wait for it",
+                    ));
+                }
+                if r.common.is_none() {
+                    return Err(ApiError::conflict(
+                        format!("mirror {name} has transferred nothing yet"),
+                        "update it first, or delete it",
+                    ));
+                }
+                // The target's live volumes return to the common snapshot, so a database
+                // started on them sees exactly the last transferred state.
+                let dst = self.pool(&r.dest_pool)?;
+                let common = r.common.clone().expect("checked above");
+                let list: Vec<(&str, &str)> = r.volumes.iter().map(|v| (v.as_str(), common.as_str())).collect();
+                dst.restore_volumes(&list)?;
+                self.mirrors.update(name, |m| {
+                    m.state = "broken".into();
+                    m.pending = None;
+                });
+                self.save_state()?;
+                tracing::info!(mirror = name, snapshot = %common, "mirror broken: target volumes writable");
+            }
+            "resync" => {
+                if r.state != "broken" {
+                    return Err(ApiError::conflict(
+                        format!("mirror {name} is {}, not broken", r.state),
+                        "only a broken mirror is resynced",
+                    ));
+                }
+                let _g = self.admin.lock().expect("admin");
+                for v in &r.volumes {
+                    if let Some(p) = self.mounted_at(&r.dest_pool, v) {
+                        return Err(ApiError::conflict(
+                            format!("{}/{v} is mounted at {}", r.dest_pool, p.display()),
+                            "unmount the target volumes before a resync",
+                        ));
+                    }
+                }
+                self.refuse_target_users(&r)?;
+                let dst = self.pool(&r.dest_pool)?;
+                let common = r.common.clone().expect("a broken mirror has a common snapshot");
+                // Keep what was written on the target since the break, as a snapshot.
+                let saved = format!("resync-{}", crate::utc_compact(now_ns() / 1_000_000_000));
+                let vols: Vec<&str> = r.volumes.iter().map(String::as_str).collect();
+                let written = r
+                    .volumes
+                    .iter()
+                    .map(|v| dst.volume_id(v).and_then(|id| dst.volume_info(id)).map(|i| i.written_bytes))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if written.iter().any(|w| *w > 0) {
+                    dst.create_snapshots(&vols, &saved)?;
+                }
+                let list: Vec<(&str, &str)> = vols.iter().map(|v| (*v, common.as_str())).collect();
+                dst.restore_volumes(&list)?;
+                self.mirrors.update(name, |m| m.state = "mirrored".into());
+                self.save_state()?;
+                tracing::info!(mirror = name, kept = %saved, "mirror resynced");
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    format!("mirror action {other:?}"),
+                    "use update, break, resync, pause or resume",
+                ))
+            }
+        }
+        self.mirror_info(name)
+    }
+
+    pub(crate) fn delete_mirror(&self, name: &str) -> Result<(), ApiError> {
+        self.mirrors.get(name)?;
+        if self.mirrors.running(name).is_some() {
+            return Err(ApiError::conflict(format!("mirror {name} is transferring"), "pause it first"));
+        }
+        let _g = self.admin.lock().expect("admin");
+        self.mirrors.records.lock().expect("mirrors").remove(name);
+        self.mirrors.jobs.lock().expect("mirror jobs").remove(name);
+        self.save_state()?;
+        tracing::info!(mirror = name, "mirror deleted: its target volumes and snapshots stay, writable");
+        Ok(())
+    }
+
+    /// The mirror whose (unbroken) target `pool/vol` is.
+    pub(crate) fn mirror_of_target(&self, pool: &str, vol: &str) -> Option<String> {
+        self.mirrors
+            .records
+            .lock()
+            .expect("mirrors")
+            .iter()
+            .find(|(_, r)| r.state != "broken" && r.dest_pool == pool && r.volumes.iter().any(|v| v == vol))
+            .map(|(n, _)| n.clone())
+    }
+
+    /// Refuse `what` (a mount, an export, a delete, a restore) on a mirror's target volume.
+    pub(crate) fn refuse_mirror_target(&self, pool: &str, vol: &str, what: &str) -> Result<(), ApiError> {
+        match self.mirror_of_target(pool, vol) {
+            Some(m) => Err(ApiError::conflict(
+                format!("{pool}/{vol} is the target of mirror {m}: {what} refused"),
+                "clone one of its snapshots, or break the mirror (`strata mirror break`)",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuse deleting a volume that is the source of a mirror, or a snapshot that is a
+    /// mirror's common snapshot (on either side).
+    pub(crate) fn refuse_mirror_source(&self, pool: &str, vol: &str, snapshot: Option<&str>) -> Result<(), ApiError> {
+        let m = self.mirrors.records.lock().expect("mirrors");
+        for (name, r) in m.iter() {
+            if !r.volumes.iter().any(|v| v == vol) {
+                continue;
+            }
+            let side = r.source_pool == pool || r.dest_pool == pool;
+            match snapshot {
+                None if r.source_pool == pool => {
+                    return Err(ApiError::conflict(
+                        format!("{pool}/{vol} is mirrored by {name}"),
+                        "delete the mirror first (`strata mirror delete`)",
+                    ))
+                }
+                Some(s)
+                    if side
+                        && (r.common.as_deref() == Some(s) || r.pending.as_ref().is_some_and(|p| p.snapshot == s)) =>
+                {
+                    return Err(ApiError::conflict(
+                        format!(
+                            "{pool}/{vol}@{s} is the common snapshot of mirror {name}: the next update sends from it"
+                        ),
+                        "delete the mirror first, or let its retention remove the snapshot",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Mounts or exports of a mirror's target volumes (a resync would change what they see).
+    fn refuse_target_users(&self, r: &MirrorRecord) -> Result<(), ApiError> {
+        for v in &r.volumes {
+            if self.nfs.exported(&r.dest_pool, v).or_else(|| self.blocks.exported(&r.dest_pool, v)).is_some() {
+                return Err(ApiError::conflict(
+                    format!("{}/{v} is exported", r.dest_pool),
+                    "delete its exports (`strata export list`) before a resync",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every second: start the transfers a schedule makes due, and resume those a restart
+    /// cut (not paused, not broken).
+    pub(crate) fn mirror_loop(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        while !self.stopping.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let now = now_ns();
+            for r in self.mirrors.records() {
+                let name = r.name();
+                if r.state == "broken"
+                    || r.state == "paused"
+                    || self.mirrors.jobs.lock().expect("mirror jobs").contains_key(&name)
+                        && self.mirrors.running(&name).is_some()
+                {
+                    continue;
+                }
+                let unavailable = self.unavailable.lock().expect("unavailable");
+                if unavailable.contains_key(&r.source_pool) || unavailable.contains_key(&r.dest_pool) {
+                    continue;
+                }
+                drop(unavailable);
+                let resume = r.pending.is_some() && !self.mirrors.jobs.lock().expect("mirror jobs").contains_key(&name);
+                let due = r.every_seconds.is_some_and(|every| {
+                    r.last
+                        .as_ref()
+                        .is_none_or(|l| now.saturating_sub(l.finished_ns) >= every.saturating_mul(1_000_000_000))
+                });
+                if resume || due {
+                    if let Err(e) = self.start_transfer(&name) {
+                        tracing::warn!(mirror = %name, "mirror transfer not started: {}", e.message);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! One mirror transfer, on its own thread: the group snapshot, a send/receive per volume
+//! (resumed from the receiver's last committed frame), then the new common snapshot and
+//! the retention of transferred snapshots on both sides.
+//!
+//! The state file is rewritten when the transfer starts (its snapshot), at each receiver
+//! checkpoint (every `CHECKPOINT_BYTES` of data: one small fsync per 64 MiB), when a volume
+//! is done and at the end. A restart
+//! in between finds `pending` and resumes (mirror_loop). A checkpoint is recorded only after
+//! the receiver's commit returned, so the recorded frame is always durable on the target.
+
+use super::{now_ns, LastTransfer, PendingTransfer, SNAPSHOT_PREFIX};
+use crate::service::{ApiError, Daemon};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+use strata_api::MirrorTransfer;
+use strata_engine::repl::{Applied, Receiver, SendOptions, SendRecord};
+use strata_engine::{ErrorKind, Pool, VolumeOptions};
+
+pub(crate) struct TransferJob {
+    started: Instant,
+    snapshot: Mutex<Option<(String, Option<String>)>>,
+    done_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+    stop: AtomicBool,
+    /// None while running; then Ok or the failure.
+    ended: Mutex<Option<Result<(), String>>>,
+    ended_cv: Condvar,
+}
+
+impl TransferJob {
+    fn new() -> TransferJob {
+        TransferJob {
+            started: Instant::now(),
+            snapshot: Mutex::new(None),
+            done_bytes: AtomicU64::new(0),
+            total_bytes: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            ended: Mutex::new(None),
+            ended_cv: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.ended.lock().expect("mirror job").is_none()
+    }
+
+    /// Why the transfer failed (not for a pause).
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.ended.lock().expect("mirror job").as_ref().and_then(|r| r.clone().err())
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn wait(&self) {
+        let mut e = self.ended.lock().expect("mirror job");
+        while e.is_none() {
+            e = self.ended_cv.wait(e).expect("mirror job");
+        }
+    }
+
+    pub(crate) fn progress(&self) -> MirrorTransfer {
+        let done = self.done_bytes.load(Ordering::Relaxed);
+        let total = self.total_bytes.load(Ordering::Relaxed).max(done);
+        let seconds = self.started.elapsed().as_secs_f64();
+        let rate = if seconds > 0.0 { done as f64 / seconds } else { 0.0 };
+        let (snapshot, base) = self.snapshot.lock().expect("mirror job").clone().unwrap_or_default();
+        MirrorTransfer {
+            snapshot,
+            base,
+            done_bytes: done,
+            total_bytes: total,
+            percent: if total > 0 { (done as f64 * 1000.0 / total as f64).round() / 10.0 } else { 0.0 },
+            bytes_per_second: rate as u64,
+            eta_seconds: (rate > 0.0).then(|| total.saturating_sub(done) as f64 / rate),
+            seconds,
+            finished_ns: None,
+        }
+    }
+}
+
+impl Daemon {
+    /// Start a transfer of mirror `name` on a thread of its own.
+    pub(crate) fn start_transfer(self: &Arc<Self>, name: &str) -> Result<(), ApiError> {
+        let job = Arc::new(TransferJob::new());
+        {
+            let mut jobs = self.mirrors.jobs.lock().expect("mirror jobs");
+            if jobs.get(name).is_some_and(|j| j.is_running()) {
+                return Ok(());
+            }
+            jobs.insert(name.to_string(), job.clone());
+        }
+        let (d, n) = (self.clone(), name.to_string());
+        let spawned = std::thread::Builder::new().name("mirror".into()).spawn(move || {
+            let r = d.run_transfer(&n, &job);
+            match &r {
+                Ok(()) => {}
+                Err(e) if job.stop.load(Ordering::Relaxed) => {
+                    tracing::info!(mirror = %n, "mirror transfer paused: {}", e.message)
+                }
+                Err(e) => tracing::warn!(mirror = %n, "mirror transfer failed: {} ({})", e.message, e.hint),
+            }
+            let paused = job.stop.load(Ordering::Relaxed);
+            *job.ended.lock().expect("mirror job") = Some(match r {
+                Err(e) if !paused => Err(format!("{} ({})", e.message, e.hint)),
+                _ => Ok(()),
+            });
+            job.ended_cv.notify_all();
+        });
+        spawned.map(|_| ()).map_err(|e| ApiError::internal(format!("start a mirror transfer: {e}")))
+    }
+
+    fn run_transfer(&self, name: &str, job: &TransferJob) -> Result<(), ApiError> {
+        let rec = self.mirrors.get(name)?;
+        let src = self.pool(&rec.source_pool)?;
+        let dst = self.pool(&rec.dest_pool)?;
+        let pending = match rec.pending.clone() {
+            Some(p) => {
+                tracing::info!(
+                    mirror = name,
+                    snapshot = %p.snapshot,
+                    done = ?p.done,
+                    committed = ?p.committed,
+                    "resuming a mirror transfer"
+                );
+                p
+            }
+            None => {
+                let vols: Vec<&str> = rec.volumes.iter().map(String::as_str).collect();
+                let mut snap = format!("{SNAPSHOT_PREFIX}{}", crate::utc_compact(now_ns() / 1_000_000_000));
+                if src.snapshot(vols[0], &snap).is_ok() {
+                    snap = format!("{snap}-{}", now_ns() % 1_000_000);
+                }
+                let taken = src.create_snapshots(&vols, &snap)?;
+                let p = PendingTransfer {
+                    snapshot: snap,
+                    base: rec.common.clone(),
+                    created_ns: taken.first().map_or(0, |s| s.created_ns),
+                    done: Vec::new(),
+                    committed: Default::default(),
+                };
+                self.mirrors.update(name, |m| m.pending = Some(p.clone()));
+                self.save_state()?;
+                p
+            }
+        };
+        *job.snapshot.lock().expect("mirror job") = Some((pending.snapshot.clone(), pending.base.clone()));
+        let todo: Vec<String> = rec.volumes.iter().filter(|v| !pending.done.contains(v)).cloned().collect();
+        let mut total = 0;
+        for v in &todo {
+            let opts = SendOptions {
+                volume: v.clone(),
+                base: pending.base.clone(),
+                snapshot: pending.snapshot.clone(),
+                resume_after: 0,
+            };
+            total += src.send_header(&opts)?.estimate_bytes;
+        }
+        job.total_bytes.store(total, Ordering::Relaxed);
+        let started = Instant::now();
+        for v in &todo {
+            let committed = pending.committed.get(v).copied().unwrap_or(0);
+            self.transfer_volume(name, job, &src, &dst, v, &pending, committed)?;
+            self.mirrors.update(name, |m| {
+                if let Some(p) = m.pending.as_mut() {
+                    p.done.push(v.clone());
+                    p.committed.remove(v);
+                }
+            });
+            self.save_state()?;
+        }
+        let bytes = job.done_bytes.load(Ordering::Relaxed);
+        self.mirrors.update(name, |m| {
+            m.common = Some(pending.snapshot.clone());
+            m.common_created_ns = Some(pending.created_ns);
+            if m.state == "uninitialized" {
+                m.state = "mirrored".into();
+            }
+            m.last = Some(LastTransfer {
+                snapshot: pending.snapshot.clone(),
+                base: pending.base.clone(),
+                bytes,
+                seconds: started.elapsed().as_secs_f64(),
+                finished_ns: now_ns(),
+            });
+            m.pending = None;
+        });
+        self.save_state()?;
+        tracing::info!(
+            mirror = name,
+            snapshot = %pending.snapshot,
+            base = ?pending.base,
+            bytes,
+            seconds = started.elapsed().as_secs_f64(),
+            "mirror transfer done"
+        );
+        let rec = self.mirrors.get(name)?;
+        for (pool, which) in [(&src, "source"), (&dst, "target")] {
+            for v in &rec.volumes {
+                if let Err(e) = prune(pool, v, rec.keep, &pending.snapshot) {
+                    tracing::warn!(mirror = name, side = which, volume = %v, "pruning transferred snapshots: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn transfer_volume(
+        &self,
+        name: &str,
+        job: &TransferJob,
+        src: &Arc<Pool>,
+        dst: &Arc<Pool>,
+        vol: &str,
+        pending: &PendingTransfer,
+        committed: u64,
+    ) -> Result<(), ApiError> {
+        if pending.base.is_none() && committed == 0 {
+            // A full transfer starts over into an empty volume (a cut one left some behind).
+            let empty = dst.volume_id(vol).and_then(|id| Ok(dst.list_objects(id, None, 1)?.is_empty()))?;
+            if !empty {
+                let info = dst.volume_info(dst.volume_id(vol)?)?;
+                let opts = VolumeOptions {
+                    record_size: info.record_size,
+                    quota_bytes: info.quota_bytes,
+                    sync: info.sync,
+                    compression: info.space.compression,
+                    reservation_bytes: 0,
+                    dedup: info.space.dedup,
+                };
+                dst.delete_volume(vol)?;
+                dst.create_volume(vol, &opts)?;
+            }
+        }
+        let opts = SendOptions {
+            volume: vol.to_string(),
+            base: pending.base.clone(),
+            snapshot: pending.snapshot.clone(),
+            resume_after: committed,
+        };
+        let mut rx: Option<Receiver<'_>> = None;
+        src.send(&opts, &mut |index, rec| {
+            if job.stop.load(Ordering::Relaxed) || self.stopping.load(Ordering::Relaxed) {
+                return Err(strata_engine::Error::Busy(
+                    "the transfer was paused (it resumes from its checkpoint)".into(),
+                ));
+            }
+            if let SendRecord::Begin(h) = rec {
+                rx = Some(dst.receive_begin(vol, h, committed)?);
+                return Ok(());
+            }
+            let r = rx.as_mut().expect("the begin frame comes first");
+            if let SendRecord::Data { data, .. } = rec {
+                job.done_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+            if let Applied::Checkpoint(at) = r.apply(index, rec)? {
+                self.mirrors.update(name, |m| {
+                    if let Some(p) = m.pending.as_mut() {
+                        p.committed.insert(vol.to_string(), at);
+                    }
+                });
+                if let Err(e) = self.save_state() {
+                    tracing::warn!(mirror = name, "recording a transfer checkpoint: {}", e.message);
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| {
+            let mut a = ApiError::from(e);
+            a.message = format!("mirror {name}, volume {vol}: {}", a.message);
+            a
+        })?;
+        Ok(())
+    }
+}
+
+/// Delete transferred snapshots of `vol` beyond the newest `keep` (never `common`).
+fn prune(pool: &Pool, vol: &str, keep: u32, common: &str) -> Result<(), strata_engine::Error> {
+    let mut snaps: Vec<_> =
+        pool.snapshots(Some(vol))?.into_iter().filter(|s| s.name.starts_with(SNAPSHOT_PREFIX)).collect();
+    snaps.sort_by_key(|s| s.txg);
+    let excess = snaps.len().saturating_sub(keep as usize);
+    for s in snaps.iter().take(excess).filter(|s| s.name != common) {
+        match pool.delete_snapshot(vol, &s.name) {
+            Ok(()) => {}
+            // A clone depends on it, or history forks there: kept, and said so.
+            Err(e) if e.kind() == ErrorKind::Busy => tracing::info!(volume = vol, snapshot = %s.name, "kept: {e}"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
