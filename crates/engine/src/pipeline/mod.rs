@@ -414,6 +414,56 @@ impl BlockIo {
         self.read_block_copies(bp, false)
     }
 
+    /// Read and verify several blocks, each run of blocks adjacent on the device in one
+    /// read (a transfer reading records written together): their logical bytes, in order.
+    /// A block whose bytes in the run do not verify is read again alone by `read_block`,
+    /// which tries the other copies and repairs (or reports the corruption). No cache.
+    pub fn read_blocks(&self, bps: &[BlockPtr]) -> Result<Vec<Vec<u8>>> {
+        /// Largest single read: big enough to stream, small enough to bound memory.
+        const RUN_MAX: u64 = 1 << 20;
+        let mut out = Vec::with_capacity(bps.len());
+        let mut i = 0;
+        while i < bps.len() {
+            let (start, mut end) = {
+                let (s, l) = bps[i].read_span();
+                (s, s + l)
+            };
+            let mut j = i + 1;
+            while j < bps.len() {
+                let (s, l) = bps[j].read_span();
+                if s < start || s > end || s + l - start > RUN_MAX || bps[j].device != bps[i].device {
+                    break;
+                }
+                end = end.max(s + l);
+                j += 1;
+            }
+            let in_area = self.geo.unit_of(start).is_some_and(|u| u + (end - start) / UNIT_SIZE <= self.geo.data_units);
+            let mut buf = AlignedBuf::zeroed((end - start) as usize);
+            let read = j - i > 1 && bps[i].device == 0 && in_area && self.dev.read_at(&mut buf, start).is_ok();
+            for bp in &bps[i..j] {
+                assert!(!bp.is_hole(), "holes are not read");
+                let at = (bp.addr - start) as usize;
+                let stored = read.then(|| &buf[at..at + bp.psize as usize]);
+                match stored.filter(|b| bp.checksum_algo.compute(b) == bp.checksum) {
+                    Some(b) => {
+                        self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
+                        let data = crate::pipeline::compress::decompress(bp.compression, b, bp.lsize);
+                        match data {
+                            Ok(d) => out.push(d),
+                            Err(_) => out.push(self.read_block(bp)?),
+                        }
+                    }
+                    None => out.push(self.read_block(bp)?),
+                }
+            }
+            if read {
+                self.stats.bytes_read.fetch_add(end - start, Ordering::Relaxed);
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+
     /// Verify every copy of a block the device holds, repairing those that fail (a scrub;
     /// device/mirror.rs `scrub_read`). No cache is consulted.
     pub fn verify_copies(&self, bp: &BlockPtr) -> Result<()> {

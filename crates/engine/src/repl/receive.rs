@@ -36,7 +36,15 @@ pub struct Receiver<'a> {
     since_checkpoint: u64,
     /// Record bytes applied by this receiver.
     pub data_bytes: u64,
+    /// Records of consecutive data frames not written yet: object, offset, bytes. Written
+    /// as one write (one lock, one pass) before any other frame and any checkpoint.
+    run: Option<(ObjectId, u64, Vec<u8>)>,
+    /// The object of the last data frame: id, size, record size (saves a lookup per record).
+    shape: Option<(u64, u64, u64)>,
 }
+
+/// Largest write of consecutive records the receiver gathers.
+const RUN_BYTES: usize = 1 << 20;
 
 impl Pool {
     /// Begin receiving the stream that `header` opens into `volume`. `resume_after`: the
@@ -89,6 +97,8 @@ impl Pool {
             committed: resume_after,
             since_checkpoint: 0,
             data_bytes: 0,
+            run: None,
+            shape: None,
         })
     }
 }
@@ -120,6 +130,10 @@ impl Receiver<'_> {
         }
         let (pool, vol) = (self.pool, self.vol);
         let bad = |what: String| Error::invalid(format!("send stream frame {index}: {what}"));
+        if !matches!(rec, SendRecord::Data { .. }) {
+            self.write_run()?;
+            self.shape = None;
+        }
         match rec {
             SendRecord::Begin(_) => return Err(bad("a second begin frame".into())),
             SendRecord::Object { obj, size, record_size, attr } => {
@@ -128,11 +142,15 @@ impl Receiver<'_> {
             SendRecord::FreeObject { obj } => pool.with_space_retry(|t| t.receive_free_object(vol, ObjectId(*obj)))?,
             SendRecord::Data { obj, offset, data } => {
                 let o = ObjectId(*obj);
-                let (size, rs) = {
-                    let mut t = pool.guard_for_data();
-                    let size = t.object_size(vol, o).map_err(|e| bad(format!("data for object {obj}: {e}")))?;
-                    let dn = t.object_record_size(vol, o)?;
-                    (size, dn as u64)
+                let (size, rs) = match self.shape {
+                    Some((id, size, rs)) if id == *obj => (size, rs),
+                    _ => {
+                        let mut t = pool.guard_for_data();
+                        let size = t.object_size(vol, o).map_err(|e| bad(format!("data for object {obj}: {e}")))?;
+                        let rs = t.object_record_size(vol, o)? as u64;
+                        self.shape = Some((*obj, size, rs));
+                        (size, rs)
+                    }
                 };
                 if offset % rs != 0 || data.len() as u64 > rs || *offset >= size {
                     return Err(bad(format!(
@@ -144,9 +162,21 @@ impl Receiver<'_> {
                 if data.len() > extent {
                     return Err(bad(format!("a record of {} bytes past the end of object {obj}", data.len())));
                 }
-                let mut record = data.clone();
-                record.resize(extent, 0);
-                pool.with_space_retry(|t| t.receive_write(vol, o, *offset, &record))?;
+                match &mut self.run {
+                    Some((ro, start, bytes))
+                        if *ro == o && *start + bytes.len() as u64 == *offset && bytes.len() + extent <= RUN_BYTES =>
+                    {
+                        bytes.extend_from_slice(data);
+                        bytes.resize(bytes.len() + extent - data.len(), 0);
+                    }
+                    _ => {
+                        self.write_run()?;
+                        let mut record = Vec::with_capacity(RUN_BYTES.min(extent * 64));
+                        record.extend_from_slice(data);
+                        record.resize(extent, 0);
+                        self.run = Some((o, *offset, record));
+                    }
+                }
                 self.data_bytes += data.len() as u64;
                 self.since_checkpoint += extent as u64;
             }
@@ -174,8 +204,18 @@ impl Receiver<'_> {
         Ok(Applied::Frame)
     }
 
+    /// Write the gathered records.
+    fn write_run(&mut self) -> Result<()> {
+        if let Some((obj, offset, bytes)) = self.run.take() {
+            let vol = self.vol;
+            self.pool.with_space_retry(|t| t.receive_write(vol, obj, offset, &bytes))?;
+        }
+        Ok(())
+    }
+
     /// Commit what is applied; returns the frame index that is now durable.
     pub fn checkpoint(&mut self) -> Result<u64> {
+        self.write_run()?;
         self.pool.commit()?;
         self.committed = self.applied;
         self.since_checkpoint = 0;

@@ -14,9 +14,10 @@
 use super::diff::{dnode_key_object, record_diff, tree_diff, RecordChange};
 use super::stream::{SendRecord, SnapRef, StreamHeader};
 use crate::catalog::volume::KEY_DNODE;
-use crate::error::{Error, Result};
+use crate::error::{Corruption, Error, Result};
 use crate::format::records::DnodePhys;
 use crate::format::{BlockKind, BlockPtr};
+use crate::pipeline::BlockIo;
 use crate::pool::snapshot::collect_born_after;
 use crate::pool::Pool;
 use std::collections::HashSet;
@@ -108,86 +109,53 @@ impl Pool {
         let (header, base, snap) = self.prepare_send(opts)?;
         debug_assert!(base.as_ref().is_none_or(|b| b.txg < snap.txg));
         let io = self.lock_raw().io.clone();
-        let mut sum = SendSummary::default();
         sink(0, &SendRecord::Begin(header))?;
-        sum.frames_sent = 1;
-        // Hand the next frame to the sink unless the receiver has it; `make` runs only if
-        // it is sent. `sum.frames` counts the frames so far: it is the frame's index.
-        let mut send = |make: &mut dyn FnMut() -> Result<SendRecord>, sum: &mut SendSummary| -> Result<()> {
-            sum.frames += 1;
-            let index = sum.frames;
-            if index > opts.resume_after {
-                let rec = make()?;
-                if let SendRecord::Data { data, .. } = &rec {
-                    sum.data_bytes += data.len() as u64;
-                }
-                sink(index, &rec)?;
-                sum.frames_sent += 1;
-            }
-            Ok(())
+        let mut out = Emitter {
+            sink,
+            io: &io,
+            resume_after: opts.resume_after,
+            sum: SendSummary { frames_sent: 1, ..Default::default() },
+            batch: Vec::new(),
         };
         let base_root = base.as_ref().map_or(BlockPtr::HOLE, |b| b.root);
         for change in tree_diff(&io, &base_root, &snap.root)? {
             match change.key.first() {
                 Some(&KEY_DNODE) => {
                     let obj = dnode_key_object(&change.key).ok_or_else(|| {
-                        Error::from(crate::error::Corruption::new(
-                            "volume tree",
-                            None,
-                            format!("dnode key {:02x?}", change.key),
-                        ))
+                        Error::from(Corruption::new("volume tree", None, format!("dnode key {:02x?}", change.key)))
                     })?;
                     let old = change.old.as_deref().map(DnodePhys::decode).transpose()?;
                     let Some(new) = change.new.as_deref().map(DnodePhys::decode).transpose()? else {
-                        send(&mut || Ok(SendRecord::FreeObject { obj }), &mut sum)?;
+                        out.frame(SendRecord::FreeObject { obj })?;
                         continue;
                     };
                     // An object whose record size changed (it was recreated) starts empty.
                     let old = old.filter(|o| o.record_size == new.record_size);
                     let rs = new.record_size as u64;
-                    send(
-                        &mut || {
-                            Ok(SendRecord::Object {
-                                obj,
-                                size: new.size,
-                                record_size: new.record_size,
-                                attr: new.attr.clone(),
-                            })
-                        },
-                        &mut sum,
-                    )?;
+                    out.frame(SendRecord::Object {
+                        obj,
+                        size: new.size,
+                        record_size: new.record_size,
+                        attr: new.attr.clone(),
+                    })?;
                     let old_root = old.as_ref().map_or((BlockPtr::HOLE, 0), |o| (o.root, o.levels));
                     let limit = new.size.div_ceil(rs);
                     record_diff(&io, old_root, (new.root, new.levels), limit, &mut |c| match c {
-                        RecordChange::Data { recno, bp } => send(
-                            &mut || {
-                                let mut data = io.read_block(&bp)?;
-                                let keep = data.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
-                                data.truncate(keep);
-                                Ok(SendRecord::Data { obj, offset: recno * rs, data })
-                            },
-                            &mut sum,
-                        ),
-                        RecordChange::Hole { first, count } => send(
-                            &mut || Ok(SendRecord::Hole { obj, offset: first * rs, len: count.saturating_mul(rs) }),
-                            &mut sum,
-                        ),
+                        RecordChange::Data { recno, bp } => out.data(obj, recno * rs, bp),
+                        RecordChange::Hole { first, count } => {
+                            out.frame(SendRecord::Hole { obj, offset: first * rs, len: count.saturating_mul(rs) })
+                        }
                     })?;
                 }
                 Some(&KEY_USER) => {
                     let key = change.key[1..].to_vec();
-                    send(
-                        &mut || {
-                            Ok(match &change.new {
-                                Some(value) => SendRecord::KvPut { key: key.clone(), value: value.clone() },
-                                None => SendRecord::KvDelete { key: key.clone() },
-                            })
-                        },
-                        &mut sum,
-                    )?;
+                    out.frame(match change.new {
+                        Some(value) => SendRecord::KvPut { key, value },
+                        None => SendRecord::KvDelete { key },
+                    })?;
                 }
                 _ => {
-                    return Err(crate::error::Corruption::new(
+                    return Err(Corruption::new(
                         "volume tree",
                         None,
                         format!("entry with key {:02x?} of no known kind", change.key),
@@ -196,9 +164,69 @@ impl Pool {
                 }
             }
         }
-        let (frames, data_bytes) = (sum.frames, sum.data_bytes);
-        send(&mut || Ok(SendRecord::End { frames, data_bytes }), &mut sum)?;
+        out.flush()?;
+        let (frames, data_bytes) = (out.sum.frames, out.sum.data_bytes);
+        out.frame(SendRecord::End { frames, data_bytes })?;
+        let mut sum = out.sum;
         sum.frames += 1; // the begin frame
         Ok(sum)
+    }
+}
+
+/// Numbers frames and hands them to the sink, skipping those the receiver has; data frames
+/// wait in a batch so that records adjacent on the device are read together.
+struct Emitter<'a> {
+    sink: &'a mut dyn FnMut(u64, &SendRecord) -> Result<()>,
+    io: &'a BlockIo,
+    resume_after: u64,
+    /// `frames` counts the frames numbered so far: the last one's index.
+    sum: SendSummary,
+    /// Data frames numbered after `sum.frames`, not read yet: (object, offset, block).
+    batch: Vec<(u64, u64, BlockPtr)>,
+}
+
+/// Data frames read together: 64 records (1 MiB of 16 KiB records).
+const BATCH_RECORDS: usize = 64;
+
+impl Emitter<'_> {
+    fn frame(&mut self, rec: SendRecord) -> Result<()> {
+        self.flush()?;
+        self.sum.frames += 1;
+        if self.sum.frames > self.resume_after {
+            (self.sink)(self.sum.frames, &rec)?;
+            self.sum.frames_sent += 1;
+        }
+        Ok(())
+    }
+
+    fn data(&mut self, obj: u64, offset: u64, bp: BlockPtr) -> Result<()> {
+        self.batch.push((obj, offset, bp));
+        if self.batch.len() >= BATCH_RECORDS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let first = self.sum.frames + 1;
+        // Frames the receiver has are skipped unread.
+        let skip = self.resume_after.saturating_sub(first - 1).min(batch.len() as u64) as usize;
+        let bps: Vec<BlockPtr> = batch[skip..].iter().map(|(_, _, bp)| *bp).collect();
+        let mut datas = self.io.read_blocks(&bps)?.into_iter();
+        self.sum.frames += skip as u64;
+        for (obj, offset, _) in &batch[skip..] {
+            let mut data = datas.next().expect("one read per block");
+            let keep = data.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+            data.truncate(keep);
+            self.sum.frames += 1;
+            self.sum.data_bytes += data.len() as u64;
+            (self.sink)(self.sum.frames, &SendRecord::Data { obj: *obj, offset: *offset, data })?;
+            self.sum.frames_sent += 1;
+        }
+        Ok(())
     }
 }
