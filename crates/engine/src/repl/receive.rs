@@ -39,6 +39,8 @@ pub struct Receiver<'a> {
     /// Records of consecutive data frames not written yet: object, offset, bytes. Written
     /// as one write (one lock, one pass) before any other frame and any checkpoint.
     run: Option<(ObjectId, u64, Vec<u8>)>,
+    /// Data applied between checkpoints (`CHECKPOINT_BYTES` unless set).
+    checkpoint_bytes: u64,
     /// The object of the last data frame: id, size, record size (saves a lookup per record).
     shape: Option<(u64, u64, u64)>,
 }
@@ -98,6 +100,7 @@ impl Pool {
             since_checkpoint: 0,
             data_bytes: 0,
             run: None,
+            checkpoint_bytes: CHECKPOINT_BYTES,
             shape: None,
         })
     }
@@ -112,6 +115,11 @@ impl Receiver<'_> {
     /// Index of the last frame a commit covers: where to resume after a crash.
     pub fn committed(&self) -> u64 {
         self.committed
+    }
+
+    /// Checkpoint every `bytes` of data instead (tests; a driver that wants finer resumes).
+    pub fn set_checkpoint_bytes(&mut self, bytes: u64) {
+        self.checkpoint_bytes = bytes.max(1);
     }
 
     pub fn header(&self) -> &StreamHeader {
@@ -197,7 +205,7 @@ impl Receiver<'_> {
             }
         }
         self.applied = index;
-        if self.since_checkpoint >= CHECKPOINT_BYTES {
+        if self.since_checkpoint >= self.checkpoint_bytes {
             self.checkpoint()?;
             return Ok(Applied::Checkpoint(self.committed));
         }
