@@ -26,7 +26,9 @@ pub struct CreateMirror {
 
 /// `POST /v1/mirrors/{pool}/{volume}`: `update` (transfer now), `break` (make the target
 /// writable), `resync` (a broken mirror again: the target's writes since the break are
-/// kept as a snapshot, then it is restored to the common snapshot), `pause`, `resume`.
+/// kept as a snapshot, then it is restored to the common snapshot), `reverse` (a broken
+/// mirror with the roles swapped; the old source's writes since then kept as a snapshot;
+/// the mirror is then named by the new target), `pause`, `resume`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MirrorAction {

@@ -1,5 +1,5 @@
 //! `strata mirror`: replicate volumes to another pool (create, update, break, resync,
-//! pause, resume, delete, list, show). A mirror is named by its target, DEST_POOL/VOLUME.
+//! reverse, pause, resume, delete, list, show). A mirror is named by its target, DEST_POOL/VOLUME.
 
 use crate::client::{seg, Client, Failure};
 use crate::units::human;
@@ -40,6 +40,12 @@ pub enum MirrorCmd {
     /// Make a broken mirror a mirror again from the common snapshot; what was written on the
     /// target since the break is kept as a snapshot `resync-…`.
     Resync {
+        mirror: String,
+    },
+    /// Swap the roles of a broken mirror: the target becomes the source (the mirror takes the
+    /// old source's pool as its name); what the old source wrote since the last transfer is
+    /// kept there as a snapshot `reverse-…`; the next update sends only what changed.
+    Reverse {
         mirror: String,
     },
     /// Stop transfers (one in progress stops at its checkpoint and resumes later).
@@ -212,6 +218,7 @@ pub fn run(c: &Client, out: &Out, cmd: MirrorCmd) -> Result<(), Failure> {
         }
         MirrorCmd::Break { mirror } => act(c, out, &mirror, "break")?,
         MirrorCmd::Resync { mirror } => act(c, out, &mirror, "resync")?,
+        MirrorCmd::Reverse { mirror } => act(c, out, &mirror, "reverse")?,
         MirrorCmd::Pause { mirror } => act(c, out, &mirror, "pause")?,
         MirrorCmd::Resume { mirror } => act(c, out, &mirror, "resume")?,
         MirrorCmd::Delete { mirror } => {

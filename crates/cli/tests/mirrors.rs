@@ -208,3 +208,59 @@ fn a_group_is_mirrored_updated_broken_resynced_and_resumed_after_a_crash() {
     let c = d.json(&["check", "default"]);
     assert_eq!(c["clean"], true, "{c}");
 }
+
+#[test]
+fn a_broken_mirror_is_reversed_and_sends_only_what_changed() {
+    let dir = temp_dir("mirror-reverse");
+    let d = Daemon::start(&dir);
+    let img = dir.join("p2.img");
+    d.ok(&["pool", "create", "p2", "--device", img.to_str().unwrap(), "--size", "512M"]);
+    let (src, tgt) = (dir.join("src"), dir.join("tgt"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&tgt).unwrap();
+    d.ok(&["volume", "create", "default/db"]);
+    d.ok(&["mount", "default/db", src.to_str().unwrap()]);
+    let base = write_file(&src.join("table"), 7, 8 << 20);
+    let m = d.json(&["mirror", "create", "default/db", "p2"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    d.fails(&["mirror", "reverse", "p2/db"], "not broken");
+    d.json(&["mirror", "break", "p2/db"]);
+    // The application moves to the target and writes there; the old source also wrote
+    // something after the last transfer (lost to the application, kept as a snapshot).
+    d.ok(&["mount", "p2/db", tgt.to_str().unwrap()]);
+    std::fs::write(tgt.join("after-failover"), b"written on the target").unwrap();
+    std::fs::File::open(tgt.join("after-failover")).unwrap().sync_all().unwrap();
+    std::fs::write(src.join("late"), b"late write on the old source").unwrap();
+    std::fs::File::open(src.join("late")).unwrap().sync_all().unwrap();
+    d.fails(&["mirror", "reverse", "p2/db"], "is mounted");
+    d.ok(&["unmount", src.to_str().unwrap()]);
+    let m = d.json(&["mirror", "reverse", "p2/db"]);
+    assert_eq!(m["name"], "default/db", "{m}");
+    assert_eq!(m["source_pool"], "p2");
+    assert_eq!(m["state"], "mirrored");
+    d.fails(&["mount", "default/db", src.to_str().unwrap()], "target of mirror default/db");
+    // Only the change since the common snapshot travels back.
+    let m = d.json(&["mirror", "update", "default/db"]);
+    let sent = m["last_transfer"]["done_bytes"].as_u64().unwrap();
+    assert!(sent < 1 << 20, "the reverse update sent {sent} bytes for a 21-byte file: {m}");
+    let snap = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_eq!(
+        read_snapshot_file(&d, &dir, "default", "db", &snap, "after-failover").as_deref(),
+        Some(&b"written on the target"[..])
+    );
+    assert_eq!(read_snapshot_file(&d, &dir, "default", "db", &snap, "table").as_deref(), Some(&base[..]));
+    let snaps = d.json(&["snapshot", "list", "default/db"]);
+    let kept = snaps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .find(|n| n.starts_with("reverse-"))
+        .expect("the old source's late write kept")
+        .to_string();
+    assert_eq!(
+        read_snapshot_file(&d, &dir, "default", "db", &kept, "late").as_deref(),
+        Some(&b"late write on the old source"[..])
+    );
+    d.ok(&["unmount", tgt.to_str().unwrap()]);
+}

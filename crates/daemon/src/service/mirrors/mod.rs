@@ -264,7 +264,10 @@ impl Daemon {
         })
     }
 
-    /// `update`, `break`, `resync`, `pause`, `resume`.
+    /// `update`, `break`, `resync`, `reverse`, `pause`, `resume`. `reverse` (after a break):
+    /// the target becomes the source and the source the target (the mirror takes the new
+    /// target's name); what the old source wrote since the common snapshot is kept there as
+    /// a snapshot `reverse-…`, and the next update sends only what changed on the new source.
     pub(crate) fn mirror_action(self: &Arc<Self>, name: &str, action: &str) -> Result<MirrorInfo, ApiError> {
         let r = self.mirrors.get(name)?;
         let running = self.mirrors.running(name);
@@ -335,46 +338,67 @@ impl Daemon {
                 self.save_state()?;
                 tracing::info!(mirror = name, snapshot = %common, "mirror broken: target volumes writable");
             }
-            "resync" => {
+            "resync" | "reverse" => {
                 if r.state != "broken" {
                     return Err(ApiError::conflict(
                         format!("mirror {name} is {}, not broken", r.state),
-                        "only a broken mirror is resynced",
+                        "only a broken mirror is resynced or reversed",
                     ));
                 }
+                let reverse = action == "reverse";
+                // The side that becomes (or goes back to being) the target.
+                let target_pool = if reverse { r.source_pool.clone() } else { r.dest_pool.clone() };
                 let _g = self.admin.lock().expect("admin");
                 for v in &r.volumes {
-                    if let Some(p) = self.mounted_at(&r.dest_pool, v) {
+                    if let Some(p) = self.mounted_at(&target_pool, v) {
                         return Err(ApiError::conflict(
-                            format!("{}/{v} is mounted at {}", r.dest_pool, p.display()),
-                            "unmount the target volumes before a resync",
+                            format!("{target_pool}/{v} is mounted at {}", p.display()),
+                            "unmount the volumes that become the target first",
+                        ));
+                    }
+                    if self.nfs.exported(&target_pool, v).or_else(|| self.blocks.exported(&target_pool, v)).is_some() {
+                        return Err(ApiError::conflict(
+                            format!("{target_pool}/{v} is exported"),
+                            "delete its exports (`strata export list`) first",
                         ));
                     }
                 }
-                self.refuse_target_users(&r)?;
-                let dst = self.pool(&r.dest_pool)?;
+                let pool = self.pool(&target_pool)?;
                 let common = r.common.clone().expect("a broken mirror has a common snapshot");
-                // Keep what was written on the target since the break, as a snapshot.
-                let saved = format!("resync-{}", crate::utc_compact(now_ns() / 1_000_000_000));
+                // Keep what was written on that side since the common snapshot, as a snapshot.
+                let saved = format!("{action}-{}", crate::utc_compact(now_ns() / 1_000_000_000));
                 let vols: Vec<&str> = r.volumes.iter().map(String::as_str).collect();
-                let written = r
-                    .volumes
-                    .iter()
-                    .map(|v| dst.volume_id(v).and_then(|id| dst.volume_info(id)).map(|i| i.written_bytes))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if written.iter().any(|w| *w > 0) {
-                    dst.create_snapshots(&vols, &saved)?;
+                let mut written = false;
+                for v in &vols {
+                    let info = pool.volume_info(pool.volume_id(v)?)?;
+                    written |=
+                        info.written_bytes > 0 || info.parent_snapshot.as_deref() != Some(&format!("{v}@{common}"));
+                }
+                if written {
+                    pool.create_snapshots(&vols, &saved)?;
                 }
                 let list: Vec<(&str, &str)> = vols.iter().map(|v| (*v, common.as_str())).collect();
-                dst.restore_volumes(&list)?;
-                self.mirrors.update(name, |m| m.state = "mirrored".into());
+                pool.restore_volumes(&list)?;
+                let mut recs = self.mirrors.records.lock().expect("mirrors");
+                let mut m = recs.remove(name).expect("looked up above");
+                if reverse {
+                    std::mem::swap(&mut m.source_pool, &mut m.dest_pool);
+                }
+                m.state = "mirrored".into();
+                m.pending = None;
+                let new_name = m.name();
+                recs.insert(new_name.clone(), m);
+                drop(recs);
+                self.mirrors.jobs.lock().expect("mirror jobs").remove(name);
                 self.save_state()?;
-                tracing::info!(mirror = name, kept = %saved, "mirror resynced");
+                tracing::info!(mirror = %new_name, kept = ?written.then_some(&saved), "mirror {action}d");
+                drop(_g);
+                return self.mirror_info(&new_name);
             }
             other => {
                 return Err(ApiError::bad_request(
                     format!("mirror action {other:?}"),
-                    "use update, break, resync, pause or resume",
+                    "use update, break, resync, reverse, pause or resume",
                 ))
             }
         }
@@ -444,19 +468,6 @@ impl Daemon {
                     ))
                 }
                 _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Mounts or exports of a mirror's target volumes (a resync would change what they see).
-    fn refuse_target_users(&self, r: &MirrorRecord) -> Result<(), ApiError> {
-        for v in &r.volumes {
-            if self.nfs.exported(&r.dest_pool, v).or_else(|| self.blocks.exported(&r.dest_pool, v)).is_some() {
-                return Err(ApiError::conflict(
-                    format!("{}/{v} is exported", r.dest_pool),
-                    "delete its exports (`strata export list`) before a resync",
-                ));
             }
         }
         Ok(())
