@@ -22,6 +22,9 @@ pub struct CreateMirror {
     /// is always kept).
     #[serde(default)]
     pub keep: Option<u32>,
+    /// Send at most this many record bytes per second (none: as fast as the pools go).
+    #[serde(default)]
+    pub limit_bytes_per_second: Option<u64>,
 }
 
 /// `POST /v1/mirrors/{pool}/{volume}`: `update` (transfer now), `break` (make the target
@@ -67,6 +70,8 @@ pub struct MirrorInfo {
     pub state: String,
     pub every_seconds: Option<u64>,
     pub keep: u32,
+    #[serde(default)]
+    pub limit_bytes_per_second: Option<u64>,
     /// The newest snapshot both sides hold (what the next update sends from).
     pub common_snapshot: Option<String>,
     /// RPO: seconds since the newest snapshot the target has was taken on the source.

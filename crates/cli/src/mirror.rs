@@ -24,6 +24,9 @@ pub enum MirrorCmd {
         /// Transferred snapshots kept on each side (default 2).
         #[arg(long)]
         keep: Option<u32>,
+        /// Bandwidth limit in bytes per second of record data (e.g. 50M).
+        #[arg(long)]
+        limit: Option<String>,
         #[arg(long)]
         no_wait: bool,
     },
@@ -120,9 +123,10 @@ fn print_info(m: &MirrorInfo) {
     println!("  source:   {}/{}", m.source_pool, m.volumes.join(", "));
     println!("  target:   {}/{}", m.dest_pool, m.volumes.join(", "));
     println!(
-        "  schedule: {}; keep {} transferred snapshots",
+        "  schedule: {}; keep {} transferred snapshots; {}",
         m.every_seconds.map_or("on update only".into(), |s| format!("every {s} s")),
-        m.keep
+        m.keep,
+        m.limit_bytes_per_second.map_or("no bandwidth limit".into(), |l| format!("at most {}/s", human(l)))
     );
     println!(
         "  common:   {} (lag {})",
@@ -185,13 +189,18 @@ fn wait(c: &Client, p: &str, mut m: MirrorInfo) -> Result<MirrorInfo, Failure> {
 
 pub fn run(c: &Client, out: &Out, cmd: MirrorCmd) -> Result<(), Failure> {
     match cmd {
-        MirrorCmd::Create { source, dest_pool, group, every, keep, no_wait } => {
+        MirrorCmd::Create { source, dest_pool, group, every, keep, limit, no_wait } => {
+            let limit = limit
+                .as_deref()
+                .map(|l| crate::units::parse_size(l).map_err(|e| Failure::usage(format!("--limit {l}: {e}"))))
+                .transpose()?;
             let req = CreateMirror {
                 source,
                 group,
                 dest_pool,
                 every_seconds: every.as_deref().map(parse_every).transpose()?,
                 keep,
+                limit_bytes_per_second: limit,
             };
             let mut m: MirrorInfo = c.send("POST", "/v1/mirrors", &req)?;
             if !no_wait {

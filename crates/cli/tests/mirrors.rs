@@ -264,3 +264,30 @@ fn a_broken_mirror_is_reversed_and_sends_only_what_changed() {
     );
     d.ok(&["unmount", tgt.to_str().unwrap()]);
 }
+
+/// A bandwidth limit holds over the transfer (never faster; sleeping can only slow it, so
+/// the upper bound is what is asserted, with a floor to show the transfer was not stalled).
+#[test]
+fn a_bandwidth_limit_holds() {
+    let dir = temp_dir("mirror-limit");
+    let d = Daemon::start(&dir);
+    let img = dir.join("p2.img");
+    d.ok(&["pool", "create", "p2", "--device", img.to_str().unwrap(), "--size", "512M"]);
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    d.ok(&["volume", "create", "default/db"]);
+    d.ok(&["mount", "default/db", src.to_str().unwrap()]);
+    write_file(&src.join("table"), 9, 24 << 20);
+    d.fails(&["mirror", "create", "default/db", "p2", "--limit", "0"], "a limit above 0");
+    let m = d.json(&["mirror", "create", "default/db", "p2", "--limit", "8M"]);
+    assert_eq!(m["limit_bytes_per_second"], 8 << 20, "{m}");
+    let l = &m["last_transfer"];
+    let (bytes, secs) = (l["done_bytes"].as_u64().unwrap(), l["seconds"].as_f64().unwrap());
+    let rate = bytes as f64 / secs;
+    assert!(bytes >= (24 << 20) - 65536, "{m}");
+    assert!(
+        rate <= 8.0 * 1048576.0 * 1.05 && rate >= 8.0 * 1048576.0 * 0.5,
+        "{rate:.0} B/s for a limit of 8 MiB/s: {m}"
+    );
+    d.ok(&["unmount", src.to_str().unwrap()]);
+}

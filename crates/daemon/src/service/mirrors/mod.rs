@@ -45,6 +45,9 @@ pub struct MirrorRecord {
     #[serde(default)]
     pub every_seconds: Option<u64>,
     pub keep: u32,
+    /// Record bytes per second at most (none: no limit).
+    #[serde(default)]
+    pub limit_bytes_per_second: Option<u64>,
     /// The newest snapshot both sides hold, and when it was taken (ns since 1970).
     #[serde(default)]
     pub common: Option<String>,
@@ -154,10 +157,10 @@ impl Daemon {
             ));
         }
         let keep = req.keep.unwrap_or(KEEP_DEFAULT);
-        if keep == 0 || keep > 1000 || req.every_seconds == Some(0) {
+        if keep == 0 || keep > 1000 || req.every_seconds == Some(0) || req.limit_bytes_per_second == Some(0) {
             return Err(ApiError::bad_request(
                 format!("keep {keep}, every {:?} s", req.every_seconds),
-                "keep 1 to 1000 transferred snapshots; a schedule of at least 1 s",
+                "keep 1 to 1000 transferred snapshots; a schedule of at least 1 s; a limit above 0",
             ));
         }
         let _g = self.admin.lock().expect("admin");
@@ -210,6 +213,7 @@ impl Daemon {
             state: "uninitialized".into(),
             every_seconds: req.every_seconds,
             keep,
+            limit_bytes_per_second: req.limit_bytes_per_second,
             common: None,
             common_created_ns: None,
             last: None,
@@ -246,6 +250,7 @@ impl Daemon {
             state,
             every_seconds: r.every_seconds,
             keep: r.keep,
+            limit_bytes_per_second: r.limit_bytes_per_second,
             common_snapshot: r.common.clone(),
             lag_seconds: r.common_created_ns.map(|c| now_ns().saturating_sub(c) as f64 / 1e9),
             last_transfer: r.last.as_ref().map(|l| MirrorTransfer {

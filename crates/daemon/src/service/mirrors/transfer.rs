@@ -162,7 +162,7 @@ impl Daemon {
         let started = Instant::now();
         for v in &todo {
             let committed = pending.committed.get(v).copied().unwrap_or(0);
-            self.transfer_volume(name, job, &src, &dst, v, &pending, committed)?;
+            self.transfer_volume(name, job, &src, &dst, v, &pending, committed, rec.limit_bytes_per_second)?;
             self.mirrors.update(name, |m| {
                 if let Some(p) = m.pending.as_mut() {
                     p.done.push(v.clone());
@@ -217,6 +217,7 @@ impl Daemon {
         vol: &str,
         pending: &PendingTransfer,
         committed: u64,
+        limit: Option<u64>,
     ) -> Result<(), ApiError> {
         if pending.base.is_none() && committed == 0 {
             // A full transfer starts over into an empty volume (a cut one left some behind).
@@ -242,6 +243,7 @@ impl Daemon {
             resume_after: committed,
         };
         let mut rx: Option<Receiver<'_>> = None;
+        let mut pace = Pace::new(limit);
         src.send(&opts, &mut |index, rec| {
             if job.stop.load(Ordering::Relaxed) || self.stopping.load(Ordering::Relaxed) {
                 return Err(strata_engine::Error::Busy(
@@ -255,6 +257,7 @@ impl Daemon {
             let r = rx.as_mut().expect("the begin frame comes first");
             if let SendRecord::Data { data, .. } = rec {
                 job.done_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                pace.sent(data.len() as u64);
             }
             if let Applied::Checkpoint(at) = r.apply(index, rec)? {
                 self.mirrors.update(name, |m| {
@@ -274,6 +277,30 @@ impl Daemon {
             a
         })?;
         Ok(())
+    }
+}
+
+/// A bandwidth limit: after each record, sleep until the bytes sent since the start of the
+/// volume's transfer fit the rate. Measured from the start (not per window), so it holds on
+/// average over the transfer, which is what the limit promises (within a record's time).
+struct Pace {
+    limit: Option<u64>,
+    start: Instant,
+    bytes: u64,
+}
+
+impl Pace {
+    fn new(limit: Option<u64>) -> Pace {
+        Pace { limit, start: Instant::now(), bytes: 0 }
+    }
+
+    fn sent(&mut self, n: u64) {
+        let Some(rate) = self.limit else { return };
+        self.bytes += n;
+        let due = std::time::Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+        if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+            std::thread::sleep(wait);
+        }
     }
 }
 
