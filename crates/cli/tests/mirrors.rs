@@ -286,7 +286,7 @@ fn a_bandwidth_limit_holds() {
     let rate = bytes as f64 / secs;
     assert!(bytes >= (24 << 20) - 65536, "{m}");
     assert!(
-        rate <= 8.0 * 1048576.0 * 1.05 && rate >= 8.0 * 1048576.0 * 0.5,
+        (8.0 * 1048576.0 * 0.5..=8.0 * 1048576.0 * 1.05).contains(&rate),
         "{rate:.0} B/s for a limit of 8 MiB/s: {m}"
     );
     d.ok(&["unmount", src.to_str().unwrap()]);
