@@ -96,9 +96,16 @@ impl Histogram {
 }
 
 /// Counts per bucket at one moment.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct HistogramSnapshot {
     counts: Vec<u64>,
+}
+
+impl std::fmt::Debug for HistogramSnapshot {
+    /// The buckets that hold anything, as `highest µs: count`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.sparse()).finish()
+    }
 }
 
 impl Default for HistogramSnapshot {
