@@ -13,6 +13,7 @@ mod error;
 mod exports;
 mod pools;
 mod snapshots;
+mod stats;
 mod volumes;
 
 pub use access::*;
@@ -20,6 +21,7 @@ pub use error::*;
 pub use exports::*;
 pub use pools::*;
 pub use snapshots::*;
+pub use stats::*;
 pub use volumes::*;
 
 use serde::{Deserialize, Serialize};

@@ -149,6 +149,11 @@ impl HistogramSnapshot {
         }
     }
 
+    /// Both histograms' counts (of different volumes or protocols, for a total).
+    pub fn plus(&self, other: &HistogramSnapshot) -> HistogramSnapshot {
+        HistogramSnapshot { counts: self.counts.iter().zip(&other.counts).map(|(a, b)| a + b).collect() }
+    }
+
     /// Observations of at most `us` (bucket-exact: a bucket counts when its highest value
     /// is at most `us`, so a bound inside a bucket counts that bucket as above it).
     pub fn count_at_most(&self, us: u64) -> u64 {

@@ -162,7 +162,7 @@ fn activate(d: &Daemon, r: &ExportRecord) -> Result<(), ApiError> {
         fs,
         pool_guid: pool.status().pool_guid,
         policy,
-        stats: None,
+        stats: Some(d.stats.protocol(pool_name, vol_name, strata_stats::Protocol::Nfs)),
     });
     Ok(())
 }

@@ -19,6 +19,7 @@
 //! mounts, exports and the state file) → `pools` → `unavailable` → `mounts` → `policies` →
 //! the NFS service's `records` → `next_id`. `pools`, `unavailable`, `mounts` and `policies`
 //! are held only for map look-ups and updates, never across engine calls or I/O.
+//! `stats`'s map of volume counters (stats.rs) is a leaf, taken alone.
 
 pub(crate) mod blockexports;
 pub(crate) mod db_freeze;
@@ -31,12 +32,14 @@ pub(crate) mod fsreg;
 pub(crate) mod lifecycle;
 pub(crate) mod logdev;
 pub(crate) mod luns;
+pub(crate) mod metrics;
 pub(crate) mod mounts;
 pub(crate) mod policy;
 pub(crate) mod pools;
 pub(crate) mod scrub;
 pub(crate) mod snapshots;
 pub(crate) mod state;
+pub(crate) mod stats;
 pub(crate) mod volumes;
 
 use crate::access::{audit::History, tokens::TokenStore};
@@ -97,6 +100,8 @@ pub struct Daemon {
     pub(crate) rebuilds: devices::RebuildTracks,
     /// Scrubs running or ended, by pool (scrub.rs).
     pub(crate) scrubs: scrub::Scrubs,
+    /// I/O counters of the volumes served (stats.rs).
+    pub(crate) stats: stats::StatsRegistry,
 }
 
 pub fn random_u64() -> u64 {
@@ -166,6 +171,7 @@ impl Daemon {
             host_id,
             rebuilds: Default::default(),
             scrubs: Default::default(),
+            stats: Default::default(),
         });
         let state = match State::load(&d.state_path())? {
             Some(s) => s,

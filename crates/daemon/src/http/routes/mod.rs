@@ -6,6 +6,7 @@ pub(crate) mod access;
 pub(crate) mod exports;
 pub(crate) mod pools;
 pub(crate) mod snapshots;
+pub(crate) mod stats;
 pub(crate) mod volumes;
 
 use crate::service::Daemon;
