@@ -48,6 +48,38 @@ fn metric(text: &str, name: &str, labels: &str) -> f64 {
     line[want.len()..].trim().parse().unwrap_or_else(|_| panic!("not a number: {line}"))
 }
 
+/// The `strata_*` metric names in a Grafana dashboard's queries (`expr`, and the variables'
+/// `query` and `definition`; not the descriptions).
+fn metric_names(v: &Value) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o {
+                match x.as_str() {
+                    Some(s) if ["expr", "query", "definition"].contains(&k.as_str()) => out.extend(names_in(s)),
+                    Some(_) => {}
+                    None => out.extend(metric_names(x)),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| out.extend(metric_names(x))),
+        _ => {}
+    }
+    out
+}
+
+fn names_in(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some(at) = rest.find("strata_") {
+        let name: String =
+            rest[at..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit()).collect();
+        rest = &rest[at + name.len()..];
+        out.push(name);
+    }
+    out
+}
+
 /// The latency histogram of a class in a sample, as strata-stats reads it.
 fn histogram(class: &Value) -> HistogramSnapshot {
     let pairs: Vec<(u64, u64)> =
@@ -144,6 +176,16 @@ fn fuse_counters_match_a_known_workload() {
             == metric(&text, "strata_pool_commits_total", "pool=\"default\""),
         "every commit in the histogram"
     );
+    // Every metric the Grafana dashboard queries is one that /metrics exports.
+    let dashboard = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/grafana/strata.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(dashboard).unwrap()).expect("dashboard JSON");
+    let queried = metric_names(&dashboard);
+    assert!(queried.len() >= 15, "{queried:?}");
+    for name in &queried {
+        let exported =
+            text.lines().any(|l| l.strip_prefix(name.as_str()).is_some_and(|rest| rest.starts_with(['{', ' '])));
+        assert!(exported, "the dashboard queries {name}, which /metrics does not export");
+    }
     // Bad arguments are refused.
     d.fails(&["iostat", "nosuch"], "pool nosuch");
     d.fails(&["iostat", "default/nosuch"], "nosuch");
