@@ -33,7 +33,25 @@ fn sample(c: &Client, target: &Option<String>) -> Result<IoStats, Failure> {
     c.get(&format!("/v1/stats{query}"))
 }
 
+/// `strata iostat 5` and `strata iostat 5 3` mean an interval (and a count), as for
+/// `zpool iostat`: a first argument that is a number is not a pool's name.
+fn shift_numbers(mut a: Args) -> Result<Args, Failure> {
+    let Some(first) = a.target.as_deref().and_then(|t| t.parse::<f64>().ok()) else { return Ok(a) };
+    if a.count.is_some() {
+        return Ok(a); // three arguments: the first is a target after all
+    }
+    a.count = match a.interval {
+        Some(n) if n >= 1.0 && n.fract() == 0.0 => Some(n as u64),
+        Some(n) => return Err(Failure::usage(format!("count {n}: give a whole number of reports"))),
+        None => None,
+    };
+    a.interval = Some(first);
+    a.target = None;
+    Ok(a)
+}
+
 pub fn run(c: &Client, out: &Out, a: Args) -> Result<(), Failure> {
+    let a = shift_numbers(a)?;
     if let Some(i) = a.interval {
         if !(i.is_finite() && i > 0.0) {
             return Err(Failure::usage(format!("interval {i}: give seconds above 0 (e.g. 1, 0.5)")));
@@ -273,6 +291,23 @@ mod tests {
             trim: IoClassStats::default(),
             other: IoClassStats::default(),
         }
+    }
+
+    #[test]
+    fn leading_numbers_are_interval_and_count() {
+        let args = |t: Option<&str>, i: Option<f64>, c: Option<u64>| Args {
+            target: t.map(String::from),
+            interval: i,
+            count: c,
+            verbose: false,
+        };
+        let a = shift_numbers(args(Some("5"), None, None)).unwrap();
+        assert_eq!((a.target, a.interval, a.count), (None, Some(5.0), None));
+        let a = shift_numbers(args(Some("2"), Some(3.0), None)).unwrap();
+        assert_eq!((a.target, a.interval, a.count), (None, Some(2.0), Some(3)));
+        let a = shift_numbers(args(Some("default/v"), Some(1.0), Some(2))).unwrap();
+        assert_eq!((a.target.as_deref(), a.interval, a.count), (Some("default/v"), Some(1.0), Some(2)));
+        assert!(shift_numbers(args(Some("2"), Some(0.5), None)).is_err());
     }
 
     #[test]
