@@ -14,6 +14,7 @@ mod exports;
 mod mirrors;
 mod pools;
 mod snapshots;
+mod stats;
 mod volumes;
 
 pub use access::*;
@@ -22,6 +23,7 @@ pub use exports::*;
 pub use mirrors::*;
 pub use pools::*;
 pub use snapshots::*;
+pub use stats::*;
 pub use volumes::*;
 
 use serde::{Deserialize, Serialize};

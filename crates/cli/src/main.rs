@@ -11,6 +11,7 @@
 mod access;
 mod client;
 mod export;
+mod iostat;
 mod mirror;
 mod offline;
 mod pool;
@@ -110,6 +111,18 @@ enum Command {
         #[arg(long)]
         limit: Option<u32>,
     },
+    /// I/O per pool and volume, in `zpool iostat`'s shape: operations, bandwidth and p99
+    /// latency per second over INTERVAL seconds (the first report: since the daemon started),
+    /// COUNT reports (forever without).
+    Iostat {
+        /// POOL or POOL/VOLUME (all pools without).
+        target: Option<String>,
+        interval: Option<f64>,
+        count: Option<u64>,
+        /// One row per protocol under each volume.
+        #[arg(short, long)]
+        verbose: bool,
+    },
     /// Who the daemon takes you for, and your role.
     Whoami,
     /// Print the control API's OpenAPI document (as docs/openapi.json holds it).
@@ -157,6 +170,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Token(cmd) => access::run_token(&c, &out, cmd)?,
         Command::History { pool, limit } => access::run_history(&c, &out, pool, limit)?,
         Command::Whoami => access::run_whoami(&c, &out)?,
+        Command::Iostat { target, interval, count, verbose } => {
+            iostat::run(&c, &out, iostat::Args { target, interval, count, verbose })?
+        }
         Command::Mount { volume: None, dir: None } => {
             let v: Vec<strata_api::MountInfo> = c.get("/v1/mounts")?;
             out.show(&v, |v| {

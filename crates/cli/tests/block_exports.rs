@@ -27,6 +27,13 @@ fn random_file(path: &Path, len: usize, seed: u32) -> Vec<u8> {
     data
 }
 
+/// The I/O counters of `volume` through `protocol` (`strata iostat --json`).
+fn io_of(d: &Daemon, volume: &str, protocol: &str) -> serde_json::Value {
+    let s = d.json(&["iostat", "default"]);
+    let found = s["volumes"].as_array().unwrap().iter().find(|v| v["volume"] == volume && v["protocol"] == protocol);
+    found.cloned().unwrap_or_else(|| panic!("no {protocol} counters for {volume}: {s}"))
+}
+
 fn nbd_copy(from: &str, to: &str) {
     let o = tool("nbdcopy", "libnbd-bin", &[from, to]);
     assert!(o.status.success(), "nbdcopy {from} {to}: {}", text(&o));
@@ -66,6 +73,12 @@ fn luns_over_nbd_and_iscsi_through_the_daemon() {
     let output = dir.join("out.bin");
     nbd_copy(&uri, output.to_str().unwrap());
     assert!(std::fs::read(&output).unwrap() == data, "what NBD wrote does not read back");
+    // The NBD counters moved: every byte written and read back is counted (strata iostat).
+    let nbd_io = io_of(&d, "lun0", "nbd");
+    assert!(nbd_io["write"]["bytes"].as_u64().unwrap() >= 32 << 20, "{nbd_io}");
+    assert!(nbd_io["read"]["bytes"].as_u64().unwrap() >= 32 << 20, "{nbd_io}");
+    assert!(nbd_io["write"]["ops"].as_u64().unwrap() >= 1 && nbd_io["write"]["errors"] == 0, "{nbd_io}");
+    assert!(nbd_io["write"]["latency_us_p99"].as_u64().unwrap() > 0, "{nbd_io}");
 
     // A snapshot, exported read-only, keeps those bytes after the live LUN changes.
     d.ok(&["snapshot", "create", "default/lun0@s1"]);
@@ -91,6 +104,8 @@ fn luns_over_nbd_and_iscsi_through_the_daemon() {
     let o = tool("iscsi-readcapacity16", "libiscsi-bin", &["-s", &url]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), (32u64 << 20).to_string(), "{}", text(&o));
+    let iscsi_io = io_of(&d, "lun0", "iscsi");
+    assert!(iscsi_io["other"]["ops"].as_u64().unwrap() >= 1, "READ CAPACITY is counted: {iscsi_io}");
     let o = tool("iscsi-readcapacity16", "libiscsi-bin", &["-s", &format!("iscsi://127.0.0.1:{iscsi}/{iqn}/0")]);
     assert!(!o.status.success(), "a login without CHAP succeeded: {}", text(&o));
     let list = d.ok(&["export", "list"]);

@@ -9,6 +9,12 @@
 //! Caching: with `writeback_cache` the kernel keeps written pages and sends large writes
 //! (and flushes them before fsync returns); otherwise every write is sent as it comes.
 //! Which one serves PostgreSQL and MariaDB better is measured, see docs/fuse-caching.md.
+//!
+//! Statistics: with `MountOptions::stats`, every request that gets a reply is counted
+//! (strata-stats) — read, write, fsync/fsyncdir as sync, fallocate punching or zeroing a
+//! range as trim, everything else as other — with its latency from the request's arrival
+//! here to its reply (the reply's own write to /dev/fuse excluded). `forget` has no reply
+//! and is not counted.
 
 pub use fuser::BackgroundSession;
 use fuser::{
@@ -22,8 +28,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use strata_fs::{Attr, Caller, DirEntry, FsError, SetAttr, VolumeFs};
+use strata_stats::{OpClass, ProtocolStats};
 
 #[cfg(test)]
 mod tests {
@@ -53,6 +60,8 @@ pub struct MountOptions {
     /// Attribute and entry cache time. One volume is mounted once, so nothing else changes
     /// it behind the kernel's back; 1 s keeps stat-heavy work cheap.
     pub ttl: Duration,
+    /// Where the mount's requests are counted (the volume's FUSE statistics), if anywhere.
+    pub stats: Option<Arc<ProtocolStats>>,
 }
 
 impl Default for MountOptions {
@@ -62,6 +71,7 @@ impl Default for MountOptions {
             threads: DEFAULT_THREADS as usize,
             fsname: "strata".into(),
             ttl: Duration::from_secs(1),
+            stats: None,
         }
     }
 }
@@ -71,6 +81,7 @@ pub struct StrataFuse {
     opts: MountOptions,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
+    stats: Option<Arc<ProtocolStats>>,
 }
 
 fn time(ns: i64) -> SystemTime {
@@ -151,10 +162,20 @@ fn caller(req: &Request) -> Caller {
 
 impl StrataFuse {
     pub fn new(fs: Arc<VolumeFs>, opts: MountOptions) -> StrataFuse {
-        StrataFuse { fs, opts, dirs: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1) }
+        let stats = opts.stats.clone();
+        StrataFuse { fs, opts, dirs: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), stats }
     }
 
-    fn entry(&self, r: Result<Attr, FsError>, reply: ReplyEntry, op: &str) {
+    /// Count one request (module comment); `t`: when it arrived.
+    #[inline]
+    fn count(&self, class: OpClass, bytes: u64, t: Instant, ok: bool) {
+        if let Some(s) = &self.stats {
+            s.record(class, bytes, t.elapsed(), ok);
+        }
+    }
+
+    fn entry(&self, t: Instant, r: Result<Attr, FsError>, reply: ReplyEntry, op: &str) {
+        self.count(OpClass::Other, 0, t, r.is_ok());
         match r {
             Ok(a) => {
                 self.fs.remember(a.ino);
@@ -173,7 +194,8 @@ impl StrataFuse {
         }
     }
 
-    fn empty(r: Result<(), FsError>, reply: ReplyEmpty, op: &str) {
+    fn empty(&self, class: OpClass, t: Instant, r: Result<(), FsError>, reply: ReplyEmpty, op: &str) {
+        self.count(class, 0, t, r.is_ok());
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e, op)),
@@ -207,7 +229,8 @@ impl fuser::Filesystem for StrataFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.lookup(parent.0, name.as_bytes()), reply, "lookup")
+        let t = Instant::now();
+        self.entry(t, self.fs.lookup(parent.0, name.as_bytes()), reply, "lookup")
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -215,7 +238,10 @@ impl fuser::Filesystem for StrataFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
+        let t = Instant::now();
+        let r = self.fs.getattr(ino.0);
+        self.count(OpClass::Other, 0, t, r.is_ok());
+        match r {
             Ok(a) => reply.attr(&self.opts.ttl, &fattr(&a)),
             Err(e) => reply.error(errno(&e, "getattr")),
         }
@@ -239,6 +265,7 @@ impl fuser::Filesystem for StrataFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let start = Instant::now();
         let t = |x: Option<TimeOrNow>| {
             x.map(|t| match t {
                 TimeOrNow::Now => None,
@@ -249,40 +276,50 @@ impl fuser::Filesystem for StrataFuse {
         // set-id bits here (fuser does not pass FATTR_KILL_SUIDGID; not root stands in).
         let kill_suid = size.is_some() && req.uid() != 0;
         let set = SetAttr { mode, uid, gid, size, atime_ns: t(atime), mtime_ns: t(mtime), kill_suid };
-        match self.fs.setattr(ino.0, set) {
+        let r = self.fs.setattr(ino.0, set);
+        self.count(OpClass::Other, 0, start, r.is_ok());
+        match r {
             Ok(a) => reply.attr(&self.opts.ttl, &fattr(&a)),
             Err(e) => reply.error(errno(&e, "setattr")),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
+        let t = Instant::now();
+        let r = self.fs.readlink(ino.0);
+        self.count(OpClass::Other, 0, t, r.is_ok());
+        match r {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e, "readlink")),
         }
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let t = Instant::now();
         let r = self.fs.mknod(caller(req), parent.0, name.as_bytes(), mode & !umask, rdev);
-        self.entry(r, reply, "mknod")
+        self.entry(t, r, reply, "mknod")
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let t = Instant::now();
         let r = self.fs.mkdir(caller(req), parent.0, name.as_bytes(), mode & !umask);
-        self.entry(r, reply, "mkdir")
+        self.entry(t, r, reply, "mkdir")
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.unlink(parent.0, name.as_bytes()), reply, "unlink")
+        let t = Instant::now();
+        self.empty(OpClass::Other, t, self.fs.unlink(parent.0, name.as_bytes()), reply, "unlink")
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.rmdir(parent.0, name.as_bytes()), reply, "rmdir")
+        let t = Instant::now();
+        self.empty(OpClass::Other, t, self.fs.rmdir(parent.0, name.as_bytes()), reply, "rmdir")
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let t = Instant::now();
         let r = self.fs.symlink(caller(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes());
-        self.entry(r, reply, "symlink")
+        self.entry(t, r, reply, "symlink")
     }
 
     fn rename(
@@ -295,16 +332,21 @@ impl fuser::Filesystem for StrataFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let t = Instant::now();
         let r = self.fs.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits());
-        Self::empty(r, reply, "rename")
+        self.empty(OpClass::Other, t, r, reply, "rename")
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.link(ino.0, newparent.0, newname.as_bytes()), reply, "link")
+        let t = Instant::now();
+        self.entry(t, self.fs.link(ino.0, newparent.0, newname.as_bytes()), reply, "link")
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(ino.0) {
+        let t = Instant::now();
+        let r = self.fs.getattr(ino.0);
+        self.count(OpClass::Other, 0, t, r.as_ref().is_ok_and(|a| a.mode & libc::S_IFMT != libc::S_IFDIR));
+        match r {
             Ok(a) if a.mode & libc::S_IFMT == libc::S_IFDIR => reply.error(Errno::from_i32(libc::EISDIR)),
             Ok(_) => reply.opened(FileHandle(0), self.open_flags()),
             Err(e) => reply.error(errno(&e, "open")),
@@ -322,9 +364,16 @@ impl fuser::Filesystem for StrataFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let t = Instant::now();
         match self.fs.read(ino.0, offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(&e, "read")),
+            Ok(d) => {
+                self.count(OpClass::Read, d.len() as u64, t, true);
+                reply.data(&d)
+            }
+            Err(e) => {
+                self.count(OpClass::Read, 0, t, false);
+                reply.error(errno(&e, "read"))
+            }
         }
     }
 
@@ -340,25 +389,38 @@ impl fuser::Filesystem for StrataFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let t = Instant::now();
         match self.fs.write(ino.0, offset, data) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(&e, "write")),
+            Ok(n) => {
+                self.count(OpClass::Write, u64::from(n), t, true);
+                reply.written(n)
+            }
+            Err(e) => {
+                self.count(OpClass::Write, 0, t, false);
+                reply.error(errno(&e, "write"))
+            }
         }
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let t = Instant::now();
+        self.count(OpClass::Other, 0, t, true);
         reply.ok()
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.fsync(ino.0), reply, "fsync")
+        let t = Instant::now();
+        self.empty(OpClass::Sync, t, self.fs.fsync(ino.0), reply, "fsync")
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let t = Instant::now();
         // The listing is taken once per open: offsets stay stable while the directory
         // changes underneath (as POSIX allows: entries added or removed after opendir may
         // or may not be seen).
-        match self.fs.readdir(ino.0) {
+        let r = self.fs.readdir(ino.0);
+        self.count(OpClass::Other, 0, t, r.is_ok());
+        match r {
             Ok(list) => {
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 self.dirs.lock().expect("dir handles").insert(fh, Arc::new(list));
@@ -369,12 +431,16 @@ impl fuser::Filesystem for StrataFuse {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let t = Instant::now();
         let list = self.dirs.lock().expect("dir handles").get(&fh.0).cloned();
         let list = match list {
             Some(l) => l,
             None => match self.fs.readdir(ino.0) {
                 Ok(l) => Arc::new(l),
-                Err(e) => return reply.error(errno(&e, "readdir")),
+                Err(e) => {
+                    self.count(OpClass::Other, 0, t, false);
+                    return reply.error(errno(&e, "readdir"));
+                }
             },
         };
         for (i, e) in list.iter().enumerate().skip(offset as usize) {
@@ -382,20 +448,27 @@ impl fuser::Filesystem for StrataFuse {
                 break;
             }
         }
+        self.count(OpClass::Other, 0, t, true);
         reply.ok()
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let t = Instant::now();
         self.dirs.lock().expect("dir handles").remove(&fh.0);
+        self.count(OpClass::Other, 0, t, true);
         reply.ok()
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.fsync(ino.0), reply, "fsyncdir")
+        let t = Instant::now();
+        self.empty(OpClass::Sync, t, self.fs.fsync(ino.0), reply, "fsyncdir")
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.statfs() {
+        let t = Instant::now();
+        let r = self.fs.statfs();
+        self.count(OpClass::Other, 0, t, r.is_ok());
+        match r {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.blocks_free,
@@ -420,11 +493,15 @@ impl fuser::Filesystem for StrataFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.setxattr(ino.0, name.as_bytes(), value, flags), reply, "setxattr")
+        let t = Instant::now();
+        self.empty(OpClass::Other, t, self.fs.setxattr(ino.0, name.as_bytes(), value, flags), reply, "setxattr")
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name.as_bytes()) {
+        let t = Instant::now();
+        let r = self.fs.getxattr(ino.0, name.as_bytes());
+        self.count(OpClass::Other, 0, t, r.is_ok());
+        match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
             Ok(v) => reply.data(&v),
@@ -433,7 +510,10 @@ impl fuser::Filesystem for StrataFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.0) {
+        let t = Instant::now();
+        let r = self.fs.listxattr(ino.0);
+        self.count(OpClass::Other, 0, t, r.is_ok());
+        match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
             Ok(v) => reply.data(&v),
@@ -442,10 +522,13 @@ impl fuser::Filesystem for StrataFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.removexattr(ino.0, name.as_bytes()), reply, "removexattr")
+        let t = Instant::now();
+        self.empty(OpClass::Other, t, self.fs.removexattr(ino.0, name.as_bytes()), reply, "removexattr")
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let t = Instant::now();
+        self.count(OpClass::Other, 0, t, true);
         reply.ok() // the kernel checks permissions (default_permissions)
     }
 
@@ -459,7 +542,10 @@ impl fuser::Filesystem for StrataFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.fs.mknod(caller(req), parent.0, name.as_bytes(), mode & !umask, 0) {
+        let t = Instant::now();
+        let r = self.fs.mknod(caller(req), parent.0, name.as_bytes(), mode & !umask, 0);
+        self.count(OpClass::Other, 0, t, r.is_ok());
+        match r {
             Ok(a) => {
                 self.fs.remember(a.ino);
                 reply.created(&self.opts.ttl, &fattr(&a), Generation(0), FileHandle(0), self.open_flags())
@@ -478,7 +564,11 @@ impl fuser::Filesystem for StrataFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.fallocate(ino.0, offset, length, mode), reply, "fallocate")
+        let t = Instant::now();
+        // Punching or zeroing a range releases space and carries no data: trim.
+        let trim = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
+        let class = if trim { OpClass::Trim } else { OpClass::Other };
+        self.empty(class, t, self.fs.fallocate(ino.0, offset, length, mode), reply, "fallocate")
     }
 }
 

@@ -15,6 +15,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use strata_lun::Lun;
+use strata_stats::ProtocolStats;
 
 /// A client network, `address/prefix`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,12 +81,22 @@ pub struct TargetConfig {
     /// Networks clients may connect from; `Cidr::loopback()` unless widened.
     pub networks: Vec<Cidr>,
     pub chap: Option<Chap>,
+    /// Where commands on each LUN are counted (its volume's iSCSI statistics), in the
+    /// order of `luns`; a LUN past the end of this list is not counted.
+    pub stats: Vec<Arc<ProtocolStats>>,
 }
 
 impl TargetConfig {
     /// A target over `luns` for loopback clients, any initiator, no CHAP.
     pub fn new(name: impl Into<String>, luns: Vec<Arc<dyn Lun>>) -> TargetConfig {
-        TargetConfig { name: name.into(), luns, initiators: Vec::new(), networks: Cidr::loopback(), chap: None }
+        TargetConfig {
+            name: name.into(),
+            luns,
+            initiators: Vec::new(),
+            networks: Cidr::loopback(),
+            chap: None,
+            stats: Vec::new(),
+        }
     }
 }
 
@@ -100,6 +111,8 @@ pub struct LunSlot {
     /// LUN resets so far: a session that has seen fewer gets a unit attention (each
     /// session remembers the count it last saw, so nothing here grows per session).
     pub resets: AtomicU64,
+    /// Where its commands are counted (scsi::execute), if anywhere.
+    pub stats: Option<Arc<ProtocolStats>>,
 }
 
 pub struct Target {
@@ -171,12 +184,14 @@ impl TargetTable {
         let luns = config
             .luns
             .iter()
-            .map(|l| {
+            .enumerate()
+            .map(|(i, l)| {
                 Arc::new(LunSlot {
                     lun: l.clone(),
                     caw: RwLock::new(()),
                     pr: Mutex::new(PrState::default()),
                     resets: AtomicU64::new(0),
+                    stats: config.stats.get(i).cloned(),
                 })
             })
             .collect();

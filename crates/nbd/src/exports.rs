@@ -16,6 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use strata_lun::Lun;
+use strata_stats::ProtocolStats;
 
 /// A client network: `10.0.0.0/8`, `192.168.1.7` (one host), `::1/128`, `fd00::/8`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,12 +89,14 @@ pub struct Export {
     pub read_only: bool,
     /// Client networks that may see and open the export.
     pub clients: Vec<Cidr>,
+    /// Where requests on the export are counted (the volume's NBD statistics), if anywhere.
+    pub stats: Option<Arc<ProtocolStats>>,
 }
 
 impl Export {
     /// A writable export for this host only.
     pub fn new(lun: Arc<dyn Lun>) -> Export {
-        Export { lun, description: String::new(), read_only: false, clients: Cidr::loopback() }
+        Export { lun, description: String::new(), read_only: false, clients: Cidr::loopback(), stats: None }
     }
 
     pub fn allows(&self, peer: IpAddr) -> bool {

@@ -8,6 +8,11 @@
 //! answers with OFFSET_DATA / OFFSET_HOLE chunks following the LUN's allocation map (one
 //! chunk with NBD_CMD_FLAG_DF) and errors are error chunks carrying the LUN's message.
 //!
+//! Statistics: with `Export::stats`, every request [`execute`] runs is counted
+//! (strata-stats): READ as read and WRITE as write (with their length when they succeed),
+//! FLUSH as sync, TRIM and WRITE_ZEROES as trim, BLOCK_STATUS and CACHE as other; an error
+//! reply is an error. Latency is the request's run, not its wait in the queue nor its send.
+//!
 //! Errors (proto.md "Error values"): unknown command or flag, zero length, a read or trim
 //! past the end → NBD_EINVAL; a write or write-zeroes past the end → NBD_ENOSPC; writes
 //! to a read-only export → NBD_EPERM; a read over 32 MiB → NBD_EOVERFLOW with DF, else
@@ -18,6 +23,7 @@ use crate::proto::*;
 use std::io::{Read, Write};
 use std::ops::Range;
 use strata_lun::{Extent, Lun, LunError, LunErrorKind};
+use strata_stats::OpClass;
 
 /// Most block-status descriptors in one reply (8 bytes each: a 128 KiB reply). The spec
 /// lets a server answer less than asked; clients ask again from where the reply ended.
@@ -141,7 +147,20 @@ fn check_range(lun: &dyn Lun, h: &RequestHeader, errno: u32) -> Result<(), Refus
 
 /// Carry out one request (not DISC, which the reader handles) and build its reply.
 pub(crate) fn execute(n: &Negotiated, h: &RequestHeader, payload: &[u8]) -> Reply {
-    match run(n, h, payload) {
+    let t = std::time::Instant::now();
+    let r = run(n, h, payload);
+    if let Some(s) = &n.entry.export.stats {
+        let class = match h.kind {
+            CMD_READ => OpClass::Read,
+            CMD_WRITE => OpClass::Write,
+            CMD_FLUSH => OpClass::Sync,
+            CMD_TRIM | CMD_WRITE_ZEROES => OpClass::Trim,
+            _ => OpClass::Other,
+        };
+        let bytes = if matches!(h.kind, CMD_READ | CMD_WRITE) && r.is_ok() { u64::from(h.length) } else { 0 };
+        s.record(class, bytes, t.elapsed(), r.is_ok());
+    }
+    match r {
         Ok(r) => r,
         Err(Refused(errno, msg)) => Reply::error(n, h, errno, &msg),
     }
@@ -333,11 +352,19 @@ mod tests {
     use std::sync::Arc;
 
     fn negotiated(structured: bool, base_allocation: bool) -> Negotiated {
+        negotiated_counted(structured, base_allocation, None)
+    }
+
+    fn negotiated_counted(
+        structured: bool,
+        base_allocation: bool,
+        stats: Option<Arc<strata_stats::ProtocolStats>>,
+    ) -> Negotiated {
         let t = ExportTable::new();
         let lun = Arc::new(MemLun::new(1 << 20, 512));
         lun.write(0, &[7u8; 4096], false).unwrap();
         lun.write(12288, &[9u8; 4096], false).unwrap();
-        t.add("", Export::new(lun)).unwrap();
+        t.add("", Export { stats, ..Export::new(lun) }).unwrap();
         let entry = t.lookup("", "127.0.0.1".parse().unwrap()).unwrap();
         Negotiated { entry, structured, base_allocation, read_only: false, flags: 0 }
     }
@@ -404,6 +431,37 @@ mod tests {
         assert_eq!(c[0].2[..4], EOVERFLOW.to_be_bytes());
         let c = chunks(&bytes(&execute(&n, &header(CMD_BLOCK_STATUS, 0, 0, 512), &[])));
         assert_eq!(c[0].2[..4], EINVAL.to_be_bytes(), "no base:allocation negotiated");
+    }
+
+    #[test]
+    fn requests_are_counted_by_class() {
+        let stats = Arc::new(strata_stats::ProtocolStats::default());
+        let n = negotiated_counted(true, true, Some(stats.clone()));
+        let ok = |r: &Reply| {
+            let b = bytes(r);
+            if b[..4] == STRUCTURED_REPLY_MAGIC.to_be_bytes() {
+                chunks(&b).iter().all(|c| c.1 != REPLY_TYPE_ERROR)
+            } else {
+                b[4..8] == [0; 4] // a simple reply's error field
+            }
+        };
+        assert!(ok(&execute(&n, &header(CMD_WRITE, 0, 0, 4096), &[1; 4096])));
+        assert!(ok(&execute(&n, &header(CMD_WRITE, CMD_FLAG_FUA, 4096, 512), &[2; 512])));
+        assert!(!ok(&execute(&n, &header(CMD_WRITE, 0, 1 << 20, 512), &[0; 512])), "past the end");
+        assert!(ok(&execute(&n, &header(CMD_READ, 0, 0, 8192), &[])));
+        assert!(ok(&execute(&n, &header(CMD_FLUSH, 0, 0, 0), &[])));
+        assert!(ok(&execute(&n, &header(CMD_TRIM, 0, 0, 4096), &[])));
+        assert!(ok(&execute(&n, &header(CMD_WRITE_ZEROES, 0, 4096, 4096), &[])));
+        assert!(ok(&execute(&n, &header(CMD_BLOCK_STATUS, 0, 0, 4096), &[])));
+        let get = |c| {
+            let s = stats.snapshot(c);
+            (s.ops, s.bytes, s.errors, s.latency.count())
+        };
+        assert_eq!(get(OpClass::Write), (3, 4608, 1, 3));
+        assert_eq!(get(OpClass::Read), (1, 8192, 0, 1));
+        assert_eq!(get(OpClass::Sync), (1, 0, 0, 1));
+        assert_eq!(get(OpClass::Trim), (2, 0, 0, 2));
+        assert_eq!(get(OpClass::Other), (1, 0, 0, 1));
     }
 
     #[test]

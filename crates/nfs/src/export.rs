@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use strata_fs::VolumeFs;
+use strata_stats::ProtocolStats;
 
 /// A client network: an address and a prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +163,8 @@ pub struct Export {
     /// volume that was deleted and re-created (new id) is STALE.
     pub pool_guid: u64,
     pub policy: ExportPolicy,
+    /// Where requests on the export are counted (the volume's NFS statistics), if anywhere.
+    pub stats: Option<Arc<ProtocolStats>>,
 }
 
 impl Export {

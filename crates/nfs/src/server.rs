@@ -116,6 +116,11 @@ pub(crate) struct Request<'a> {
     pub args: Decoder<'a>,
     pub peer: IpAddr,
     pub shared: &'a Shared,
+    /// The statistics of the export the request's (first) file handle resolved to, set by
+    /// `nfs3::resolve_bytes`; the request is counted there (nfs3::dispatch).
+    pub stats: std::cell::OnceCell<Arc<strata_stats::ProtocolStats>>,
+    /// Data the request carried (READ, WRITE), for the statistics.
+    pub io_bytes: u64,
 }
 
 impl Request<'_> {
@@ -590,7 +595,16 @@ pub(crate) fn process(shared: &Shared, peer: IpAddr, record: &[u8]) -> Option<rp
         }
     }
     let proc_ = call.proc_;
-    let mut req = Request { xid, proc_, cred: call.cred, args: call.args, peer, shared };
+    let mut req = Request {
+        xid,
+        proc_,
+        cred: call.cred,
+        args: call.args,
+        peer,
+        shared,
+        stats: std::cell::OnceCell::new(),
+        io_bytes: 0,
+    };
     // A panic in a handler ends this request with SYSTEM_ERR, not the worker (which would
     // be gone for good) nor the daemon. DESIGN.md's failure policy: a request handler's
     // panic ends that request.

@@ -208,7 +208,14 @@ fn policies_refuse_clients_read_only_and_squash() {
     let mut e = w.exports.get(1).expect("export 1");
     let mut p = e.policy.clone();
     p.squash = Squash::Root;
-    let ex = strata_nfs::Export { id: 1, path: e.path.clone(), fs: e.fs.clone(), pool_guid: e.pool_guid, policy: p };
+    let ex = strata_nfs::Export {
+        id: 1,
+        path: e.path.clone(),
+        fs: e.fs.clone(),
+        pool_guid: e.pool_guid,
+        policy: p,
+        stats: None,
+    };
     e = std::sync::Arc::new(ex);
     w.exports.remove(1);
     w.exports.insert(std::sync::Arc::try_unwrap(e).ok().expect("sole owner"));
@@ -286,4 +293,46 @@ fn a_volume_at_its_size_limit_answers_dquot() {
 fn a_full_pool_answers_nospc() {
     let w = world_sized(32 << 20, 0);
     assert_eq!(fill(&w, 64 << 20), NOSPC);
+}
+
+/// Requests on an export with statistics are counted by class, with the bytes they carried
+/// and their errors; requests whose handle names no export are not counted anywhere.
+#[test]
+fn requests_are_counted_by_class() {
+    use strata_stats::{OpClass, ProtocolStats};
+    let w = world();
+    let stats = std::sync::Arc::new(ProtocolStats::default());
+    let e = w.exports.remove(1).expect("export 1");
+    let counted = strata_nfs::Export {
+        id: 1,
+        path: e.path.clone(),
+        fs: e.fs.clone(),
+        pool_guid: e.pool_guid,
+        policy: e.policy.clone(),
+        stats: Some(stats.clone()),
+    };
+    w.exports.insert(counted);
+    let (_, root) = w.mnt(localhost(), "/test/a");
+    let (st, f) = create(&w, &root, "data", 1, [0; 8], 0);
+    assert_eq!(st, OK);
+    assert_eq!(write(&w, &f, 0, &[7u8; 5000], 0).0, OK);
+    assert_eq!(write(&w, &f, 5000, b"!", 2).0, OK, "FILE_SYNC");
+    assert_eq!(read(&w, &f, 0, 1 << 16).1.len(), 5001);
+    assert_eq!(read(&w, &root, 0, 10).0, 21, "READ of a directory: ISDIR");
+    let mut a = fh_args(&f);
+    a.u64(0);
+    a.u32(0);
+    assert_eq!(status(&w.call(NFS, 21, &a.buf)), OK, "COMMIT");
+    assert_eq!(status(&w.call(NFS, 1, &fh_args(&[1, 2, 3]).buf)), BADHANDLE, "counted nowhere");
+
+    let wr = stats.snapshot(OpClass::Write);
+    assert_eq!((wr.ops, wr.bytes, wr.errors), (2, 5001, 0), "{wr:?}");
+    let rd = stats.snapshot(OpClass::Read);
+    assert_eq!((rd.ops, rd.bytes, rd.errors), (2, 5001, 1), "{rd:?}");
+    let sy = stats.snapshot(OpClass::Sync);
+    assert_eq!((sy.ops, sy.bytes, sy.errors), (1, 0, 0), "{sy:?}");
+    let other = stats.snapshot(OpClass::Other);
+    assert_eq!((other.ops, other.errors), (1, 0), "CREATE: {other:?}");
+    assert_eq!(wr.latency.count(), 2);
+    assert!(wr.latency.quantile(strata_stats::P50) >= 1, "latencies are recorded");
 }

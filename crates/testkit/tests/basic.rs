@@ -196,3 +196,24 @@ fn shared_reads_return_the_written_bytes() {
     check(&pool, &model);
     check(&pool, &model);
 }
+
+/// `Pool::counters` sees every commit that synced a txg, in both histograms, and none that
+/// had nothing to write.
+#[test]
+fn commit_counters_count_synced_commits() {
+    let (_disk, pool) = new_pool(64 << 20);
+    let before = pool.counters();
+    let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
+    let obj = pool.create_object(vol, b"a").unwrap();
+    for i in 0..3u64 {
+        pool.write(vol, obj, i * 65536, &[i as u8 + 1; 65536]).unwrap();
+        pool.commit().unwrap();
+    }
+    pool.commit().unwrap(); // nothing dirty: no txg, not counted
+    let after = pool.counters();
+    let synced = pool.status_commits().count;
+    assert_eq!(after.commit.count() - before.commit.count(), 3, "{after:?}");
+    assert_eq!(after.commit.count(), synced, "the histogram and CommitStats agree");
+    assert_eq!(after.commit_locked.count(), after.commit.count());
+    assert!(after.commit.sum_us >= after.commit_locked.sum_us, "the locked part is part of the commit");
+}

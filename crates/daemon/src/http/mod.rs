@@ -63,6 +63,7 @@ pub(crate) fn routes() -> (Router<Arc<Daemon>>, Value) {
         .merge(routes::snapshots::routes())
         .merge(routes::exports::routes())
         .merge(routes::mirrors::routes())
+        .merge(routes::stats::routes())
         .split_for_parts();
     let mut doc = serde_json::to_value(&api).expect("the OpenAPI document serialises");
     complete_document(&mut doc);

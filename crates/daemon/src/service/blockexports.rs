@@ -215,9 +215,15 @@ fn activate(d: &Daemon, r: &BlockExportRecord) -> Result<(), ApiError> {
         }
     };
     let served = Served { _lun: lun.clone(), view };
+    // A snapshot's export is counted apart from its volume (stats.rs).
+    let counted = match snap {
+        Some(s) => format!("{vol_name}@{s}"),
+        None => vol_name.to_string(),
+    };
     match r.protocol.as_str() {
         "nbd" => {
             let mut e = strata_nbd::Export::new(lun);
+            e.stats = Some(d.stats.protocol(pool_name, &counted, strata_stats::Protocol::Nbd));
             e.description = format!("Strata LUN {}", r.volume);
             e.read_only = r.read_only;
             e.clients = parse_cidrs(&r.clients, |c| strata_nbd::Cidr::parse(c).ok())?;
@@ -227,6 +233,7 @@ fn activate(d: &Daemon, r: &BlockExportRecord) -> Result<(), ApiError> {
             let lun: Arc<dyn Lun> = if r.read_only && !lun.read_only() { Arc::new(ReadOnly(lun)) } else { lun };
             let mut t = strata_iscsi::TargetConfig::new(r.name.clone(), vec![lun]);
             t.initiators = r.initiators.clone();
+            t.stats = vec![d.stats.protocol(pool_name, &counted, strata_stats::Protocol::Iscsi)];
             t.networks = parse_cidrs(&r.clients, strata_iscsi::Cidr::parse)?;
             t.chap = match (&r.chap_user, &r.chap_secret) {
                 (Some(u), Some(s)) => {

@@ -156,7 +156,14 @@ fn activate(d: &Daemon, r: &ExportRecord) -> Result<(), ApiError> {
     let pool = d.pool(pool_name)?;
     let policy = r.policy().map_err(|e| ApiError::bad_request(e, "fix the export's policy"))?;
     let fs = d.filesystems.get(pool_name, vol_name, pool.clone())?;
-    d.nfs.table.insert(Export { id: r.id, path: r.path(), fs, pool_guid: pool.status().pool_guid, policy });
+    d.nfs.table.insert(Export {
+        id: r.id,
+        path: r.path(),
+        fs,
+        pool_guid: pool.status().pool_guid,
+        policy,
+        stats: Some(d.stats.protocol(pool_name, vol_name, strata_stats::Protocol::Nfs)),
+    });
     Ok(())
 }
 

@@ -95,6 +95,7 @@ impl Daemon {
     fn take_pool(&self, name: &str) -> Result<(Pool, Vec<PathBuf>, Option<PathBuf>), ApiError> {
         // A scrub holds the pool: stop it first (and forget it).
         self.scrubs.forget(name);
+        self.stats.forget_pool(name);
         let entry = self
             .pools
             .lock()

@@ -19,6 +19,7 @@
 //! mounts, exports and the state file) → `pools` → `unavailable` → `mounts` → `policies` →
 //! the NFS service's `records` → `next_id`. `pools`, `unavailable`, `mounts` and `policies`
 //! are held only for map look-ups and updates, never across engine calls or I/O.
+//! `stats`'s map of volume counters (stats.rs) is a leaf, taken alone.
 
 pub(crate) mod blockexports;
 pub(crate) mod db_freeze;
@@ -31,6 +32,7 @@ pub(crate) mod fsreg;
 pub(crate) mod lifecycle;
 pub(crate) mod logdev;
 pub(crate) mod luns;
+pub(crate) mod metrics;
 pub(crate) mod mirrors;
 pub(crate) mod mounts;
 pub(crate) mod policy;
@@ -38,6 +40,7 @@ pub(crate) mod pools;
 pub(crate) mod scrub;
 pub(crate) mod snapshots;
 pub(crate) mod state;
+pub(crate) mod stats;
 pub(crate) mod volumes;
 
 use crate::access::{audit::History, tokens::TokenStore};
@@ -100,6 +103,8 @@ pub struct Daemon {
     pub(crate) scrubs: scrub::Scrubs,
     /// Mirrors to other pools and their transfers (mirrors/).
     pub(crate) mirrors: mirrors::Mirrors,
+    /// I/O counters of the volumes served (stats.rs).
+    pub(crate) stats: stats::StatsRegistry,
 }
 
 pub fn random_u64() -> u64 {
@@ -170,6 +175,7 @@ impl Daemon {
             rebuilds: Default::default(),
             scrubs: Default::default(),
             mirrors: Default::default(),
+            stats: Default::default(),
         });
         let state = match State::load(&d.state_path())? {
             Some(s) => s,

@@ -62,6 +62,7 @@ impl Daemon {
             writeback_cache: self.opts.writeback_cache,
             threads: self.opts.fuse_threads,
             fsname: format!("strata:{spec}"),
+            stats: Some(self.stats.protocol(pool_name, vol_name, strata_stats::Protocol::Fuse)),
             ..Default::default()
         };
         let session = strata_fuse::mount(fs, path, opts)

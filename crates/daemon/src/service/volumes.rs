@@ -210,6 +210,7 @@ impl Daemon {
         // Clones before their origins (the engine refuses an origin with clones).
         for v in doomed.iter().rev() {
             pool.delete_volume(v)?;
+            self.stats.forget_volume(pool_name, v);
             if self.policies.lock().expect("policies").remove(&format!("{pool_name}/{v}")).is_some() {
                 self.save_state()?;
             }

@@ -19,6 +19,7 @@
 //! | leaf | `BlockIo::{batch, cache, data_cache}` (Mutex each) | the pipeline's pending combined writes, metadata cache, data cache | with or without 2; never two at once |
 //! | leaf | `ReadPins::pins` (Mutex) | reads in flight and the txg each pins | under 2 (pin, commit) or alone (unpin) |
 //! | — | `Pool::waiting_on_commit` (AtomicUsize) | a hint: threads waiting for a commit to sync | relaxed, no lock |
+//! | — | `Pool::counters` (std atomics, counters.rs) | commit-duration histograms for monitoring; nothing reads them to decide | relaxed, no lock |
 //!
 //! Condition variables: `Pool::settled` (with 2: a quiescing commit settled) and
 //! `Pool::log_done` (with 2: an intent-log write finished). A panic while 2 is held latches
@@ -31,6 +32,7 @@
 
 pub mod clone;
 mod commit;
+pub mod counters;
 pub(crate) mod destroy;
 pub mod guard;
 pub mod host_state;
@@ -270,6 +272,8 @@ pub struct Pool {
     pub(crate) waiting_on_commit: crate::sync::atomic::AtomicUsize,
     /// Named places where tests stop or fail a thread (failpoint.rs).
     pub(crate) failpoints: crate::failpoint::Failpoints,
+    /// Commit durations for monitoring (counters.rs): atomics, no lock.
+    pub(crate) counters: counters::PoolCounters,
 }
 
 pub(crate) fn volume_key(name: &str) -> Vec<u8> {
@@ -322,6 +326,11 @@ impl Pool {
     /// The pool's identity, fixed at creation (names it to the outside: LUN identities).
     pub fn guid(&self) -> u64 {
         self.lock_raw().label.pool_guid
+    }
+
+    /// Commit-duration histograms since open (counters.rs), read without the pool's lock.
+    pub fn counters(&self) -> counters::CounterValues {
+        self.counters.read()
     }
 
     /// Commit timings since open (also in `status`, without building all of it).

@@ -41,6 +41,7 @@ impl Pool {
             commit_gate: Mutex::new(()),
             settled: Condvar::new(),
             waiting_on_commit: crate::sync::atomic::AtomicUsize::new(0),
+            counters: Default::default(),
             failpoints: Default::default(),
         }
     }
@@ -323,6 +324,7 @@ impl QuiescingTxg<'_> {
         if matches!(r, Ok(txg) if txg != synced) {
             let read = p.io.stats.blocks_read.load(Ordering::Relaxed) - read0;
             p.commit_stats.record(prewrite, t1.elapsed(), read);
+            pool.counters.record_commit(self.t0.elapsed(), t1.elapsed());
         }
         let out = r.and_then(|txg| then(&mut p, txg));
         let retired = std::mem::take(&mut p.retired_log);

@@ -6,6 +6,12 @@
 //! panics on a CDB or parameter list (every field is bounds-checked through [`Cdb`]).
 //! Data is bounded: a transfer is at most [`MAX_TRANSFER_BYTES`], advertised in the
 //! Block Limits VPD page, and longer requests are refused before any buffer is made.
+//!
+//! Statistics: a command addressed to a LUN with statistics (`LunSlot::stats`) and not
+//! refused by a reservation is counted (strata-stats): the READs as read and the WRITEs
+//! (WRITE AND VERIFY, COMPARE AND WRITE, ORWRITE) as write, with the data they moved when
+//! GOOD; SYNCHRONIZE CACHE as sync; UNMAP and WRITE SAME as trim; every other command as
+//! other. A status other than GOOD is an error.
 
 pub mod inquiry;
 pub mod mode;
@@ -16,6 +22,7 @@ mod tests;
 
 use crate::sense::{self, Sense};
 use crate::targets::{LunSlot, Target};
+use strata_stats::OpClass;
 
 /// Largest READ/WRITE/VERIFY buffer (32 MiB): bounds a command's memory; the Block Limits
 /// page tells initiators (Linux caps its requests to it). libiscsi's conformance tests
@@ -137,7 +144,22 @@ pub fn execute(req: &Request) -> Outcome {
     if let Some(o) = pr::check_access(req, slot) {
         return o;
     }
-    wrap(dispatch(op, req, slot))
+    let t = std::time::Instant::now();
+    let out = wrap(dispatch(op, req, slot));
+    if let Some(s) = &slot.stats {
+        let good = out.status == sense::GOOD;
+        let (class, bytes) = match op {
+            0x08 | 0x28 | 0xa8 | 0x88 => (OpClass::Read, out.data.len()),
+            0x0a | 0x2a | 0xaa | 0x8a | 0x2e | 0xae | 0x8e | 0x8b => (OpClass::Write, req.data_out.len()),
+            // The Data-Out holds the data to compare, then the data to write.
+            0x89 => (OpClass::Write, req.data_out.len() / 2),
+            0x35 | 0x91 => (OpClass::Sync, 0),
+            0x42 | 0x41 | 0x93 => (OpClass::Trim, 0),
+            _ => (OpClass::Other, 0),
+        };
+        s.record(class, if good { bytes as u64 } else { 0 }, t.elapsed(), good);
+    }
+    out
 }
 
 fn wrap(r: Cmd) -> Outcome {

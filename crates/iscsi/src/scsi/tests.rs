@@ -113,6 +113,38 @@ fn read_write_and_range() {
 }
 
 #[test]
+fn commands_are_counted_by_class() {
+    let lun = Arc::new(MemLun { data: Mutex::new(vec![0; 1 << 20]), read_only: false, fail: Mutex::new(None) });
+    let stats = Arc::new(strata_stats::ProtocolStats::default());
+    let table = TargetTable::new();
+    let mut config = TargetConfig::new("iqn.2026-01.test:counted", vec![lun as Arc<dyn Lun>]);
+    config.stats = vec![stats.clone()];
+    table.add(config).unwrap();
+    let t = table.get("iqn.2026-01.test:counted").unwrap();
+    let data = vec![0xab; 1024];
+    assert_eq!(run(&t, &write10(10, 2), &data, 1024).status, sense::GOOD);
+    assert_ne!(run(&t, &write10(2047, 2), &data, 1024).status, sense::GOOD, "past the end");
+    assert_eq!(run(&t, &[0x28, 0, 0, 0, 0, 10, 0, 0, 2, 0], &[], 1024).status, sense::GOOD, "READ(10)");
+    assert_eq!(run(&t, &[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0).status, sense::GOOD, "SYNCHRONIZE CACHE");
+    let mut unmap = vec![0u8; 24];
+    unmap[1] = 22;
+    unmap[3] = 16;
+    unmap[8..16].copy_from_slice(&0u64.to_be_bytes());
+    unmap[16..20].copy_from_slice(&8u32.to_be_bytes());
+    assert_eq!(run(&t, &[0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0], &unmap, 24).status, sense::GOOD, "UNMAP");
+    assert_eq!(run(&t, &[0x00; 6], &[], 0).status, sense::GOOD, "TEST UNIT READY");
+    let get = |c| {
+        let s = stats.snapshot(c);
+        (s.ops, s.bytes, s.errors, s.latency.count())
+    };
+    assert_eq!(get(OpClass::Write), (2, 1024, 1, 2));
+    assert_eq!(get(OpClass::Read), (1, 1024, 0, 1));
+    assert_eq!(get(OpClass::Sync), (1, 0, 0, 1));
+    assert_eq!(get(OpClass::Trim), (1, 0, 0, 1));
+    assert_eq!(get(OpClass::Other), (1, 0, 0, 1));
+}
+
+#[test]
 fn lun_errors_map_to_sense() {
     let (lun, t) = setup(false);
     let data = vec![1; 512];

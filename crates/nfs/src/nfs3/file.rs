@@ -159,6 +159,7 @@ pub(crate) fn read(req: &mut Request<'_>) -> Handled {
     match read_data(&n, offset, count) {
         Ok(pieces) => {
             let len: usize = pieces.iter().map(SharedBytes::len).sum();
+            req.io_bytes = len as u64;
             status(&mut e, Stat::Ok);
             put_post_op_attr(&mut e, &n.export, Some(&n.attr));
             e.u32(len as u32);
@@ -220,6 +221,7 @@ pub(crate) fn write(req: &mut Request<'_>) -> Handled {
             e.fixed(&verifier);
         },
     );
+    req.io_bytes = u64::from(written.get());
     Ok(e)
 }
 

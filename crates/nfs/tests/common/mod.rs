@@ -54,6 +54,7 @@ pub fn world_sized(disk_bytes: u64, quota_bytes: u64) -> World {
             fs: Arc::new(fs),
             pool_guid: 99,
             policy: policy(clients, ro, Squash::None),
+            stats: None,
         });
     }
     let server = Processor::new(exports.clone(), HandleKey::new([5u8; 32]));

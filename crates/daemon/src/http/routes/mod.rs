@@ -7,6 +7,7 @@ pub(crate) mod exports;
 pub(crate) mod mirrors;
 pub(crate) mod pools;
 pub(crate) mod snapshots;
+pub(crate) mod stats;
 pub(crate) mod volumes;
 
 use crate::service::Daemon;
