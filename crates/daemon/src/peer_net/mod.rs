@@ -65,6 +65,8 @@
 mod client;
 pub mod identity;
 mod server;
+#[cfg(test)]
+mod tests;
 pub(crate) mod token;
 mod verify;
 mod wire;
@@ -114,6 +116,10 @@ pub enum PeerRequest {
     Ping { version: String },
     /// The mirror protocol (service/mirrors/ fills it in).
     Mirror(serde_json::Value),
+    /// The transport's own tests: answer `Ok`, read `bytes` raw bytes and send them back,
+    /// answer `Ok` again.
+    #[cfg(test)]
+    Echo { bytes: u64 },
 }
 
 /// The answer to a `PeerRequest` that succeeded.

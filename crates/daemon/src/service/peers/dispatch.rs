@@ -26,6 +26,16 @@ impl Daemon {
                 "mirrors between daemons are not implemented yet by this daemon",
                 "mirror to a pool of the same daemon for now (`strata mirror create`)",
             )),
+            #[cfg(test)]
+            PeerRequest::Echo { bytes } => {
+                use std::io::{Read, Write};
+                conn.reply(&PeerResponse::Ok)?;
+                let mut buf = vec![0u8; bytes as usize];
+                let io = |e: std::io::Error| ApiError::internal(format!("echo: {e}"));
+                conn.stream().read_exact(&mut buf).map_err(io)?;
+                conn.stream().write_all(&buf).map_err(io)?;
+                conn.reply(&PeerResponse::Ok)
+            }
         }
     }
 
