@@ -243,4 +243,59 @@ mod tests {
         bad.extend_from_slice(b"[]");
         assert!(matches!(read_frame::<_, Hello>(&mut &bad[..], 1024), Err(FrameError::Malformed(_))));
     }
+
+    /// What a stranger (the pairing frame) or a peer can send, as random and mutated bytes:
+    /// errors, never a panic, never an allocation past the bound. (A seeded loop rather
+    /// than a cargo-fuzz target: the decoders are serde_json behind a length check, and a
+    /// fuzz target would pull the whole daemon into the fuzz build.)
+    #[test]
+    fn random_and_mutated_frames_and_tokens_are_errors_not_panics() {
+        use super::super::token::Token;
+        use super::super::PeerRequest;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut valid = Vec::new();
+        write_frame(&mut valid, &PeerRequest::Ping { version: "0.1.0".into() }).unwrap();
+        write_frame(
+            &mut valid,
+            &PairRequest {
+                invitation: "00".repeat(8),
+                proof: "ab".repeat(32),
+                name_hint: "db1".into(),
+                listen_port: Some(7420),
+                version: "0.1.0".into(),
+            },
+        )
+        .unwrap();
+        let token = Token::new(&"cd".repeat(32)).unwrap().encode();
+        for round in 0..20_000 {
+            let mut bytes = if round % 2 == 0 {
+                (0..next() % 96).map(|_| next() as u8).collect::<Vec<u8>>()
+            } else {
+                let mut v = valid.clone();
+                for _ in 0..1 + next() % 4 {
+                    let i = (next() as usize) % v.len();
+                    v[i] = next() as u8;
+                }
+                v
+            };
+            if round % 3 == 0 {
+                bytes.truncate((next() as usize) % (bytes.len() + 1));
+            }
+            let mut r = &bytes[..];
+            while read_frame::<_, PeerRequest>(&mut r, 4096).is_ok() {}
+            let mut r = &bytes[..];
+            let _ = read_frame::<_, PairRequest>(&mut r, 4096);
+            let mut t = token.clone().into_bytes();
+            let i = (next() as usize) % t.len();
+            t[i] = next() as u8;
+            let _ = Token::parse(&String::from_utf8_lossy(&t));
+            let _ = Token::parse(&String::from_utf8_lossy(&bytes));
+        }
+    }
 }
