@@ -93,6 +93,12 @@ fn two_daemons_pair_and_ping_both_ways_and_keep_it_across_a_restart() {
     b.spawn_with(&["--repl-port", &b_port.to_string()]);
     assert_eq!(a.json(&["peer", "ping", "site-b"])["peer_version"], version);
     assert_eq!(b.json(&["peer", "ping", "site-a"])["peer_version"], version);
+
+    // Deleted on the source: the source has nothing to connect to, and it refuses the
+    // target's certificate from now on.
+    a.ok(&["peer", "delete", "site-b"]);
+    a.fails(&["peer", "show", "site-b"], "no peer site-b");
+    b.fails(&["peer", "ping", "site-a"], "refused this daemon's certificate");
     assert!(!b.log().contains("panicked") && !a.log().contains("panicked"));
 }
 

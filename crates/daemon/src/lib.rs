@@ -172,8 +172,9 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     DEDUP_TABLE_MAX.store(opts.dedup_table_max, Ordering::Relaxed);
     // Bound first: a busy socket or port, or TCP off loopback without TLS, fails before
     // any pool is opened.
-    let bound = http::server::bind(&opts.api)?;
+    // (The replication port first: it leaves nothing behind if the socket then fails.)
     let repl = opts.repl.map(peer_net::bind).transpose()?;
+    let bound = http::server::bind(&opts.api)?;
     let socket = opts.api.socket.clone();
     let tcp = opts.api.tcp;
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
