@@ -14,6 +14,7 @@ mod export;
 mod iostat;
 mod mirror;
 mod offline;
+mod peer;
 mod pool;
 mod serve;
 mod snapshot;
@@ -58,6 +59,9 @@ enum Command {
     /// Mirrors: replicate volumes (or a group of them, as one unit) to another pool.
     #[command(subcommand)]
     Mirror(mirror::MirrorCmd),
+    /// Peers: other Strata daemons paired with this one (invite, add, list, show, delete).
+    #[command(subcommand)]
+    Peer(peer::PeerCmd),
     /// Create, list, inspect, destroy, export and import pools.
     #[command(subcommand)]
     Pool(pool::PoolCmd),
@@ -167,6 +171,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Clone(cmd) => snapshot::run_clone(cmd, &c, &out)?,
         Command::Export(cmd) => export::run(&c, &out, cmd)?,
         Command::Mirror(cmd) => mirror::run(&c, &out, cmd)?,
+        Command::Peer(cmd) => peer::run(&c, &out, cmd)?,
         Command::Token(cmd) => access::run_token(&c, &out, cmd)?,
         Command::History { pool, limit } => access::run_history(&c, &out, pool, limit)?,
         Command::Whoami => access::run_whoami(&c, &out)?,

@@ -106,6 +106,14 @@ pub struct ServeArgs {
     /// TLS private key (PEM) of the TCP listener.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Listen for replication peers (pairing and mirrors between daemons) on this TCP port.
+    /// Every connection is TLS 1.3 with pinned certificates on both sides (docs/peers.md).
+    #[arg(long)]
+    repl_port: Option<u16>,
+    /// Address of the replication listener (127.0.0.1: this host only; 0.0.0.0 for the
+    /// network — it accepts paired peers only, whatever the address).
+    #[arg(long, requires = "repl_port")]
+    repl_bind: Option<IpAddr>,
 }
 
 /// The options the daemon runs with, or a config error (exit 78).
@@ -206,6 +214,7 @@ pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, St
     };
     o.nbd =
         a.nbd_port.map(|port| BlockListen { bind: a.nbd_bind.unwrap_or(loopback), port, tls, discovery_chap: None });
+    o.repl = a.repl_port.map(|port| SocketAddr::new(a.repl_bind.unwrap_or(loopback), port));
     o.iscsi = a.iscsi_port.map(|port| BlockListen {
         bind: a.iscsi_bind.unwrap_or(loopback),
         port,

@@ -6,12 +6,16 @@
 //! (pools, volumes, mounts, snapshots, exports, policies — no HTTP in it), which calls the
 //! engine and the front ends; `access` holds callers, tokens and the audit history.
 //!
+//! Peers: `peer_net` is the replication listener and the authenticated transport between
+//! daemons (pairing, pinned certificates); `service::peers` keeps the records.
+//!
 //! Commits: every `txg_interval` (5 s, as ZFS's txg timeout) a background thread commits
 //! each pool, and fsync commits at once.
 
 pub(crate) mod access;
 pub mod config;
 mod http;
+pub mod peer_net;
 pub mod sd_notify;
 pub(crate) mod service;
 
@@ -75,6 +79,9 @@ pub struct ServeOptions {
     pub discard_missing_log: Vec<String>,
     /// Entries each pool's dedup table may hold (about 100 bytes each).
     pub dedup_table_max: usize,
+    /// The replication listener for peers (`serve --repl-port`, `--repl-bind`); None: off
+    /// (this daemon can still connect to peers, but none can pair with it or reach it).
+    pub repl: Option<std::net::SocketAddr>,
 }
 
 impl ServeOptions {
@@ -94,6 +101,7 @@ impl ServeOptions {
             dirty_limit_bytes: default_dirty_limit_bytes(),
             discard_missing_log: Vec::new(),
             dedup_table_max: strata_engine::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT,
+            repl: None,
         }
     }
 }
@@ -164,6 +172,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     DEDUP_TABLE_MAX.store(opts.dedup_table_max, Ordering::Relaxed);
     // Bound first: a busy socket or port, or TCP off loopback without TLS, fails before
     // any pool is opened.
+    // (The replication port first: it leaves nothing behind if the socket then fails.)
+    let repl = opts.repl.map(peer_net::bind).transpose()?;
     let bound = http::server::bind(&opts.api)?;
     let socket = opts.api.socket.clone();
     let tcp = opts.api.tcp;
@@ -187,6 +197,9 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
             .name("snapshot-policy".into())
             .spawn(move || d.policy_loop())
             .map_err(|e| e.to_string())?;
+    }
+    if let Some(listener) = repl {
+        peer_net::spawn_listener(d.clone(), listener)?;
     }
     {
         let d = d.clone();

@@ -139,6 +139,27 @@ fn authenticate(g: &Guard, req: &Request, peer: &Peer) -> Result<Caller, ApiErro
     }
 }
 
+/// Request fields that carry secrets, replaced in the audit record (the history is readable
+/// by viewers): a peer invitation token (`POST /v1/peers`), an iSCSI CHAP secret.
+const SECRET_FIELDS: [&str; 2] = ["token", "chap_secret"];
+
+fn redact_secrets(body: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<Value>(body) else { return body.to_string() };
+    let Some(fields) = v.as_object_mut() else { return body.to_string() };
+    let mut changed = false;
+    for k in SECRET_FIELDS {
+        if let Some(f) = fields.get_mut(k).filter(|f| !f.is_null()) {
+            *f = Value::String("(redacted)".into());
+            changed = true;
+        }
+    }
+    if changed {
+        v.to_string()
+    } else {
+        body.to_string()
+    }
+}
+
 fn peer_name(peer: &Peer) -> String {
     match peer {
         Peer::Unix { uid, .. } => format!("uid {uid} (refused)"),
@@ -211,7 +232,7 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
         }
     };
     let request = (!bytes.is_empty() && &bytes[..] != b"{}").then(|| {
-        let s = String::from_utf8_lossy(&bytes);
+        let s = redact_secrets(&String::from_utf8_lossy(&bytes));
         s.chars().take(1024).collect::<String>()
     });
     parts.extensions.insert(caller.clone());

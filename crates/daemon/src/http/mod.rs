@@ -64,6 +64,7 @@ pub(crate) fn routes() -> (Router<Arc<Daemon>>, Value) {
         .merge(routes::exports::routes())
         .merge(routes::mirrors::routes())
         .merge(routes::stats::routes())
+        .merge(routes::peers::routes())
         .split_for_parts();
     let mut doc = serde_json::to_value(&api).expect("the OpenAPI document serialises");
     complete_document(&mut doc);

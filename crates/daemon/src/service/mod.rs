@@ -20,6 +20,8 @@
 //! the NFS service's `records` → `next_id`. `pools`, `unavailable`, `mounts` and `policies`
 //! are held only for map look-ups and updates, never across engine calls or I/O.
 //! `stats`'s map of volume counters (stats.rs) is a leaf, taken alone.
+//! The peers' `records` → `invitations` (peers/) are taken after `admin` when at all, also
+//! only for look-ups and updates.
 
 pub(crate) mod blockexports;
 pub(crate) mod db_freeze;
@@ -35,6 +37,7 @@ pub(crate) mod luns;
 pub(crate) mod metrics;
 pub(crate) mod mirrors;
 pub(crate) mod mounts;
+pub(crate) mod peers;
 pub(crate) mod policy;
 pub(crate) mod pools;
 pub(crate) mod scrub;
@@ -105,6 +108,8 @@ pub struct Daemon {
     pub(crate) mirrors: mirrors::Mirrors,
     /// I/O counters of the volumes served (stats.rs).
     pub(crate) stats: stats::StatsRegistry,
+    /// This daemon's peer identity, its paired peers and pending invitations (peers/).
+    pub(crate) peers: peers::Peers,
 }
 
 pub fn random_u64() -> u64 {
@@ -157,6 +162,7 @@ impl Daemon {
             .map_err(|e| format!("create data directory {}: {e}", opts.data_dir.display()))?;
         let host_id = load_or_make_host_id(&opts.data_dir)?;
         HOST_ID.store(host_id, Ordering::Relaxed);
+        let identity = crate::peer_net::Identity::load_or_make(&opts.data_dir)?;
         let d = Arc::new(Daemon {
             tokens: TokenStore::load(opts.data_dir.join("tokens.json"))?,
             history: History::open(opts.data_dir.join("history.jsonl"))?,
@@ -176,6 +182,7 @@ impl Daemon {
             scrubs: Default::default(),
             mirrors: Default::default(),
             stats: Default::default(),
+            peers: peers::Peers::new(identity),
         });
         let state = match State::load(&d.state_path())? {
             Some(s) => s,
@@ -240,6 +247,7 @@ impl Daemon {
         exports::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
         blockexports::BlockService::start(&d, state.block_exports.clone())?;
         d.mirrors.load(state.mirrors.clone());
+        d.peers.load(state.peers.clone());
         if forgot_log {
             // A discarded log device is no longer the pool's: do not ask for it again.
             d.save_state().map_err(|e| e.message)?;
@@ -287,6 +295,7 @@ impl Daemon {
             block_exports: self.blocks.records(),
             next_export_id: *self.nfs.next_id.lock().expect("export ids"),
             mirrors: self.mirrors.records(),
+            peers: self.peers.records(),
         };
         s.save(&self.state_path()).map_err(|e| ApiError::internal(format!("save daemon state: {e}")))
     }

@@ -45,6 +45,9 @@ pub struct State {
     /// Mirrors and their transfers in progress (service/mirrors/); absent in older state files.
     #[serde(default)]
     pub mirrors: Vec<crate::service::mirrors::MirrorRecord>,
+    /// Paired daemons (service/peers/); absent in older state files.
+    #[serde(default)]
+    pub peers: Vec<crate::service::peers::PeerRecord>,
 }
 
 impl State {

@@ -5,6 +5,7 @@
 pub(crate) mod access;
 pub(crate) mod exports;
 pub(crate) mod mirrors;
+pub(crate) mod peers;
 pub(crate) mod pools;
 pub(crate) mod snapshots;
 pub(crate) mod stats;
