@@ -13,7 +13,8 @@ pub struct CreateMirror {
     /// one group snapshot: a database's data and log volumes always match on the target).
     #[serde(default)]
     pub group: Vec<String>,
-    /// The pool that receives (same daemon). The target volumes get the source names.
+    /// The pool that receives: POOL of this daemon, or PEER:POOL of a paired daemon
+    /// (docs/peers.md). The target volumes get the source names.
     pub dest_pool: String,
     /// Transfer every this many seconds (none: only on `update`).
     #[serde(default)]
@@ -80,4 +81,10 @@ pub struct MirrorInfo {
     pub transfer: Option<MirrorTransfer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The daemon (a paired peer) the mirror comes from, on its target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_peer: Option<String>,
+    /// The daemon the mirror goes to, on its source (the mirror is then named PEER:POOL/VOL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest_peer: Option<String>,
 }

@@ -78,8 +78,8 @@ fn requests_raw_bytes_errors_deletes_and_limits_over_a_peer_session() {
 
     // A typed error travels back, and the session goes on.
     let e = c.request(&PeerRequest::Mirror(serde_json::json!({"op": "receive"}))).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Unsupported, "{}", e.message);
-    assert!(e.message.contains("not implemented"), "{}", e.message);
+    assert_eq!(e.kind, ErrorKind::InvalidArgument, "{}", e.message);
+    assert!(e.message.contains("mirror message"), "{}", e.message);
     assert!(matches!(ping(&mut c).unwrap(), PeerResponse::Pong { .. }));
 
     // A frame that is no request: refused with a message; the session stays in step.

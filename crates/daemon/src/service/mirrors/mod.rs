@@ -19,6 +19,7 @@
 //! first). `break` lifts the rules for the target; `resync` puts them back, keeping what was
 //! written on the target meanwhile as a snapshot (`resync-…`) instead of destroying it.
 
+mod remote;
 mod transfer;
 
 use super::{ApiError, Daemon};
@@ -58,6 +59,13 @@ pub struct MirrorRecord {
     /// The transfer in progress (survives restarts).
     #[serde(default)]
     pub pending: Option<PendingTransfer>,
+    /// On the source of a mirror to another daemon: that daemon (a paired peer); the
+    /// target pool is its.
+    #[serde(default)]
+    pub dest_peer: Option<String>,
+    /// On the target of a mirror from another daemon: that daemon; the source pool is its.
+    #[serde(default)]
+    pub source_peer: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,7 +90,10 @@ pub struct PendingTransfer {
 
 impl MirrorRecord {
     pub fn name(&self) -> String {
-        format!("{}/{}", self.dest_pool, self.volumes[0])
+        match &self.dest_peer {
+            Some(peer) => format!("{peer}:{}/{}", self.dest_pool, self.volumes[0]),
+            None => format!("{}/{}", self.dest_pool, self.volumes[0]),
+        }
     }
 }
 
@@ -163,6 +174,31 @@ impl Daemon {
                 "keep 1 to 1000 transferred snapshots; a schedule of at least 1 s; a limit above 0",
             ));
         }
+        if let Some((peer, dest_pool)) = remote::split_remote(&req.dest_pool) {
+            let _g = self.admin.lock().expect("admin");
+            let src = self.pool(src_pool)?;
+            for v in &volumes {
+                src.volume_id(v)?;
+                if let Some(m) = self.mirror_of_target(src_pool, v) {
+                    return Err(ApiError::conflict(
+                        format!("{src_pool}/{v} is the target of mirror {m}"),
+                        "mirror the source of that mirror, or break it first",
+                    ));
+                }
+            }
+            let name = self.create_remote_mirror(
+                src_pool,
+                volumes,
+                peer,
+                dest_pool,
+                keep,
+                req.every_seconds,
+                req.limit_bytes_per_second,
+            )?;
+            drop(_g);
+            self.start_transfer(&name)?;
+            return self.mirror_info(&name);
+        }
         let _g = self.admin.lock().expect("admin");
         let src = self.pool(src_pool)?;
         let dst = self.pool(&req.dest_pool)?;
@@ -218,6 +254,8 @@ impl Daemon {
             common_created_ns: None,
             last: None,
             pending: None,
+            dest_peer: None,
+            source_peer: None,
         };
         self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
         self.save_state()?;
@@ -266,6 +304,8 @@ impl Daemon {
             }),
             transfer: job.filter(|j| j.is_running()).map(|j| j.progress()),
             message: failed,
+            source_peer: r.source_peer.clone(),
+            dest_peer: r.dest_peer.clone(),
         })
     }
 
@@ -276,6 +316,22 @@ impl Daemon {
     pub(crate) fn mirror_action(self: &Arc<Self>, name: &str, action: &str) -> Result<MirrorInfo, ApiError> {
         let r = self.mirrors.get(name)?;
         let running = self.mirrors.running(name);
+        if let Some(peer) = &r.source_peer {
+            if !matches!(action, "break" | "resync") {
+                return Err(ApiError::conflict(
+                    format!("mirror {name} comes from peer {peer}: this daemon is its target"),
+                    "update, pause, resume or reverse it on the source daemon; here: break or resync",
+                ));
+            }
+        }
+        if let Some(peer) = &r.dest_peer {
+            if matches!(action, "break" | "resync" | "reverse") {
+                return Err(ApiError::conflict(
+                    format!("mirror {name} goes to peer {peer}"),
+                    "break and resync it on the target daemon (reverse between daemons is not there yet)",
+                ));
+            }
+        }
         match action {
             "update" => {
                 if r.state == "broken" || r.state == "paused" {
@@ -416,8 +472,11 @@ impl Daemon {
             return Err(ApiError::conflict(format!("mirror {name} is transferring"), "pause it first"));
         }
         let _g = self.admin.lock().expect("admin");
-        self.mirrors.records.lock().expect("mirrors").remove(name);
+        let removed = self.mirrors.records.lock().expect("mirrors").remove(name);
         self.mirrors.jobs.lock().expect("mirror jobs").remove(name);
+        if let Some(r) = &removed {
+            self.delete_remote_target(r);
+        }
         self.save_state()?;
         tracing::info!(mirror = name, "mirror deleted: its target volumes and snapshots stay, writable");
         Ok(())
@@ -430,7 +489,12 @@ impl Daemon {
             .lock()
             .expect("mirrors")
             .iter()
-            .find(|(_, r)| r.state != "broken" && r.dest_pool == pool && r.volumes.iter().any(|v| v == vol))
+            .find(|(_, r)| {
+                r.state != "broken"
+                    && r.dest_peer.is_none()
+                    && r.dest_pool == pool
+                    && r.volumes.iter().any(|v| v == vol)
+            })
             .map(|(n, _)| n.clone())
     }
 
@@ -453,9 +517,11 @@ impl Daemon {
             if !r.volumes.iter().any(|v| v == vol) {
                 continue;
             }
-            let side = r.source_pool == pool || r.dest_pool == pool;
+            let here_source = r.source_peer.is_none() && r.source_pool == pool;
+            let here_target = r.dest_peer.is_none() && r.dest_pool == pool;
+            let side = here_source || here_target;
             match snapshot {
-                None if r.source_pool == pool => {
+                None if here_source => {
                     return Err(ApiError::conflict(
                         format!("{pool}/{vol} is mirrored by {name}"),
                         "delete the mirror first (`strata mirror delete`)",

@@ -54,6 +54,23 @@ impl TransferJob {
         self.stop.store(true, Ordering::Relaxed);
     }
 
+    /// Asked to stop (a pause).
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_bytes(&self, n: u64) {
+        self.done_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.done_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
     pub(crate) fn wait(&self) {
         let mut e = self.ended.lock().expect("mirror job");
         while e.is_none() {
@@ -115,7 +132,11 @@ impl Daemon {
     fn run_transfer(&self, name: &str, job: &TransferJob) -> Result<(), ApiError> {
         let rec = self.mirrors.get(name)?;
         let src = self.pool(&rec.source_pool)?;
-        let dst = self.pool(&rec.dest_pool)?;
+        // A remote mirror's target pool is on the peer.
+        let dst = match rec.dest_peer {
+            None => Some(self.pool(&rec.dest_pool)?),
+            Some(_) => None,
+        };
         let pending = match rec.pending.clone() {
             Some(p) => {
                 tracing::info!(
@@ -160,16 +181,21 @@ impl Daemon {
         }
         job.total_bytes.store(total, Ordering::Relaxed);
         let started = Instant::now();
-        for v in &todo {
-            let committed = pending.committed.get(v).copied().unwrap_or(0);
-            self.transfer_volume(name, job, &src, &dst, v, &pending, committed, rec.limit_bytes_per_second)?;
-            self.mirrors.update(name, |m| {
-                if let Some(p) = m.pending.as_mut() {
-                    p.done.push(v.clone());
-                    p.committed.remove(v);
+        match &dst {
+            None => self.run_remote_transfer(name, &rec, job, &src, &pending, &todo)?,
+            Some(dst) => {
+                for v in &todo {
+                    let committed = pending.committed.get(v).copied().unwrap_or(0);
+                    self.transfer_volume(name, job, &src, dst, v, &pending, committed, rec.limit_bytes_per_second)?;
+                    self.mirrors.update(name, |m| {
+                        if let Some(p) = m.pending.as_mut() {
+                            p.done.push(v.clone());
+                            p.committed.remove(v);
+                        }
+                    });
+                    self.save_state()?;
                 }
-            });
-            self.save_state()?;
+            }
         }
         let bytes = job.done_bytes.load(Ordering::Relaxed);
         self.mirrors.update(name, |m| {
@@ -197,7 +223,11 @@ impl Daemon {
             "mirror transfer done"
         );
         let rec = self.mirrors.get(name)?;
-        for (pool, which) in [(&src, "source"), (&dst, "target")] {
+        let mut sides = vec![(&src, "source")];
+        if let Some(d) = &dst {
+            sides.push((d, "target"));
+        }
+        for (pool, which) in sides {
             for v in &rec.volumes {
                 if let Err(e) = prune(pool, v, rec.keep, &pending.snapshot) {
                     tracing::warn!(mirror = name, side = which, volume = %v, "pruning transferred snapshots: {e}");
@@ -220,21 +250,7 @@ impl Daemon {
         limit: Option<u64>,
     ) -> Result<(), ApiError> {
         if pending.base.is_none() && committed == 0 {
-            // A full transfer starts over into an empty volume (a cut one left some behind).
-            let empty = dst.volume_id(vol).and_then(|id| Ok(dst.list_objects(id, None, 1)?.is_empty()))?;
-            if !empty {
-                let info = dst.volume_info(dst.volume_id(vol)?)?;
-                let opts = VolumeOptions {
-                    record_size: info.record_size,
-                    quota_bytes: info.quota_bytes,
-                    sync: info.sync,
-                    compression: info.space.compression,
-                    reservation_bytes: 0,
-                    dedup: info.space.dedup,
-                };
-                dst.delete_volume(vol)?;
-                dst.create_volume(vol, &opts)?;
-            }
+            empty_volume(dst, vol)?;
         }
         let opts = SendOptions {
             volume: vol.to_string(),
@@ -280,21 +296,41 @@ impl Daemon {
     }
 }
 
+/// A full transfer starts over into an empty volume: one a cut transfer left data in is
+/// made again, with the same settings.
+pub(crate) fn empty_volume(dst: &Pool, vol: &str) -> Result<(), ApiError> {
+    let empty = dst.volume_id(vol).and_then(|id| Ok(dst.list_objects(id, None, 1)?.is_empty()))?;
+    if !empty {
+        let info = dst.volume_info(dst.volume_id(vol)?)?;
+        let opts = VolumeOptions {
+            record_size: info.record_size,
+            quota_bytes: info.quota_bytes,
+            sync: info.sync,
+            compression: info.space.compression,
+            reservation_bytes: 0,
+            dedup: info.space.dedup,
+        };
+        dst.delete_volume(vol)?;
+        dst.create_volume(vol, &opts)?;
+    }
+    Ok(())
+}
+
 /// A bandwidth limit: after each record, sleep until the bytes sent since the start of the
 /// volume's transfer fit the rate. Measured from the start (not per window), so it holds on
 /// average over the transfer, which is what the limit promises (within a record's time).
-struct Pace {
+pub(crate) struct Pace {
     limit: Option<u64>,
     start: Instant,
     bytes: u64,
 }
 
 impl Pace {
-    fn new(limit: Option<u64>) -> Pace {
+    pub(crate) fn new(limit: Option<u64>) -> Pace {
         Pace { limit, start: Instant::now(), bytes: 0 }
     }
 
-    fn sent(&mut self, n: u64) {
+    pub(crate) fn sent(&mut self, n: u64) {
         let Some(rate) = self.limit else { return };
         self.bytes += n;
         let due = std::time::Duration::from_secs_f64(self.bytes as f64 / rate as f64);
@@ -305,7 +341,7 @@ impl Pace {
 }
 
 /// Delete transferred snapshots of `vol` beyond the newest `keep` (never `common`).
-fn prune(pool: &Pool, vol: &str, keep: u32, common: &str) -> Result<(), strata_engine::Error> {
+pub(crate) fn prune(pool: &Pool, vol: &str, keep: u32, common: &str) -> Result<(), strata_engine::Error> {
     let mut snaps: Vec<_> =
         pool.snapshots(Some(vol))?.into_iter().filter(|s| s.name.starts_with(SNAPSHOT_PREFIX)).collect();
     snaps.sort_by_key(|s| s.txg);

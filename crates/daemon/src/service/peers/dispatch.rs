@@ -3,7 +3,6 @@
 
 use crate::peer_net::{PeerIdentity, PeerRequest, PeerResponse, ServerConnection, VERSION};
 use crate::service::{ApiError, Daemon};
-use strata_api::ErrorKind;
 
 impl Daemon {
     /// Handle one request of an authenticated peer. Answer with `conn.reply` (once, or more
@@ -21,11 +20,7 @@ impl Daemon {
                 tracing::debug!(peer = %peer.name, peer_version = %version, "ping");
                 conn.reply(&PeerResponse::Pong { version: VERSION.into(), peer_version: version })
             }
-            PeerRequest::Mirror(_) => Err(ApiError::new(
-                ErrorKind::Unsupported,
-                "mirrors between daemons are not implemented yet by this daemon",
-                "mirror to a pool of the same daemon for now (`strata mirror create`)",
-            )),
+            PeerRequest::Mirror(v) => self.handle_mirror_msg(peer, v, conn),
             #[cfg(test)]
             PeerRequest::Echo { bytes } => {
                 use std::io::{Read, Write};

@@ -1,0 +1,160 @@
+//! Mirrors between two real daemons paired as peers: the source creates the mirror on the
+//! target (which must have granted it the pool), a full then an incremental transfer over
+//! the mutually authenticated replication port, the target's rules (no mount while
+//! mirrored; no update from the target side), a transfer cut by `kill -9` of the target and
+//! resumed from the target's checkpoint after its restart, a break on the target (a
+//! database would start there), a pool the peer was not granted, and delete on both sides.
+//! Needs root and /dev/fuse.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn daemon(dir: &Path, tag: &str) -> (Daemon, u16) {
+    let d_dir = dir.join(tag);
+    std::fs::create_dir_all(&d_dir).unwrap();
+    let port = free_port();
+    let mut d = Daemon { child: None, socket: d_dir.join("strata.sock"), dir: d_dir };
+    let p = port.to_string();
+    d.spawn_with(&["--repl-port", p.as_str()]);
+    (d, port)
+}
+
+fn write_file(path: &Path, seed: u32, len: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(path, &data).unwrap();
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+    data
+}
+
+/// Clone `pool/vol@snap` on `d`, read `file` from it, drop the clone.
+fn read_snapshot_file(d: &Daemon, dir: &Path, pool: &str, vol: &str, snap: &str, file: &str) -> Option<Vec<u8>> {
+    let clone = format!("{pool}/check-{vol}");
+    d.ok(&["clone", "create", &format!("{pool}/{vol}@{snap}"), &clone]);
+    let mnt = dir.join(format!("check-{vol}-{}", std::process::id()));
+    std::fs::create_dir_all(&mnt).unwrap();
+    d.ok(&["mount", &clone, mnt.to_str().unwrap()]);
+    let data = std::fs::read(mnt.join(file)).ok();
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    d.ok(&["volume", "delete", &clone]);
+    data
+}
+
+#[test]
+fn a_mirror_between_two_daemons_transfers_resumes_and_breaks() {
+    let dir = temp_dir("remote-mirror");
+    let (a, _) = daemon(&dir, "a");
+    let (mut b, b_port) = daemon(&dir, "b");
+    let img = dir.join("b").join("backup.img");
+    b.ok(&["pool", "create", "backup", "--device", img.to_str().unwrap(), "--size", "1G"]);
+    let (code, token, err) = b.cli(&["peer", "invite", "--name", "site-a", "--grant", "backup"]);
+    assert_eq!(code, 0, "{err}");
+    a.json(&["peer", "add", "site-b", &format!("127.0.0.1:{b_port}"), "--invitation", token.trim()]);
+
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    a.ok(&["volume", "create", "default/db"]);
+    a.ok(&["mount", "default/db", src.to_str().unwrap()]);
+    let t1 = write_file(&src.join("table"), 1, 4 << 20);
+
+    // A pool the peer was not granted: refused by the target.
+    a.fails(&["mirror", "create", "default/db", "site-b:default"], "may not write to pool default");
+    a.fails(&["mirror", "create", "default/db", "nobody:backup"], "nobody");
+
+    // Full transfer.
+    let m = a.json(&["mirror", "create", "default/db", "site-b:backup"]);
+    assert_eq!(m["name"], "site-b:backup/db", "{m}");
+    assert_eq!(m["state"], "mirrored", "{m}");
+    assert_eq!(m["dest_peer"], "site-b");
+    let s1 = m["common_snapshot"].as_str().unwrap().to_string();
+    let on_b = b.json(&["mirror", "show", "backup/db"]);
+    assert_eq!(on_b["state"], "mirrored", "{on_b}");
+    assert_eq!(on_b["source_peer"], "site-a");
+    assert_eq!(on_b["common_snapshot"], s1.as_str());
+    assert_eq!(read_snapshot_file(&b, &dir, "backup", "db", &s1, "table").as_deref(), Some(&t1[..]));
+
+    // The target's rules; actions that belong to the other side are refused with a pointer.
+    let tgt = dir.join("tgt");
+    std::fs::create_dir_all(&tgt).unwrap();
+    b.fails(&["mount", "backup/db", tgt.to_str().unwrap()], "target of mirror backup/db");
+    b.fails(&["mirror", "update", "backup/db"], "on the source daemon");
+    a.fails(&["mirror", "break", "site-b:backup/db"], "on the target daemon");
+
+    // Incremental: only the rewrite travels.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(src.join("table")).unwrap();
+        f.seek(SeekFrom::Start(1 << 20)).unwrap();
+        f.write_all(&[0x5A; 64 << 10]).unwrap();
+        f.sync_all().unwrap();
+    }
+    let m = a.json(&["mirror", "update", "site-b:backup/db"]);
+    let inc = m["last_transfer"]["done_bytes"].as_u64().unwrap();
+    assert!((64 << 10..1 << 20).contains(&inc), "incremental of {inc} bytes: {m}");
+    let s2 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_eq!(b.json(&["mirror", "show", "backup/db"])["common_snapshot"], s2.as_str());
+
+    // kill -9 of the target in the middle of a large transfer; after its restart the
+    // source's next attempt resumes from the target's checkpoint.
+    let big = write_file(&src.join("big"), 2, 160 << 20);
+    a.ok(&["mirror", "update", "site-b:backup/db", "--no-wait"]);
+    let start = Instant::now();
+    loop {
+        let s = a.json(&["mirror", "show", "site-b:backup/db"]);
+        if s["transfer"]["done_bytes"].as_u64().unwrap_or(0) > 80 << 20 {
+            break;
+        }
+        assert!(s["state"] == "transferring" && start.elapsed() < Duration::from_secs(60), "no transfer to cut: {s}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    b.kill9();
+    // The source's transfer fails (the connection is gone).
+    let start = Instant::now();
+    let failed = loop {
+        let s = a.json(&["mirror", "show", "site-b:backup/db"]);
+        if s["state"] != "transferring" {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["common_snapshot"], s2.as_str());
+    let p = b_port.to_string();
+    b.spawn_with(&["--repl-port", p.as_str()]);
+    let m = a.json(&["mirror", "update", "site-b:backup/db"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    let s3 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_ne!(s3, s2);
+    let resent = m["last_transfer"]["done_bytes"].as_u64().unwrap();
+    assert!(resent < 120 << 20, "the resumed transfer sent {resent} of 160 MiB");
+    assert!(a.log().contains("the target resumes after frame"), "{}", a.log());
+    assert_eq!(read_snapshot_file(&b, &dir, "backup", "db", &s3, "big").as_deref(), Some(&big[..]));
+
+    // Break on the target: writable there, at the last transferred snapshot; the source's
+    // updates are then refused by the target until it is resynced there.
+    let m = b.json(&["mirror", "break", "backup/db"]);
+    assert_eq!(m["state"], "broken", "{m}");
+    b.ok(&["mount", "backup/db", tgt.to_str().unwrap()]);
+    assert_eq!(std::fs::read(tgt.join("big")).unwrap(), big);
+    b.ok(&["unmount", tgt.to_str().unwrap()]);
+    a.fails(&["mirror", "update", "site-b:backup/db"], "broken on the target");
+    let m = b.json(&["mirror", "resync", "backup/db"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    std::fs::write(src.join("after"), b"after the resync").unwrap();
+    std::fs::File::open(src.join("after")).unwrap().sync_all().unwrap();
+    let m = a.json(&["mirror", "update", "site-b:backup/db"]);
+    let s4 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_eq!(read_snapshot_file(&b, &dir, "backup", "db", &s4, "after").as_deref(), Some(&b"after the resync"[..]));
+
+    // Delete on the source also ends the target's record: its volume is free to use.
+    a.ok(&["mirror", "delete", "site-b:backup/db"]);
+    let l: Value = b.json(&["mirror", "list"]);
+    assert_eq!(l.as_array().unwrap().len(), 0, "{l}");
+    b.ok(&["mount", "backup/db", tgt.to_str().unwrap()]);
+    b.ok(&["unmount", tgt.to_str().unwrap()]);
+    a.ok(&["unmount", src.to_str().unwrap()]);
+    assert_eq!(b.json(&["check", "backup"])["clean"], true);
+}
