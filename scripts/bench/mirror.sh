@@ -10,7 +10,9 @@
 # subvolume to a directory on the target file system.
 # Printed: per system and transfer, seconds, bytes sent and CPU seconds (Strata: the
 # daemon's; btrfs: send + receive; rsync: both ends), as medians of ROUNDS rounds whose
-# order rotates; every round below. Page caches are dropped before each transfer.
+# order rotates; every round below. Page caches are dropped before each transfer. A transfer
+# is timed until it is durable on the target: Strata's ends with its commit and snapshot;
+# btrfs receive and rsync are followed by `sync -f` of the target file system, timed too.
 #
 #   scripts/bench/mirror.sh [SCALE=50]
 #   ROUNDS=5 scripts/bench/mirror.sh 50
@@ -134,13 +136,13 @@ run_btrfs() { # ROUND DATA
   cp -a "$work/seed/$data/." "$work/bsrc/$data/"
   btrfs subvolume snapshot -r "$work/bsrc/$data" "$work/bsrc/s1" >/dev/null
   drop
-  out="$(timed "btrfs send -q '$work/bsrc/s1' | tee >(wc -c >'$work/bytes') | btrfs receive -q '$work/bdst'")"
+  out="$(timed "btrfs send -q '$work/bsrc/s1' | tee >(wc -c >'$work/bytes') | btrfs receive -q '$work/bdst' && sync -f '$work/bdst'")"
   sleep 0.2; bytes="$(cat "$work/bytes")"
   record "$r" btrfs "$data" full "${out% *}" "$bytes" "${out#* }"
   rewrite "$r" "$work/bsrc/$data"
   btrfs subvolume snapshot -r "$work/bsrc/$data" "$work/bsrc/s2" >/dev/null
   drop
-  out="$(timed "btrfs send -q -p '$work/bsrc/s1' '$work/bsrc/s2' | tee >(wc -c >'$work/bytes') | btrfs receive -q '$work/bdst'")"
+  out="$(timed "btrfs send -q -p '$work/bsrc/s1' '$work/bsrc/s2' | tee >(wc -c >'$work/bytes') | btrfs receive -q '$work/bdst' && sync -f '$work/bdst'")"
   sleep 0.2; bytes="$(cat "$work/bytes")"
   record "$r" btrfs "$data" incremental "${out% *}" "$bytes" "${out#* }"
   # rsync on the same file systems: the source subvolume to a plain directory on the target.
@@ -150,12 +152,12 @@ run_btrfs() { # ROUND DATA
   btrfs subvolume delete "$work/bsrc/$data" >/dev/null
   btrfs subvolume snapshot "$work/bsrc/s1" "$work/bsrc/$data" >/dev/null
   drop
-  out="$(timed "rsync -a --inplace --no-whole-file --stats '$work/bsrc/$data/' '$work/bdst/rsync/' >'$work/rsync.log'")"
+  out="$(timed "rsync -a --inplace --no-whole-file --stats '$work/bsrc/$data/' '$work/bdst/rsync/' >'$work/rsync.log' && sync -f '$work/bdst'")"
   bytes="$(awk '/Total bytes sent/ { gsub(",", "", $4); print $4 }' "$work/rsync.log")"
   record "$r" rsync "$data" full "${out% *}" "$bytes" "${out#* }"
   rewrite "$r" "$work/bsrc/$data"
   drop
-  out="$(timed "rsync -a --inplace --no-whole-file --stats '$work/bsrc/$data/' '$work/bdst/rsync/' >'$work/rsync.log'")"
+  out="$(timed "rsync -a --inplace --no-whole-file --stats '$work/bsrc/$data/' '$work/bdst/rsync/' >'$work/rsync.log' && sync -f '$work/bdst'")"
   bytes="$(awk '/Total bytes sent/ { gsub(",", "", $4); print $4 }' "$work/rsync.log")"
   record "$r" rsync "$data" incremental "${out% *}" "$bytes" "${out#* }"
   umount "$work/bsrc" "$work/bdst"
