@@ -84,8 +84,11 @@ scripts/e2e/lun-mariadb.sh
 echo "== fsx-style random I/O on LUNs over NBD and through nbdfuse, checked against a model across a restart"
 scripts/e2e/lun-fsx.sh
 
-echo "== PostgreSQL data + WAL mirrored to a second pool every 2 s under pgbench; break, recover on the target (= the source's snapshot), resync"
+echo "== PostgreSQL data + WAL mirrored to a second daemon (paired peers, mutual TLS) every 2 s under pgbench; break there, recover on the target (= the source's snapshot), resync"
 scripts/e2e/replication-postgres.sh
+
+echo "== the same, mirrored to a second pool of the same daemon"
+REPL_TARGET=pool scripts/e2e/replication-postgres.sh
 
 echo "== install script and shipped configuration"
 bash -n scripts/install.sh

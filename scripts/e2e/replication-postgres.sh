@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # PostgreSQL 15 with its data and its WAL on two Strata volumes, mirrored as one group to a
-# second pool every few seconds while pgbench runs:
+# second pool — of the same daemon (REPL_TARGET=pool), or of a second daemon on this machine
+# paired as a peer (REPL_TARGET=daemon, the default: mutual TLS over its replication port) —
+# every few seconds while pgbench runs:
 #   - transfers go on under load (incrementals: each carries what changed since the last);
 #   - the mirror is paused and broken while the source still commits; PostgreSQL started on
 #     the target recovers and holds exactly the transactions of the last transferred
@@ -10,7 +12,8 @@
 #     next update brings the source's newer transactions;
 #   - both pools check clean; the daemon's log has no unexpected error.
 #
-#   bash scripts/e2e/replication-postgres.sh      (root; installs postgresql-15 if missing)
+#   bash scripts/e2e/replication-postgres.sh                      (root; installs postgresql-15 if missing)
+#   REPL_TARGET=pool bash scripts/e2e/replication-postgres.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 E2E_NAME=replication-postgres
@@ -19,7 +22,9 @@ STEP_TIMEOUT="${STEP_TIMEOUT:-600}"
 . scripts/e2e/db-common.sh
 # shellcheck source=scripts/e2e/strata-env.sh
 source scripts/e2e/strata-env.sh
-export STRATA_E2E_DIR="${STRATA_E2E_DIR%/}-repl"
+REPL_TARGET="${REPL_TARGET:-daemon}"
+case "$REPL_TARGET" in pool | daemon) ;; *) echo "REPL_TARGET is pool or daemon, not '$REPL_TARGET'" >&2; exit 2 ;; esac
+export STRATA_E2E_DIR="${STRATA_E2E_DIR%/}-repl-$REPL_TARGET"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PORT="${PG_PORT:-55452}"
 TPORT=$((PORT + 1)) # PostgreSQL on the target
@@ -38,7 +43,9 @@ add_failure_log "$WORK/source.log"
 add_failure_log "$WORK/target.log"
 add_failure_log "$WORK/clone.log"
 add_failure_log "$STRATA_E2E_DIR/daemon.log"
+add_failure_log "$STRATA_E2E_DIR/b/daemon.log"
 BENCH_PID=""
+B_PID=""
 cleanup() {
   local rc=$?
   trap - EXIT
@@ -48,6 +55,11 @@ cleanup() {
     [ -f "$d/postmaster.pid" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$d" -m immediate -w -t 30 >/dev/null 2>&1
   done
   [ "$rc" -eq 0 ] || print_failure_logs
+  if [ -n "$B_PID" ]; then
+    for m in "$M/tdata" "$M/twal"; do mountpoint -q "$m" && sb unmount "$m" >/dev/null 2>&1; done
+    kill -TERM "$B_PID" 2>/dev/null
+    wait "$B_PID" 2>/dev/null
+  fi
   strata_stop
   exit "$rc"
 }
@@ -76,7 +88,19 @@ content() { # PORT -> a digest of everything pgbench and the test wrote
 }
 amcheck() { bounded "$PG_BIN/pg_amcheck" -h "$WORK/sock" -p "$1" -U postgres --all --install-missing --heapallindexed --rootdescend >/dev/null ||
   die "pg_amcheck found corruption on port $1"; }
-mj() { "$STRATA_BIN" --json mirror show default2/pgdata | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+# The target side: `sb` is the CLI of the daemon that holds the target pool (the same one
+# for REPL_TARGET=pool); SRC_NAME / DST_NAME: the mirror's name on each side.
+if [ "$REPL_TARGET" = daemon ]; then
+  sb() { STRATA_SOCKET="$STRATA_E2E_DIR/b/strata.sock" "$STRATA_BIN" "$@"; }
+  TPOOL=default
+  SRC_NAME=site-b:default/pgdata
+else
+  sb() { "$STRATA_BIN" "$@"; }
+  TPOOL=default2
+  SRC_NAME=default2/pgdata
+fi
+DST_NAME="$TPOOL/pgdata"
+mj() { "$STRATA_BIN" --json mirror show "$SRC_NAME" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 # start_copy DATA_MNT WAL_MNT PORT LOG: PostgreSQL on a copy of the source's volumes.
 start_copy() {
   ln -sfn "$2/pg_wal" "$1/pgdata/pg_wal" # the link named the source's WAL mount
@@ -85,7 +109,19 @@ start_copy() {
 }
 
 strata_start
-"$STRATA_BIN" pool create default2 --device "$STRATA_E2E_DIR/data/default2.img" --size "${STRATA_POOL_SIZE:-8G}"
+if [ "$REPL_TARGET" = daemon ]; then
+  mkdir -p "$STRATA_E2E_DIR/b"
+  RPORT="$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  STRATA_SOCKET="$STRATA_E2E_DIR/b/strata.sock" "$STRATA_BIN" serve --config /dev/null --data-dir "$STRATA_E2E_DIR/b/data" \
+    --default-pool-size "${STRATA_POOL_SIZE:-8G}" --repl-port "$RPORT" >>"$STRATA_E2E_DIR/b/daemon.log" 2>&1 &
+  B_PID=$!
+  wait_for "the second daemon" 20 sb pool list
+  log "pair the daemons: site-b (port $RPORT) invites site-a to write to its pool default"
+  TOKEN="$(sb peer invite --name site-a --grant default 2>/dev/null)"
+  "$STRATA_BIN" peer add site-b "127.0.0.1:$RPORT" --invitation "$TOKEN" >/dev/null
+else
+  "$STRATA_BIN" pool create default2 --device "$STRATA_E2E_DIR/data/default2.img" --size "${STRATA_POOL_SIZE:-8G}"
+fi
 strata_mount pgdata "$M/data"
 strata_mount pgwal "$M/wal"
 install -d -o postgres -g postgres -m 700 "$M/data/pgdata" "$M/wal/pg_wal"
@@ -103,9 +139,9 @@ q "$PORT" -d postgres -c "create database bench"
 bounded "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -i -q -s "$SCALE" bench >"$WORK/init.log" 2>&1
 q "$PORT" -c "create table marks (id int primary key, note text)"
 
-log "mirror default/pgdata + pgwal to pool default2, every 2 s (the first transfer is full)"
+log "mirror default/pgdata + pgwal to ${SRC_NAME%/*}, every 2 s (the first transfer is full)"
 t0="$(now_s)"
-"$STRATA_BIN" mirror create default/pgdata default2 --group pgwal --every 2s --keep 3
+"$STRATA_BIN" mirror create default/pgdata "${SRC_NAME%/*}" --group pgwal --every 2s --keep 3
 log "initial transfer: $(elapsed_since "$t0") s, $(mj "['last_transfer']['done_bytes']") bytes"
 
 log "pgbench for $LOAD_SECONDS s (4 clients) while the mirror transfers every 2 s"
@@ -118,14 +154,17 @@ sleep 5
 [ "$(mj "['common_snapshot']")" != "$first" ] || die "no transfer under load in $((LOAD_SECONDS / 2 + 5)) s"
 log "under load: common snapshot $(mj "['common_snapshot']"), lag $(mj "['lag_seconds']") s, last transfer $(mj "['last_transfer']['done_bytes']") bytes incremental from $(mj "['last_transfer']['base']")"
 
-log "pause and break the mirror while the source still commits"
-"$STRATA_BIN" mirror pause default2/pgdata >/dev/null
+log "pause the mirror on the source and break it on the target while the source still commits"
+"$STRATA_BIN" mirror pause "$SRC_NAME" >/dev/null
 SNAP="$(mj "['common_snapshot']")"
-"$STRATA_BIN" mirror break default2/pgdata >/dev/null
-[ "$(mj "['state']")" = broken ] || die "mirror not broken"
+sb mirror break "$DST_NAME" >/dev/null
+[ "$(sb --json mirror show "$DST_NAME" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")" = broken ] ||
+  die "mirror not broken on the target"
+[ "$(sb --json mirror show "$DST_NAME" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['common_snapshot'])")" = "$SNAP" ] ||
+  die "the target's last transferred snapshot is not the source's common one ($SNAP)"
 log "broken at $SNAP"
-"$STRATA_BIN" mount default2/pgdata "$M/tdata"
-"$STRATA_BIN" mount default2/pgwal "$M/twal"
+sb mount "$DST_NAME" "$M/tdata"
+sb mount "$TPOOL/pgwal" "$M/twal"
 t0="$(now_s)"
 start_copy "$M/tdata" "$M/twal" "$TPORT" "$WORK/target.log"
 log "PostgreSQL on the target recovered in $(elapsed_since "$t0") s"
@@ -152,18 +191,21 @@ log "write on the target, then resync: its writes are kept as a snapshot"
 q "$TPORT" -c "insert into marks values (100, 'written on the target after the break')"
 q "$TPORT" -c "checkpoint"
 pg pg_ctl stop -D "$M/tdata/pgdata" -m fast -w >/dev/null
-"$STRATA_BIN" unmount "$M/tdata"
-"$STRATA_BIN" unmount "$M/twal"
+sb unmount "$M/tdata"
+sb unmount "$M/twal"
 q "$PORT" -c "insert into marks values (2, 'committed on the source after the break')"
-"$STRATA_BIN" mirror resync default2/pgdata >/dev/null
-SAVED="$("$STRATA_BIN" --json snapshot list default2/pgdata | /usr/bin/python3 -c "import json,sys; print([s['name'] for s in json.load(sys.stdin) if s['name'].startswith('resync-')][0])")"
-log "target writes kept as default2/pgdata@$SAVED"
-"$STRATA_BIN" mirror update default2/pgdata >/dev/null
+sb mirror resync "$DST_NAME" >/dev/null
+SAVED="$(sb --json snapshot list "$DST_NAME" | /usr/bin/python3 -c "import json,sys; print([s['name'] for s in json.load(sys.stdin) if s['name'].startswith('resync-')][0])")"
+log "target writes kept as $DST_NAME@$SAVED"
+# The source paused it; with two daemons the source's record stays paused until resumed
+# (one daemon: the resync made the only record a mirror again).
+[ "$REPL_TARGET" = pool ] || "$STRATA_BIN" mirror resume "$SRC_NAME" >/dev/null
+"$STRATA_BIN" mirror update "$SRC_NAME" >/dev/null
 SNAP2="$(mj "['common_snapshot']")"
-"$STRATA_BIN" mirror pause default2/pgdata >/dev/null
-"$STRATA_BIN" mirror break default2/pgdata >/dev/null
-"$STRATA_BIN" mount default2/pgdata "$M/tdata"
-"$STRATA_BIN" mount default2/pgwal "$M/twal"
+"$STRATA_BIN" mirror pause "$SRC_NAME" >/dev/null
+sb mirror break "$DST_NAME" >/dev/null
+sb mount "$DST_NAME" "$M/tdata"
+sb mount "$TPOOL/pgwal" "$M/twal"
 start_copy "$M/tdata" "$M/twal" "$TPORT" "$WORK/target.log"
 [ "$(q "$TPORT" -c "select count(*) from marks where id = 2")" = 1 ] || die "the update after the resync did not bring the source's row"
 [ "$(q "$TPORT" -c "select count(*) from marks where id = 100")" = 0 ] || die "the target's own write survived the resync in the live volume"
@@ -172,8 +214,14 @@ pg pg_ctl stop -D "$M/tdata/pgdata" -m fast -w >/dev/null
 log "after resync + update ($SNAP2): the source's new row is there, the target's own write only in $SAVED"
 
 pg pg_ctl stop -D "$M/data/pgdata" -m fast -w >/dev/null
+sb unmount "$M/tdata"
+sb unmount "$M/twal"
 "$STRATA_BIN" mirror list
+sb mirror list
 "$STRATA_BIN" check default
-"$STRATA_BIN" check default2
+sb check "$TPOOL"
 strata_log_clean
+if [ "$REPL_TARGET" = daemon ] && grep -E '^[0-9TZ:.-]+ +ERROR ' "$STRATA_E2E_DIR/b/daemon.log"; then
+  die "unexpected ERROR lines in the second daemon's log"
+fi
 log "PASS"

@@ -344,8 +344,9 @@ impl Daemon {
                         },
                     ));
                 }
-                if running.is_none() {
-                    self.start_transfer(name)?;
+                // A transfer running (say, one resumed) is followed by a new one.
+                if !running.is_some_and(|j| j.update_requested()) {
+                    self.start_transfer_with(name, true)?;
                 }
             }
             "pause" => {

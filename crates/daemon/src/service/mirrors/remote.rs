@@ -191,7 +191,13 @@ impl Daemon {
                 r.and_then(|s| w.flush().map(|_| s))
             };
             if let Err(e) = sent {
-                // The target may have said why it stopped reading.
+                if !matches!(e, strata_engine::Error::Io { .. }) {
+                    // Stopped on this side (a pause, the daemon stopping, a read error): the
+                    // connection ends here; the target keeps what it committed.
+                    return Err(ApiError::from(e));
+                }
+                // The write failed: the target may have said why it stopped reading.
+                let _ = conn.set_timeout(Some(std::time::Duration::from_secs(5)));
                 let why = match conn.read_response() {
                     Ok(PeerResponse::Mirror(v)) if v["error"].is_string() => {
                         format!("the target refused: {}", v["error"].as_str().unwrap_or_default())

@@ -23,6 +23,8 @@ pub(crate) struct TransferJob {
     done_bytes: AtomicU64,
     total_bytes: AtomicU64,
     stop: AtomicBool,
+    /// `mirror update` asked while this transfer ran: transfer again when it is done.
+    again: AtomicBool,
     /// None while running; then Ok or the failure.
     ended: Mutex<Option<Result<(), String>>>,
     ended_cv: Condvar,
@@ -36,9 +38,20 @@ impl TransferJob {
             done_bytes: AtomicU64::new(0),
             total_bytes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            again: AtomicBool::new(false),
             ended: Mutex::new(None),
             ended_cv: Condvar::new(),
         }
+    }
+
+    /// Ask a running transfer to be followed by a new one; false if it has ended already.
+    pub(crate) fn update_requested(&self) -> bool {
+        let ended = self.ended.lock().expect("mirror job");
+        if ended.is_some() {
+            return false;
+        }
+        self.again.store(true, Ordering::Relaxed);
+        true
     }
 
     pub(crate) fn is_running(&self) -> bool {
@@ -99,8 +112,16 @@ impl TransferJob {
 }
 
 impl Daemon {
-    /// Start a transfer of mirror `name` on a thread of its own.
+    /// Start a transfer of mirror `name` on a thread of its own: the transfer in progress
+    /// if there is one (cut by a restart, a pause, a failure), else a new one. With
+    /// `bring_up_to_date` (`mirror update`), a resumed transfer is followed by a new one, so
+    /// that the target ends up with the source as it is when asked, not as it was when the
+    /// cut transfer began.
     pub(crate) fn start_transfer(self: &Arc<Self>, name: &str) -> Result<(), ApiError> {
+        self.start_transfer_with(name, false)
+    }
+
+    pub(crate) fn start_transfer_with(self: &Arc<Self>, name: &str, bring_up_to_date: bool) -> Result<(), ApiError> {
         let job = Arc::new(TransferJob::new());
         {
             let mut jobs = self.mirrors.jobs.lock().expect("mirror jobs");
@@ -111,7 +132,22 @@ impl Daemon {
         }
         let (d, n) = (self.clone(), name.to_string());
         let spawned = std::thread::Builder::new().name("mirror".into()).spawn(move || {
-            let r = d.run_transfer(&n, &job);
+            // Run again while asked to bring the target up to date (see `bring_up_to_date`
+            // and `update_requested`): decided under the `ended` lock, so a request made
+            // while this transfer ends is never lost.
+            let mut bring = bring_up_to_date;
+            let (r, mut ended) = loop {
+                let r = d.run_transfer(&n, &job);
+                let ended = job.ended.lock().expect("mirror job");
+                let again = job.again.swap(false, Ordering::Relaxed);
+                match r {
+                    Ok(resumed) if (resumed && bring) || again => {
+                        bring = again || bring;
+                        drop(ended);
+                    }
+                    r => break (r.map(|_| ()), ended),
+                }
+            };
             match &r {
                 Ok(()) => {}
                 Err(e) if job.stop.load(Ordering::Relaxed) => {
@@ -120,16 +156,18 @@ impl Daemon {
                 Err(e) => tracing::warn!(mirror = %n, "mirror transfer failed: {} ({})", e.message, e.hint),
             }
             let paused = job.stop.load(Ordering::Relaxed);
-            *job.ended.lock().expect("mirror job") = Some(match r {
+            *ended = Some(match r {
                 Err(e) if !paused => Err(format!("{} ({})", e.message, e.hint)),
                 _ => Ok(()),
             });
+            drop(ended);
             job.ended_cv.notify_all();
         });
         spawned.map(|_| ()).map_err(|e| ApiError::internal(format!("start a mirror transfer: {e}")))
     }
 
-    fn run_transfer(&self, name: &str, job: &TransferJob) -> Result<(), ApiError> {
+    /// One transfer; returns whether it was one in progress, resumed.
+    fn run_transfer(&self, name: &str, job: &TransferJob) -> Result<bool, ApiError> {
         let rec = self.mirrors.get(name)?;
         let src = self.pool(&rec.source_pool)?;
         // A remote mirror's target pool is on the peer.
@@ -137,6 +175,7 @@ impl Daemon {
             None => Some(self.pool(&rec.dest_pool)?),
             Some(_) => None,
         };
+        let resumed = rec.pending.is_some();
         let pending = match rec.pending.clone() {
             Some(p) => {
                 tracing::info!(
@@ -234,7 +273,7 @@ impl Daemon {
                 }
             }
         }
-        Ok(())
+        Ok(resumed)
     }
 
     #[allow(clippy::too_many_arguments)]
