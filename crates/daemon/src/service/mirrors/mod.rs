@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use strata_api::{CreateMirror, MirrorInfo, MirrorTransfer};
-use strata_engine::VolumeOptions;
 pub(crate) use transfer::TransferJob;
 
 /// Transferred snapshots each side keeps by default: the common one and the one before
@@ -174,18 +173,18 @@ impl Daemon {
                 "keep 1 to 1000 transferred snapshots; a schedule of at least 1 s; a limit above 0",
             ));
         }
-        if let Some((peer, dest_pool)) = remote::split_remote(&req.dest_pool) {
-            let _g = self.admin.lock().expect("admin");
-            let src = self.pool(src_pool)?;
-            for v in &volumes {
-                src.volume_id(v)?;
-                if let Some(m) = self.mirror_of_target(src_pool, v) {
-                    return Err(ApiError::conflict(
-                        format!("{src_pool}/{v} is the target of mirror {m}"),
-                        "mirror the source of that mirror, or break it first",
-                    ));
-                }
+        let _g = self.admin.lock().expect("admin");
+        let src = self.pool(src_pool)?;
+        for v in &volumes {
+            src.volume_id(v)?;
+            if let Some(m) = self.mirror_of_target(src_pool, v) {
+                return Err(ApiError::conflict(
+                    format!("{src_pool}/{v} is the target of mirror {m}"),
+                    "mirror the source of that mirror, or break it first",
+                ));
             }
+        }
+        if let Some((peer, dest_pool)) = remote::split_remote(&req.dest_pool) {
             let name = self.create_remote_mirror(
                 src_pool,
                 volumes,
@@ -199,40 +198,22 @@ impl Daemon {
             self.start_transfer(&name)?;
             return self.mirror_info(&name);
         }
-        let _g = self.admin.lock().expect("admin");
-        let src = self.pool(src_pool)?;
         let dst = self.pool(&req.dest_pool)?;
         let name = format!("{}/{}", req.dest_pool, first);
         if self.mirrors.records.lock().expect("mirrors").contains_key(&name) {
             return Err(ApiError::conflict(format!("mirror {name} exists"), "see `strata mirror show`"));
         }
         for v in &volumes {
-            let id = src.volume_id(v)?;
-            if let Some(m) = self.mirror_of_target(src_pool, v) {
-                return Err(ApiError::conflict(
-                    format!("{src_pool}/{v} is the target of mirror {m}"),
-                    "mirror the source of that mirror, or break it first",
-                ));
-            }
             if dst.volume_id(v).is_ok() {
                 return Err(ApiError::conflict(
                     format!("{}/{v} exists", req.dest_pool),
                     "a mirror creates its target volumes: delete or rename that volume, or mirror to another pool",
                 ));
             }
-            let _ = id;
         }
         let mut created: Vec<String> = Vec::new();
         for v in &volumes {
-            let info = src.volume_info(src.volume_id(v)?)?;
-            let opts = VolumeOptions {
-                record_size: info.record_size,
-                quota_bytes: info.quota_bytes,
-                sync: info.sync,
-                compression: info.space.compression,
-                reservation_bytes: 0,
-                dedup: info.space.dedup,
-            };
+            let opts = transfer::target_options(&src.volume_info(src.volume_id(v)?)?);
             if let Err(e) = dst.create_volume(v, &opts) {
                 for c in &created {
                     let _ = dst.delete_volume(c);

@@ -335,20 +335,25 @@ impl Daemon {
     }
 }
 
+/// The settings of a target volume made after `info`'s volume: the same record size, size
+/// limit, sync policy, compression and dedup; no reservation (the target pool decides).
+pub(crate) fn target_options(info: &strata_engine::VolumeInfo) -> VolumeOptions {
+    VolumeOptions {
+        record_size: info.record_size,
+        quota_bytes: info.quota_bytes,
+        sync: info.sync,
+        compression: info.space.compression,
+        reservation_bytes: 0,
+        dedup: info.space.dedup,
+    }
+}
+
 /// A full transfer starts over into an empty volume: one a cut transfer left data in is
 /// made again, with the same settings.
 pub(crate) fn empty_volume(dst: &Pool, vol: &str) -> Result<(), ApiError> {
     let empty = dst.volume_id(vol).and_then(|id| Ok(dst.list_objects(id, None, 1)?.is_empty()))?;
     if !empty {
-        let info = dst.volume_info(dst.volume_id(vol)?)?;
-        let opts = VolumeOptions {
-            record_size: info.record_size,
-            quota_bytes: info.quota_bytes,
-            sync: info.sync,
-            compression: info.space.compression,
-            reservation_bytes: 0,
-            dedup: info.space.dedup,
-        };
+        let opts = target_options(&dst.volume_info(dst.volume_id(vol)?)?);
         dst.delete_volume(vol)?;
         dst.create_volume(vol, &opts)?;
     }
