@@ -51,3 +51,33 @@ pub struct Done {
     #[serde(default)]
     pub also: Vec<String>,
 }
+
+/// `GET /v1/events`: one event of the history (service/events.rs).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventInfo {
+    /// Grows by one per event, across restarts: follow with `?after=ID`.
+    pub id: u64,
+    pub time_ns: u64,
+    /// `info`, `warning` or `error`.
+    pub severity: String,
+    /// What happened: `mirror.transfer`, `mirror.failed`, `mirror.break`, `mirror.resync`,
+    /// `mirror.reverse`, `scrub.finished`, `scrub.failed`, `device.state`, `request.refused`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// The volume, mirror, device or caller concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    pub message: String,
+}
+
+/// Query of `GET /v1/events`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only events after this id (to follow: the last id seen).
+    pub after: Option<u64>,
+    /// At most this many of the newest (default 100).
+    pub limit: Option<u32>,
+}

@@ -1,4 +1,4 @@
-//! `strata token ...`, `strata history`, `strata whoami`.
+//! `strata token ...`, `strata history`, `strata events`, `strata whoami`.
 
 use crate::client::{seg, Client, Failure};
 use crate::Out;
@@ -88,4 +88,36 @@ pub fn run_whoami(c: &Client, out: &Out) -> Result<(), Failure> {
     let h: Health = c.get("/v1/health")?;
     out.show(&h, |h| println!("{} ({}), daemon {}", h.caller, h.role.name(), h.version));
     Ok(())
+}
+
+fn print_event(e: &strata_api::EventInfo) {
+    let secs = e.time_ns / 1_000_000_000;
+    let where_ = match (&e.pool, &e.target) {
+        (Some(p), Some(t)) => format!("{p} {t}"),
+        (Some(p), None) => p.clone(),
+        (None, Some(t)) => t.clone(),
+        (None, None) => "-".into(),
+    };
+    println!("{} {:<7} {:<16} {:<28} {}", utc(secs), e.severity, e.kind, where_, e.message);
+}
+
+/// `strata events [--limit N] [--follow]`.
+pub fn run_events(c: &Client, out: &Out, limit: u32, follow: bool) -> Result<(), Failure> {
+    let mut v: Vec<strata_api::EventInfo> = c.get(&format!("/v1/events?limit={limit}"))?;
+    if !follow {
+        out.show(&v, |v| v.iter().for_each(print_event));
+        return Ok(());
+    }
+    let mut last = 0;
+    loop {
+        for e in &v {
+            match out.json {
+                true => println!("{}", serde_json::to_string(e).expect("events serialise")),
+                false => print_event(e),
+            }
+            last = e.id;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        v = c.get(&format!("/v1/events?after={last}&limit=10000"))?;
+    }
 }

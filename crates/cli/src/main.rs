@@ -127,6 +127,16 @@ enum Command {
         #[arg(short, long)]
         verbose: bool,
     },
+    /// What happened to the storage: mirror transfers and failures, breaks, scrubs, device
+    /// state changes, refused requests (oldest first).
+    Events {
+        /// At most this many of the newest.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Keep printing new events as they happen (Ctrl-C to stop).
+        #[arg(long)]
+        follow: bool,
+    },
     /// Who the daemon takes you for, and your role.
     Whoami,
     /// Print the control API's OpenAPI document (as docs/openapi.json holds it).
@@ -136,7 +146,7 @@ enum Command {
 
 /// How results are printed: JSON, or the human form.
 pub struct Out {
-    json: bool,
+    pub json: bool,
 }
 
 impl Out {
@@ -175,6 +185,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Token(cmd) => access::run_token(&c, &out, cmd)?,
         Command::History { pool, limit } => access::run_history(&c, &out, pool, limit)?,
         Command::Whoami => access::run_whoami(&c, &out)?,
+        Command::Events { limit, follow } => access::run_events(&c, &out, limit, follow)?,
         Command::Iostat { target, interval, count, verbose } => {
             iostat::run(&c, &out, iostat::Args { target, interval, count, verbose })?
         }

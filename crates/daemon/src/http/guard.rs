@@ -196,6 +196,13 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
         Err(e) => {
             tracing::warn!(peer = %peer_name(&peer), %operation, "request refused: {}", e.message);
             audit(&peer_name(&peer), None, e.kind.http_status(), format!("refused: {}", e.message));
+            g.d.events.record(
+                "warning",
+                "request.refused",
+                None,
+                Some(&peer_name(&peer)),
+                format!("{operation}: {}", e.message),
+            );
             return e.into_response();
         }
     };
@@ -217,6 +224,7 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
             "ask an admin for a token with that role",
         );
         audit(&caller.name, None, e.kind.http_status(), format!("refused: {}", e.message));
+        g.d.events.record("warning", "request.refused", None, Some(&caller.name), e.message.clone());
         return e.into_response();
     }
     // Keep the body for the record (bounded: the API's bodies are small).

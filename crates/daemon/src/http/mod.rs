@@ -63,6 +63,7 @@ pub(crate) fn routes() -> (Router<Arc<Daemon>>, Value) {
         .merge(routes::snapshots::routes())
         .merge(routes::exports::routes())
         .merge(routes::mirrors::routes())
+        .merge(routes::events::routes())
         .merge(routes::stats::routes())
         .merge(routes::peers::routes())
         .split_for_parts();

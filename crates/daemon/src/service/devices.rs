@@ -171,6 +171,13 @@ impl Daemon {
                             MemberState::Online => tracing::info!(pool = %name, device = %m.device, "device ONLINE"),
                             s => tracing::warn!(pool = %name, device = %m.device, "device {s}: {note}"),
                         }
+                        let severity = if m.state == MemberState::Online { "info" } else { "warning" };
+                        let text = if note.is_empty() {
+                            format!("device {}", m.state)
+                        } else {
+                            format!("device {}: {note}", m.state)
+                        };
+                        self.events.record(severity, "device.state", Some(&name), Some(&m.device), text);
                     }
                 }
                 if set.rebuild.is_some() {

@@ -29,6 +29,7 @@ pub(crate) mod devcheck;
 pub(crate) mod devices;
 pub(crate) mod devset;
 pub(crate) mod error;
+pub(crate) mod events;
 pub(crate) mod exports;
 pub(crate) mod fsreg;
 pub(crate) mod lifecycle;
@@ -106,6 +107,8 @@ pub struct Daemon {
     pub(crate) scrubs: scrub::Scrubs,
     /// Mirrors to other pools and their transfers (mirrors/).
     pub(crate) mirrors: mirrors::Mirrors,
+    /// The event history (events.rs).
+    pub(crate) events: Arc<events::EventLog>,
     /// I/O counters of the volumes served (stats.rs).
     pub(crate) stats: stats::StatsRegistry,
     /// This daemon's peer identity, its paired peers and pending invitations (peers/).
@@ -163,6 +166,11 @@ impl Daemon {
         let host_id = load_or_make_host_id(&opts.data_dir)?;
         HOST_ID.store(host_id, Ordering::Relaxed);
         let identity = crate::peer_net::Identity::load_or_make(&opts.data_dir)?;
+        // STRATA_EVENTS_MAX: a smaller history, for the tests of its bound.
+        let event_log = Arc::new(events::EventLog::open(
+            Some(opts.data_dir.join("events.jsonl")),
+            std::env::var("STRATA_EVENTS_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(events::EVENTS_MAX),
+        ));
         let d = Arc::new(Daemon {
             tokens: TokenStore::load(opts.data_dir.join("tokens.json"))?,
             history: History::open(opts.data_dir.join("history.jsonl"))?,
@@ -181,6 +189,7 @@ impl Daemon {
             rebuilds: Default::default(),
             scrubs: Default::default(),
             mirrors: Default::default(),
+            events: event_log,
             stats: Default::default(),
             peers: peers::Peers::new(identity),
         });

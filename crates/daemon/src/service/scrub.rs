@@ -212,9 +212,21 @@ impl Daemon {
                 });
                 self.scrubs.jobs.lock().expect("scrubs").insert(name.to_string(), job.clone());
                 let pool_name = name.to_string();
+                let events = self.events.clone();
                 std::thread::Builder::new()
                     .name(format!("scrub {name}"))
-                    .spawn(move || run(&pool_name, &job))
+                    .spawn(move || {
+                        run(&pool_name, &job);
+                        if let Some((state, report, message, seconds)) = job.ended.lock().expect("scrub end").clone() {
+                            let (severity, text) = match &report {
+                                Some(r) if !r.check.clean => ("error", format!("scrub {state} in {seconds:.1} s: damage no copy could repair: {}", r.check.errors.join("; "))),
+                                Some(r) => ("info", format!("scrub {state} in {seconds:.1} s: {} blocks verified, {} damaged copies found, {} bytes repaired", r.blocks_verified, r.checksum_errors, r.repaired_bytes)),
+                                None => ("warning", format!("scrub {state}: {}", message.unwrap_or_default())),
+                            };
+                            let kind = if report.is_some() { "scrub.finished" } else { "scrub.failed" };
+                            events.record(severity, kind, Some(&pool_name), None, text);
+                        }
+                    })
                     .map_err(|e| ApiError::internal(format!("start the scrub thread: {e}")))?;
                 tracing::info!(pool = name, "scrub started");
             }

@@ -3,6 +3,7 @@
 //! The `security` of each path is the role it needs (guard.rs enforces it).
 
 pub(crate) mod access;
+pub(crate) mod events;
 pub(crate) mod exports;
 pub(crate) mod mirrors;
 pub(crate) mod peers;

@@ -380,6 +380,13 @@ impl Daemon {
                 });
                 self.save_state()?;
                 tracing::info!(mirror = name, snapshot = %common, "mirror broken: target volumes writable");
+                self.events.record(
+                    "warning",
+                    "mirror.break",
+                    Some(&r.dest_pool),
+                    Some(name),
+                    format!("broken: the target volumes are writable, at {common}"),
+                );
             }
             "resync" | "reverse" => {
                 if r.state != "broken" {
@@ -435,6 +442,16 @@ impl Daemon {
                 self.mirrors.jobs.lock().expect("mirror jobs").remove(name);
                 self.save_state()?;
                 tracing::info!(mirror = %new_name, kept = ?written.then_some(&saved), "mirror {action}d");
+                self.events.record(
+                    "info",
+                    &format!("mirror.{action}"),
+                    Some(&target_pool),
+                    Some(&new_name),
+                    match written {
+                        true => format!("{action}d from {common}; what was written since kept as {saved}"),
+                        false => format!("{action}d from {common}"),
+                    },
+                );
                 drop(_g);
                 return self.mirror_info(&new_name);
             }

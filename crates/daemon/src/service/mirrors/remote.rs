@@ -403,6 +403,13 @@ impl Daemon {
                     }
                 }
                 tracing::info!(mirror = %name, peer = %peer.name, snapshot = %snapshot, "mirror transfer from a peer done");
+                self.events.record(
+                    "info",
+                    "mirror.received",
+                    Some(&rec.dest_pool),
+                    Some(&name),
+                    format!("received {snapshot} from peer {} ({bytes} bytes in {seconds:.1} s)", peer.name),
+                );
                 conn.reply(&PeerResponse::Ok)
             }
             MirrorMsg::Status { name } => {

@@ -148,12 +148,31 @@ impl Daemon {
                     r => break (r.map(|_| ()), ended),
                 }
             };
+            let pool = d.mirrors.records.lock().expect("mirrors").get(&n).map(|r| r.source_pool.clone());
             match &r {
-                Ok(()) => {}
+                Ok(()) => {
+                    let p = job.progress();
+                    d.events.record(
+                        "info",
+                        "mirror.transfer",
+                        pool.as_deref(),
+                        Some(&n),
+                        format!("transferred {} ({} bytes in {:.1} s)", p.snapshot, p.done_bytes, p.seconds),
+                    );
+                }
                 Err(e) if job.stop.load(Ordering::Relaxed) => {
                     tracing::info!(mirror = %n, "mirror transfer paused: {}", e.message)
                 }
-                Err(e) => tracing::warn!(mirror = %n, "mirror transfer failed: {} ({})", e.message, e.hint),
+                Err(e) => {
+                    tracing::warn!(mirror = %n, "mirror transfer failed: {} ({})", e.message, e.hint);
+                    d.events.record(
+                        "warning",
+                        "mirror.failed",
+                        pool.as_deref(),
+                        Some(&n),
+                        format!("{} ({})", e.message, e.hint),
+                    );
+                }
             }
             let paused = job.stop.load(Ordering::Relaxed);
             *ended = Some(match r {
