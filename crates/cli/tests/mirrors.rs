@@ -291,3 +291,53 @@ fn a_bandwidth_limit_holds() {
     );
     d.ok(&["unmount", src.to_str().unwrap()]);
 }
+
+/// A target pool that fills up mid-transfer: the transfer fails with a message saying so,
+/// the target keeps exactly its last transferred snapshot (nothing half applied becomes a
+/// snapshot), and once the source shrinks again the next update succeeds.
+#[test]
+fn a_full_target_pool_fails_the_transfer_cleanly() {
+    let dir = temp_dir("mirror-full");
+    let d = Daemon::start(&dir);
+    let img = dir.join("small.img");
+    d.ok(&["pool", "create", "small", "--device", img.to_str().unwrap(), "--size", "128M"]);
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    d.ok(&["volume", "create", "default/db"]);
+    d.ok(&["mount", "default/db", src.to_str().unwrap()]);
+    let first = write_file(&src.join("first"), 1, 16 << 20);
+    let m = d.json(&["mirror", "create", "default/db", "small"]);
+    let s1 = m["common_snapshot"].as_str().unwrap().to_string();
+    write_file(&src.join("big"), 2, 200 << 20);
+    let (code, _, err) = d.cli(&["mirror", "update", "small/db"]);
+    assert_ne!(code, 0, "the update into a full pool must fail");
+    assert!(err.contains("space") || err.contains("full"), "the error says the target is out of space: {err}");
+    let m = d.json(&["mirror", "show", "small/db"]);
+    assert_eq!(m["state"], "failed", "{m}");
+    assert_eq!(m["common_snapshot"], s1.as_str(), "{m}");
+    let snaps = d.json(&["snapshot", "list", "small/db"]);
+    let names: Vec<&str> = snaps.as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(names, vec![s1.as_str()], "only the last complete transfer is a snapshot on the target");
+    // The transfer that could not fit was abandoned (its snapshot too): once the source is
+    // small again, the next update snapshots it afresh and succeeds.
+    let snaps = d.json(&["snapshot", "list", "default/db"]);
+    assert_eq!(snaps.as_array().unwrap().len(), 1, "the abandoned transfer's snapshot is gone: {snaps}");
+    std::fs::remove_file(src.join("big")).unwrap();
+    std::fs::File::open(&src).unwrap().sync_all().unwrap();
+    std::fs::write(src.join("small"), b"fits").unwrap();
+    std::fs::File::open(src.join("small")).unwrap().sync_all().unwrap();
+    let m = d.json(&["mirror", "update", "small/db"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    let s2 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_ne!(s2, s1);
+    let clone_dir = dir.join("check");
+    std::fs::create_dir_all(&clone_dir).unwrap();
+    d.ok(&["clone", "create", &format!("small/db@{s2}"), "small/check"]);
+    d.ok(&["mount", "small/check", clone_dir.to_str().unwrap()]);
+    assert_eq!(std::fs::read(clone_dir.join("first")).unwrap(), first);
+    assert_eq!(std::fs::read(clone_dir.join("small")).unwrap(), b"fits");
+    assert!(!clone_dir.join("big").exists());
+    d.ok(&["unmount", clone_dir.to_str().unwrap()]);
+    assert_eq!(d.json(&["check", "small"])["clean"], true);
+    d.ok(&["unmount", src.to_str().unwrap()]);
+}

@@ -243,7 +243,7 @@ impl Daemon {
 
     /// Forget the transfer in progress and its snapshot on the source (kept if it became
     /// anything else's: the common snapshot, or one a clone needs).
-    fn abandon_pending(&self, name: &str, src: &Pool, rec: &MirrorRecord, pending: &PendingTransfer) {
+    pub(super) fn abandon_pending(&self, name: &str, src: &Pool, rec: &MirrorRecord, pending: &PendingTransfer) {
         self.mirrors.update(name, |m| m.pending = None);
         if let Err(e) = self.save_state() {
             tracing::warn!(mirror = name, "recording an abandoned transfer: {}", e.message);

@@ -165,6 +165,16 @@ impl Daemon {
                 }
                 Err(e) => {
                     tracing::warn!(mirror = %n, "mirror transfer failed: {} ({})", e.message, e.hint);
+                    if e.kind == strata_api::ErrorKind::NoSpace {
+                        // The target cannot hold this snapshot: resuming it would fail again.
+                        // Abandon it (the target goes back to its base at the next start), so
+                        // the next update snapshots the source as it is then.
+                        if let Ok(rec) = d.mirrors.get(&n) {
+                            if let (Some(p), Ok(src)) = (rec.pending.clone(), d.pool(&rec.source_pool)) {
+                                d.abandon_pending(&n, &src, &rec, &p);
+                            }
+                        }
+                    }
                     d.events.record(
                         "warning",
                         "mirror.failed",
