@@ -65,29 +65,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pg() { runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
-q() { local port="$1"; shift; bounded "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$WORK/sock" -p "$port" -U postgres -d bench "$@"; }
-start() { # DATADIR PORT LOG
-  pg pg_ctl start -D "$1" -l "$3" -w -t 300 -o "-p $2 -k $WORK/sock -c listen_addresses=''" >/dev/null ||
-    die "PostgreSQL on $1 did not start"
-}
-invariants() { # PORT
-  local r port="$1"
-  r="$(q "$1" -F ' ' -c "select (select sum(abalance) from pgbench_accounts), (select sum(tbalance) from pgbench_tellers),
-      (select sum(bbalance) from pgbench_branches), (select coalesce(sum(delta),0) from pgbench_history)")"
-  # shellcheck disable=SC2086
-  set -- $r
-  [ "$1" = "$2" ] && [ "$2" = "$3" ] && [ "$3" = "$4" ] || die "TPC-B invariants broken on port $port: $r"
-  log "TPC-B invariants hold on port $port (balance sum $1)"
-}
-content() { # PORT -> a digest of everything pgbench and the test wrote
-  q "$1" -c "select md5(string_agg(x, ',' order by x)) from (
-      select 'a'||aid||':'||abalance x from pgbench_accounts union all
-      select 'h'||tid||':'||bid||':'||aid||':'||delta||':'||mtime from pgbench_history union all
-      select 'm'||id||':'||note from marks) s"
-}
-amcheck() { bounded "$PG_BIN/pg_amcheck" -h "$WORK/sock" -p "$1" -U postgres --all --install-missing --heapallindexed --rootdescend >/dev/null ||
-  die "pg_amcheck found corruption on port $1"; }
+# shellcheck source=scripts/e2e/pg-common.sh
+. scripts/e2e/pg-common.sh
 # The target side: `sb` is the CLI of the daemon that holds the target pool (the same one
 # for REPL_TARGET=pool); SRC_NAME / DST_NAME: the mirror's name on each side.
 if [ "$REPL_TARGET" = daemon ]; then
