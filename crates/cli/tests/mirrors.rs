@@ -8,32 +8,10 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn write_file(path: &Path, seed: u32, len: usize) -> Vec<u8> {
-    let data: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 11) as u8).collect();
-    std::fs::write(path, &data).unwrap();
-    // Through the page cache to the daemon: a snapshot then holds it.
-    std::fs::File::open(path).unwrap().sync_all().unwrap();
-    data
-}
 
 fn show(d: &Daemon, m: &str) -> Value {
     d.json(&["mirror", "show", m])
-}
-
-/// Mount `pool/vol@snap` through a clone, read `file`, unmount and delete the clone.
-fn read_snapshot_file(d: &Daemon, dir: &Path, pool: &str, vol: &str, snap: &str, file: &str) -> Option<Vec<u8>> {
-    let clone = format!("{pool}/check-{vol}");
-    d.ok(&["clone", "create", &format!("{pool}/{vol}@{snap}"), &clone]);
-    let mnt = dir.join(format!("check-{vol}"));
-    std::fs::create_dir_all(&mnt).unwrap();
-    d.ok(&["mount", &clone, mnt.to_str().unwrap()]);
-    let data = std::fs::read(mnt.join(file)).ok();
-    d.ok(&["unmount", mnt.to_str().unwrap()]);
-    d.ok(&["volume", "delete", &clone]);
-    data
 }
 
 fn show_after_restart(d: &mut Daemon) -> Value {

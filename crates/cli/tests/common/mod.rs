@@ -139,3 +139,25 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// Write `len` bytes derived from `seed` to `path` and fsync them (through the page cache to
+/// the daemon: a snapshot taken next holds them). The bytes written.
+pub fn write_file(path: &Path, seed: u32, len: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..len as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(path, &data).unwrap();
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+    data
+}
+
+/// Clone `pool/vol@snap` on `d`, read `file` from it, drop the clone.
+pub fn read_snapshot_file(d: &Daemon, dir: &Path, pool: &str, vol: &str, snap: &str, file: &str) -> Option<Vec<u8>> {
+    let clone = format!("{pool}/check-{vol}");
+    d.ok(&["clone", "create", &format!("{pool}/{vol}@{snap}"), &clone]);
+    let mnt = dir.join(format!("check-{vol}-{}", std::process::id()));
+    std::fs::create_dir_all(&mnt).unwrap();
+    d.ok(&["mount", &clone, mnt.to_str().unwrap()]);
+    let data = std::fs::read(mnt.join(file)).ok();
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    d.ok(&["volume", "delete", &clone]);
+    data
+}
