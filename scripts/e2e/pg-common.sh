@@ -2,7 +2,7 @@
 # PostgreSQL helpers shared by the snapshot and replication end-to-end tests (sourced after
 # db-common.sh): run a PostgreSQL tool as postgres, query a server on $WORK/sock, start one,
 # check the TPC-B invariants, digest the data pgbench and the test wrote, run pg_amcheck.
-# Needs PG_BIN and WORK set by the caller.
+# Needs PG_BIN, WORK (and for source_db M, PORT, SCALE) set by the caller.
 
 pg() { runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
 q() { local port="$1"; shift; bounded "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$WORK/sock" -p "$port" -U postgres -d bench "$@"; }
@@ -26,3 +26,24 @@ content() { # PORT -> a digest of everything pgbench and the test wrote
 }
 amcheck() { bounded "$PG_BIN/pg_amcheck" -h "$WORK/sock" -p "$1" -U postgres --all --install-missing --heapallindexed --rootdescend >/dev/null ||
   die "pg_amcheck found corruption on port $1"; }
+# source_db: PostgreSQL with its data on default/pgdata ($M/data) and its WAL on
+# default/pgwal ($M/wal), started on $PORT, a pgbench database `bench` of scale $SCALE and
+# the test's own table `marks`.
+source_db() {
+  strata_mount pgdata "$M/data"
+  strata_mount pgwal "$M/wal"
+  install -d -o postgres -g postgres -m 700 "$M/data/pgdata" "$M/wal/pg_wal"
+  log "initdb: data on default/pgdata, WAL on default/pgwal"
+  pg initdb -D "$M/data/pgdata" --waldir="$M/wal/pg_wal" --data-checksums --auth=trust -U postgres >"$WORK/initdb.log"
+  cat >>"$M/data/pgdata/postgresql.conf" <<CONF
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+shared_buffers = 64MB
+checkpoint_timeout = 30s
+CONF
+  start "$M/data/pgdata" "$PORT" "$WORK/source.log"
+  q "$PORT" -d postgres -c "create database bench"
+  bounded "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -i -q -s "$SCALE" bench >"$WORK/init.log" 2>&1
+  q "$PORT" -c "create table marks (id int primary key, note text)"
+}

@@ -52,22 +52,7 @@ trap cleanup EXIT
 . scripts/e2e/pg-common.sh
 
 strata_start
-strata_mount pgdata "$M/data"
-strata_mount pgwal "$M/wal"
-install -d -o postgres -g postgres -m 700 "$M/data/pgdata" "$M/wal/pg_wal"
-log "initdb: data on default/pgdata, WAL on default/pgwal"
-pg initdb -D "$M/data/pgdata" --waldir="$M/wal/pg_wal" --data-checksums --auth=trust -U postgres >"$WORK/initdb.log"
-cat >>"$M/data/pgdata/postgresql.conf" <<EOF
-fsync = on
-synchronous_commit = on
-full_page_writes = on
-shared_buffers = 64MB
-checkpoint_timeout = 30s
-EOF
-start "$M/data/pgdata" "$PORT" "$WORK/source.log"
-q "$PORT" -d postgres -c "create database bench"
-bounded "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -i -q -s "$SCALE" bench >"$WORK/init.log" 2>&1
-q "$PORT" -c "create table marks (id int primary key, note text)"
+source_db
 
 log "pgbench load (4 clients) while the group snapshot is taken"
 "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -c 4 -j 2 -T 25 -n bench >"$WORK/bench.log" 2>&1 &

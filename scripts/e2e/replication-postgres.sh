@@ -101,22 +101,7 @@ if [ "$REPL_TARGET" = daemon ]; then
 else
   "$STRATA_BIN" pool create default2 --device "$STRATA_E2E_DIR/data/default2.img" --size "${STRATA_POOL_SIZE:-8G}"
 fi
-strata_mount pgdata "$M/data"
-strata_mount pgwal "$M/wal"
-install -d -o postgres -g postgres -m 700 "$M/data/pgdata" "$M/wal/pg_wal"
-log "initdb: data on default/pgdata, WAL on default/pgwal"
-pg initdb -D "$M/data/pgdata" --waldir="$M/wal/pg_wal" --data-checksums --auth=trust -U postgres >"$WORK/initdb.log"
-cat >>"$M/data/pgdata/postgresql.conf" <<CONF
-fsync = on
-synchronous_commit = on
-full_page_writes = on
-shared_buffers = 64MB
-checkpoint_timeout = 30s
-CONF
-start "$M/data/pgdata" "$PORT" "$WORK/source.log"
-q "$PORT" -d postgres -c "create database bench"
-bounded "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -i -q -s "$SCALE" bench >"$WORK/init.log" 2>&1
-q "$PORT" -c "create table marks (id int primary key, note text)"
+source_db
 
 log "mirror default/pgdata + pgwal to ${SRC_NAME%/*}, every 2 s (the first transfer is full)"
 t0="$(now_s)"
