@@ -11,6 +11,7 @@
 mod access;
 mod error;
 mod exports;
+mod jobs;
 mod mirrors;
 mod peers;
 mod pools;
@@ -21,6 +22,7 @@ mod volumes;
 pub use access::*;
 pub use error::*;
 pub use exports::*;
+pub use jobs::*;
 pub use mirrors::*;
 pub use peers::*;
 pub use pools::*;

@@ -56,6 +56,9 @@ pub struct MirrorTransfer {
     pub seconds: f64,
     /// When it ended (ns since 1970); none while running.
     pub finished_ns: Option<u64>,
+    /// Its job (`GET /v1/jobs/{id}`), while the daemon that runs it has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

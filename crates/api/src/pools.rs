@@ -379,4 +379,7 @@ pub struct ScrubStatus {
     /// Why it failed, or what to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Its job (`GET /v1/jobs/{id}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
 }

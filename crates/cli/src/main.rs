@@ -12,6 +12,7 @@ mod access;
 mod client;
 mod export;
 mod iostat;
+mod job;
 mod mirror;
 mod offline;
 mod peer;
@@ -59,6 +60,10 @@ enum Command {
     /// Mirrors: replicate volumes (or a group of them, as one unit) to another pool.
     #[command(subcommand)]
     Mirror(mirror::MirrorCmd),
+    /// Long operations (check, scrub, clone split, mirror transfer, rebuild): list, show,
+    /// cancel, wait.
+    #[command(subcommand)]
+    Job(job::JobCmd),
     /// Peers: other Strata daemons paired with this one (invite, add, list, show, delete).
     #[command(subcommand)]
     Peer(peer::PeerCmd),
@@ -103,6 +108,9 @@ enum Command {
         /// Verify metadata only (skip reading data blocks).
         #[arg(long)]
         no_data: bool,
+        /// Print the check's job and return (`strata job wait ID` follows it).
+        #[arg(long, conflicts_with = "device")]
+        no_wait: bool,
     },
     /// API tokens for TCP callers (admin only).
     #[command(subcommand)]
@@ -182,6 +190,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Export(cmd) => export::run(&c, &out, cmd)?,
         Command::Mirror(cmd) => mirror::run(&c, &out, cmd)?,
         Command::Peer(cmd) => peer::run(&c, &out, cmd)?,
+        Command::Job(cmd) => job::run(&c, &out, cmd)?,
         Command::Token(cmd) => access::run_token(&c, &out, cmd)?,
         Command::History { pool, limit } => access::run_history(&c, &out, pool, limit)?,
         Command::Whoami => access::run_whoami(&c, &out)?,
@@ -215,13 +224,17 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 c.send("DELETE", "/v1/mounts", &strata_api::UnmountRequest { path: dir.clone() })?;
             out.show(&d, |_| println!("unmounted {}", dir.display()));
         }
-        Command::Check { pool: None, device: Some(device), log_device, no_data } => {
+        Command::Check { pool: None, device: Some(device), log_device, no_data, .. } => {
             return offline::check(&device, log_device.as_deref(), !no_data, cli.json).map_err(Failure::other)
         }
-        Command::Check { pool: Some(pool), device: None, no_data, .. } => {
+        Command::Check { pool: Some(pool), device: None, no_data, no_wait, .. } => {
             let req = strata_api::CheckRequest { verify_data: Some(!no_data) };
-            let v: strata_api::CheckReport =
-                c.send("POST", &format!("/v1/pools/{}/check", client::seg(&pool)), &req)?;
+            let j: strata_api::JobInfo = c.send("POST", &format!("/v1/pools/{}/check", client::seg(&pool)), &req)?;
+            if no_wait {
+                job::started(&out, &j);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let v: strata_api::CheckReport = job::result(&job::follow(&c, j)?)?;
             out.show(&v, |v| offline::print_check(&pool, v));
             return Ok(if v.clean { ExitCode::SUCCESS } else { ExitCode::from(strata_api::EXIT_FAILURE) });
         }

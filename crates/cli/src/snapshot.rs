@@ -90,7 +90,12 @@ pub enum CloneCmd {
     },
     /// Copy what clone POOL/VOLUME still shares with its origin, so the origin snapshot can
     /// be deleted (work and space proportional to what is shared).
-    Split { volume: String },
+    Split {
+        volume: String,
+        /// Print the split's job and return (`strata job wait ID` follows it).
+        #[arg(long)]
+        no_wait: bool,
+    },
 }
 
 /// POOL/VOLUME@NAME → (pool, volume, name).
@@ -274,10 +279,15 @@ pub fn run_clone(cmd: CloneCmd, c: &Client, out: &Out) -> Result<(), Failure> {
                 }
             });
         }
-        CloneCmd::Split { volume } => {
+        CloneCmd::Split { volume, no_wait } => {
             let (p, v) = crate::volume::split(&volume)?;
-            let r: SplitResult =
+            let j: strata_api::JobInfo =
                 c.call::<(), _>("POST", &format!("/v1/pools/{}/volumes/{}/split", seg(p), seg(v)), None)?;
+            if no_wait {
+                crate::job::started(out, &j);
+                return Ok(());
+            }
+            let r: SplitResult = crate::job::result(&crate::job::follow(c, j)?)?;
             out.show(&r, |r| {
                 println!(
                     "split {volume} from its origin: {} copied; it no longer depends on any snapshot",

@@ -64,6 +64,7 @@ pub(crate) fn routes() -> (Router<Arc<Daemon>>, Value) {
         .merge(routes::exports::routes())
         .merge(routes::mirrors::routes())
         .merge(routes::events::routes())
+        .merge(routes::jobs::routes())
         .merge(routes::stats::routes())
         .merge(routes::peers::routes())
         .split_for_parts();

@@ -2,6 +2,7 @@
 //! thread (copying at a bounded rate, so the database keeps its throughput), and the log
 //! lines that say when a device changed state (what `zpool events` would show).
 
+use super::jobs::{Job, JobSpec, Jobs};
 use super::{devcheck, devset, open_device, random_u64, ApiError, Daemon};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,17 +28,43 @@ struct Track {
     started: Instant,
     start_cursor: u64,
     copied: u64,
+    /// Its job resource (jobs.rs): the cursor as its progress; not cancellable (a member
+    /// being rebuilt is not redundant until it ends).
+    job: Arc<Job>,
 }
 
 impl RebuildTracks {
-    fn record(&self, pool: &str, cursor: u64, copied: u64) {
+    fn record(&self, jobs: &Jobs, pool: &str, p: &strata_engine::pool::rebuild::RebuildProgress) {
         let mut t = self.tracks.lock().expect("rebuild tracks");
-        let e = t.entry(pool.to_string()).or_insert(Track { started: Instant::now(), start_cursor: cursor, copied: 0 });
-        e.copied += copied;
+        let e = t.entry(pool.to_string()).or_insert_with(|| Track {
+            started: Instant::now(),
+            start_cursor: p.status.cursor,
+            copied: 0,
+            job: jobs.start(JobSpec {
+                kind: "rebuild",
+                pool,
+                target: Some(&p.status.device),
+                caller: "device replaced or back online",
+                cancellable: false,
+            }),
+        });
+        e.copied += p.copied;
+        e.job.set_total(p.status.end);
+        e.job.done.store(p.status.cursor, Ordering::Relaxed);
     }
 
-    fn forget(&self, pool: &str) {
-        self.tracks.lock().expect("rebuild tracks").remove(pool);
+    /// The rebuild of `pool` ended (`done`), or is no longer there (the pool went away).
+    fn forget(&self, jobs: &Jobs, pool: &str, done: bool) {
+        let Some(t) = self.tracks.lock().expect("rebuild tracks").remove(pool) else { return };
+        let r = if done {
+            Ok(serde_json::json!({ "copied_bytes": t.copied, "seconds": t.started.elapsed().as_secs_f64() }))
+        } else {
+            Err(ApiError::unavailable(
+                format!("the rebuild of pool {pool} stopped: the pool is gone or its rebuild was abandoned"),
+                "see `strata pool status`",
+            ))
+        };
+        jobs.end(&t.job, r);
     }
 
     /// The figures of pool `pool`'s rebuild at `cursor` of `end`.
@@ -191,9 +218,9 @@ impl Daemon {
                     let window = if foreground { REBUILD_WINDOW } else { REBUILD_WINDOW * 8 };
                     match pool.rebuild_step(window) {
                         Ok(Some(p)) => {
-                            self.rebuilds.record(&name, p.status.cursor, p.copied);
+                            self.rebuilds.record(&self.jobs, &name, &p);
                             if p.done {
-                                self.rebuilds.forget(&name);
+                                self.rebuilds.forget(&self.jobs, &name, true);
                                 tracing::info!(pool = %name, device = %p.status.device, "rebuild complete");
                             }
                             // Pace while the pool serves I/O: the bytes copied at the allowed
@@ -203,7 +230,7 @@ impl Daemon {
                                 std::thread::sleep(rest);
                             }
                         }
-                        Ok(None) => self.rebuilds.forget(&name),
+                        Ok(None) => self.rebuilds.forget(&self.jobs, &name, false),
                         Err(e) => {
                             tracing::error!(pool = %name, "rebuild step failed: {e}");
                             std::thread::sleep(Duration::from_secs(1));

@@ -30,6 +30,10 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorKind::Internal, message, "see the daemon log")
     }
+    /// The body's part of the error (what a job keeps of its failure).
+    pub fn info(&self) -> strata_api::ErrorInfo {
+        strata_api::ErrorInfo { kind: self.kind, message: self.message.clone(), hint: self.hint.clone() }
+    }
 }
 
 impl std::fmt::Display for ApiError {

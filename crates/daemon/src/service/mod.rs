@@ -32,6 +32,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod exports;
 pub(crate) mod fsreg;
+pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 pub(crate) mod logdev;
 pub(crate) mod luns;
@@ -109,6 +110,8 @@ pub struct Daemon {
     pub(crate) mirrors: mirrors::Mirrors,
     /// The event history (events.rs).
     pub(crate) events: Arc<events::EventLog>,
+    /// Long operations as resources (jobs.rs).
+    pub(crate) jobs: Arc<jobs::Jobs>,
     /// I/O counters of the volumes served (stats.rs).
     pub(crate) stats: stats::StatsRegistry,
     /// This daemon's peer identity, its paired peers and pending invitations (peers/).
@@ -171,6 +174,7 @@ impl Daemon {
             Some(opts.data_dir.join("events.jsonl")),
             std::env::var("STRATA_EVENTS_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(events::EVENTS_MAX),
         ));
+        let jobs_path = opts.data_dir.join("jobs.json");
         let d = Arc::new(Daemon {
             tokens: TokenStore::load(opts.data_dir.join("tokens.json"))?,
             history: History::open(opts.data_dir.join("history.jsonl"))?,
@@ -190,6 +194,7 @@ impl Daemon {
             scrubs: Default::default(),
             mirrors: Default::default(),
             events: event_log,
+            jobs: Arc::new(jobs::Jobs::open(Some(jobs_path))),
             stats: Default::default(),
             peers: peers::Peers::new(identity),
         });

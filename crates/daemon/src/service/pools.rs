@@ -1,11 +1,12 @@
 //! Pools: open at start, create (refusing devices that hold something), status, settings
 //! (all fields or none), the checker, and the lifecycle: destroy, export, import.
 
+use super::jobs::JobSpec;
 use super::state::PoolRecord;
 use super::{devset, logdev, open_device, pool_options, random_u64, ApiError, Daemon, PoolEntry};
 use std::path::Path;
 use std::sync::Arc;
-use strata_api::{CheckReport, CommitFigures, CreatePool, PoolFigures, PoolInfo, PoolState, SetPool};
+use strata_api::{CheckReport, CommitFigures, CreatePool, JobInfo, PoolFigures, PoolInfo, PoolState, SetPool};
 use strata_engine::{ChecksumAlgo, CreateOptions, Error, LogDeviceSpec, Pool, PoolOptions, PoolStatus};
 
 /// Open a pool of the state file; Err is the reason it is UNAVAILABLE. Also returns the
@@ -309,8 +310,20 @@ impl Daemon {
         self.save_state()
     }
 
-    pub(crate) fn check_pool(&self, name: &str, verify_data: bool) -> Result<CheckReport, ApiError> {
-        let r = self.pool(name)?.check(strata_engine::CheckOptions { verify_data, ..Default::default() })?;
-        Ok(check_report(&r))
+    /// Start a check of pool `name` as a job (it holds the pool's lock while it walks: the
+    /// pool's I/O waits; cancel stops it at the next block).
+    pub(crate) fn start_check(&self, name: &str, verify_data: bool, caller: &str) -> Result<JobInfo, ApiError> {
+        let pool = self.pool(name)?;
+        if let Some(j) = self.jobs.running("check", name, None) {
+            return Err(ApiError::conflict(
+                format!("pool {name} is being checked already (job {})", j.id),
+                "follow it with `strata job show ID`",
+            ));
+        }
+        let spec = JobSpec { kind: "check", pool: name, target: None, caller, cancellable: true };
+        self.jobs.spawn(spec, move |job| {
+            let out = pool.check_observed(strata_engine::CheckOptions { verify_data, ..Default::default() }, job)?;
+            Ok(serde_json::to_value(check_report(&out.report)).expect("reports serialise"))
+        })
     }
 }

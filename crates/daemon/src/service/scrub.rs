@@ -8,6 +8,7 @@
 //! holds back ("yielded": start it again later). A scrub does not survive a restart of the
 //! daemon (it starts over when asked again).
 
+use super::jobs::{Job, JobSpec};
 use super::{devset, ApiError, Daemon};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +27,8 @@ pub(crate) struct Scrubs {
 
 struct ScrubJob {
     pool: Arc<Pool>,
+    /// Its job resource (jobs.rs): progress mirrored there; its cancel cancels the scrub.
+    job: Arc<Job>,
     /// `serve --scrub-rate`: a limit that holds whether the pool is busy or not.
     limit: Option<u64>,
     started: Instant,
@@ -50,23 +53,30 @@ struct Pace {
 impl ScrubControl for ScrubJob {
     fn begin(&self, total_bytes: u64) {
         self.total.store(total_bytes, Ordering::Relaxed);
+        self.job.set_total(total_bytes);
     }
 
     fn block_done(&self, bytes: u64) -> bool {
         self.done.fetch_add(bytes, Ordering::Relaxed);
+        self.job.add(bytes);
         // Paused: wait here (holding no lock), unless cancelled or the pool wants the space
         // the scrub's pin holds back.
         let mut paused = self.paused.lock().expect("scrub pause");
-        while *paused && !self.cancel.load(Ordering::Relaxed) && !self.pool.scrub_yield_requested() {
+        while *paused && !self.cancelled() && !self.pool.scrub_yield_requested() {
             paused = self.wake.wait_timeout(paused, Duration::from_millis(100)).expect("scrub pause").0;
         }
         drop(paused);
         self.pace(bytes);
-        !self.cancel.load(Ordering::Relaxed)
+        !self.cancelled()
     }
 }
 
 impl ScrubJob {
+    /// `--cancel`, or a cancel of its job.
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || self.job.cancelled()
+    }
+
     /// While the pool serves I/O (its counters moved in the last window), keep to
     /// `SCRUB_BYTES_PER_SECOND`; when idle, run at full speed.
     fn pace(&self, bytes: u64) {
@@ -122,6 +132,7 @@ impl ScrubJob {
             seconds,
             report,
             message,
+            job: Some(self.job.id),
         }
     }
 }
@@ -173,7 +184,7 @@ impl Scrubs {
 
 impl Daemon {
     /// `POST /v1/pools/{pool}/scrub`: start, pause, resume or cancel the pool's scrub.
-    pub(crate) fn scrub_action(&self, name: &str, action: &str) -> Result<ScrubStatus, ApiError> {
+    pub(crate) fn scrub_action(&self, name: &str, action: &str, caller: &str) -> Result<ScrubStatus, ApiError> {
         let pool = self.pool(name)?;
         let running = self.scrubs.running(name);
         let none = || {
@@ -193,8 +204,10 @@ impl Daemon {
                         "restart the daemon once the devices are healthy, then scrub",
                     ));
                 }
+                let spec = JobSpec { kind: "scrub", pool: name, target: None, caller, cancellable: true };
                 let job = Arc::new(ScrubJob {
                     pool: pool.clone(),
+                    job: self.jobs.start(spec),
                     limit: self.opts.scrub_bytes_per_second,
                     started: Instant::now(),
                     done: AtomicU64::new(0),
@@ -212,12 +225,30 @@ impl Daemon {
                 });
                 self.scrubs.jobs.lock().expect("scrubs").insert(name.to_string(), job.clone());
                 let pool_name = name.to_string();
-                let events = self.events.clone();
+                let (events, jobs) = (self.events.clone(), self.jobs.clone());
                 std::thread::Builder::new()
                     .name(format!("scrub {name}"))
                     .spawn(move || {
                         run(&pool_name, &job);
-                        if let Some((state, report, message, seconds)) = job.ended.lock().expect("scrub end").clone() {
+                        let end = job.ended.lock().expect("scrub end").clone();
+                        if let Some((state, report, message, seconds)) = end {
+                            let status = job.status();
+                            jobs.end(
+                                &job.job,
+                                match state.as_str() {
+                                    "cancelled" => {
+                                        job.job.request_cancel();
+                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
+                                    }
+                                    "finished" => {
+                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
+                                    }
+                                    _ => Err(ApiError::conflict(
+                                        format!("scrub {state}: {}", message.clone().unwrap_or_default()),
+                                        "start it again (`strata pool scrub POOL`)",
+                                    )),
+                                },
+                            );
                             let (severity, text) = match &report {
                                 Some(r) if !r.check.clean => ("error", format!("scrub {state} in {seconds:.1} s: damage no copy could repair: {}", r.check.errors.join("; "))),
                                 Some(r) => ("info", format!("scrub {state} in {seconds:.1} s: {} blocks verified, {} damaged copies found, {} bytes repaired", r.blocks_verified, r.checksum_errors, r.repaired_bytes)),
@@ -262,6 +293,7 @@ impl Daemon {
             seconds: 0.0,
             report: None,
             message: None,
+            job: None,
         }))
     }
 }

@@ -6,10 +6,12 @@
 //! first), restores, and mounts it again at the same place.
 
 use super::db_freeze::FrozenDatabase;
+use super::jobs::JobSpec;
 use super::{ApiError, Daemon};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use strata_api::{CloneOne, Done, RestoredFile, SnapshotInfo, SplitResult, VolumeInfo};
+use std::sync::Arc;
+use strata_api::{CloneOne, Done, JobInfo, RestoredFile, SnapshotInfo, SplitResult, VolumeInfo};
 
 pub(crate) fn snapshot_info(pool: &str, s: strata_engine::SnapshotInfo) -> SnapshotInfo {
     SnapshotInfo {
@@ -236,10 +238,41 @@ pub(crate) fn clone(d: &Daemon, pool: &str, all: &[CloneOne]) -> Result<Vec<Volu
     ids.into_iter().map(|id| d.volume_info(pool, &p, id)).collect()
 }
 
-pub(crate) fn split(d: &Daemon, pool: &str, vol: &str) -> Result<SplitResult, ApiError> {
+/// Start splitting clone `pool/vol` from its origin, as a job (cancel stops it between
+/// records: the volume stays a clone, and a new split goes on from what was copied).
+pub(crate) fn start_split(d: &Arc<Daemon>, pool: &str, vol: &str, caller: &str) -> Result<JobInfo, ApiError> {
     let p = d.pool(pool)?;
-    let t0 = std::time::Instant::now();
-    let st = p.split_clone(vol)?;
-    tracing::info!(pool, volume = vol, copied = st.copied_bytes, secs = t0.elapsed().as_secs_f64(), "clone split");
-    Ok(SplitResult { volume: d.volume(pool, vol)?, copied_bytes: st.copied_bytes, rewritten_keys: st.rewritten_keys })
+    let info = d.volume(pool, vol)?;
+    if info.origin.is_none() {
+        return Err(ApiError::bad_request(
+            format!("volume {pool}/{vol} is not a clone: nothing to split"),
+            "split a clone (`strata clone list`)",
+        ));
+    }
+    if let Some(j) = d.jobs.running("split", pool, Some(vol)) {
+        return Err(ApiError::conflict(
+            format!("clone {pool}/{vol} is being split already (job {})", j.id),
+            "follow it with `strata job show ID`",
+        ));
+    }
+    let spec = JobSpec { kind: "split", pool, target: Some(vol), caller, cancellable: true };
+    let (d2, pool_name, vol_name) = (d.clone(), pool.to_string(), vol.to_string());
+    d.jobs.spawn(spec, move |job| {
+        let t0 = std::time::Instant::now();
+        let st = p.split_clone_observed(&vol_name, Some(job))?;
+        tracing::info!(
+            pool = pool_name,
+            volume = vol_name,
+            copied = st.copied_bytes,
+            stopped = st.stopped,
+            secs = t0.elapsed().as_secs_f64(),
+            "clone split"
+        );
+        let r = SplitResult {
+            volume: d2.volume(&pool_name, &vol_name)?,
+            copied_bytes: st.copied_bytes,
+            rewritten_keys: st.rewritten_keys,
+        };
+        Ok(serde_json::to_value(r).expect("results serialise"))
+    })
 }

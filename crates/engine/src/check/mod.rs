@@ -212,6 +212,8 @@ impl Checker<'_> {
             } else {
                 self.report.copies_verified += 1;
             }
+        }
+        if claim == Claim::New {
             if let Some(c) = self.control {
                 self.stopped = !c.block_done(bp.psize as u64);
             }
@@ -588,7 +590,7 @@ impl Pool {
     /// Verify the pool's newest committed state (not the open txg's unwritten changes),
     /// holding the pool's lock throughout.
     pub fn check(&self, opts: CheckOptions) -> Result<CheckReport> {
-        Ok(self.check_with(opts, None)?.report)
+        Ok(self.check_with(opts, None, false)?.report)
     }
 
     /// Scrub: verify every copy of every block of the newest committed state and repair
@@ -596,10 +598,22 @@ impl Pool {
     /// and commits meanwhile; what the walk reaches stays pinned until it ends). `control`
     /// sees every block and may pause, pace or stop it.
     pub fn scrub(&self, control: &dyn ScrubControl) -> Result<ScrubOutcome> {
-        self.check_with(CheckOptions { verify_data: true, all_copies: true }, Some(control))
+        self.check_with(CheckOptions { verify_data: true, all_copies: true }, Some(control), true)
     }
 
-    fn check_with(&self, opts: CheckOptions, control: Option<&dyn ScrubControl>) -> Result<ScrubOutcome> {
+    /// `check`, with `control` told the bytes to verify and each block verified (progress),
+    /// and able to stop the check (`stopped`: the report covers what was walked). The walk
+    /// holds the pool's lock, as `check`'s does: `control` must not wait.
+    pub fn check_observed(&self, opts: CheckOptions, control: &dyn ScrubControl) -> Result<ScrubOutcome> {
+        self.check_with(opts, Some(control), false)
+    }
+
+    fn check_with(
+        &self,
+        opts: CheckOptions,
+        control: Option<&dyn ScrubControl>,
+        unlocked: bool,
+    ) -> Result<ScrubOutcome> {
         let p = self.lock();
         let root = p.txg.root;
         let geo = p.alloc.geometry();
@@ -614,14 +628,15 @@ impl Pool {
         // commits rewrite its slots, and a scrub lets them run.
         let on_disk = Allocator::load(p.dev.as_ref(), geo, pool_guid, root.txg);
         let io = p.io.clone();
-        let (_locked, pin) = match control {
-            Some(c) => {
-                let pin = crate::pool::read_pin::RootPin::new(&p);
-                drop(p);
-                c.begin(root.allocated_units * UNIT_SIZE);
-                (None, Some(pin))
-            }
-            None => (Some(p), None),
+        if let Some(c) = control {
+            c.begin(root.allocated_units * UNIT_SIZE);
+        }
+        let (_locked, pin) = if unlocked {
+            let pin = crate::pool::read_pin::RootPin::new(&p);
+            drop(p);
+            (None, Some(pin))
+        } else {
+            (Some(p), None)
         };
         let mut c = Checker {
             io: &io,

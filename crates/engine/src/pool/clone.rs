@@ -19,7 +19,7 @@
 use crate::catalog::volume::VolumeState;
 use crate::error::{Error, Result};
 use crate::format::records::VolumeRecordPhys;
-use crate::format::BlockPtr;
+use crate::format::{BlockPtr, SECTOR_SIZE};
 use crate::pool::snapshot::collect_born_after;
 use crate::pool::{validate_volume_name, Pool, PoolInner, VolumeId};
 use crate::tree::blocktree;
@@ -33,6 +33,9 @@ const BATCH_KEYS: usize = 65536;
 pub struct SplitStats {
     pub copied_bytes: u64,
     pub rewritten_keys: u64,
+    /// The control stopped it part way: the volume is still a clone (what was copied stays
+    /// copied; splitting again goes on from there).
+    pub stopped: bool,
 }
 
 impl Pool {
@@ -102,6 +105,13 @@ impl Pool {
 
     /// Copy what clone `name` shares with its origin and detach it (see the module comment).
     pub fn split_clone(&self, name: &str) -> Result<SplitStats> {
+        self.split_clone_observed(name, None)
+    }
+
+    /// `split_clone`, with `control` told the bytes still shared at the start (an estimate:
+    /// the clone's space not written since it was made) and each shared block's size as it
+    /// is copied; it may stop the split there (`SplitStats::stopped`).
+    pub fn split_clone_observed(&self, name: &str, control: Option<&dyn crate::ScrubControl>) -> Result<SplitStats> {
         let (vid, origin_txg) = {
             let mut p = self.lock();
             p.writable()?;
@@ -124,10 +134,17 @@ impl Pool {
                 )));
             }
             p.commit()?;
+            if let Some(c) = control {
+                let phys = &p.catalog.volumes[&vid].record.phys;
+                c.begin(phys.used_sectors.saturating_sub(phys.written_sectors) * SECTOR_SIZE);
+            }
             (vid, p.catalog.snapshot_txg(origin))
         };
         let mut stats = SplitStats::default();
-        self.split_records(vid, origin_txg, &mut stats)?;
+        self.split_records(vid, origin_txg, control, &mut stats)?;
+        if stats.stopped {
+            return Ok(stats);
+        }
         self.split_tree(vid, &mut stats)?;
         let mut p = self.lock();
         p.writable()?;
@@ -164,7 +181,13 @@ impl Pool {
     }
 
     /// Copy every data record born at or before `origin_txg`.
-    fn split_records(&self, vid: VolumeId, origin_txg: u64, stats: &mut SplitStats) -> Result<()> {
+    fn split_records(
+        &self,
+        vid: VolumeId,
+        origin_txg: u64,
+        control: Option<&dyn crate::ScrubControl>,
+        stats: &mut SplitStats,
+    ) -> Result<()> {
         let gone = || Error::NotFound("volume deleted during split".into());
         let mut after = None;
         loop {
@@ -201,6 +224,11 @@ impl Pool {
                         v.write(io, alloc, obj, first * rs, &data[..len.min(data.len())])?;
                         stats.copied_bytes += rs;
                         pending += rs;
+                        if control.is_some_and(|c| !c.block_done(bp.psize as u64)) {
+                            p.commit()?;
+                            stats.stopped = true;
+                            return Ok(());
+                        }
                     } else {
                         let dn = v.dnode_phys(io, obj)?;
                         if blocktree::lookup(io, &dn.root, dn.levels, first)?.is_hole() {

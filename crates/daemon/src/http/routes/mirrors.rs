@@ -2,11 +2,12 @@
 //! A mirror is named by its target, DEST_POOL/VOLUME.
 
 use super::D;
+use crate::access::Caller;
 use crate::http::blocking_arc;
 use crate::http::extract::{Body, Path};
 use crate::service::ApiError;
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use std::sync::Arc;
 use strata_api::*;
 use utoipa_axum::router::OpenApiRouter;
@@ -31,8 +32,12 @@ async fn list_mirrors(d: D) -> Result<Json<Vec<MirrorInfo>>, ApiError> {
 /// first, full transfer in the background (follow it with `GET /v1/mirrors/{pool}/{volume}`).
 #[utoipa::path(post, path = "/v1/mirrors", tag = "mirrors", security(("token" = ["admin"])),
     request_body = CreateMirror, responses((status = 202, body = MirrorInfo)))]
-async fn create_mirror(d: D, Body(req): Body<CreateMirror>) -> Result<(StatusCode, Json<MirrorInfo>), ApiError> {
-    blocking_arc(&d, move |d| d.create_mirror(&req)).await.map(|m| (StatusCode::ACCEPTED, Json(m)))
+async fn create_mirror(
+    d: D,
+    Extension(caller): Extension<Caller>,
+    Body(req): Body<CreateMirror>,
+) -> Result<(StatusCode, Json<MirrorInfo>), ApiError> {
+    blocking_arc(&d, move |d| d.create_mirror(&req, &caller.name)).await.map(|m| (StatusCode::ACCEPTED, Json(m)))
 }
 
 #[utoipa::path(get, path = "/v1/mirrors/{pool}/{volume}", tag = "mirrors", security(("token" = ["viewer"])),
@@ -50,10 +55,11 @@ async fn show_mirror(d: D, Path((pool, vol)): Path<(String, String)>) -> Result<
     request_body = MirrorAction, responses((status = 200, body = MirrorInfo)))]
 async fn act_on_mirror(
     d: D,
+    Extension(caller): Extension<Caller>,
     Path((pool, vol)): Path<(String, String)>,
     Body(req): Body<MirrorAction>,
 ) -> Result<Json<MirrorInfo>, ApiError> {
-    blocking_arc(&d, move |d| d.mirror_action(&format!("{pool}/{vol}"), &req.action)).await.map(Json)
+    blocking_arc(&d, move |d| d.mirror_action(&format!("{pool}/{vol}"), &req.action, &caller.name)).await.map(Json)
 }
 
 /// End the relationship; the target volumes and their snapshots stay, writable.

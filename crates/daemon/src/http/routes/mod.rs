@@ -5,6 +5,7 @@
 pub(crate) mod access;
 pub(crate) mod events;
 pub(crate) mod exports;
+pub(crate) mod jobs;
 pub(crate) mod mirrors;
 pub(crate) mod peers;
 pub(crate) mod pools;

@@ -1,11 +1,12 @@
 //! /v1/pools: list, create, status, settings, check; destroy, export, import.
 
 use super::D;
+use crate::access::Caller;
 use crate::http::blocking;
 use crate::http::extract::{Body, Path, Query};
 use crate::service::{ApiError, Daemon};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use std::sync::Arc;
 use strata_api::*;
 use utoipa_axum::router::OpenApiRouter;
@@ -73,15 +74,20 @@ async fn destroy_pool(
     blocking(&d, move |d| d.destroy_pool(&pool, q.confirm.as_deref(), q.force.unwrap_or(false))).await.map(Json)
 }
 
-/// Verify every invariant of the pool (and, by default, every data block's checksum).
+/// Verify every invariant of the pool (and, by default, every data block's checksum), as a
+/// job: 202 with the job; its result, once it has succeeded, is the check's report.
 #[utoipa::path(post, path = "/v1/pools/{pool}/check", tag = "pools", security(("token" = ["operator"])),
-    params(("pool" = String, Path)), request_body = CheckRequest, responses((status = 200, body = CheckReport)))]
+    params(("pool" = String, Path)), request_body = CheckRequest,
+    responses((status = 202, body = JobInfo, description = "the check's job; `result` is a CheckReport")))]
 async fn check_pool(
     d: D,
+    Extension(caller): Extension<Caller>,
     Path(pool): Path<String>,
     Body(req): Body<CheckRequest>,
-) -> Result<Json<CheckReport>, ApiError> {
-    blocking(&d, move |d| d.check_pool(&pool, req.verify_data.unwrap_or(true))).await.map(Json)
+) -> Result<(StatusCode, Json<JobInfo>), ApiError> {
+    blocking(&d, move |d| d.start_check(&pool, req.verify_data.unwrap_or(true), &caller.name))
+        .await
+        .map(|j| (StatusCode::ACCEPTED, Json(j)))
 }
 
 /// Scrub: read every copy of every block (of a mirror: each device's), verify it, and
@@ -90,14 +96,18 @@ async fn check_pool(
 /// once; `pause`, `resume` and `cancel` drive it; `GET` shows its progress and, at the end,
 /// its report.
 #[utoipa::path(post, path = "/v1/pools/{pool}/scrub", tag = "pools", security(("token" = ["operator"])),
-    params(("pool" = String, Path)), request_body = ScrubRequest, responses((status = 200, body = ScrubStatus)))]
+    params(("pool" = String, Path)), request_body = ScrubRequest,
+    responses((status = 202, body = ScrubStatus, description = "started: `job` is its job"),
+        (status = 200, body = ScrubStatus, description = "paused, resumed or cancelled")))]
 async fn scrub_pool(
     d: D,
+    Extension(caller): Extension<Caller>,
     Path(pool): Path<String>,
     Body(req): Body<ScrubRequest>,
-) -> Result<Json<ScrubStatus>, ApiError> {
+) -> Result<(StatusCode, Json<ScrubStatus>), ApiError> {
     let action = req.action.unwrap_or_else(|| "start".into());
-    blocking(&d, move |d| d.scrub_action(&pool, &action)).await.map(Json)
+    let code = if action == "start" { StatusCode::ACCEPTED } else { StatusCode::OK };
+    blocking(&d, move |d| d.scrub_action(&pool, &action, &caller.name)).await.map(|s| (code, Json(s)))
 }
 
 /// The pool's scrub: running (progress, rate, ETA) or the last one since the daemon started.

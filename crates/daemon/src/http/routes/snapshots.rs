@@ -1,11 +1,12 @@
 //! Snapshots, restores, clones and snapshot policies.
 
 use super::D;
-use crate::http::blocking;
+use crate::access::Caller;
 use crate::http::extract::{Body, Path};
+use crate::http::{blocking, blocking_arc};
 use crate::service::{snapshots, ApiError, Daemon};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use std::sync::Arc;
 use strata_api::*;
 use utoipa_axum::router::OpenApiRouter;
@@ -139,12 +140,19 @@ async fn create_clones(
     .map(|v| (StatusCode::CREATED, Json(v)))
 }
 
-/// Copy what a clone shares with its origin, so the origin snapshot can be deleted.
+/// Copy what a clone shares with its origin, so the origin snapshot can be deleted; as a
+/// job: 202 with the job; its result, once it has succeeded, is a SplitResult.
 #[utoipa::path(post, path = "/v1/pools/{pool}/volumes/{volume}/split", tag = "snapshots",
     security(("token" = ["operator"])), params(("pool" = String, Path), ("volume" = String, Path)),
-    responses((status = 200, body = SplitResult)))]
-async fn split_clone(d: D, Path((pool, vol)): PV) -> Result<Json<SplitResult>, ApiError> {
-    blocking(&d, move |d| snapshots::split(d, &pool, &vol)).await.map(Json)
+    responses((status = 202, body = JobInfo, description = "the split's job; `result` is a SplitResult")))]
+async fn split_clone(
+    d: D,
+    Extension(caller): Extension<Caller>,
+    Path((pool, vol)): PV,
+) -> Result<(StatusCode, Json<JobInfo>), ApiError> {
+    blocking_arc(&d, move |d| snapshots::start_split(d, &pool, &vol, &caller.name))
+        .await
+        .map(|j| (StatusCode::ACCEPTED, Json(j)))
 }
 
 #[utoipa::path(get, path = "/v1/pools/{pool}/volumes/{volume}/policy", tag = "snapshots",

@@ -145,7 +145,7 @@ fn now_ns() -> u64 {
 }
 
 impl Daemon {
-    pub(crate) fn create_mirror(self: &Arc<Self>, req: &CreateMirror) -> Result<MirrorInfo, ApiError> {
+    pub(crate) fn create_mirror(self: &Arc<Self>, req: &CreateMirror, caller: &str) -> Result<MirrorInfo, ApiError> {
         let (src_pool, first) = split(&req.source)?;
         let mut volumes = vec![first.to_string()];
         for v in &req.group {
@@ -195,7 +195,7 @@ impl Daemon {
                 req.limit_bytes_per_second,
             )?;
             drop(_g);
-            self.start_transfer(&name)?;
+            self.start_transfer(&name, caller)?;
             return self.mirror_info(&name);
         }
         let dst = self.pool(&req.dest_pool)?;
@@ -242,7 +242,7 @@ impl Daemon {
         self.save_state()?;
         tracing::info!(mirror = %name, source = %req.source, "mirror created");
         drop(_g);
-        self.start_transfer(&name)?;
+        self.start_transfer(&name, caller)?;
         self.mirror_info(&name)
     }
 
@@ -282,6 +282,7 @@ impl Daemon {
                 eta_seconds: None,
                 seconds: l.seconds,
                 finished_ns: Some(l.finished_ns),
+                job: None,
             }),
             transfer: job.filter(|j| j.is_running()).map(|j| j.progress()),
             message: failed,
@@ -294,7 +295,12 @@ impl Daemon {
     /// the target becomes the source and the source the target (the mirror takes the new
     /// target's name); what the old source wrote since the common snapshot is kept there as
     /// a snapshot `reverse-…`, and the next update sends only what changed on the new source.
-    pub(crate) fn mirror_action(self: &Arc<Self>, name: &str, action: &str) -> Result<MirrorInfo, ApiError> {
+    pub(crate) fn mirror_action(
+        self: &Arc<Self>,
+        name: &str,
+        action: &str,
+        caller: &str,
+    ) -> Result<MirrorInfo, ApiError> {
         let r = self.mirrors.get(name)?;
         let running = self.mirrors.running(name);
         if let Some(peer) = &r.source_peer {
@@ -327,7 +333,7 @@ impl Daemon {
                 }
                 // A transfer running (say, one resumed) is followed by a new one.
                 if !running.is_some_and(|j| j.update_requested()) {
-                    self.start_transfer_with(name, true)?;
+                    self.start_transfer_with(name, true, caller)?;
                 }
             }
             "pause" => {
@@ -352,7 +358,7 @@ impl Daemon {
                 self.mirrors.update(name, |m| m.state = state.into());
                 self.save_state()?;
                 if r.pending.is_some() {
-                    self.start_transfer(name)?;
+                    self.start_transfer(name, caller)?;
                 }
             }
             "break" => {
@@ -571,7 +577,8 @@ impl Daemon {
                         .is_none_or(|l| now.saturating_sub(l.finished_ns) >= every.saturating_mul(1_000_000_000))
                 });
                 if resume || due {
-                    if let Err(e) = self.start_transfer(&name) {
+                    let caller = if resume { "resume after a restart" } else { "mirror schedule" };
+                    if let Err(e) = self.start_transfer(&name, caller) {
                         tracing::warn!(mirror = %name, "mirror transfer not started: {}", e.message);
                     }
                 }

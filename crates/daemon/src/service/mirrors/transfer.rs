@@ -9,8 +9,9 @@
 //! the receiver's commit returned, so the recorded frame is always durable on the target.
 
 use super::{now_ns, LastTransfer, PendingTransfer, SNAPSHOT_PREFIX};
+use crate::service::jobs::{Job, JobSpec};
 use crate::service::{ApiError, Daemon};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 use strata_api::MirrorTransfer;
@@ -20,8 +21,9 @@ use strata_engine::{ErrorKind, Pool, VolumeOptions};
 pub(crate) struct TransferJob {
     started: Instant,
     snapshot: Mutex<Option<(String, Option<String>)>>,
-    done_bytes: AtomicU64,
-    total_bytes: AtomicU64,
+    /// Its job resource (jobs.rs): the bytes sent and to send are counted there; its
+    /// cancel stops the transfer as a pause does (it resumes from its checkpoint).
+    job: Arc<Job>,
     stop: AtomicBool,
     /// `mirror update` asked while this transfer ran: transfer again when it is done.
     again: AtomicBool,
@@ -31,12 +33,11 @@ pub(crate) struct TransferJob {
 }
 
 impl TransferJob {
-    fn new() -> TransferJob {
+    fn new(job: Arc<Job>) -> TransferJob {
         TransferJob {
             started: Instant::now(),
             snapshot: Mutex::new(None),
-            done_bytes: AtomicU64::new(0),
-            total_bytes: AtomicU64::new(0),
+            job,
             stop: AtomicBool::new(false),
             again: AtomicBool::new(false),
             ended: Mutex::new(None),
@@ -67,17 +68,17 @@ impl TransferJob {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Asked to stop (a pause).
+    /// Asked to stop (a pause, or a cancel of its job).
     pub(crate) fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.stop.load(Ordering::Relaxed) || self.job.cancelled()
     }
 
     pub(crate) fn add_bytes(&self, n: u64) {
-        self.done_bytes.fetch_add(n, Ordering::Relaxed);
+        self.job.add(n);
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        self.done_bytes.load(Ordering::Relaxed)
+        self.job.done.load(Ordering::Relaxed)
     }
 
     pub(crate) fn seconds(&self) -> f64 {
@@ -92,8 +93,8 @@ impl TransferJob {
     }
 
     pub(crate) fn progress(&self) -> MirrorTransfer {
-        let done = self.done_bytes.load(Ordering::Relaxed);
-        let total = self.total_bytes.load(Ordering::Relaxed).max(done);
+        let done = self.bytes();
+        let total = self.job.total.load(Ordering::Relaxed).max(done);
         let seconds = self.started.elapsed().as_secs_f64();
         let rate = if seconds > 0.0 { done as f64 / seconds } else { 0.0 };
         let (snapshot, base) = self.snapshot.lock().expect("mirror job").clone().unwrap_or_default();
@@ -107,6 +108,7 @@ impl TransferJob {
             eta_seconds: (rate > 0.0).then(|| total.saturating_sub(done) as f64 / rate),
             seconds,
             finished_ns: None,
+            job: Some(self.job.id),
         }
     }
 }
@@ -117,19 +119,28 @@ impl Daemon {
     /// `bring_up_to_date` (`mirror update`), a resumed transfer is followed by a new one, so
     /// that the target ends up with the source as it is when asked, not as it was when the
     /// cut transfer began.
-    pub(crate) fn start_transfer(self: &Arc<Self>, name: &str) -> Result<(), ApiError> {
-        self.start_transfer_with(name, false)
+    pub(crate) fn start_transfer(self: &Arc<Self>, name: &str, caller: &str) -> Result<(), ApiError> {
+        self.start_transfer_with(name, false, caller)
     }
 
-    pub(crate) fn start_transfer_with(self: &Arc<Self>, name: &str, bring_up_to_date: bool) -> Result<(), ApiError> {
-        let job = Arc::new(TransferJob::new());
-        {
+    pub(crate) fn start_transfer_with(
+        self: &Arc<Self>,
+        name: &str,
+        bring_up_to_date: bool,
+        caller: &str,
+    ) -> Result<(), ApiError> {
+        let job = {
             let mut jobs = self.mirrors.jobs.lock().expect("mirror jobs");
             if jobs.get(name).is_some_and(|j| j.is_running()) {
                 return Ok(());
             }
+            let source = self.mirrors.get(name)?.source_pool;
+            let spec =
+                JobSpec { kind: "mirror.transfer", pool: &source, target: Some(name), caller, cancellable: true };
+            let job = Arc::new(TransferJob::new(self.jobs.start(spec)));
             jobs.insert(name.to_string(), job.clone());
-        }
+            job
+        };
         let (d, n) = (self.clone(), name.to_string());
         let spawned = std::thread::Builder::new().name("mirror".into()).spawn(move || {
             // Run again while asked to bring the target up to date (see `bring_up_to_date`
@@ -160,7 +171,7 @@ impl Daemon {
                         format!("transferred {} ({} bytes in {:.1} s)", p.snapshot, p.done_bytes, p.seconds),
                     );
                 }
-                Err(e) if job.stop.load(Ordering::Relaxed) => {
+                Err(e) if job.stopping() => {
                     tracing::info!(mirror = %n, "mirror transfer paused: {}", e.message)
                 }
                 Err(e) => {
@@ -184,7 +195,19 @@ impl Daemon {
                     );
                 }
             }
-            let paused = job.stop.load(Ordering::Relaxed);
+            let paused = job.stopping();
+            let progress = serde_json::to_value(job.progress()).expect("progress serialises");
+            d.jobs.end(
+                &job.job,
+                match &r {
+                    Ok(()) => Ok(progress),
+                    Err(_) if paused => {
+                        job.job.request_cancel();
+                        Ok(progress)
+                    }
+                    Err(e) => Err(e.clone()),
+                },
+            );
             *ended = Some(match r {
                 Err(e) if !paused => Err(format!("{} ({})", e.message, e.hint)),
                 _ => Ok(()),
@@ -247,7 +270,8 @@ impl Daemon {
             };
             total += src.send_header(&opts)?.estimate_bytes;
         }
-        job.total_bytes.store(total, Ordering::Relaxed);
+        // Counted across the transfers of one job (a resumed one and the one after it).
+        job.job.set_total(job.bytes() + total);
         let started = Instant::now();
         match &dst {
             None => self.run_remote_transfer(name, &rec, job, &src, &pending, &todo)?,
@@ -265,7 +289,7 @@ impl Daemon {
                 }
             }
         }
-        let bytes = job.done_bytes.load(Ordering::Relaxed);
+        let bytes = job.bytes();
         self.mirrors.update(name, |m| {
             m.common = Some(pending.snapshot.clone());
             m.common_created_ns = Some(pending.created_ns);
@@ -329,7 +353,7 @@ impl Daemon {
         let mut rx: Option<Receiver<'_>> = None;
         let mut pace = Pace::new(limit);
         src.send(&opts, &mut |index, rec| {
-            if job.stop.load(Ordering::Relaxed) || self.stopping.load(Ordering::Relaxed) {
+            if job.stopping() || self.stopping.load(Ordering::Relaxed) {
                 return Err(strata_engine::Error::Busy(
                     "the transfer was paused (it resumes from its checkpoint)".into(),
                 ));
@@ -340,7 +364,7 @@ impl Daemon {
             }
             let r = rx.as_mut().expect("the begin frame comes first");
             if let SendRecord::Data { data, .. } = rec {
-                job.done_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                job.add_bytes(data.len() as u64);
                 pace.sent(data.len() as u64);
             }
             if let Applied::Checkpoint(at) = r.apply(index, rec)? {
