@@ -32,7 +32,7 @@ pub mod tree;
 pub mod txg;
 
 pub use catalog::volume::ObjectId;
-pub use check::{CheckOptions, CheckReport, ScrubControl, ScrubOutcome};
+pub use check::{CheckOptions, CheckReport, ScrubOutcome};
 pub use clock::{Clock, ManualClock};
 pub use device::{
     BlockDevice, FileDevice, FileDeviceOptions, MemberState, MemberStatus, MirrorDevice, SetHealth, SetStatus,
@@ -43,6 +43,7 @@ pub use format::uberblock::HostState;
 pub use format::ChecksumAlgo;
 pub use pipeline::compress::CompressionPolicy;
 pub use pool::clone::SplitStats;
+pub use pool::control::WalkControl;
 pub use pool::guard::{PoolGuard, SpaceInfo};
 pub use pool::host_state::{read_pool_identity, PoolIdentity};
 pub use pool::log_device::LogDeviceSpec;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use strata_engine::{ObjectId, Pool, ScrubControl, VolumeId, VolumeOptions};
+use strata_engine::{ObjectId, Pool, VolumeId, VolumeOptions, WalkControl};
 use strata_testkit::devset::{member_offset, SimMirror};
 use strata_testkit::{test_create_options, test_pool_options};
 
@@ -41,7 +41,7 @@ struct Driver<'a> {
     stop_at: u64,
 }
 
-impl ScrubControl for Driver<'_> {
+impl WalkControl for Driver<'_> {
     fn begin(&self, total_bytes: u64) {
         self.total.store(total_bytes, Ordering::Relaxed);
     }

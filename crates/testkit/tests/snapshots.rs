@@ -90,6 +90,21 @@ struct Pending {
     between: Option<Model>,
 }
 
+/// Stops a walk at its `left`-th block.
+struct StopAfter {
+    left: AtomicU64,
+    total: AtomicU64,
+}
+
+impl strata_engine::WalkControl for StopAfter {
+    fn begin(&self, total_bytes: u64) {
+        self.total.store(total_bytes, Ordering::Relaxed);
+    }
+    fn block_done(&self, _bytes: u64) -> bool {
+        self.left.fetch_sub(1, Ordering::Relaxed) > 1
+    }
+}
+
 fn pick<T: Clone>(rng: &mut SimRng, items: impl Iterator<Item = T>) -> Option<T> {
     let v: Vec<T> = items.collect();
     (!v.is_empty()).then(|| v[rng.below(v.len() as u64) as usize].clone())
@@ -311,7 +326,26 @@ impl World {
                         let mut next = self.m.clone();
                         next.vol_parent.insert(vol.clone(), None);
                         self.begin(&next, None);
-                        let st = self.pool.split_clone(&vol)?;
+                        let st = if rng.chance(33) {
+                            // A split cancelled part way (a job's cancel): still a clone, the
+                            // same contents; a new split goes on from what it copied. (With
+                            // fewer shared blocks than the stop, the first split is the whole.)
+                            let stop = StopAfter { left: AtomicU64::new(1 + rng.below(4)), total: AtomicU64::new(0) };
+                            let st = self.pool.split_clone_observed(&vol, Some(&stop))?;
+                            if st.stopped {
+                                let info = self.pool.volume_info(self.vid(&vol))?;
+                                assert!(info.origin.is_some(), "a stopped split left {vol} a clone: {info:?}");
+                                assert!(stop.total.load(Ordering::Relaxed) > 0, "told what is shared");
+                                if let Some(d) = self.compare()? {
+                                    panic!("after a stopped split of {vol}: {d}");
+                                }
+                                self.pool.split_clone(&vol)?
+                            } else {
+                                st
+                            }
+                        } else {
+                            self.pool.split_clone(&vol)?
+                        };
                         self.acked(next);
                         let info = self.pool.volume_info(self.vid(&vol))?;
                         assert!(info.origin.is_none() && info.parent_snapshot.is_none(), "{info:?}");
@@ -606,4 +640,50 @@ fn more_than_a_thousand_snapshots_of_one_volume() {
     assert!(r.is_clean(), "{:#?}", r.errors);
     let info = w.pool.volume_info(vid).unwrap();
     assert_eq!(info.total_bytes, info.used_bytes, "with no snapshots, the volume holds only its live data");
+}
+
+/// A split stopped part way (a job's cancel) leaves a clone with the same contents that the
+/// checker passes; splitting again finishes it, copying only what the first did not.
+#[test]
+fn a_stopped_split_leaves_a_clone_that_a_new_split_finishes() {
+    let disk = Arc::new(SimDisk::new(64 << 20, 4096));
+    let pool = Pool::create(disk, test_create_options(7), test_pool_options()).unwrap();
+    let v = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    let obj = pool.create_object(v, b"").unwrap();
+    let data: Vec<u8> = (0..2u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
+    pool.write(v, obj, 0, &data).unwrap();
+    pool.commit().unwrap();
+    pool.create_snapshots(&["v"], "s").unwrap();
+    let c = pool.clone_volume("v", "s", "c").unwrap();
+    pool.write(c, obj, 0, b"changed in the clone").unwrap();
+    pool.commit().unwrap();
+    let mut want = data.clone();
+    want[..20].copy_from_slice(b"changed in the clone");
+
+    let stop = StopAfter { left: AtomicU64::new(3), total: AtomicU64::new(0) };
+    let first = pool.split_clone_observed("c", Some(&stop)).unwrap();
+    assert!(first.stopped, "{first:?}");
+    assert!(
+        stop.total.load(Ordering::Relaxed) >= 3 << 19,
+        "told what is shared: {}",
+        stop.total.load(Ordering::Relaxed)
+    );
+    assert!(pool.volume_info(c).unwrap().origin.is_some(), "still a clone");
+    assert_eq!(pool.read(c, obj, 0, want.len()).unwrap(), want);
+    let r = pool.check(CheckOptions::default()).unwrap();
+    assert!(r.is_clean(), "{:?}", r.errors);
+    // Refused while the clone still shares: the snapshot is still its origin.
+    assert_eq!(pool.delete_snapshot("v", "s").unwrap_err().kind(), ErrorKind::Busy);
+
+    let second = pool.split_clone("c").unwrap();
+    assert!(!second.stopped);
+    assert!(pool.volume_info(c).unwrap().origin.is_none(), "split");
+    assert!(
+        first.copied_bytes + second.copied_bytes <= (2 << 20) + 2 * 128 * 1024,
+        "the second split went on from the first: {first:?} then {second:?}"
+    );
+    assert_eq!(pool.read(c, obj, 0, want.len()).unwrap(), want);
+    pool.delete_snapshot("v", "s").unwrap();
+    let r = pool.check(CheckOptions::default()).unwrap();
+    assert!(r.is_clean(), "{:?}", r.errors);
 }

@@ -119,7 +119,7 @@ impl Job {
 }
 
 /// A check, scrub or split drives its job's progress and sees its cancel.
-impl strata_engine::ScrubControl for Job {
+impl strata_engine::WalkControl for Job {
     fn begin(&self, total_bytes: u64) {
         self.set_total(total_bytes);
     }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use strata_api::{ScrubReport, ScrubStatus};
-use strata_engine::{Pool, PoolStatus, ScrubControl};
+use strata_engine::{Pool, PoolStatus, WalkControl};
 
 /// Bytes a scrub verifies per second at most while the pool serves I/O.
 pub(crate) const SCRUB_BYTES_PER_SECOND: u64 = 256 << 20;
@@ -50,7 +50,7 @@ struct Pace {
     busy: bool,
 }
 
-impl ScrubControl for ScrubJob {
+impl WalkControl for ScrubJob {
     fn begin(&self, total_bytes: u64) {
         self.total.store(total_bytes, Ordering::Relaxed);
         self.job.set_total(total_bytes);

@@ -25,7 +25,7 @@
 //! `check` holds the pool's lock throughout. A scrub (`Pool::scrub`) reads the fixed
 //! structures and the space map under the lock, then pins the committed root (nothing it
 //! reaches is reused until the scrub ends, pool/read_pin.rs) and walks it *outside* the lock,
-//! reading every copy, while the pool serves and commits; a [`ScrubControl`] sees every block
+//! reading every copy, while the pool serves and commits; a [`WalkControl`] sees every block
 //! (progress, pacing, pause) and may stop the walk.
 
 use crate::alloc::Allocator;
@@ -43,13 +43,7 @@ use crate::pool::Pool;
 use crate::tree::blocktree;
 use std::collections::{BTreeMap, HashMap};
 
-/// What drives a scrub from outside the engine (which has no clock): told the bytes to
-/// verify at the start, then every verified block's size; it may wait in `block_done` (a
-/// paused or paced scrub) and returns false to stop the scrub there (cancelled).
-pub trait ScrubControl: Sync {
-    fn begin(&self, total_bytes: u64);
-    fn block_done(&self, bytes: u64) -> bool;
-}
+use crate::pool::control::WalkControl;
 
 mod copies;
 mod destroy;
@@ -167,7 +161,7 @@ struct Checker<'a> {
     /// Dedup references visited, by (address, birth).
     visited_refs: HashMap<(u64, u64), BlockPtr>,
     /// A scrub's driver.
-    control: Option<&'a dyn ScrubControl>,
+    control: Option<&'a dyn WalkControl>,
     /// The driver stopped the scrub, or the pool asked it to yield: nothing more is read.
     stopped: bool,
     /// A scrub's pin of the root it walks (outside the lock).
@@ -597,21 +591,21 @@ impl Pool {
     /// the damaged copies from good ones, walking outside the pool's lock (the pool serves
     /// and commits meanwhile; what the walk reaches stays pinned until it ends). `control`
     /// sees every block and may pause, pace or stop it.
-    pub fn scrub(&self, control: &dyn ScrubControl) -> Result<ScrubOutcome> {
+    pub fn scrub(&self, control: &dyn WalkControl) -> Result<ScrubOutcome> {
         self.check_with(CheckOptions { verify_data: true, all_copies: true }, Some(control), true)
     }
 
     /// `check`, with `control` told the bytes to verify and each block verified (progress),
     /// and able to stop the check (`stopped`: the report covers what was walked). The walk
     /// holds the pool's lock, as `check`'s does: `control` must not wait.
-    pub fn check_observed(&self, opts: CheckOptions, control: &dyn ScrubControl) -> Result<ScrubOutcome> {
+    pub fn check_observed(&self, opts: CheckOptions, control: &dyn WalkControl) -> Result<ScrubOutcome> {
         self.check_with(opts, Some(control), false)
     }
 
     fn check_with(
         &self,
         opts: CheckOptions,
-        control: Option<&dyn ScrubControl>,
+        control: Option<&dyn WalkControl>,
         unlocked: bool,
     ) -> Result<ScrubOutcome> {
         let p = self.lock();

@@ -111,7 +111,11 @@ impl Pool {
     /// `split_clone`, with `control` told the bytes still shared at the start (an estimate:
     /// the clone's space not written since it was made) and each shared block's size as it
     /// is copied; it may stop the split there (`SplitStats::stopped`).
-    pub fn split_clone_observed(&self, name: &str, control: Option<&dyn crate::ScrubControl>) -> Result<SplitStats> {
+    pub fn split_clone_observed(
+        &self,
+        name: &str,
+        control: Option<&dyn crate::pool::control::WalkControl>,
+    ) -> Result<SplitStats> {
         let (vid, origin_txg) = {
             let mut p = self.lock();
             p.writable()?;
@@ -185,7 +189,7 @@ impl Pool {
         &self,
         vid: VolumeId,
         origin_txg: u64,
-        control: Option<&dyn crate::ScrubControl>,
+        control: Option<&dyn crate::pool::control::WalkControl>,
         stats: &mut SplitStats,
     ) -> Result<()> {
         let gone = || Error::NotFound("volume deleted during split".into());

@@ -32,6 +32,7 @@
 
 pub mod clone;
 mod commit;
+pub mod control;
 pub mod counters;
 pub(crate) mod destroy;
 pub mod guard;
