@@ -63,11 +63,11 @@ async function list() {
       spark,
     ];
   });
-  return page('Volumes', [create],
+  return page('Volumes', [create], card(null,
     table([{ label: 'Volume' }, { label: 'Used', cls: 'num' }, { label: 'Logical', cls: 'num' }, { label: 'Saved', cls: 'num' },
       { label: 'Snapshots · held', cls: 'num' }, { label: 'Limit' }, { label: 'Mounted / exported' },
       { label: 'Write / read', cls: 'num' }, { label: 'Throughput (60 s)' }],
-    rows, (i) => ({ dataset: { volume: key(vols[i]), origin: vols[i].origin || '' } })));
+    rows, (i) => ({ dataset: { volume: key(vols[i]), origin: vols[i].origin || '' } }))));
 }
 
 /** The three charts of POOL/VOLUME, each `width` pixels wide. */
