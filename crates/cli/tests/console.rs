@@ -64,8 +64,11 @@ fn the_console_loads_without_a_token_and_nothing_else_does() {
         assert_eq!(st, 303, "{path}: {head}");
         assert_eq!(header(&head, "location"), Some("/console/"), "{head}");
     }
-    for (path, kind) in [("/console/app.js", "text/javascript"), ("/console/app.css", "text/css"), ("/console/icon.svg", "image/svg+xml")]
-    {
+    for (path, kind) in [
+        ("/console/app.js", "text/javascript"),
+        ("/console/app.css", "text/css"),
+        ("/console/icon.svg", "image/svg+xml"),
+    ] {
         let (st, head, body) = http(&addr, "GET", path, &[], "");
         assert_eq!(st, 200, "{path}: {head}");
         assert!(header(&head, "content-type").unwrap_or("").starts_with(kind), "{path}: {head}");
@@ -106,7 +109,9 @@ fn the_console_loads_without_a_token_and_nothing_else_does() {
     // through the guard — refused without a token, and refused to every role (no route
     // role), before a body is read.
     let json = ("Content-Type", "application/json");
-    for (method, path) in [("POST", "/console/app.js"), ("PUT", "/console/"), ("DELETE", "/console/index.html"), ("POST", "/")] {
+    for (method, path) in
+        [("POST", "/console/app.js"), ("PUT", "/console/"), ("DELETE", "/console/index.html"), ("POST", "/")]
+    {
         let (st, _, body) = http(&addr, method, path, &[json], "{}");
         assert_eq!(st, 401, "{method} {path} without a token: {body}");
     }

@@ -93,8 +93,10 @@ async fn to_console() -> Response {
 fn file(name: &str) -> Response {
     let r = match ASSETS.iter().find(|a| a.name == name) {
         Some(a) => ([(header::CONTENT_TYPE, a.content_type)], a.body).into_response(),
-        None => (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "no such console file\n")
-            .into_response(),
+        None => {
+            (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "no such console file\n")
+                .into_response()
+        }
     };
     secure(r)
 }
@@ -139,7 +141,8 @@ mod tests {
                 }
             }
             for part in text.split("/console/").skip(1) {
-                let name: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).collect();
+                let name: String =
+                    part.chars().take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).collect();
                 if !name.is_empty() {
                     assert!(ASSETS.iter().any(|x| x.name == name), "{} names /console/{name}, not served", a.name);
                 }
