@@ -1,4 +1,5 @@
-//! The guard every request passes, in this order:
+//! The guard every request passes, in this order (except reads of the web console's
+//! files: code, no data, served without a token so that its login page loads; console.rs):
 //! 1. browsers: a request with an `Origin` other than the daemon's own, or marked
 //!    cross-site by `Sec-Fetch-Site`, is refused; on TCP the `Host` must name the listener
 //!    (a DNS-rebinding page cannot reach it by another name);
@@ -173,6 +174,9 @@ pub(crate) async fn guard(State(g): State<Arc<Guard>>, req: Request, next: Next)
     // The path with its query: `?recursive=true`, `?force=true` are part of what was asked.
     let target = req.uri().path_and_query().map_or_else(|| req.uri().path().to_string(), |pq| pq.as_str().to_string());
     let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
+    if super::console::is_public(&method, route.as_deref()) {
+        return next.run(req).await;
+    }
     let operation = format!("{method} {}", route.as_deref().unwrap_or(&target));
     let Some(peer) = req.extensions().get::<Peer>().cloned() else {
         return ApiError::internal("a request without its connection's peer").into_response();

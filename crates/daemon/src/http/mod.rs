@@ -8,6 +8,7 @@
 //! guard reads the roles from the generated document: what the document says is what is
 //! enforced, and a route without a scope is refused to everyone.
 
+pub(crate) mod console;
 mod extract;
 pub(crate) mod guard;
 mod routes;

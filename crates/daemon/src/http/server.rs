@@ -157,6 +157,8 @@ pub(crate) fn app(d: Arc<Daemon>, admin_gid: Option<u32>) -> Router {
     let (routes, doc) = super::routes();
     let g = Arc::new(Guard::new(d.clone(), doc, admin_gid));
     let fallback = || async { crate::service::ApiError::not_found("no such endpoint", "see /v1/openapi.json") };
+    // The console's routes are behind the guard too; it lets their reads through (console.rs).
+    let routes = routes.merge(super::console::routes());
     routes.fallback(fallback).layer(axum::middleware::from_fn_with_state(g, guard)).with_state(d)
 }
 
