@@ -157,6 +157,12 @@ pub struct PoolFigures {
     pub data_cache_bytes: u64,
     pub data_cache_capacity_bytes: u64,
     pub data_cache_hits: u64,
+    #[serde(default)]
+    pub data_cache_misses: u64,
+    #[serde(default)]
+    pub metadata_cache_hits: u64,
+    #[serde(default)]
+    pub metadata_cache_misses: u64,
     pub commits: CommitFigures,
 }
 

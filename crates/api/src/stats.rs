@@ -49,7 +49,15 @@ pub struct PoolIoStats {
     /// Intent-log blocks and bytes written (synchronous writes acknowledged before their commit).
     pub log_blocks_written: u64,
     pub log_bytes_written: u64,
+    /// Reads served from the data cache and missed (read from the devices); the same for
+    /// metadata blocks. The hit ratio is hits / (hits + misses).
     pub data_cache_hits: u64,
+    #[serde(default)]
+    pub data_cache_misses: u64,
+    #[serde(default)]
+    pub metadata_cache_hits: u64,
+    #[serde(default)]
+    pub metadata_cache_misses: u64,
     /// Blocks read and written on the pool's devices (data, metadata and log).
     pub blocks_read: u64,
     pub blocks_written: u64,

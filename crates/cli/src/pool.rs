@@ -402,11 +402,18 @@ pub fn print_pool(p: &PoolInfo) {
         s.log_full_commits,
         human(s.log_memory_bytes)
     );
+    let ratio = |hits: u64, misses: u64| match hits + misses {
+        0 => "-".to_string(),
+        n => format!("{:.1}%", hits as f64 * 100.0 / n as f64),
+    };
     println!(
-        "cache     {} of {} data, {} hits",
+        "cache     {} of {} data, {} hits, {} misses ({} hit); metadata {} hit",
         human(s.data_cache_bytes),
         human(s.data_cache_capacity_bytes),
-        s.data_cache_hits
+        s.data_cache_hits,
+        s.data_cache_misses,
+        ratio(s.data_cache_hits, s.data_cache_misses),
+        ratio(s.metadata_cache_hits, s.metadata_cache_misses)
     );
     for w in &s.warnings {
         println!("WARNING   {w}");

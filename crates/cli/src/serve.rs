@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// default 256M while the pool serves I/O, full speed when it is idle.
     #[arg(long)]
     scrub_rate: Option<String>,
+    /// Record a `pool.slow_commit` event for each commit slower than this (milliseconds;
+    /// default 5000).
+    #[arg(long)]
+    slow_commit_ms: Option<u64>,
     /// Serve NBD exports of LUNs on this TCP port (10809 is NBD's).
     #[arg(long)]
     nbd_port: Option<u16>,
@@ -186,6 +190,9 @@ pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, St
             return Err(format!("--scrub-rate of {bytes} bytes/s: at least 1M"));
         }
         o.scrub_bytes_per_second = Some(bytes);
+    }
+    if let Some(ms) = a.slow_commit_ms {
+        o.slow_commit = std::time::Duration::from_millis(ms);
     }
     let loopback = IpAddr::from([127, 0, 0, 1]);
     if a.nbd_bind.is_some() && a.nbd_port.is_none() {

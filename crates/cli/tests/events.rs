@@ -56,3 +56,61 @@ fn events_record_transfers_scrubs_refusals_and_breaks_and_survive_a_restart() {
     assert!(newest[0]["id"].as_u64().unwrap() > *ids.last().unwrap());
     assert!(d.ok(&["events"]).contains("mirror.resync"), "the human form lists it too");
 }
+
+fn wait_kind(d: &Daemon, kind: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let ev = d.json(&["events", "--limit", "1000"]);
+        if let Some(e) = ev.as_array().unwrap().iter().find(|e| e["kind"] == kind && pred(e)) {
+            return e.clone();
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "no {kind} event: {ev}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// What the watch thread and the snapshot policy record: a pool past 80 % and 90 % full
+/// (and back under, with hysteresis), commits slower than `--slow-commit-ms`, a policy's
+/// snapshot with the expired ones it deleted.
+#[test]
+fn capacity_slow_commits_and_policy_runs_are_events() {
+    let dir = temp_dir("events-watch");
+    let mut d = Daemon::start(&dir);
+    d.stop();
+    // Every commit with data takes more than 1 ms (it syncs the pool's image).
+    d.spawn_with(&["--slow-commit-ms", "1"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["volume", "create", "default/fill"]);
+    d.ok(&["mount", "default/fill", mnt.to_str().unwrap()]);
+    let status = d.json(&["pool", "status", "default"]);
+    let size = status["size_bytes"].as_u64().unwrap();
+    // Past 90 %: the pool is 256 MiB; write (and sync) what brings it there.
+    let used = status["allocated_bytes"].as_u64().unwrap();
+    let want = (size as f64 * 0.92) as u64 - used;
+    write_file(&mnt.join("a"), 1, (want / 2) as usize);
+    write_file(&mnt.join("b"), 2, (want / 2) as usize);
+    d.ok(&["snapshot", "create", "default/fill@x"]); // a commit: the space is allocated
+    let e = wait_kind(&d, "pool.capacity", |e| e["message"].as_str().unwrap().contains("past 90%"));
+    assert_eq!(e["severity"], "warning", "{e}");
+    assert_eq!(e["pool"], "default", "{e}");
+    let slow = wait_kind(&d, "pool.slow_commit", |_| true);
+    assert!(slow["message"].as_str().unwrap().contains("longer than 1 ms"), "{slow}");
+    // Back under 85 %: the files and the snapshot holding them deleted.
+    std::fs::remove_file(mnt.join("a")).unwrap();
+    std::fs::remove_file(mnt.join("b")).unwrap();
+    d.ok(&["snapshot", "delete", "default/fill@x"]);
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    let back = wait_kind(&d, "pool.capacity", |e| e["message"].as_str().unwrap().contains("back under"));
+    assert_eq!(back["severity"], "info", "{back}");
+    // Each level announced once on the way up (80 then 90, or 90 at once), not repeated.
+    let ev = d.json(&["events", "--limit", "1000"]);
+    let ups = ev.as_array().unwrap().iter().filter(|e| e["kind"] == "pool.capacity" && e["severity"] != "info").count();
+    assert!((1..=2).contains(&ups), "{ev}");
+
+    // A policy every second keeping one: its snapshot, then the expiry of the one before.
+    d.ok(&["snapshot", "policy", "set", "default/fill", "tick=1s:1"]);
+    let p = wait_kind(&d, "policy.snapshot", |e| e["message"].as_str().unwrap().contains("expired deleted"));
+    assert_eq!(p["target"], "fill", "{p}");
+    assert!(p["message"].as_str().unwrap().contains("schedule tick: snapshot auto-tick-"), "{p}");
+    d.ok(&["snapshot", "policy", "clear", "default/fill"]);
+}

@@ -70,6 +70,9 @@ pub struct ServeOptions {
     pub scrub_bytes_per_second: Option<u64>,
     /// Serve iSCSI exports of LUNs (None: recorded, not served).
     pub iscsi: Option<BlockListen>,
+    /// A commit slower than this is recorded as a `pool.slow_commit` event (service/watch.rs;
+    /// `serve --slow-commit-ms`).
+    pub slow_commit: Duration,
     /// Data-record cache of each pool, in bytes (0: none).
     pub cache_bytes: u64,
     /// Dirty data of each pool before writers wait for a commit, in bytes.
@@ -97,6 +100,7 @@ impl ServeOptions {
             nbd: None,
             scrub_bytes_per_second: None,
             iscsi: None,
+            slow_commit: Duration::from_secs(5),
             cache_bytes: default_cache_bytes(),
             dirty_limit_bytes: default_dirty_limit_bytes(),
             discard_missing_log: Vec::new(),
@@ -204,6 +208,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     {
         let d = d.clone();
         std::thread::Builder::new().name("mirrors".into()).spawn(move || d.mirror_loop()).map_err(|e| e.to_string())?;
+    }
+    {
+        let d = d.clone();
+        std::thread::Builder::new().name("watch".into()).spawn(move || d.watch_loop()).map_err(|e| e.to_string())?;
     }
     // The API's runtime: two workers (the API is light; handlers run on its blocking pool).
     let runtime = tokio::runtime::Builder::new_multi_thread()

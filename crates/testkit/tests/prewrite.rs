@@ -216,3 +216,35 @@ fn overwritten_records_leave_the_data_cache() {
     assert_eq!(pool.read(vol, obj, 0, LEN).unwrap(), pattern(6, LEN));
     assert_clean(&pool);
 }
+
+/// The caches' misses are counted beside their hits (the hit ratio of `pool status` and
+/// `/metrics`): a cold read of every record misses once per record, the same read again
+/// hits once per record and misses none.
+#[test]
+fn cache_misses_are_counted_beside_hits() {
+    let disk = Arc::new(SimDisk::new(64 << 20, 4096));
+    let pool = Pool::create(disk.clone(), test_create_options(1), test_pool_options()).unwrap();
+    let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
+    let obj = pool.create_object(vol, b"").unwrap();
+    const FILE: usize = 1 << 20;
+    pool.write(vol, obj, 0, &pattern(3, FILE)).unwrap();
+    pool.commit().unwrap();
+    drop(pool);
+    // Opened again: both caches are cold.
+    let mut opts = test_pool_options();
+    opts.data_cache_bytes = 32 << 20;
+    let pool = Pool::open(disk as Arc<dyn BlockDevice>, opts).unwrap();
+    let vol = pool.volume_id("db").unwrap();
+    let records = (FILE / (16 << 10)) as u64;
+    let a = pool.status();
+    assert_eq!(pool.read(vol, obj, 0, FILE).unwrap(), pattern(3, FILE));
+    let b = pool.status();
+    assert_eq!(b.data_cache_misses - a.data_cache_misses, records, "a cold read misses each record");
+    assert_eq!(b.data_cache_hits - a.data_cache_hits, 0);
+    assert!(b.metadata_cache_misses > a.metadata_cache_misses, "the tree's blocks were read");
+    assert_eq!(pool.read(vol, obj, 0, FILE).unwrap(), pattern(3, FILE));
+    let c = pool.status();
+    assert_eq!(c.data_cache_hits - b.data_cache_hits, records, "warm: each record hits");
+    assert_eq!(c.data_cache_misses, b.data_cache_misses, "warm: no miss");
+    assert_eq!(c.metadata_cache_misses, b.metadata_cache_misses, "warm: no metadata miss");
+}

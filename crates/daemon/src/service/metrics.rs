@@ -216,6 +216,27 @@ impl Collector for Scrape {
         )?;
         counter(
             e,
+            "strata_pool_data_cache_misses",
+            "Data records the data cache did not hold (read from the devices)",
+            None,
+            &each(&|p| p.status.data_cache_misses),
+        )?;
+        counter(
+            e,
+            "strata_pool_metadata_cache_hits",
+            "Metadata blocks served from the metadata cache",
+            None,
+            &each(&|p| p.status.metadata_cache_hits),
+        )?;
+        counter(
+            e,
+            "strata_pool_metadata_cache_misses",
+            "Metadata blocks the metadata cache did not hold (read from the devices)",
+            None,
+            &each(&|p| p.status.metadata_cache_misses),
+        )?;
+        counter(
+            e,
             "strata_pool_blocks_read",
             "Blocks read from the pool's devices",
             None,

@@ -47,6 +47,7 @@ pub(crate) mod snapshots;
 pub(crate) mod state;
 pub(crate) mod stats;
 pub(crate) mod volumes;
+pub(crate) mod watch;
 
 use crate::access::{audit::History, tokens::TokenStore};
 use crate::{ServeOptions, SystemClock};

@@ -94,13 +94,19 @@ fn run_schedule(d: &Daemon, pool: &str, vol: &str, s: &Schedule, now_ns: u64) ->
     }
     let taken = super::snapshots::create(d, pool, &[vol.to_string()], &name, None);
     record(d, s, "POST", &format!("/v1/pools/{pool}/volumes/{vol}/snapshots/{name}"), &taken);
+    if let Err(e) = &taken {
+        let text = format!("schedule {}: snapshot {name} not taken: {} ({})", s.name, e.message, e.hint);
+        d.events.record("warning", "policy.failed", Some(pool), Some(vol), text);
+    }
     taken?;
-    mine.push((u64::MAX, now_ns, name));
+    let mut expired = Vec::new();
+    mine.push((u64::MAX, now_ns, name.clone()));
     let excess = mine.len().saturating_sub(s.keep as usize);
     let _g = d.admin.lock().expect("admin");
     for (_, _, old) in mine.iter().take(excess) {
         match p.delete_snapshot(vol, old) {
             Ok(()) => {
+                expired.push(old.clone());
                 tracing::info!(pool, volume = vol, snapshot = old, "policy: expired snapshot deleted");
                 record(d, s, "DELETE", &format!("/v1/pools/{pool}/volumes/{vol}/snapshots/{old}"), &Ok(()));
             }
@@ -110,6 +116,11 @@ fn run_schedule(d: &Daemon, pool: &str, vol: &str, s: &Schedule, now_ns: u64) ->
             Err(e) => return Err(e.into()),
         }
     }
+    let text = match expired.len() {
+        0 => format!("schedule {}: snapshot {name} taken", s.name),
+        _ => format!("schedule {}: snapshot {name} taken; expired deleted: {}", s.name, expired.join(", ")),
+    };
+    d.events.record("info", "policy.snapshot", Some(pool), Some(vol), text);
     Ok(())
 }
 

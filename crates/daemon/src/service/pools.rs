@@ -117,6 +117,9 @@ pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
         data_cache_bytes: s.data_cache_bytes,
         data_cache_capacity_bytes: s.data_cache_capacity,
         data_cache_hits: s.data_cache_hits,
+        data_cache_misses: s.data_cache_misses,
+        metadata_cache_hits: s.metadata_cache_hits,
+        metadata_cache_misses: s.metadata_cache_misses,
         commits: CommitFigures {
             count: s.commits.count,
             prewrite_us_total: s.commits.prewrite_us_total,

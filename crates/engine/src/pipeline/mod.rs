@@ -56,7 +56,10 @@ pub struct IoStats {
     pub blocks_read: AtomicU64,
     pub bytes_read: AtomicU64,
     pub corruptions_detected: AtomicU64,
+    /// Metadata blocks (btree nodes, indirect blocks) served from the metadata cache, and
+    /// read from the devices because it did not hold them.
     pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
     /// Data records stored compressed.
     pub compressed_blocks_written: AtomicU64,
     /// Data records of compressing volumes stored raw (compression would not save a unit).
@@ -66,8 +69,9 @@ pub struct IoStats {
     /// Data records stored packed (compaction), and the packs written for them.
     pub packed_records_written: AtomicU64,
     pub packs_written: AtomicU64,
-    /// Data records served from the data cache.
+    /// Data records served from the data cache, and read from the devices (then kept).
     pub data_cache_hits: AtomicU64,
+    pub data_cache_misses: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -165,6 +169,7 @@ impl BlockIo {
             self.stats.data_cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(d);
         }
+        self.stats.data_cache_misses.fetch_add(1, Ordering::Relaxed);
         let data = Arc::new(self.read_block(bp)?);
         self.data_cache.lock().expect("data cache lock").put(key, data.clone(), data.len() as u64);
         Ok(data)
@@ -552,6 +557,7 @@ impl BlockIo {
                 format!("pointer says {:?}", bp.kind),
             )));
         }
+        self.stats.cache_misses.fetch_add(1, Ordering::Relaxed);
         let bytes = self.read_block(bp)?;
         let node = Arc::new(BtreeNodePhys::decode(&bytes, Some(bp.addr)).map_err(|c| self.corrupt(c))?);
         self.cache.lock().expect("cache lock").put(key, Cached::Node(node.clone()), 1);
@@ -579,6 +585,7 @@ impl BlockIo {
                 format!("pointer says {:?}", bp.kind),
             )));
         }
+        self.stats.cache_misses.fetch_add(1, Ordering::Relaxed);
         let bytes = self.read_block(bp)?;
         let ind = Arc::new(IndirectPhys::decode(&bytes, Some(bp.addr)).map_err(|c| self.corrupt(c))?);
         self.cache.lock().expect("cache lock").put(key, Cached::Indirect(ind.clone()), 1);

@@ -48,10 +48,14 @@ pub struct PoolStatus {
     /// Memory the intent log holds for operations not yet synced nor committed (writes are
     /// held as ranges, not bytes: intent_log.rs).
     pub log_memory_bytes: u64,
-    /// Bytes in the data cache, its capacity, and reads it served, since open.
+    /// Bytes in the data cache, its capacity, and reads it served and missed, since open.
     pub data_cache_bytes: u64,
     pub data_cache_capacity: u64,
     pub data_cache_hits: u64,
+    pub data_cache_misses: u64,
+    /// Metadata blocks served from the metadata cache and missed, since open.
+    pub metadata_cache_hits: u64,
+    pub metadata_cache_misses: u64,
     /// How long commits took, since open (the txg history of `zpool iostat`/kstats).
     pub commits: CommitStats,
     pub txg: u64,

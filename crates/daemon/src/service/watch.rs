@@ -1,0 +1,146 @@
+//! The watch thread: once a second, every open pool's fullness and commit times, turned into
+//! events (events.rs) an operator should see before the database does.
+//!
+//! - **Capacity**: a pool whose allocated space (of its size; deferred frees count as free)
+//!   crosses 80 %, 90 % or 95 % records `pool.capacity` (a warning; an error at 95 %: writes
+//!   are about to fail with ENOSPC). Back under a level by 5 points (hysteresis, so a pool
+//!   hovering at 80 % does not flood the history) records it as `info`. A pool already past
+//!   a level when the daemon starts records it once.
+//! - **Slow commits**: commits that took longer than `serve --slow-commit-ms` (default
+//!   5,000 ms; rounded up to a bound of the commit histogram, pool/counters.rs) since the
+//!   last look record one `pool.slow_commit` warning with how many.
+
+use super::Daemon;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use strata_engine::pool::counters::{DurationCounts, COMMIT_BOUNDS_US};
+
+/// The levels of fullness that are announced, in percent.
+pub(crate) const CAPACITY_LEVELS: [u8; 3] = [80, 90, 95];
+/// Points under a level before it is announced as passed back.
+const HYSTERESIS: f64 = 5.0;
+
+#[derive(Default)]
+pub(crate) struct Watch {
+    /// The level each pool was last announced at (0: under every level).
+    level: BTreeMap<String, u8>,
+    /// Slow commits counted so far, per pool (None: not looked at yet).
+    slow: BTreeMap<String, u64>,
+}
+
+/// The level `used_pct` is at, given the one announced before (hysteresis on the way down).
+fn level_of(used_pct: f64, before: u8) -> u8 {
+    let mut level = 0;
+    for l in CAPACITY_LEVELS {
+        let passed = if l <= before { used_pct >= l as f64 - HYSTERESIS } else { used_pct >= l as f64 };
+        if passed {
+            level = l;
+        }
+    }
+    level
+}
+
+/// Commits of histogram `h` slower than `threshold`: the buckets whose lower bound is at or
+/// above it (the threshold is rounded up to a bound).
+fn slower_than(h: &DurationCounts, threshold: Duration) -> u64 {
+    let us = threshold.as_micros() as u64;
+    // Bucket i holds (COMMIT_BOUNDS_US[i-1], COMMIT_BOUNDS_US[i]]; the last, what is above
+    // the last bound (counted for any threshold beyond it).
+    let last = COMMIT_BOUNDS_US.len();
+    let lower = |i: usize| if i == 0 { 0 } else { COMMIT_BOUNDS_US[i - 1] };
+    let first = (0..last).find(|&i| lower(i) >= us).unwrap_or(last);
+    h.buckets[first..].iter().sum()
+}
+
+impl Daemon {
+    pub(crate) fn watch_loop(&self) {
+        let mut w = Watch::default();
+        while !self.stopping.load(Ordering::Relaxed) {
+            self.watch_once(&mut w);
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    fn watch_once(&self, w: &mut Watch) {
+        let pools: Vec<(String, std::sync::Arc<strata_engine::Pool>)> =
+            self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
+        w.level.retain(|n, _| pools.iter().any(|(p, _)| p == n));
+        w.slow.retain(|n, _| pools.iter().any(|(p, _)| p == n));
+        for (name, pool) in pools {
+            let s = pool.status();
+            if s.size_bytes > 0 {
+                // Held (deferred) frees are reusable shortly: not counted as used.
+                let used = s.allocated_bytes;
+                let pct = used as f64 * 100.0 / s.size_bytes as f64;
+                let before = w.level.get(&name).copied().unwrap_or(0);
+                let now = level_of(pct, before);
+                if now != before {
+                    let (gib, size) = (used as f64 / (1u64 << 30) as f64, s.size_bytes as f64 / (1u64 << 30) as f64);
+                    let (severity, text) = if now > before {
+                        let what = if now >= 95 {
+                            "writes will soon fail with ENOSPC: free space (delete snapshots, `pool add`) now"
+                        } else {
+                            "plan for space: delete old snapshots, or add devices"
+                        };
+                        (
+                            if now >= 95 { "error" } else { "warning" },
+                            format!("pool is {pct:.0}% full ({gib:.2} of {size:.2} GiB): past {now}%; {what}"),
+                        )
+                    } else {
+                        let under = CAPACITY_LEVELS.iter().find(|&&l| l > now).copied().unwrap_or(80);
+                        ("info", format!("pool is {pct:.0}% full ({gib:.2} of {size:.2} GiB): back under {under}%"))
+                    };
+                    tracing::info!(pool = %name, percent = pct, "capacity: {text}");
+                    self.events.record(severity, "pool.capacity", Some(&name), None, text);
+                    w.level.insert(name.clone(), now);
+                }
+            }
+            let slow = slower_than(&pool.counters().commit, self.opts.slow_commit);
+            let seen = *w.slow.entry(name.clone()).or_insert(0);
+            if slow > seen {
+                let n = slow - seen;
+                let text = format!(
+                    "{n} commit{} took longer than {} ms (the devices are slow or saturated; see `strata iostat`)",
+                    if n == 1 { "" } else { "s" },
+                    self.opts.slow_commit.as_millis()
+                );
+                tracing::warn!(pool = %name, "{text}");
+                self.events.record("warning", "pool.slow_commit", Some(&name), None, text);
+                w.slow.insert(name, slow);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_rise_at_their_mark_and_fall_five_points_under_it() {
+        assert_eq!(level_of(79.9, 0), 0);
+        assert_eq!(level_of(80.0, 0), 80);
+        assert_eq!(level_of(93.0, 0), 90, "a start past two levels announces the higher");
+        assert_eq!(level_of(77.0, 80), 80, "hovering under 80 does not announce");
+        assert_eq!(level_of(74.9, 80), 0);
+        assert_eq!(level_of(86.0, 90), 90);
+        assert_eq!(level_of(84.0, 90), 80, "down a level");
+        assert_eq!(level_of(99.0, 80), 95);
+    }
+
+    #[test]
+    fn slow_commits_are_the_buckets_above_the_threshold() {
+        let mut h = DurationCounts::default();
+        h.buckets[0] = 5; // ≤ 1 ms
+        h.buckets[10] = 2; // (1 s, 2.5 s]
+        h.buckets[12] = 3; // (5 s, 10 s]
+        h.buckets[COMMIT_BOUNDS_US.len()] = 1; // > 30 s
+        assert_eq!(slower_than(&h, Duration::from_secs(5)), 4);
+        assert_eq!(slower_than(&h, Duration::from_millis(4000)), 4, "rounded up to 5 s");
+        assert_eq!(slower_than(&h, Duration::from_secs(1)), 6);
+        assert_eq!(slower_than(&h, Duration::from_millis(1)), 6);
+        assert_eq!(slower_than(&h, Duration::from_micros(0)), 11);
+        assert_eq!(slower_than(&h, Duration::from_secs(60)), 1, "past the last bound: the last bucket");
+    }
+}
