@@ -44,6 +44,11 @@ pub struct PoolIoStats {
     pub commits: u64,
     pub commit_seconds_total: f64,
     pub commit_locked_seconds_total: f64,
+    /// Bytes of new blocks (data and metadata) the commits wrote, in all and the last one.
+    #[serde(default)]
+    pub commit_bytes_total: u64,
+    #[serde(default)]
+    pub last_commit_bytes: u64,
     pub commit_latency_us_p50: u64,
     pub commit_latency_us_p99: u64,
     /// Intent-log blocks and bytes written (synchronous writes acknowledged before their commit).

@@ -97,7 +97,36 @@ fn mirror_pools_through_the_cli() {
     d.ok(&["mount", "m/v", s(&mnt)]);
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(mnt.join("f"), &data).unwrap();
-    d.ok(&["pool", "scrub", "m"]);
+    // Bit rot on one member: a block of an incompressible file overwritten on member 0's
+    // image while the daemon is stopped; the scrub heals it from member 1, and the watch
+    // thread records the healed checksum errors as an event.
+    let rot: Vec<u8> = (0..256u32 << 10).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(mnt.join("rot"), &rot).unwrap();
+    assert!(d.stop().success(), "{}", d.log());
+    let mut image = std::fs::read(&img[0]).unwrap();
+    let at = (0..image.len() - 4096)
+        .step_by(512)
+        .find(|&o| image[o..o + 64] == rot[64 << 10..(64 << 10) + 64])
+        .expect("the file's block on member 0");
+    image[at..at + 4096].iter_mut().for_each(|b| *b ^= 0x5a);
+    std::fs::write(&img[0], &image).unwrap();
+    drop(image);
+    d.spawn();
+    let scrub = d.json(&["pool", "scrub", "m"]);
+    assert!(scrub["checksum_errors"].as_u64().unwrap() >= 1, "{scrub}");
+    assert_eq!(scrub["check"]["clean"], true, "healed: {scrub}");
+    assert_eq!(std::fs::read(mnt.join("rot")).unwrap(), rot);
+    let start = std::time::Instant::now();
+    let healed = loop {
+        let ev = d.json(&["events"]);
+        if let Some(e) = ev.as_array().unwrap().iter().find(|e| e["kind"] == "device.errors").cloned() {
+            break e;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "no device.errors event: {ev}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(healed["target"].as_str().unwrap().starts_with(s(&img[0])), "member 0: {healed}");
+    assert!(healed["message"].as_str().unwrap().contains("checksum errors healed"), "{healed}");
 
     // Member 1's image goes away across a restart: the pool opens DEGRADED, data served.
     assert!(d.stop().success(), "{}", d.log());
@@ -119,6 +148,12 @@ fn mirror_pools_through_the_cli() {
     assert_eq!(states(&v), ["ONLINE", "ONLINE"], "{v}");
     assert_eq!(v["state"], "ONLINE");
     assert!(d.log().contains("rebuild complete"), "{}", d.log());
+    // The rebuild was a job, not cancellable, that succeeded with what it copied.
+    let jobs = d.json(&["job", "list"]);
+    let rebuild = jobs.as_array().unwrap().iter().find(|j| j["kind"] == "rebuild").cloned().expect("a rebuild job");
+    assert_eq!((rebuild["state"].as_str(), rebuild["pool"].as_str()), (Some("succeeded"), Some("m")), "{rebuild}");
+    assert!(rebuild["target"].as_str().unwrap().starts_with(s(&img[2])), "{rebuild}");
+    assert!(rebuild["result"]["copied_bytes"].as_u64().unwrap() >= 3_000_000, "{rebuild}");
     let scrub = d.json(&["pool", "scrub", "m"]);
     assert_eq!(scrub["checksum_errors"], 0, "{scrub}");
     assert_eq!(scrub["check"]["clean"], true, "{scrub}");

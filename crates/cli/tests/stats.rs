@@ -120,6 +120,8 @@ fn fuse_counters_match_a_known_workload() {
     }
     drop(f);
 
+    // A snapshot commits what is dirty: the commits have written the data by then.
+    d.ok(&["snapshot", "create", "default/data@stats"]);
     let s = d.json(&["iostat", "default/data"]);
     let fuse = entry(&s, "data", "fuse");
     let (w, r, sy) = (&fuse["write"], &fuse["read"], &fuse["sync"]);
@@ -143,6 +145,8 @@ fn fuse_counters_match_a_known_workload() {
     let pool = &s["pools"][0];
     assert_eq!(pool["pool"], "default");
     assert!(u(&pool["allocated_bytes"]) >= total && u(&pool["logical_bytes"]) >= total, "{pool}");
+    assert!(u(&pool["commit_bytes_total"]) >= total, "the commits wrote the data and its metadata: {pool}");
+    assert!(u(&pool["last_commit_bytes"]) <= u(&pool["commit_bytes_total"]), "{pool}");
 
     // The human table: the volume's row and its FUSE row with -v.
     let table = d.ok(&["iostat", "-v", "default"]);
@@ -170,6 +174,7 @@ fn fuse_counters_match_a_known_workload() {
     let sum = metric(&text, "strata_volume_io_latency_seconds_sum", &labels("write"));
     assert!(sum > 0.0, "{sum}");
     assert!(metric(&text, "strata_pool_commits_total", "pool=\"default\"") >= 1.0);
+    assert!(metric(&text, "strata_pool_commit_written_bytes_total", "pool=\"default\"") >= total as f64);
     assert!(metric(&text, "strata_pool_allocated_bytes", "pool=\"default\"") >= total as f64);
     assert!(
         metric(&text, "strata_pool_commit_duration_seconds_count", "pool=\"default\"")

@@ -190,6 +190,13 @@ impl Collector for Scrape {
         let commits: Vec<HistogramSeries> =
             self.pools.iter().map(|p| commit_series(pool(p), &p.counters.commit)).collect();
         histogram(e, "strata_pool_commit_duration", "Whole commits, from start to durable root", &commits)?;
+        counter(
+            e,
+            "strata_pool_commit_written",
+            "Bytes of new blocks (data and metadata) the commits wrote",
+            Some(&Unit::Bytes),
+            &each(&|p| p.counters.commit_bytes),
+        )?;
         let locked: Vec<HistogramSeries> =
             self.pools.iter().map(|p| commit_series(pool(p), &p.counters.commit_locked)).collect();
         histogram(e, "strata_pool_commit_locked", "The part of each commit that held the pool's lock", &locked)?;

@@ -186,6 +186,8 @@ fn pool_io(s: &PoolSample) -> PoolIoStats {
         commits: st.commits.count,
         commit_seconds_total: s.counters.commit.sum_us as f64 / 1e6,
         commit_locked_seconds_total: st.commits.locked_us_total as f64 / 1e6,
+        commit_bytes_total: s.counters.commit_bytes,
+        last_commit_bytes: s.counters.last_commit_bytes,
         commit_latency_us_p50: commit_quantile_us(&s.counters.commit, P50),
         commit_latency_us_p99: commit_quantile_us(&s.counters.commit, P99),
         log_blocks_written: st.log_blocks_written,

@@ -9,6 +9,10 @@
 //! - **Slow commits**: commits that took longer than `serve --slow-commit-ms` (default
 //!   5,000 ms; rounded up to a bound of the commit histogram, pool/counters.rs) since the
 //!   last look record one `pool.slow_commit` warning with how many.
+//! - **Device errors**: a member of a device set whose read, write or checksum error counts
+//!   grew (checksum errors healed from a good copy: self-healing reads and scrubs) records
+//!   `device.errors`; a pool that detected corrupt blocks it could not repair (one device)
+//!   records `pool.corruption` (an error: run `strata check`).
 
 use super::Daemon;
 use std::collections::BTreeMap;
@@ -25,8 +29,12 @@ const HYSTERESIS: f64 = 5.0;
 pub(crate) struct Watch {
     /// The level each pool was last announced at (0: under every level).
     level: BTreeMap<String, u8>,
-    /// Slow commits counted so far, per pool (None: not looked at yet).
+    /// Slow commits counted so far, per pool.
     slow: BTreeMap<String, u64>,
+    /// Per pool and member index: read, write, checksum errors and bytes repaired seen.
+    errors: BTreeMap<(String, usize), [u64; 4]>,
+    /// Per pool: corruptions detected seen.
+    corrupt: BTreeMap<String, u64>,
 }
 
 /// The level `used_pct` is at, given the one announced before (hysteresis on the way down).
@@ -67,6 +75,8 @@ impl Daemon {
             self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
         w.level.retain(|n, _| pools.iter().any(|(p, _)| p == n));
         w.slow.retain(|n, _| pools.iter().any(|(p, _)| p == n));
+        w.errors.retain(|(n, _), _| pools.iter().any(|(p, _)| p == n));
+        w.corrupt.retain(|n, _| pools.iter().any(|(p, _)| p == n));
         for (name, pool) in pools {
             let s = pool.status();
             if s.size_bytes > 0 {
@@ -96,6 +106,7 @@ impl Daemon {
                     w.level.insert(name.clone(), now);
                 }
             }
+            self.watch_errors(w, &name, &s);
             let slow = slower_than(&pool.counters().commit, self.opts.slow_commit);
             let seen = *w.slow.entry(name.clone()).or_insert(0);
             if slow > seen {
@@ -109,6 +120,40 @@ impl Daemon {
                 self.events.record("warning", "pool.slow_commit", Some(&name), None, text);
                 w.slow.insert(name, slow);
             }
+        }
+    }
+}
+
+impl Daemon {
+    fn watch_errors(&self, w: &mut Watch, name: &str, s: &strata_engine::PoolStatus) {
+        for m in s.devices.iter().flat_map(|d| &d.members) {
+            let now = [m.read_errors, m.write_errors, m.checksum_errors, m.repaired_bytes];
+            let before = w.errors.insert((name.to_string(), m.index), now).unwrap_or_default();
+            let d: Vec<u64> = now.iter().zip(before).map(|(n, b)| n.saturating_sub(b)).collect();
+            if d[..3].iter().all(|&x| x == 0) {
+                continue;
+            }
+            let mut parts = Vec::new();
+            for (n, what) in [(d[0], "read errors"), (d[1], "write errors")] {
+                if n > 0 {
+                    parts.push(format!("{n} {what}"));
+                }
+            }
+            if d[2] > 0 {
+                parts.push(format!("{} checksum errors healed ({} bytes rewritten from a good copy)", d[2], d[3]));
+            }
+            let text = format!("device {}: {} (state {})", m.device, parts.join(", "), m.state);
+            tracing::warn!(pool = name, "{text}");
+            self.events.record("warning", "device.errors", Some(name), Some(&m.device), text);
+        }
+        let before = w.corrupt.insert(name.to_string(), s.corruptions_detected).unwrap_or(0);
+        if s.corruptions_detected > before && s.devices.is_none() {
+            let text = format!(
+                "{} corrupt blocks detected that no copy could repair (the pool has one device): run `strata check {name}`",
+                s.corruptions_detected - before
+            );
+            tracing::error!(pool = name, "{text}");
+            self.events.record("error", "pool.corruption", Some(name), None, text);
         }
     }
 }

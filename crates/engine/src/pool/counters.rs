@@ -61,14 +61,24 @@ impl DurationCounts {
 pub(crate) struct PoolCounters {
     commit: DurationHistogram,
     locked: DurationHistogram,
+    /// Bytes of new blocks written for the txgs committed (their prewrite passes and the
+    /// commit itself), and the pipeline's byte count at the last commit.
+    commit_bytes: AtomicU64,
+    written_at_last: AtomicU64,
+    last_commit_bytes: AtomicU64,
 }
 
 impl PoolCounters {
     /// A commit that synced a txg: `total` from its start to its root being durable,
-    /// `locked` the part under the pool's lock.
-    pub(crate) fn record_commit(&self, total: Duration, locked: Duration) {
+    /// `locked` the part under the pool's lock; `written` the pipeline's bytes written
+    /// so far (`IoStats::bytes_written`): what grew since the last commit is this txg's.
+    pub(crate) fn record_commit(&self, total: Duration, locked: Duration, written: u64) {
         self.commit.record(total);
         self.locked.record(locked);
+        let before = self.written_at_last.swap(written, Ordering::Relaxed);
+        let bytes = written.saturating_sub(before);
+        self.commit_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.last_commit_bytes.store(bytes, Ordering::Relaxed);
     }
 }
 
@@ -79,11 +89,19 @@ pub struct CounterValues {
     pub commit: DurationCounts,
     /// The part of each commit that held the pool's lock (readers and writers waited).
     pub commit_locked: DurationCounts,
+    /// Bytes of new blocks (data and metadata) the commits wrote, in all and the last one.
+    pub commit_bytes: u64,
+    pub last_commit_bytes: u64,
 }
 
 impl PoolCounters {
     pub(crate) fn read(&self) -> CounterValues {
-        CounterValues { commit: self.commit.read(), commit_locked: self.locked.read() }
+        CounterValues {
+            commit: self.commit.read(),
+            commit_locked: self.locked.read(),
+            commit_bytes: self.commit_bytes.load(Ordering::Relaxed),
+            last_commit_bytes: self.last_commit_bytes.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -94,10 +112,10 @@ mod tests {
     #[test]
     fn commits_land_in_their_buckets() {
         let c = PoolCounters::default();
-        c.record_commit(Duration::from_micros(900), Duration::from_micros(100));
-        c.record_commit(Duration::from_millis(1), Duration::from_micros(1001));
-        c.record_commit(Duration::from_millis(40), Duration::from_millis(3));
-        c.record_commit(Duration::from_secs(60), Duration::from_secs(31));
+        c.record_commit(Duration::from_micros(900), Duration::from_micros(100), 4096);
+        c.record_commit(Duration::from_millis(1), Duration::from_micros(1001), 4096);
+        c.record_commit(Duration::from_millis(40), Duration::from_millis(3), 1 << 20);
+        c.record_commit(Duration::from_secs(60), Duration::from_secs(31), (1 << 20) + 8192);
         let v = c.read();
         assert_eq!(v.commit.count(), 4);
         assert_eq!(v.commit.buckets[0], 2, "up to and including 1 ms");
@@ -106,5 +124,7 @@ mod tests {
         assert_eq!(v.commit.sum_us, 900 + 1000 + 40_000 + 60_000_000);
         assert_eq!((v.commit_locked.buckets[0], v.commit_locked.buckets[1], v.commit_locked.buckets[2]), (1, 1, 1));
         assert_eq!(v.commit_locked.buckets[BUCKETS - 1], 1);
+        // Each commit's bytes: what the pipeline's count grew by since the one before.
+        assert_eq!((v.commit_bytes, v.last_commit_bytes), ((1 << 20) + 8192, 8192));
     }
 }

@@ -324,7 +324,8 @@ impl QuiescingTxg<'_> {
         if matches!(r, Ok(txg) if txg != synced) {
             let read = p.io.stats.blocks_read.load(Ordering::Relaxed) - read0;
             p.commit_stats.record(prewrite, t1.elapsed(), read);
-            pool.counters.record_commit(self.t0.elapsed(), t1.elapsed());
+            let written = p.io.stats.bytes_written.load(Ordering::Relaxed);
+            pool.counters.record_commit(self.t0.elapsed(), t1.elapsed(), written);
         }
         let out = r.and_then(|txg| then(&mut p, txg));
         let retired = std::mem::take(&mut p.retired_log);
