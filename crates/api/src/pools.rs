@@ -36,6 +36,11 @@ pub struct PoolInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<String>)]
     pub members: Vec<PathBuf>,
+    /// Hot spares of a mirror, not yet used: the first replaces a member that faults or
+    /// disappears, and is rebuilt at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<String>)]
+    pub spares: Vec<PathBuf>,
     /// Space, commits and caches: present when the pool is open.
     #[serde(flatten)]
     pub status: Option<PoolFigures>,
@@ -63,7 +68,8 @@ pub struct RebuildFigures {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceChange {
-    /// `offline`, `online` or `replace`.
+    /// `offline`, `online` or `replace` a member; `spare` (add `device` as a hot spare) or
+    /// `unspare` (remove it).
     pub action: String,
     /// The device as `pool status` lists it, its recorded path, or its index.
     pub device: String,
@@ -195,6 +201,11 @@ pub struct CreatePool {
     #[serde(default)]
     #[schema(value_type = Vec<String>)]
     pub devices: Vec<PathBuf>,
+    /// Hot spares of a mirror (existing devices, or image files created with `size_bytes`):
+    /// one replaces a member that faults or disappears, and is rebuilt at once.
+    #[serde(default)]
+    #[schema(value_type = Vec<String>)]
+    pub spares: Vec<PathBuf>,
     /// Creates missing image files of this size (each device of a mirror).
     #[serde(default)]
     pub size_bytes: Option<u64>,

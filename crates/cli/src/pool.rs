@@ -32,6 +32,10 @@ pub enum PoolCmd {
         /// file (existing, at least 16 MiB) instead of in the pool (docs/intent-log.md).
         #[arg(long)]
         log_device: Option<PathBuf>,
+        /// A hot spare of a mirror (repeatable): it replaces a device that fails or
+        /// disappears, and is rebuilt at once.
+        #[arg(long)]
+        spare: Vec<PathBuf>,
         /// Format the device even though it holds data (it is overwritten).
         #[arg(long)]
         force: bool,
@@ -77,6 +81,20 @@ pub enum PoolCmd {
         #[arg(long)]
         force: bool,
     },
+    /// Add a hot spare to a mirror: it replaces a device that fails or disappears.
+    Spare {
+        name: String,
+        /// Image file or block device; must not hold data or belong to a pool.
+        device: PathBuf,
+        /// Size of a new image file, e.g. 100G.
+        #[arg(long)]
+        size: Option<String>,
+        /// Take the device even though it holds data.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove a hot spare that is not in use.
+    Unspare { name: String, device: PathBuf },
     /// Bring a device of a mirror back into use: what it missed is rebuilt first.
     Online { name: String, device: String },
     /// Stop using a device of a mirror (refused for the last one in sync).
@@ -142,7 +160,7 @@ fn absolute(p: &PathBuf, what: &str) -> Result<PathBuf, Failure> {
 
 pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
     match cmd {
-        PoolCmd::Create { name, device, layout, size, checksum, log_device, force } => {
+        PoolCmd::Create { name, device, layout, size, checksum, log_device, spare, force } => {
             let devices = device.iter().map(|d| absolute(d, "--device")).collect::<Result<Vec<_>, _>>()?;
             let req = CreatePool {
                 name,
@@ -152,6 +170,7 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                 size_bytes: size.as_deref().map(parse_size).transpose()?,
                 checksum: Some(checksum),
                 log_device: log_device.as_ref().map(|l| absolute(l, "--log-device")).transpose()?,
+                spares: spare.iter().map(|s| absolute(s, "--spare")).collect::<Result<Vec<_>, _>>()?,
                 force,
             };
             let p: PoolInfo = c.send("POST", "/v1/pools", &req)?;
@@ -218,6 +237,22 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                     new.display()
                 )
             });
+        }
+        PoolCmd::Spare { name, device, size, force } => {
+            let path = absolute(&device, "DEVICE")?;
+            let req = strata_api::DeviceChange {
+                action: "spare".into(),
+                device: path.display().to_string(),
+                new_device: None,
+                size_bytes: size.as_deref().map(parse_size).transpose()?,
+                force,
+            };
+            let p: PoolInfo = c.send("POST", &format!("/v1/pools/{}/devices", seg(&name)), &req)?;
+            out.show(&p, |_| println!("hot spare {} added to pool {name}", path.display()));
+        }
+        PoolCmd::Unspare { name, device } => {
+            let path = absolute(&device, "DEVICE")?;
+            device_action(c, out, &name, "unspare", &path.display().to_string())?
         }
         PoolCmd::Online { name, device } => device_action(c, out, &name, "online", &device)?,
         PoolCmd::Offline { name, device } => device_action(c, out, &name, "offline", &device)?,
@@ -354,6 +389,9 @@ pub fn print_pool(p: &PoolInfo) {
         None => println!("device    {}", p.device.display()),
     }
     println!("log       {}", p.log_device.as_ref().map_or("in the pool".into(), |l| l.display().to_string()));
+    for s in &p.spares {
+        println!("spare     {} (AVAIL)", s.display());
+    }
     let Some(s) = &p.status else { return };
     if s.layout != "single" || s.devices.iter().any(|d| d.state != "ONLINE") {
         print_devices(s);

@@ -90,7 +90,7 @@ fn mirror_pools_through_the_cli() {
     let human = d.ok(&["pool", "status", "m"]);
     assert!(human.contains("layout    mirror") && human.contains("CKSUM"), "{human}");
     // A member of a mirror is not formatted over by another pool.
-    d.fails(&["pool", "create", "x", "--device", s(&img[1])], "Strata");
+    d.fails(&["pool", "create", "x", "--device", s(&img[1])], "of a pool already");
 
     d.ok(&["volume", "create", "m/v"]);
     let mnt = dir.join("mnt");
@@ -183,4 +183,96 @@ fn mirror_pools_through_the_cli() {
     // Destroy erases every member: each can hold a new pool afterwards.
     d.ok(&["pool", "destroy", "m", "--yes"]);
     d.ok(&["pool", "create", "again", "--device", s(&img[2])]);
+}
+
+/// A hot spare takes the place of a member that is missing when the pool opens, is rebuilt
+/// at once (a job), leaves the spares, and is a member after a restart; spares are added
+/// and removed by name, refused where they make no sense.
+#[test]
+fn a_hot_spare_replaces_a_missing_member() {
+    let dir = temp_dir("mirror-spare");
+    let mut d = Daemon::start(&dir);
+    let img: Vec<_> = (0..4).map(|i| dir.join(format!("m{i}.img"))).collect();
+    let spare = &img[2];
+    // On one device, a spare is refused; on a mirror, the spare is created with the members.
+    d.fails(&["pool", "create", "one", "--device", s(&img[3]), "--size", "64M", "--spare", s(spare)], "for a mirror");
+    d.fails(
+        &[
+            "pool",
+            "create",
+            "m",
+            "--layout",
+            "mirror",
+            "--device",
+            s(&img[0]),
+            "--device",
+            s(&img[1]),
+            "--spare",
+            s(&img[1]),
+            "--size",
+            "64M",
+        ],
+        "also a device",
+    );
+    d.ok(&[
+        "pool",
+        "create",
+        "m",
+        "--layout",
+        "mirror",
+        "--device",
+        s(&img[0]),
+        "--device",
+        s(&img[1]),
+        "--spare",
+        s(spare),
+        "--size",
+        "64M",
+    ]);
+    let v = pool(&d, "m");
+    assert_eq!(v["spares"], serde_json::json!([s(spare)]), "{v}");
+    assert!(d.ok(&["pool", "status", "m"]).contains(&format!("spare     {} (AVAIL)", s(spare))));
+    // A spare is in use: no other pool takes it, not even as a spare.
+    d.fails(&["pool", "create", "x", "--device", s(spare)], "hot spare of a pool already");
+    d.fails(&["pool", "spare", "m", s(spare)], "a spare of a pool already");
+    // Added and removed by name.
+    d.ok(&["pool", "spare", "m", s(&img[3]), "--size", "64M"]);
+    assert_eq!(pool(&d, "m")["spares"].as_array().unwrap().len(), 2);
+    d.ok(&["pool", "unspare", "m", s(&img[3])]);
+    d.fails(&["pool", "unspare", "m", s(&img[3])], "has no spare");
+    d.fails(&["pool", "spare", "default", s(&img[3])], "hot spares are for mirrors");
+
+    d.ok(&["volume", "create", "m/v"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "m/v", s(&mnt)]);
+    let data = write_file(&mnt.join("f"), 9, 3 << 20);
+    // Member 1 is gone when the daemon starts again: the spare takes its place.
+    assert!(d.stop().success(), "{}", d.log());
+    std::fs::remove_file(&img[1]).unwrap();
+    d.spawn();
+    let start = Instant::now();
+    let v = loop {
+        let v = pool(&d, "m");
+        if v["members"][1] == s(spare) && v.get("rebuild").is_none() && v["state"] == "ONLINE" {
+            break v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the spare did not replace member 1: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(states(&v), ["ONLINE", "ONLINE"], "{v}");
+    assert!(v.get("spares").is_none(), "the spare left the spares: {v}");
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), data);
+    let ev = d.json(&["events"]);
+    let e = ev.as_array().unwrap().iter().find(|e| e["kind"] == "device.spare").cloned().expect("a device.spare event");
+    assert!(e["message"].as_str().unwrap().contains("replaced"), "{e}");
+    let jobs = d.json(&["job", "list"]);
+    assert!(jobs.as_array().unwrap().iter().any(|j| j["kind"] == "rebuild" && j["state"] == "succeeded"), "{jobs}");
+    let scrub = d.json(&["pool", "scrub", "m"]);
+    assert_eq!(scrub["check"]["clean"], true, "{scrub}");
+    // The state file has it: after a restart the spare is a member, the pool ONLINE.
+    assert!(d.stop().success(), "{}", d.log());
+    d.spawn();
+    let v = pool(&d, "m");
+    assert_eq!((v["state"].as_str(), v["members"][1].as_str()), (Some("ONLINE"), Some(s(spare))), "{v}");
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), data);
 }

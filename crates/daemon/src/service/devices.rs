@@ -116,9 +116,40 @@ impl Daemon {
         Ok((p, i))
     }
 
-    /// `POST /v1/pools/{pool}/devices/{replace|online|offline}`.
+    /// A device about to become a hot spare: an absolute path, not in use, existing (or an
+    /// image to create, with `size`), holding no data unless `force`. Created now if asked.
+    pub(crate) fn check_new_spare(&self, path: &Path, size: Option<u64>, force: bool) -> Result<(), ApiError> {
+        if !path.is_absolute() {
+            return Err(ApiError::bad_request(
+                format!("{} is not an absolute path", path.display()),
+                "give the full path",
+            ));
+        }
+        if self.device_in_use(path) {
+            return Err(ApiError::conflict(
+                format!("{} is a device or a spare of a pool already", path.display()),
+                "choose a device no pool uses",
+            ));
+        }
+        if path.exists() {
+            devcheck::refuse_foreign_data(path, force)
+        } else if size.is_some() {
+            open_device(path, size).map(drop)
+        } else {
+            Err(ApiError::bad_request(
+                format!("{} does not exist", path.display()),
+                "give a size to create an image file (--size)",
+            ))
+        }
+    }
+
+    /// `POST /v1/pools/{pool}/devices`: `replace`, `online`, `offline` a member; `spare`,
+    /// `unspare` a hot spare.
     pub(crate) fn change_device(&self, pool: &str, req: &DeviceChange) -> Result<(), ApiError> {
         let _admin = self.admin.lock().expect("admin");
+        if matches!(req.action.as_str(), "spare" | "unspare") {
+            return self.change_spare(pool, req);
+        }
         let (p, index) = self.member_index(pool, &req.device)?;
         let dev = p.device();
         let mirror = dev.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
@@ -141,7 +172,14 @@ impl Daemon {
                         "give size_bytes to create an image file",
                     ));
                 }
-                if self.device_in_use(new) {
+                // One of this pool's own spares may be named (it leaves the spares).
+                let own_spare = self
+                    .pools
+                    .lock()
+                    .expect("pools")
+                    .get(pool)
+                    .is_some_and(|e| e.spares.iter().any(|s| devset::same_device(s, new)));
+                if self.device_in_use(new) && !own_spare {
                     return Err(ApiError::conflict(
                         format!("{} is a device of a pool already", new.display()),
                         "choose a device no pool uses",
@@ -150,30 +188,117 @@ impl Daemon {
                 if new.exists() {
                     devcheck::refuse_foreign_data(new, req.force)?;
                 }
-                let d = open_device(new, req.size_bytes)?;
-                mirror.replace(index, d, random_u64()).map_err(ApiError::from)?;
-                if let Some(e) = self.pools.lock().expect("pools").get_mut(pool) {
-                    if let Some(slot) = e.members.get_mut(index) {
-                        *slot = new.clone();
-                    }
-                    if index == 0 {
-                        e.device = new.clone();
-                    }
-                }
-                self.save_state()?;
+                self.replace_member(pool, &p, index, new, req.size_bytes)?;
             }
             other => {
-                return Err(ApiError::bad_request(format!("device action {other:?}"), "use replace, online or offline"))
+                return Err(ApiError::bad_request(
+                    format!("device action {other:?}"),
+                    "use replace, online, offline, spare or unspare",
+                ))
             }
         }
         tracing::warn!(pool, device = %req.device, action = %req.action, new = ?req.new_device, "device changed");
         Ok(())
     }
 
-    fn device_in_use(&self, path: &Path) -> bool {
+    /// Put `new` in member `index`'s place and start its rebuild (the admin lock held).
+    fn replace_member(
+        &self,
+        pool: &str,
+        p: &Pool,
+        index: usize,
+        new: &Path,
+        size: Option<u64>,
+    ) -> Result<(), ApiError> {
+        let dev = p.device();
+        let mirror = dev.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
+        let d = open_device(new, size)?;
+        mirror.replace(index, d, random_u64()).map_err(ApiError::from)?;
+        if let Some(e) = self.pools.lock().expect("pools").get_mut(pool) {
+            if let Some(slot) = e.members.get_mut(index) {
+                *slot = new.to_path_buf();
+            }
+            if index == 0 {
+                e.device = new.to_path_buf();
+            }
+            e.spares.retain(|s| !devset::same_device(s, new));
+        }
+        self.save_state()
+    }
+
+    /// Add or remove a hot spare (the admin lock held).
+    fn change_spare(&self, pool: &str, req: &DeviceChange) -> Result<(), ApiError> {
+        let p = self.pool(pool)?;
+        if p.device().as_mirror().is_none() {
+            return Err(ApiError::conflict(format!("pool {pool} is on one device"), "hot spares are for mirrors"));
+        }
+        let path = Path::new(&req.device);
+        if req.action == "spare" {
+            self.check_new_spare(path, req.size_bytes, req.force)?;
+            if let Some(e) = self.pools.lock().expect("pools").get_mut(pool) {
+                e.spares.push(path.to_path_buf());
+            }
+        } else {
+            let mut pools = self.pools.lock().expect("pools");
+            let e = pools.get_mut(pool).ok_or_else(|| ApiError::not_found(format!("pool {pool}"), "-"))?;
+            let before = e.spares.len();
+            e.spares.retain(|s| !devset::same_device(s, path));
+            if e.spares.len() == before {
+                return Err(ApiError::not_found(
+                    format!("pool {pool} has no spare {}", path.display()),
+                    "see the spares in `strata pool status`",
+                ));
+            }
+        }
+        tracing::info!(pool, device = %req.device, action = %req.action, "hot spares changed");
+        self.save_state()
+    }
+
+    /// A spare in the place of the first member that faulted, disappeared or was missing at
+    /// open, when the pool has a spare and no rebuild is running (one at a time).
+    fn use_spare(&self, name: &str, pool: &Pool, set: &strata_engine::device::SetStatus) {
+        if set.rebuild.is_some() {
+            return;
+        }
+        let Some(m) = set
+            .members
+            .iter()
+            .find(|m| matches!(m.state, MemberState::Faulted | MemberState::Removed | MemberState::Unavailable))
+        else {
+            return;
+        };
+        let _admin = self.admin.lock().expect("admin");
+        let Some(spare) = self.pools.lock().expect("pools").get(name).and_then(|e| e.spares.first().cloned()) else {
+            return;
+        };
+        match self.replace_member(name, pool, m.index, &spare, None) {
+            Ok(()) => {
+                let text = format!("hot spare {} replaced {} ({}); rebuilding", spare.display(), m.device, m.state);
+                tracing::warn!(pool = name, "{text}");
+                self.events.record("warning", "device.spare", Some(name), Some(&m.device), text);
+            }
+            Err(e) => {
+                // Not tried again: it leaves the list (the operator sees why in the events).
+                if let Some(en) = self.pools.lock().expect("pools").get_mut(name) {
+                    en.spares.retain(|s| s != &spare);
+                }
+                let _ = self.save_state();
+                let text =
+                    format!("hot spare {} could not replace {}: {} ({})", spare.display(), m.device, e.message, e.hint);
+                tracing::error!(pool = name, "{text}");
+                self.events.record("error", "device.spare", Some(name), Some(&m.device), text);
+            }
+        }
+    }
+
+    pub(crate) fn device_in_use(&self, path: &Path) -> bool {
         let pools = self.pools.lock().expect("pools");
         pools.values().any(|e| {
-            std::iter::once(&e.device).chain(&e.members).chain(&e.log_device).any(|d| devset::same_device(d, path))
+            std::iter::once(&e.device)
+                .chain(&e.members)
+                .chain(&e.log_device)
+                .chain(&e.spares)
+                .any(|d| devset::same_device(d, path))
         })
     }
 
@@ -207,6 +332,8 @@ impl Daemon {
                         self.events.record(severity, "device.state", Some(&name), Some(&m.device), text);
                     }
                 }
+                self.use_spare(&name, &pool, &set);
+                let Some(set) = pool.device().set_status() else { continue };
                 if set.rebuild.is_some() {
                     busy = true;
                     // Foreground I/O since the last step (the rebuild's own copying does not

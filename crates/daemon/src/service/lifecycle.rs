@@ -102,7 +102,7 @@ impl Daemon {
             .expect("pools")
             .remove(name)
             .ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-        let PoolEntry { pool, device, members, log_device } = entry;
+        let PoolEntry { pool, device, members, log_device, spares } = entry;
         let start = Instant::now();
         let mut pool = pool;
         loop {
@@ -119,7 +119,7 @@ impl Daemon {
                     self.pools
                         .lock()
                         .expect("pools")
-                        .insert(name.into(), PoolEntry { pool: shared, device, members, log_device });
+                        .insert(name.into(), PoolEntry { pool: shared, device, members, log_device, spares });
                     return Err(ApiError::conflict(
                         format!("pool {name} is still in use by requests in flight"),
                         "retry when they are done",
@@ -354,6 +354,7 @@ impl Daemon {
             device: c.device.clone(),
             members: Vec::new(),
             log_device: req.log_device.clone(),
+            spares: Vec::new(),
         };
         tracing::info!(pool = %name, guid = %c.guid, device = %c.device.display(), txg = pool.status().txg, "pool imported");
         self.pools.lock().expect("pools").insert(
@@ -363,6 +364,7 @@ impl Daemon {
                 device: record.device,
                 members: Vec::new(),
                 log_device: record.log_device,
+                spares: Vec::new(),
             },
         );
         self.save_state()?;

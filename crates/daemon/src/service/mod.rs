@@ -67,6 +67,8 @@ pub(crate) struct PoolEntry {
     pub members: Vec<PathBuf>,
     /// The separate intent-log device, if the pool has one.
     pub log_device: Option<PathBuf>,
+    /// Hot spares (a mirror's): the first replaces a member that faults or disappears.
+    pub spares: Vec<PathBuf>,
 }
 
 /// A pool of the state file that could not be opened.
@@ -209,6 +211,7 @@ impl Daemon {
                     device: Some(image),
                     layout: None,
                     devices: Vec::new(),
+                    spares: Vec::new(),
                     size_bytes: Some(d.opts.default_pool_bytes),
                     checksum: None,
                     log_device: None,
@@ -232,6 +235,7 @@ impl Daemon {
                             device: p.device.clone(),
                             members: p.members.clone(),
                             log_device,
+                            spares: p.spares.clone(),
                         },
                     );
                 }
@@ -285,6 +289,7 @@ impl Daemon {
                 device: e.device.clone(),
                 members: e.members.clone(),
                 log_device: e.log_device.clone(),
+                spares: e.spares.clone(),
             })
             .collect();
         pools.extend(self.unavailable.lock().expect("unavailable").values().map(|u| u.record.clone()));

@@ -161,21 +161,22 @@ impl Daemon {
                 device: u.record.device.clone(),
                 log_device: u.record.log_device.clone(),
                 members: u.record.members.clone(),
+                spares: u.record.spares.clone(),
                 status: None,
             });
         }
-        let (pool, device, members, log_device) = {
+        let (pool, device, members, log_device, spares) = {
             let pools = self.pools.lock().expect("pools");
             let e =
                 pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-            (e.pool.clone(), e.device.clone(), e.members.clone(), e.log_device.clone())
+            (e.pool.clone(), e.device.clone(), e.members.clone(), e.log_device.clone(), e.spares.clone())
         };
         let status = pool.status();
         let (_, _, state) = devset::device_figures(&status);
         let mut f = figures(&status);
         f.rebuild = super::devices::rebuild_figures(self, name, &status);
         f.scrub = self.scrubs.status(name);
-        Ok(PoolInfo { name: name.into(), state, reason: None, device, log_device, members, status: Some(f) })
+        Ok(PoolInfo { name: name.into(), state, reason: None, device, log_device, members, spares, status: Some(f) })
     }
 
     /// Every pool the daemon knows, open or not, by name.
@@ -208,7 +209,32 @@ impl Daemon {
                 "choose another name",
             ));
         }
+        for p in layout.paths().iter().chain(&req.log_device) {
+            if self.device_in_use(p) {
+                return Err(ApiError::conflict(
+                    format!("{} is a device, log device or hot spare of a pool already", p.display()),
+                    "choose a device no pool uses (`strata pool status` lists each pool's)",
+                ));
+            }
+        }
         layout.refuse_foreign_data(req.force)?;
+        if !req.spares.is_empty() {
+            if !matches!(layout, devset::LayoutRequest::Mirror(_)) {
+                return Err(ApiError::bad_request(
+                    "hot spares are for a mirror",
+                    "create the pool with --layout mirror, or without --spare",
+                ));
+            }
+            for s in &req.spares {
+                if layout.paths().contains(s) || req.log_device.as_ref() == Some(s) {
+                    return Err(ApiError::bad_request(
+                        format!("spare {} is also a device of the pool", s.display()),
+                        "give a spare no other role",
+                    ));
+                }
+                self.check_new_spare(s, req.size_bytes, req.force)?;
+            }
+        }
         // The log device first: its checks need nothing written (the pool's image files
         // are created by opening them).
         let log = match &req.log_device {
@@ -238,9 +264,10 @@ impl Daemon {
                     devset::LayoutRequest::Mirror(m) => m.clone(),
                 },
                 log_device: req.log_device.clone(),
+                spares: req.spares.clone(),
             },
         );
-        tracing::info!(pool = %req.name, devices = ?layout.paths(), "pool created");
+        tracing::info!(pool = %req.name, devices = ?layout.paths(), spares = ?req.spares, "pool created");
         self.save_state()
     }
 

@@ -18,6 +18,10 @@ pub struct PoolRecord {
     /// files of older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_device: Option<PathBuf>,
+    /// Hot spares of a mirror: devices that replace a member that faults or disappears
+    /// (devices.rs); absent when none (and in state files of older daemons).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spares: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
