@@ -90,7 +90,7 @@ fn mirror_pools_through_the_cli() {
     let human = d.ok(&["pool", "status", "m"]);
     assert!(human.contains("layout    mirror") && human.contains("CKSUM"), "{human}");
     // A member of a mirror is not formatted over by another pool.
-    d.fails(&["pool", "create", "x", "--device", s(&img[1])], "of a pool already");
+    d.fails(&["pool", "create", "x", "--device", s(&img[1])], "Strata");
 
     d.ok(&["volume", "create", "m/v"]);
     let mnt = dir.join("mnt");
@@ -233,7 +233,7 @@ fn a_hot_spare_replaces_a_missing_member() {
     assert_eq!(v["spares"], serde_json::json!([s(spare)]), "{v}");
     assert!(d.ok(&["pool", "status", "m"]).contains(&format!("spare     {} (AVAIL)", s(spare))));
     // A spare is in use: no other pool takes it, not even as a spare.
-    d.fails(&["pool", "create", "x", "--device", s(spare)], "hot spare of a pool already");
+    d.fails(&["pool", "create", "x", "--device", s(spare)], "is a hot spare of pool m");
     d.fails(&["pool", "spare", "m", s(spare)], "a spare of a pool already");
     // Added and removed by name.
     d.ok(&["pool", "spare", "m", s(&img[3]), "--size", "64M"]);

@@ -138,3 +138,131 @@ fn a_mirror_between_two_daemons_transfers_resumes_and_breaks() {
     a.ok(&["unmount", src.to_str().unwrap()]);
     assert_eq!(b.json(&["check", "backup"])["clean"], true);
 }
+
+/// A TCP proxy in front of the target's replication port that cuts the connections that
+/// carry a transfer, after `schedule[k]` bytes from the source for the k-th cut (later
+/// connections pass whole), and delays a little now and then.
+struct CuttingProxy {
+    port: u16,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+fn cutting_proxy(target: u16, schedule: Vec<u64>) -> CuttingProxy {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let cuts = Arc::new(AtomicUsize::new(0));
+    let c2 = cuts.clone();
+    std::thread::spawn(move || {
+        for client in l.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
+            let budget = schedule.get(c2.load(Ordering::SeqCst)).copied().unwrap_or(u64::MAX);
+            let (c_in, s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let cuts = c2.clone();
+            // Source → target: counted, cut at the budget.
+            std::thread::spawn(move || {
+                let (mut from, mut to) = (c_in, s_out);
+                let (mut buf, mut n, mut chunks) = (vec![0u8; 64 << 10], 0u64, 0u64);
+                loop {
+                    let r = match from.read(&mut buf) {
+                        Ok(0) | Err(_) => {
+                            let _ = to.shutdown(Shutdown::Write);
+                            return;
+                        }
+                        Ok(r) => r,
+                    };
+                    if n + r as u64 > budget {
+                        let part = (budget - n) as usize;
+                        let _ = to.write_all(&buf[..part]);
+                        cuts.fetch_add(1, Ordering::SeqCst);
+                        let _ = from.shutdown(Shutdown::Both);
+                        let _ = to.shutdown(Shutdown::Both);
+                        return;
+                    }
+                    if to.write_all(&buf[..r]).is_err() {
+                        let _ = from.shutdown(Shutdown::Both);
+                        return;
+                    }
+                    n += r as u64;
+                    chunks += 1;
+                    if chunks % 16 == 0 {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            });
+            // Target → source: as is.
+            std::thread::spawn(move || {
+                let (mut from, mut to) = (server, client);
+                let _ = std::io::copy(&mut from, &mut to);
+                let _ = to.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    CuttingProxy { port, cuts }
+}
+
+/// Connection cuts at several points of a transfer (a proxy between the daemons): every
+/// cut fails the transfer with an error and applies nothing half way; `mirror update`
+/// resumes it (from the target's checkpoint once one was reached); at the end the target
+/// holds exactly the source's snapshot and both pools check clean.
+#[test]
+fn transfers_cut_by_the_network_resume_and_end_equal() {
+    use std::sync::atomic::Ordering;
+    let dir = temp_dir("remote-mirror-cuts");
+    let (a, _) = daemon(&dir, "a");
+    let (b, b_port) = daemon(&dir, "b");
+    let img = dir.join("b").join("backup.img");
+    b.ok(&["pool", "create", "backup", "--device", img.to_str().unwrap(), "--size", "1G"]);
+    // Cuts before and after the target's first checkpoint (64 MiB of data).
+    let proxy = cutting_proxy(b_port, vec![3 << 20, 29 << 20, 80 << 20, 11 << 20]);
+    let (code, token, err) = b.cli(&["peer", "invite", "--name", "site-a", "--grant", "backup"]);
+    assert_eq!(code, 0, "{err}");
+    a.json(&["peer", "add", "site-b", &format!("127.0.0.1:{}", proxy.port), "--invitation", token.trim()]);
+
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    a.ok(&["volume", "create", "default/db"]);
+    a.ok(&["mount", "default/db", src.to_str().unwrap()]);
+    let data = write_file(&src.join("table"), 3, 96 << 20);
+    // The first transfer is cut (its create reports the failure); updates resume it.
+    let (code, out, err) = a.cli(&["--json", "mirror", "create", "default/db", "site-b:backup"]);
+    let mut attempts = 1;
+    let mut last = if code == 0 { serde_json::from_str::<Value>(&out).unwrap() } else { Value::Null };
+    while last["state"] != "mirrored" {
+        assert!(
+            attempts < 12,
+            "not mirrored after {attempts} attempts ({} cuts): {last} {err}",
+            proxy.cuts.load(Ordering::SeqCst)
+        );
+        let (_, out, e) = a.cli(&["--json", "mirror", "update", "site-b:backup/db"]);
+        last = serde_json::from_str(&out).unwrap_or(Value::Null);
+        if last.get("error").is_some() {
+            assert!(!e.contains("panicked"), "{e}");
+            last = a.json(&["mirror", "show", "site-b:backup/db"]);
+        }
+        attempts += 1;
+    }
+    let cuts = proxy.cuts.load(Ordering::SeqCst);
+    assert_eq!(cuts, 4, "the proxy cut every transfer of its schedule");
+    // The transfer after the cut past the checkpoint started from it, not from the start.
+    assert!(a.log().contains("the target resumes after frame"), "{}", a.log());
+    let snap = last["common_snapshot"].as_str().unwrap().to_string();
+    assert_eq!(b.json(&["mirror", "show", "backup/db"])["common_snapshot"], snap.as_str());
+    assert_eq!(read_snapshot_file(&b, &dir, "backup", "db", &snap, "table").as_deref(), Some(&data[..]));
+    // Every cut was a failed transfer in the source's events, not a crash of either side.
+    let failed = a.json(&["events", "--limit", "1000"]);
+    let n = failed.as_array().unwrap().iter().filter(|e| e["kind"] == "mirror.failed").count();
+    assert!(n >= 3, "{failed}");
+    assert_eq!(a.json(&["check", "default"])["clean"], true);
+    assert_eq!(b.json(&["check", "backup"])["clean"], true);
+    // An incremental after the cuts goes through the proxy whole (the schedule is spent).
+    let more = write_file(&src.join("more"), 4, 1 << 20);
+    let m = a.json(&["mirror", "update", "site-b:backup/db"]);
+    let s2 = m["common_snapshot"].as_str().unwrap().to_string();
+    assert_eq!(read_snapshot_file(&b, &dir, "backup", "db", &s2, "more").as_deref(), Some(&more[..]));
+    a.ok(&["unmount", src.to_str().unwrap()]);
+}

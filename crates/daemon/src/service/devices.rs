@@ -291,7 +291,13 @@ impl Daemon {
         }
     }
 
-    pub(crate) fn device_in_use(&self, path: &Path) -> bool {
+    /// The pool `path` is a hot spare of, if any.
+    pub(crate) fn spare_of(&self, path: &Path) -> Option<String> {
+        let pools = self.pools.lock().expect("pools");
+        pools.iter().find(|(_, e)| e.spares.iter().any(|s| devset::same_device(s, path))).map(|(n, _)| n.clone())
+    }
+
+    fn device_in_use(&self, path: &Path) -> bool {
         let pools = self.pools.lock().expect("pools");
         pools.values().any(|e| {
             std::iter::once(&e.device)

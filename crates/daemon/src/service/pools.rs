@@ -209,11 +209,12 @@ impl Daemon {
                 "choose another name",
             ));
         }
+        // A spare holds no label yet: the probe below would not see it is taken.
         for p in layout.paths().iter().chain(&req.log_device) {
-            if self.device_in_use(p) {
+            if let Some(owner) = self.spare_of(p) {
                 return Err(ApiError::conflict(
-                    format!("{} is a device, log device or hot spare of a pool already", p.display()),
-                    "choose a device no pool uses (`strata pool status` lists each pool's)",
+                    format!("{} is a hot spare of pool {owner}", p.display()),
+                    "choose another device, or take it out of the spares (`strata pool unspare`)",
                 ));
             }
         }
