@@ -96,7 +96,7 @@ fn a_group_is_mirrored_updated_broken_resynced_and_resumed_after_a_crash() {
     let cut_at = loop {
         let s = show(&d, "p2/data");
         let done = s["transfer"]["done_bytes"].as_u64().unwrap_or(0);
-        // Past the receiver's first checkpoint (64 MiB): the restart resumes from there.
+        // Well into the transfer: the restart resumes from the receiver's last checkpoint.
         if done > 80 << 20 {
             break done;
         }
@@ -124,9 +124,14 @@ fn a_group_is_mirrored_updated_broken_resynced_and_resumed_after_a_crash() {
     let log = d.log();
     assert!(log.contains("resuming a mirror transfer"), "the restart resumed the transfer: {log}");
     assert!(log.contains("mirror transfer done"), "the daemon's log tells the transfer ended");
-    // Resumed from the checkpoint: what was committed before the crash is not sent again.
+    // Resumed from the checkpoint: what was committed before the crash is not sent again;
+    // at most one checkpoint interval (4 MiB for this stream: `checkpoint_for`) is resent.
     let resent = m["last_transfer"]["done_bytes"].as_u64().unwrap();
-    assert!(resent < 120 << 20, "the resumed transfer sent {resent} bytes of 160 MiB (cut at {cut_at}): {log}");
+    let bound = (160u64 << 20) - cut_at + (4 << 20) + (1 << 20);
+    assert!(
+        resent <= bound,
+        "the resumed transfer sent {resent} bytes of 160 MiB (cut at {cut_at}, bound {bound}): {log}"
+    );
     assert_eq!(read_snapshot_file(&d, &dir, "p2", "data", &s3, "big").as_deref(), Some(&big[..]));
     // Retention: two transferred snapshots per side.
     let snaps = d.json(&["snapshot", "list", "p2/data"]);

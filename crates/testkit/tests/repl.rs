@@ -439,3 +439,17 @@ fn a_receive_cut_by_a_power_failure_resumes_from_its_last_checkpoint() {
         assert!(c >= 4 && r >= 2, "too few seeds crashed mid-transfer ({c}) or resumed from a checkpoint ({r})");
     }
 }
+
+/// The receiver checkpoints every `checkpoint_for(estimate)` bytes: 1/128 of the stream,
+/// 4 to 64 MiB, so a resume resends under 1 % of a large transfer.
+#[test]
+fn checkpoints_follow_the_stream_size() {
+    use strata_engine::repl::{checkpoint_for, CHECKPOINT_BYTES, CHECKPOINT_MIN_BYTES};
+    assert_eq!(checkpoint_for(0), CHECKPOINT_MIN_BYTES);
+    assert_eq!(checkpoint_for(100 << 20), CHECKPOINT_MIN_BYTES, "a small stream: the floor");
+    assert_eq!(checkpoint_for(1 << 30), 8 << 20);
+    assert_eq!(checkpoint_for(64 << 30), CHECKPOINT_BYTES, "a huge stream: the ceiling");
+    for est in [512u64 << 20, 1 << 30, 5 << 30, 8 << 30] {
+        assert!(checkpoint_for(est) * 100 <= est, "{est}: a resume wastes under 1 %");
+    }
+}

@@ -16,6 +16,6 @@ pub mod receive;
 pub mod send;
 pub mod stream;
 
-pub use receive::{Applied, Receiver, CHECKPOINT_BYTES};
+pub use receive::{checkpoint_for, Applied, Receiver, CHECKPOINT_BYTES, CHECKPOINT_MIN_BYTES};
 pub use send::{SendOptions, SendSummary};
 pub use stream::{SendRecord, SnapRef, StreamHeader, StreamReader, StreamWriter};

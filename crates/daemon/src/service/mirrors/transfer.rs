@@ -3,7 +3,8 @@
 //! the retention of transferred snapshots on both sides.
 //!
 //! The state file is rewritten when the transfer starts (its snapshot), at each receiver
-//! checkpoint (every `CHECKPOINT_BYTES` of data: one small fsync per 64 MiB), when a volume
+//! checkpoint (every 1/128 of the volume's stream, 4 to 64 MiB of data: `checkpoint_for`),
+//! when a volume
 //! is done and at the end. A restart
 //! in between finds `pending` and resumes (mirror_loop). A checkpoint is recorded only after
 //! the receiver's commit returned, so the recorded frame is always durable on the target.
