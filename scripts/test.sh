@@ -90,6 +90,9 @@ scripts/e2e/replication-postgres.sh
 echo "== the same, mirrored to a second pool of the same daemon"
 REPL_TARGET=pool scripts/e2e/replication-postgres.sh
 
+echo "== MariaDB mirrored to a second daemon every 2 s under sysbench; break, mariadbd recovers on the target = the source's snapshot"
+scripts/e2e/replication-mariadb.sh
+
 echo "== the web console in headless Chromium: sign-in, a volume's live chart under load, snapshot, clone, restore, a scrub's progress, events (screenshots: ${STRATA_ARTIFACTS:-target/ci-artifacts}/console/)"
 scripts/e2e/console.sh
 

@@ -45,7 +45,6 @@ add_failure_log "$WORK/clone.log"
 add_failure_log "$STRATA_E2E_DIR/daemon.log"
 add_failure_log "$STRATA_E2E_DIR/b/daemon.log"
 BENCH_PID=""
-B_PID=""
 cleanup() {
   local rc=$?
   trap - EXIT
@@ -55,10 +54,9 @@ cleanup() {
     [ -f "$d/postmaster.pid" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$d" -m immediate -w -t 30 >/dev/null 2>&1
   done
   [ "$rc" -eq 0 ] || print_failure_logs
-  if [ -n "$B_PID" ]; then
+  if [ "$REPL_TARGET" = daemon ]; then
     for m in "$M/tdata" "$M/twal"; do mountpoint -q "$m" && sb unmount "$m" >/dev/null 2>&1; done
-    kill -TERM "$B_PID" 2>/dev/null
-    wait "$B_PID" 2>/dev/null
+    strata_peer_stop
   fi
   strata_stop
   exit "$rc"
@@ -70,7 +68,7 @@ trap cleanup EXIT
 # The target side: `sb` is the CLI of the daemon that holds the target pool (the same one
 # for REPL_TARGET=pool); SRC_NAME / DST_NAME: the mirror's name on each side.
 if [ "$REPL_TARGET" = daemon ]; then
-  sb() { STRATA_SOCKET="$STRATA_E2E_DIR/b/strata.sock" "$STRATA_BIN" "$@"; }
+  sb() { strata_peer "$@"; }
   TPOOL=default
   SRC_NAME=site-b:default/pgdata
 else
@@ -89,15 +87,7 @@ start_copy() {
 
 strata_start
 if [ "$REPL_TARGET" = daemon ]; then
-  mkdir -p "$STRATA_E2E_DIR/b"
-  RPORT="$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  STRATA_SOCKET="$STRATA_E2E_DIR/b/strata.sock" "$STRATA_BIN" serve --config /dev/null --data-dir "$STRATA_E2E_DIR/b/data" \
-    --default-pool-size "${STRATA_POOL_SIZE:-8G}" --repl-port "$RPORT" >>"$STRATA_E2E_DIR/b/daemon.log" 2>&1 &
-  B_PID=$!
-  wait_for "the second daemon" 20 sb pool list
-  log "pair the daemons: site-b (port $RPORT) invites site-a to write to its pool default"
-  TOKEN="$(sb peer invite --name site-a --grant default 2>/dev/null)"
-  "$STRATA_BIN" peer add site-b "127.0.0.1:$RPORT" --invitation "$TOKEN" >/dev/null
+  strata_peer_start
 else
   "$STRATA_BIN" pool create default2 --device "$STRATA_E2E_DIR/data/default2.img" --size "${STRATA_POOL_SIZE:-8G}"
 fi
@@ -185,7 +175,5 @@ sb mirror list
 "$STRATA_BIN" check default
 sb check "$TPOOL"
 strata_log_clean
-if [ "$REPL_TARGET" = daemon ] && grep -E '^[0-9TZ:.-]+ +ERROR ' "$STRATA_E2E_DIR/b/daemon.log"; then
-  die "unexpected ERROR lines in the second daemon's log"
-fi
+[ "$REPL_TARGET" = pool ] || strata_peer_log_clean
 log "PASS"

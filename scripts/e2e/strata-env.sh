@@ -159,6 +159,35 @@ strata_log_clean() {
   fi
 }
 
+# A second daemon for the replication tests: its own data under $STRATA_E2E_DIR/b, a
+# replication port, paired with the first (it invites site-a to write to its pool default;
+# the first adds it as site-b). strata_peer runs its CLI; strata_peer_stop stops it.
+strata_peer() { STRATA_SOCKET="$STRATA_E2E_DIR/b/strata.sock" "$STRATA_BIN" "$@"; }
+strata_peer_start() {
+  local port token
+  mkdir -p "$STRATA_E2E_DIR/b"
+  port="$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  STRATA_SOCKET="$STRATA_E2E_DIR/b/strata.sock" "$STRATA_BIN" serve --config /dev/null --data-dir "$STRATA_E2E_DIR/b/data" \
+    --default-pool-size "${STRATA_POOL_SIZE:-8G}" --repl-port "$port" >>"$STRATA_E2E_DIR/b/daemon.log" 2>&1 &
+  echo $! >"$STRATA_E2E_DIR/b/daemon.pid"
+  for _ in $(seq 1 200); do strata_peer pool list >/dev/null 2>&1 && break; sleep 0.1; done
+  strata_peer pool list >/dev/null || { echo "the second daemon did not start"; return 1; }
+  echo "strata: pair the daemons: site-b (port $port) invites site-a to write to its pool default"
+  token="$(strata_peer peer invite --name site-a --grant default 2>/dev/null)"
+  "$STRATA_BIN" peer add site-b "127.0.0.1:$port" --invitation "$token" >/dev/null
+}
+strata_peer_stop() {
+  local pid; pid="$(cat "$STRATA_E2E_DIR/b/daemon.pid" 2>/dev/null)" || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  echo "the second daemon did not stop in 30 s after SIGTERM"; return 1
+}
+strata_peer_log_clean() {
+  if grep -E '^[0-9TZ:.-]+ +ERROR ' "$STRATA_E2E_DIR/b/daemon.log"; then
+    echo "unexpected ERROR lines in $STRATA_E2E_DIR/b/daemon.log"; return 1
+  fi
+}
+
 # A fresh working directory, with nothing mounted under it.
 strata_fresh() {
   strata_stop || true

@@ -2,8 +2,9 @@
 //! events (events.rs) an operator should see before the database does.
 //!
 //! - **Capacity**: a pool whose allocated space (of its size; deferred frees count as free)
-//!   crosses 80 %, 90 % or 95 % records `pool.capacity` (a warning; an error at 95 %: writes
-//!   are about to fail with ENOSPC). Back under a level by 5 points (hysteresis, so a pool
+//!   crosses 80 %, the pool's own alert level (`pool set --capacity-alert P`: 100 − P %, 90 %
+//!   by default) or 95 % records `pool.capacity` (a warning; an error at 95 %: writes are
+//!   about to fail with ENOSPC). Back under a level by 5 points (hysteresis, so a pool
 //!   hovering at 80 % does not flood the history) records it as `info`. A pool already past
 //!   a level when the daemon starts records it once.
 //! - **Slow commits**: commits that took longer than `serve --slow-commit-ms` (default
@@ -20,8 +21,18 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use strata_engine::pool::counters::{DurationCounts, COMMIT_BOUNDS_US};
 
-/// The levels of fullness that are announced, in percent.
-pub(crate) const CAPACITY_LEVELS: [u8; 3] = [80, 90, 95];
+/// The levels of fullness announced whatever the pool's alert setting, in percent.
+const FIXED_LEVELS: [u8; 2] = [80, 95];
+
+/// The levels announced for a pool whose alert is at `alert_percent` available: 80, 95 and
+/// 100 − `alert_percent`, in order.
+fn levels(alert_percent: u8) -> Vec<u8> {
+    let mut l: Vec<u8> = FIXED_LEVELS.to_vec();
+    l.push(100u8.saturating_sub(alert_percent).clamp(1, 99));
+    l.sort_unstable();
+    l.dedup();
+    l
+}
 /// Points under a level before it is announced as passed back.
 const HYSTERESIS: f64 = 5.0;
 
@@ -38,9 +49,9 @@ pub(crate) struct Watch {
 }
 
 /// The level `used_pct` is at, given the one announced before (hysteresis on the way down).
-fn level_of(used_pct: f64, before: u8) -> u8 {
+fn level_of(levels: &[u8], used_pct: f64, before: u8) -> u8 {
     let mut level = 0;
-    for l in CAPACITY_LEVELS {
+    for &l in levels {
         let passed = if l <= before { used_pct >= l as f64 - HYSTERESIS } else { used_pct >= l as f64 };
         if passed {
             level = l;
@@ -84,7 +95,8 @@ impl Daemon {
                 let used = s.allocated_bytes;
                 let pct = used as f64 * 100.0 / s.size_bytes as f64;
                 let before = w.level.get(&name).copied().unwrap_or(0);
-                let now = level_of(pct, before);
+                let levels = levels(s.space.capacity_alert_percent);
+                let now = level_of(&levels, pct, before);
                 if now != before {
                     let (gib, size) = (used as f64 / (1u64 << 30) as f64, s.size_bytes as f64 / (1u64 << 30) as f64);
                     let (severity, text) = if now > before {
@@ -98,7 +110,7 @@ impl Daemon {
                             format!("pool is {pct:.0}% full ({gib:.2} of {size:.2} GiB): past {now}%; {what}"),
                         )
                     } else {
-                        let under = CAPACITY_LEVELS.iter().find(|&&l| l > now).copied().unwrap_or(80);
+                        let under = levels.iter().find(|&&l| l > now).copied().unwrap_or(levels[0]);
                         ("info", format!("pool is {pct:.0}% full ({gib:.2} of {size:.2} GiB): back under {under}%"))
                     };
                     tracing::info!(pool = %name, percent = pct, "capacity: {text}");
@@ -164,14 +176,20 @@ mod tests {
 
     #[test]
     fn levels_rise_at_their_mark_and_fall_five_points_under_it() {
-        assert_eq!(level_of(79.9, 0), 0);
-        assert_eq!(level_of(80.0, 0), 80);
-        assert_eq!(level_of(93.0, 0), 90, "a start past two levels announces the higher");
-        assert_eq!(level_of(77.0, 80), 80, "hovering under 80 does not announce");
-        assert_eq!(level_of(74.9, 80), 0);
-        assert_eq!(level_of(86.0, 90), 90);
-        assert_eq!(level_of(84.0, 90), 80, "down a level");
-        assert_eq!(level_of(99.0, 80), 95);
+        let l = levels(10);
+        assert_eq!(l, [80, 90, 95], "the default alert (10 % available) is the 90 % level");
+        assert_eq!(level_of(&l, 79.9, 0), 0);
+        assert_eq!(level_of(&l, 80.0, 0), 80);
+        assert_eq!(level_of(&l, 93.0, 0), 90, "a start past two levels announces the higher");
+        assert_eq!(level_of(&l, 77.0, 80), 80, "hovering under 80 does not announce");
+        assert_eq!(level_of(&l, 74.9, 80), 0);
+        assert_eq!(level_of(&l, 86.0, 90), 90);
+        assert_eq!(level_of(&l, 84.0, 90), 80, "down a level");
+        assert_eq!(level_of(&l, 99.0, 80), 95);
+        // The pool's own alert: 30 % available is a 70 % level; 20 % is the 80 % one.
+        assert_eq!(levels(30), [70, 80, 95]);
+        assert_eq!(levels(20), [80, 95]);
+        assert_eq!(level_of(&levels(30), 72.0, 0), 70);
     }
 
     #[test]
