@@ -41,6 +41,11 @@ pub struct PoolInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<String>)]
     pub spares: Vec<PathBuf>,
+    /// The scrub schedule: every this many seconds, the next one due then (ns since 1970).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub_every_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub_next_ns: Option<u64>,
     /// Space, commits and caches: present when the pool is open.
     #[serde(flatten)]
     pub status: Option<PoolFigures>,
@@ -236,6 +241,10 @@ pub struct SetPool {
     /// Stop using the pool's separate log device (the log goes back into the pool).
     #[serde(default)]
     pub remove_log_device: Option<bool>,
+    /// Scrub the pool every this many seconds (the first one that long from now); 0 stops
+    /// the schedule.
+    #[serde(default)]
+    pub scrub_every_seconds: Option<u64>,
 }
 
 /// Query of `DELETE /v1/pools/{pool}` (destroy).

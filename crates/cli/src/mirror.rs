@@ -69,17 +69,7 @@ pub enum MirrorCmd {
 }
 
 fn parse_every(s: &str) -> Result<u64, Failure> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let bad = || Failure::usage(format!("--every {s:?}: a number and a unit s, m, h or d (e.g. 5m)"));
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let mult = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86400,
-        _ => return Err(bad()),
-    };
-    Ok(n.saturating_mul(mult))
+    crate::units::parse_interval(s).map_err(|e| Failure::usage(format!("--every {e}")))
 }
 
 fn path(mirror: &str) -> Result<String, Failure> {

@@ -113,6 +113,9 @@ pub enum PoolCmd {
         /// Stop using the separate log device: the intent log goes back into the pool.
         #[arg(long)]
         remove_log_device: bool,
+        /// Scrub the pool on a schedule, e.g. 7d (the first one that long from now); 0 stops it.
+        #[arg(long)]
+        scrub_every: Option<String>,
     },
     /// Destroy a pool: every volume, snapshot and clone in it; its devices' labels are erased.
     Destroy {
@@ -259,15 +262,23 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
         PoolCmd::Scrub { name, pause, resume, cancel, status, no_wait } => {
             scrub(c, out, &name, pause, resume, cancel, status, no_wait)?
         }
-        PoolCmd::Set { name, capacity_alert, log_device, remove_log_device } => {
+        PoolCmd::Set { name, capacity_alert, log_device, remove_log_device, scrub_every } => {
             let req = SetPool {
                 capacity_alert_percent: capacity_alert,
                 log_device: log_device.as_ref().map(|l| absolute(l, "--log-device")).transpose()?,
                 remove_log_device: remove_log_device.then_some(true),
+                scrub_every_seconds: scrub_every
+                    .as_deref()
+                    .map(|s| crate::units::parse_interval(s).map_err(|e| Failure::usage(format!("--scrub-every {e}"))))
+                    .transpose()?,
             };
-            if req.capacity_alert_percent.is_none() && req.log_device.is_none() && req.remove_log_device.is_none() {
+            if req.capacity_alert_percent.is_none()
+                && req.log_device.is_none()
+                && req.remove_log_device.is_none()
+                && req.scrub_every_seconds.is_none()
+            {
                 return Err(Failure::usage(
-                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH or --remove-log-device",
+                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH, --remove-log-device or --scrub-every INTERVAL",
                 ));
             }
             let p: PoolInfo = c.send("PATCH", &format!("/v1/pools/{}", seg(&name)), &req)?;
@@ -391,6 +402,9 @@ pub fn print_pool(p: &PoolInfo) {
     println!("log       {}", p.log_device.as_ref().map_or("in the pool".into(), |l| l.display().to_string()));
     for s in &p.spares {
         println!("spare     {} (AVAIL)", s.display());
+    }
+    if let (Some(every), Some(next)) = (p.scrub_every_seconds, p.scrub_next_ns) {
+        println!("schedule  scrub every {every} s, next at {}", strata_daemon::utc(next / 1_000_000_000));
     }
     let Some(s) = &p.status else { return };
     if s.layout != "single" || s.devices.iter().any(|d| d.state != "ONLINE") {

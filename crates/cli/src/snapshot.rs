@@ -55,17 +55,9 @@ fn parse_schedule(s: &str) -> Result<Schedule, String> {
     let bad = |why: &str| format!("schedule {s:?}: {why} (expected NAME=EVERY:KEEP, e.g. hourly=1h:24)");
     let (name, rest) = s.split_once('=').ok_or_else(|| bad("no '='"))?;
     let (every, keep) = rest.split_once(':').ok_or_else(|| bad("no ':'"))?;
-    let (num, unit) = every.split_at(every.find(|c: char| !c.is_ascii_digit()).unwrap_or(every.len()));
-    let n: u64 = num.parse().map_err(|_| bad("EVERY is not a number with a unit"))?;
-    let mult = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86400,
-        _ => return Err(bad("EVERY's unit must be s, m, h or d")),
-    };
+    let every_seconds = crate::units::parse_interval(every).map_err(|e| bad(&format!("EVERY {e}")))?;
     let keep: u32 = keep.parse().map_err(|_| bad("KEEP is not a number"))?;
-    Ok(Schedule { name: name.into(), every_seconds: n.saturating_mul(mult), keep })
+    Ok(Schedule { name: name.into(), every_seconds, keep })
 }
 
 fn print_policy(v: &PolicyInfo) {

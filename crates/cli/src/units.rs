@@ -1,4 +1,19 @@
-//! Sizes on the command line and in tables: "16K", "10G", "1.5T" (binary units).
+//! Sizes on the command line and in tables: "16K", "10G", "1.5T" (binary units); intervals:
+//! "30s", "5m", "1h", "7d".
+
+/// An interval: a whole number and a unit s (the default), m, h or d → seconds.
+pub fn parse_interval(s: &str) -> Result<u64, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a number with a unit s, m, h or d (e.g. 5m)"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(format!("{s:?}: the unit must be s, m, h or d (e.g. 5m)")),
+    };
+    Ok(n.saturating_mul(mult))
+}
 
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();

@@ -89,3 +89,48 @@ fn a_background_scrub_is_paused_resumed_cancelled_and_reported() {
     d.fails(&["pool", "scrub", "nosuchpool"], "pool nosuchpool");
     d.stop();
 }
+
+/// A scrub schedule: `pool set --scrub-every` starts scrubs by itself (jobs whose caller is
+/// the schedule), keeps its phase across a restart (the state file), and `0` stops it.
+#[test]
+fn a_scrub_schedule_starts_scrubs_and_survives_a_restart() {
+    let dir = temp_dir("scrub-schedule");
+    let mut d = Daemon::start(&dir);
+    d.fails(&["pool", "set", "default", "--scrub-every", "2x"], "unit");
+    d.fails(&["pool", "set", "default", "--scrub-every", "400d"], "longer than a year");
+    d.ok(&["pool", "set", "default", "--scrub-every", "2s"]);
+    let p = d.json(&["pool", "status", "default"]);
+    assert_eq!(p["scrub_every_seconds"], 2, "{p}");
+    assert!(d.ok(&["pool", "status", "default"]).contains("schedule  scrub every 2 s, next at"));
+    let scheduled = |d: &Daemon| -> Vec<Value> {
+        let jobs = d.json(&["job", "list"]);
+        jobs.as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["kind"] == "scrub" && j["caller"] == "scrub schedule")
+            .cloned()
+            .collect()
+    };
+    let start = Instant::now();
+    while scheduled(&d).iter().filter(|j| j["state"] == "succeeded").count() < 2 {
+        assert!(start.elapsed() < Duration::from_secs(30), "no two scheduled scrubs: {:?}", scheduled(&d));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Across a restart: the schedule is in the state file, and goes on.
+    let before = scheduled(&d).len();
+    d.stop();
+    d.spawn();
+    assert_eq!(d.json(&["pool", "status", "default"])["scrub_every_seconds"], 2);
+    let start = Instant::now();
+    while scheduled(&d).len() <= before {
+        assert!(start.elapsed() < Duration::from_secs(30), "no scheduled scrub after the restart");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // 0 stops it: no more scheduled scrubs.
+    d.ok(&["pool", "set", "default", "--scrub-every", "0"]);
+    assert!(d.json(&["pool", "status", "default"]).get("scrub_every_seconds").is_none());
+    std::thread::sleep(Duration::from_millis(500));
+    let n = scheduled(&d).len();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(scheduled(&d).len(), n, "a scrub after the schedule was stopped");
+}

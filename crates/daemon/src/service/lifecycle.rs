@@ -102,7 +102,7 @@ impl Daemon {
             .expect("pools")
             .remove(name)
             .ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-        let PoolEntry { pool, device, members, log_device, spares } = entry;
+        let PoolEntry { pool, device, members, log_device, spares, scrub_schedule } = entry;
         let start = Instant::now();
         let mut pool = pool;
         loop {
@@ -116,10 +116,10 @@ impl Daemon {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Err(shared) => {
-                    self.pools
-                        .lock()
-                        .expect("pools")
-                        .insert(name.into(), PoolEntry { pool: shared, device, members, log_device, spares });
+                    self.pools.lock().expect("pools").insert(
+                        name.into(),
+                        PoolEntry { pool: shared, device, members, log_device, spares, scrub_schedule },
+                    );
                     return Err(ApiError::conflict(
                         format!("pool {name} is still in use by requests in flight"),
                         "retry when they are done",
@@ -355,6 +355,7 @@ impl Daemon {
             members: Vec::new(),
             log_device: req.log_device.clone(),
             spares: Vec::new(),
+            scrub_schedule: None,
         };
         tracing::info!(pool = %name, guid = %c.guid, device = %c.device.display(), txg = pool.status().txg, "pool imported");
         self.pools.lock().expect("pools").insert(
@@ -365,6 +366,7 @@ impl Daemon {
                 members: Vec::new(),
                 log_device: record.log_device,
                 spares: Vec::new(),
+                scrub_schedule: None,
             },
         );
         self.save_state()?;

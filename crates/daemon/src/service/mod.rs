@@ -69,6 +69,8 @@ pub(crate) struct PoolEntry {
     pub log_device: Option<PathBuf>,
     /// Hot spares (a mirror's): the first replaces a member that faults or disappears.
     pub spares: Vec<PathBuf>,
+    /// When the pool is scrubbed by itself (watch.rs).
+    pub scrub_schedule: Option<state::ScrubSchedule>,
 }
 
 /// A pool of the state file that could not be opened.
@@ -236,6 +238,7 @@ impl Daemon {
                             members: p.members.clone(),
                             log_device,
                             spares: p.spares.clone(),
+                            scrub_schedule: p.scrub_schedule,
                         },
                     );
                 }
@@ -290,6 +293,7 @@ impl Daemon {
                 members: e.members.clone(),
                 log_device: e.log_device.clone(),
                 spares: e.spares.clone(),
+                scrub_schedule: e.scrub_schedule,
             })
             .collect();
         pools.extend(self.unavailable.lock().expect("unavailable").values().map(|u| u.record.clone()));

@@ -162,21 +162,41 @@ impl Daemon {
                 log_device: u.record.log_device.clone(),
                 members: u.record.members.clone(),
                 spares: u.record.spares.clone(),
+                scrub_every_seconds: u.record.scrub_schedule.map(|s| s.every_seconds),
+                scrub_next_ns: u.record.scrub_schedule.map(|s| s.next_ns),
                 status: None,
             });
         }
-        let (pool, device, members, log_device, spares) = {
+        let (pool, device, members, log_device, spares, schedule) = {
             let pools = self.pools.lock().expect("pools");
             let e =
                 pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-            (e.pool.clone(), e.device.clone(), e.members.clone(), e.log_device.clone(), e.spares.clone())
+            (
+                e.pool.clone(),
+                e.device.clone(),
+                e.members.clone(),
+                e.log_device.clone(),
+                e.spares.clone(),
+                e.scrub_schedule,
+            )
         };
         let status = pool.status();
         let (_, _, state) = devset::device_figures(&status);
         let mut f = figures(&status);
         f.rebuild = super::devices::rebuild_figures(self, name, &status);
         f.scrub = self.scrubs.status(name);
-        Ok(PoolInfo { name: name.into(), state, reason: None, device, log_device, members, spares, status: Some(f) })
+        Ok(PoolInfo {
+            name: name.into(),
+            state,
+            reason: None,
+            device,
+            log_device,
+            members,
+            spares,
+            scrub_every_seconds: schedule.map(|s| s.every_seconds),
+            scrub_next_ns: schedule.map(|s| s.next_ns),
+            status: Some(f),
+        })
     }
 
     /// Every pool the daemon knows, open or not, by name.
@@ -266,6 +286,7 @@ impl Daemon {
                 },
                 log_device: req.log_device.clone(),
                 spares: req.spares.clone(),
+                scrub_schedule: None,
             },
         );
         tracing::info!(pool = %req.name, devices = ?layout.paths(), spares = ?req.spares, "pool created");
@@ -286,6 +307,12 @@ impl Daemon {
             return Err(ApiError::bad_request(
                 "log_device and remove_log_device together",
                 "add a log device or remove one, not both",
+            ));
+        }
+        if req.scrub_every_seconds.is_some_and(|s| s > 366 * 86400) {
+            return Err(ApiError::bad_request(
+                "a scrub schedule longer than a year",
+                "scrub at least once a year (e.g. --scrub-every 30d); 0 stops the schedule",
             ));
         }
         if remove && pool.status().log_device.is_none() {
@@ -310,6 +337,16 @@ impl Daemon {
             return Err(e);
         }
         pool.commit()?;
+        if let Some(every) = req.scrub_every_seconds {
+            let now = super::jobs::now_ns();
+            let schedule = (every > 0)
+                .then(|| super::state::ScrubSchedule { every_seconds: every, next_ns: now + every * 1_000_000_000 });
+            if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+                e.scrub_schedule = schedule;
+            }
+            tracing::info!(pool = name, every_seconds = every, "scrub schedule set");
+            self.save_state()?;
+        }
         Ok(())
     }
 

@@ -22,6 +22,17 @@ pub struct PoolRecord {
     /// (devices.rs); absent when none (and in state files of older daemons).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spares: Vec<PathBuf>,
+    /// The pool's scrub schedule; absent when it has none (and in older state files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub_schedule: Option<ScrubSchedule>,
+}
+
+/// A pool scrubbed every `every_seconds`; the next scrub is due at `next_ns` (wall clock),
+/// so the schedule keeps its phase across restarts of the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubSchedule {
+    pub every_seconds: u64,
+    pub next_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

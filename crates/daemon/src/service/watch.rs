@@ -119,6 +119,7 @@ impl Daemon {
                 }
             }
             self.watch_errors(w, &name, &s);
+            self.scheduled_scrub(&name);
             let slow = slower_than(&pool.counters().commit, self.opts.slow_commit);
             let seen = *w.slow.entry(name.clone()).or_insert(0);
             if slow > seen {
@@ -137,6 +138,37 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// Start pool `name`'s scrub when its schedule says so (and none is running); the next
+    /// one is due a period after this one's start.
+    fn scheduled_scrub(&self, name: &str) {
+        let now = super::jobs::now_ns();
+        let due = {
+            let mut pools = self.pools.lock().expect("pools");
+            let Some(e) = pools.get_mut(name) else { return };
+            match e.scrub_schedule.as_mut() {
+                Some(s) if now >= s.next_ns => {
+                    s.next_ns = now + s.every_seconds * 1_000_000_000;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if !due {
+            return;
+        }
+        if let Err(e) = self.save_state() {
+            tracing::warn!(pool = name, "saving the scrub schedule: {}", e.message);
+        }
+        match self.scrub_action(name, "start", "scrub schedule") {
+            Ok(_) => tracing::info!(pool = name, "scheduled scrub started"),
+            Err(e) => {
+                let text = format!("scheduled scrub not started: {} ({})", e.message, e.hint);
+                tracing::warn!(pool = name, "{text}");
+                self.events.record("warning", "scrub.failed", Some(name), None, text);
+            }
+        }
+    }
+
     fn watch_errors(&self, w: &mut Watch, name: &str, s: &strata_engine::PoolStatus) {
         for m in s.devices.iter().flat_map(|d| &d.members) {
             let now = [m.read_errors, m.write_errors, m.checksum_errors, m.repaired_bytes];
