@@ -138,8 +138,10 @@ def fetch(path, token=None):
 
 
 def attr(sel, name):
-    els = css(sel)
-    return els[0].get_attribute(name) if els else None
+    """An attribute of the first match, read in one step in the page: no element reference is
+    held, so a view re-drawn between finding and reading it cannot make it stale."""
+    return d.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.getAttribute(arguments[1]) : null", sel, name)
 
 
 def cli(*args):
@@ -221,7 +223,7 @@ try:
         return len(set(rates)) >= 3 and max(rates) > 1 << 20 and int(attr(chart, "data-points") or 0) >= 8
 
     wait(moved, "the throughput chart to move under the load", timeout=40, every=1)
-    points = int(attr(chart, "data-points"))
+    points = int(wait(lambda: attr(chart, "data-points"), "chart points"))
     iops = float(attr(".chart[data-metric=iops]", "data-latest-write") or 0)
     if points <= first:
         fail(f"the chart did not grow: {first} -> {points} points")
