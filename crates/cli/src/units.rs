@@ -10,7 +10,7 @@ pub fn parse_interval(s: &str) -> Result<u64, String> {
         "m" => 60,
         "h" => 3600,
         "d" => 86400,
-        _ => return Err(format!("{s:?}: the unit must be s, m, h or d (e.g. 5m)")),
+        _ => return Err(format!("{s:?}: give a number and a unit s, m, h or d (e.g. 5m)")),
     };
     Ok(n.saturating_mul(mult))
 }
@@ -62,6 +62,18 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("30").unwrap(), 30);
+        assert_eq!(parse_interval("5m").unwrap(), 300);
+        assert_eq!(parse_interval("2h").unwrap(), 7200);
+        assert_eq!(parse_interval("7d").unwrap(), 7 * 86400);
+        for bad in ["", "m", "5x", "1.5h", "-1s"] {
+            let e = parse_interval(bad).unwrap_err();
+            assert!(e.contains("unit s, m, h or d"), "{bad:?}: {e}");
+        }
+    }
 
     #[test]
     fn sizes() {
