@@ -46,15 +46,7 @@ trap cleanup EXIT
 . scripts/e2e/maria-common.sh
 
 strata_start
-strata_mount mydata "$M/data"
-install -d -o mysql -g mysql -m 750 "$M/data/mysql"
-mariadb-install-db --no-defaults --user=mysql --datadir="$M/data/mysql" --auth-root-authentication-method=normal \
-  >"$RUN/install.log" 2>&1 || die "mariadb-install-db failed: $(tail -5 "$RUN/install.log")"
-start_db "$M/data/mysql" "$RUN/src" 33306
-SRC="$RUN/src/sock"
-sql "$SRC" -e "create database sbtest; create table sbtest.marks (id int primary key, note text) engine=innodb"
-SB=(--db-driver=mysql --mysql-socket="$SRC" --mysql-user=root --mysql-db=sbtest --tables=2 --table-size=10000)
-bounded sysbench oltp_read_write "${SB[@]}" prepare >"$RUN/prepare.log"
+source_db 33306
 
 log "sysbench oltp_read_write (4 threads) while the snapshots are taken"
 sysbench oltp_read_write "${SB[@]}" --threads=4 --time=25 run >"$RUN/bench.log" 2>&1 &

@@ -61,15 +61,7 @@ mj() { "$STRATA_BIN" --json mirror show site-b:default/mydata | /usr/bin/python3
 
 strata_start
 strata_peer_start
-strata_mount mydata "$M/data"
-install -d -o mysql -g mysql -m 750 "$M/data/mysql"
-mariadb-install-db --no-defaults --user=mysql --datadir="$M/data/mysql" --auth-root-authentication-method=normal \
-  >"$RUN/install.log" 2>&1 || die "mariadb-install-db failed: $(tail -5 "$RUN/install.log")"
-start_db "$M/data/mysql" "$RUN/src" 33316
-SRC="$RUN/src/sock"
-sql "$SRC" -e "create database sbtest; create table sbtest.marks (id int primary key, note text) engine=innodb"
-SB=(--db-driver=mysql --mysql-socket="$SRC" --mysql-user=root --mysql-db=sbtest --tables=2 --table-size=10000)
-bounded sysbench oltp_read_write "${SB[@]}" prepare >"$RUN/prepare.log"
+source_db 33316
 
 log "mirror default/mydata to site-b:default every 2 s (the first transfer is full)"
 t0="$(now_s)"
