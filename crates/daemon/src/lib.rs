@@ -30,6 +30,7 @@ pub use service::blockexports::BlockListen;
 pub use service::exports::NfsOptions;
 pub use service::{random_u64, ApiError, Daemon};
 pub use strata_nbd::TlsConfig as NbdTlsConfig;
+pub use strata_nbd::DEFAULT_POLL as NBD_DEFAULT_POLL;
 
 /// The API's Unix socket unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/strata/strata.sock";

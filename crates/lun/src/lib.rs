@@ -15,6 +15,7 @@ mod file;
 mod volume;
 
 pub use file::FileLun;
+pub use strata_fs::SharedBytes;
 pub use volume::{VolumeLun, LUN_FILE, LUN_XATTR};
 
 /// Why a LUN operation failed, in the terms the protocols map to their error codes
@@ -90,6 +91,14 @@ pub trait Lun: Send + Sync {
     /// A stable identity (SCSI VPD 0x80/0x83 serial and designator).
     fn identity(&self) -> [u8; 16];
     fn read(&self, offset: u64, buf: &mut [u8]) -> LunResult<()>;
+    /// Read `len` bytes at `offset` as pieces of the buffers that hold them (cached and
+    /// dirty records, shared zeros): a server sends them from there instead of copying
+    /// them into its reply first. The default reads into one new buffer.
+    fn read_shared(&self, offset: u64, len: usize) -> LunResult<Vec<strata_fs::SharedBytes>> {
+        let mut buf = vec![0u8; len];
+        self.read(offset, &mut buf)?;
+        Ok(vec![strata_fs::SharedBytes::owned(buf)])
+    }
     /// Write `data` at `offset`; with `fua`, durable when it returns.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> LunResult<()>;
     /// Make every write that returned before this call durable.

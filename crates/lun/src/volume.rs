@@ -5,7 +5,7 @@
 use crate::{check_range, Extent, Lun, LunError, LunErrorKind, LunResult};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use strata_fs::{Caller, FsError, SetAttr, VolumeFs, ROOT_INO};
+use strata_fs::{Caller, FsError, SetAttr, SharedBytes, VolumeFs, ROOT_INO};
 
 /// The LUN's file in the volume's root directory.
 pub const LUN_FILE: &str = "lun";
@@ -156,26 +156,33 @@ impl Lun for VolumeLun {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> LunResult<()> {
-        check_range(offset, buf.len() as u64, self.size())?;
+        let mut at = 0usize;
+        for p in self.read_shared(offset, buf.len())? {
+            let s = p.as_slice();
+            buf[at..at + s.len()].copy_from_slice(s);
+            at += s.len();
+        }
+        Ok(())
+    }
+
+    fn read_shared(&self, offset: u64, len: usize) -> LunResult<Vec<SharedBytes>> {
+        check_range(offset, len as u64, self.size())?;
+        let mut out = Vec::new();
         let mut at = 0usize;
         // Reads longer than u32 do not occur (protocols cap them far lower), but loop anyway.
-        while at < buf.len() {
-            let want = (buf.len() - at).min(1 << 30) as u32;
+        while at < len {
+            let want = (len - at).min(1 << 30) as u32;
             let pieces = self.fs.read_shared(self.ino, offset + at as u64, want).map_err(|e| fs_err("read", e))?;
-            let mut got = 0usize;
-            for p in &pieces {
-                let s = p.as_slice();
-                buf[at + got..at + got + s.len()].copy_from_slice(s);
-                got += s.len();
-            }
+            let got: usize = pieces.iter().map(SharedBytes::len).sum();
+            out.extend(pieces);
             if got == 0 {
                 // Past the file's end (a LUN file never shrinks; be safe): zeros.
-                buf[at..].fill(0);
+                out.push(SharedBytes::owned(vec![0; len - at]));
                 break;
             }
             at += got;
         }
-        Ok(())
+        Ok(out)
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> LunResult<()> {

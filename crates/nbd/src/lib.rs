@@ -23,7 +23,7 @@ mod transmission;
 pub use exports::{Cidr, Export, ExportEntry, ExportTable};
 pub use handshake::MAX_OPTIONS;
 pub use memlun::MemLun;
-pub use server::{NbdServer, ServerConfig, HANDSHAKE_TIMEOUT, MAX_CONNECTIONS};
+pub use server::{NbdServer, ServerConfig, DEFAULT_POLL, HANDSHAKE_TIMEOUT, MAX_CONNECTIONS};
 pub use tls::TlsConfig;
 
 /// Run one whole session over `input` against a fresh table of in-memory exports (""

@@ -47,6 +47,9 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// never negotiates does not hold a thread for ever.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// [`ServerConfig::poll`]'s default.
+pub const DEFAULT_POLL: Duration = Duration::from_micros(50);
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub bind: SocketAddr,
@@ -68,6 +71,11 @@ pub struct ServerConfig {
     /// Allow a listener off loopback without authenticated clients (TLS required with
     /// client certificates). Off: such a configuration does not start.
     pub insecure_allow_plaintext: bool,
+    /// How long a connection's reader polls its (plain) socket for the next request before
+    /// sleeping: 50 µs by default, which doubles what a client at queue depth 1 gets on a
+    /// virtual machine (docs/benchmarks/block-luns.md) for at most that much CPU time per
+    /// request; zero never polls.
+    pub poll: Duration,
 }
 
 impl ServerConfig {
@@ -80,6 +88,7 @@ impl ServerConfig {
             tls: None,
             require_tls: false,
             insecure_allow_plaintext: false,
+            poll: DEFAULT_POLL,
         }
     }
 }
@@ -98,6 +107,7 @@ struct Shared {
     next_id: AtomicU64,
     max_in_flight: usize,
     max_in_flight_bytes: usize,
+    poll: Duration,
 }
 
 /// A connection in its transmission phase.
@@ -105,9 +115,18 @@ struct Conn {
     peer: SocketAddr,
     n: Negotiated,
     writer: Mutex<LinkWriter>,
-    /// (requests, bytes) queued or running.
-    in_flight: Mutex<(usize, usize)>,
+    in_flight: Mutex<InFlight>,
+    /// Signalled when a request finishes and the reader waits for one.
     done: Condvar,
+}
+
+/// Requests queued or running on a connection, and whether its reader waits for one to
+/// finish (a notify is a system call even with no one waiting: only then is it made).
+#[derive(Default)]
+struct InFlight {
+    requests: usize,
+    bytes: usize,
+    waiting: bool,
 }
 
 impl Conn {
@@ -122,9 +141,25 @@ impl Conn {
 
     fn finish(&self, cost: usize) {
         let mut g = self.in_flight.lock().expect("in-flight count");
-        g.0 -= 1;
-        g.1 -= cost;
-        self.done.notify_all();
+        g.requests -= 1;
+        g.bytes -= cost;
+        if g.waiting {
+            self.done.notify_all();
+        }
+    }
+
+    /// Wait until `ready` holds of the requests in flight.
+    fn wait_until<'a>(
+        &'a self,
+        mut g: std::sync::MutexGuard<'a, InFlight>,
+        ready: impl Fn(&InFlight) -> bool,
+    ) -> std::sync::MutexGuard<'a, InFlight> {
+        while !ready(&g) {
+            g.waiting = true;
+            g = self.done.wait(g).expect("in-flight count");
+            g.waiting = false;
+        }
+        g
     }
 }
 
@@ -176,6 +211,7 @@ impl NbdServer {
             next_id: AtomicU64::new(0),
             max_in_flight: config.max_in_flight,
             max_in_flight_bytes: config.max_in_flight_bytes,
+            poll: config.poll,
         });
         let (tx, rx) = sync_channel::<Job>(config.workers * 4);
         let rx = Arc::new(Mutex::new(rx));
@@ -316,7 +352,7 @@ const REAP_INTERVAL: Duration = Duration::from_millis(200);
 
 fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSender<Job>, id: u64) -> Ended {
     let split = || -> io::Result<(LinkReader, LinkWriter)> {
-        Ok((LinkReader::Plain(stream.try_clone()?), LinkWriter::Plain(stream.try_clone()?)))
+        Ok((LinkReader::plain(stream.try_clone()?, shared.poll), LinkWriter::Plain(stream.try_clone()?)))
     };
     let (mut r, mut w) = match split() {
         Ok(rw) => rw,
@@ -336,6 +372,9 @@ fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSend
             }
             Ok(Outcome::StartTls) => {
                 let Some(config) = shared.tls.clone() else { return Ended::Protocol("STARTTLS without TLS".into()) };
+                if r.buffered() > 0 {
+                    return Ended::Protocol("bytes sent after NBD_OPT_STARTTLS before its reply".into());
+                }
                 let upgraded = stream.try_clone().and_then(|mut s| {
                     let link = TlsLink::accept(config, &mut s)?;
                     Ok((LinkReader::tls(s.try_clone()?, link.clone()), LinkWriter::Tls { sock: s, link }))
@@ -353,14 +392,10 @@ fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSend
     let _ = stream.set_read_timeout(None);
     tracing::debug!(client = %peer, export = %n.entry.name, tls = tls_active, structured = n.structured, flags = n.flags,
         "NBD connection entered transmission");
-    let conn = Arc::new(Conn { peer, n, writer: Mutex::new(w), in_flight: Mutex::new((0, 0)), done: Condvar::new() });
+    let conn = Arc::new(Conn { peer, n, writer: Mutex::new(w), in_flight: Mutex::default(), done: Condvar::new() });
     let why = read_requests(shared, &conn, &mut r, &tx);
     // Answer everything queued before closing (DISC: "handle all outstanding requests").
-    let mut g = conn.in_flight.lock().expect("in-flight count");
-    while g.0 > 0 {
-        g = conn.done.wait(g).expect("in-flight count");
-    }
-    drop(g);
+    drop(conn.wait_until(conn.in_flight.lock().expect("in-flight count"), |f| f.requests == 0));
     conn.writer.lock().unwrap_or_else(|p| p.into_inner()).close();
     why
 }
@@ -380,13 +415,13 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Syn
         }
         let cost = transmission::request_cost(&header);
         let first = {
-            let mut g = conn.in_flight.lock().expect("in-flight count");
-            while g.0 > 0 && (g.0 >= shared.max_in_flight || g.1 + cost > shared.max_in_flight_bytes) {
-                g = conn.done.wait(g).expect("in-flight count");
-            }
-            g.0 += 1;
-            g.1 += cost;
-            g.0 == 1
+            let g = conn.in_flight.lock().expect("in-flight count");
+            let mut g = conn.wait_until(g, |f| {
+                f.requests == 0 || (f.requests < shared.max_in_flight && f.bytes + cost <= shared.max_in_flight_bytes)
+            });
+            g.requests += 1;
+            g.bytes += cost;
+            g.requests == 1
         };
         // The whole payload before anything runs: a client gone mid-WRITE changes nothing.
         let mut payload = vec![0u8; len];
@@ -404,7 +439,10 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Syn
         // A request that arrived alone (nothing of this connection running, nothing more
         // waiting on the socket: a client at queue depth 1) is run here, saving the hand-off
         // to a worker and back (the NFS server does the same).
-        if first && r.idle() {
+        let alone = first && r.idle();
+        // Poll for the next request only when this one ran alone (see `poll_next`).
+        r.poll_next(alone);
+        if alone {
             run(job);
             continue;
         }

@@ -22,7 +22,8 @@ use crate::handshake::{Ended, Negotiated};
 use crate::proto::*;
 use std::io::{Read, Write};
 use std::ops::Range;
-use strata_lun::{Extent, Lun, LunError, LunErrorKind};
+
+use strata_lun::{Extent, Lun, LunError, LunErrorKind, SharedBytes};
 use strata_stats::OpClass;
 
 /// Most block-status descriptors in one reply (8 bytes each: a 128 KiB reply). The spec
@@ -56,10 +57,11 @@ pub(crate) fn request_cost(h: &RequestHeader) -> usize {
     }
 }
 
-/// A reply: the pieces to send, in order, some of them ranges of `data`.
+/// A reply: the pieces to send, in order, some of them ranges of `data` (a READ's data
+/// as the engine holds it: pieces of cached and dirty records, sent from there).
 pub(crate) struct Reply {
     bytes: Vec<Vec<u8>>,
-    data: Vec<u8>,
+    data: Vec<SharedBytes>,
     layout: Vec<Piece>,
 }
 
@@ -82,14 +84,32 @@ impl Reply {
         self.layout.push(Piece::Data(r));
     }
 
+    /// The slices to send, in order. `Data` ranges come in increasing order (they cut the
+    /// data into chunks front to back), so one pass over the data's pieces serves them all.
     pub fn parts(&self) -> Vec<&[u8]> {
-        self.layout
-            .iter()
-            .map(|p| match p {
-                Piece::Bytes(i) => self.bytes[*i].as_slice(),
-                Piece::Data(r) => &self.data[r.clone()],
-            })
-            .collect()
+        let mut out = Vec::with_capacity(self.layout.len() + self.data.len());
+        // The data piece under the cursor, and where it starts in the data.
+        let (mut i, mut start) = (0usize, 0usize);
+        for p in &self.layout {
+            match p {
+                Piece::Bytes(b) => out.push(self.bytes[*b].as_slice()),
+                Piece::Data(r) => {
+                    while i < self.data.len() && start < r.end {
+                        let s = self.data[i].as_slice();
+                        let end = start + s.len();
+                        if end > r.start {
+                            out.push(&s[r.start.max(start) - start..r.end.min(end) - start]);
+                        }
+                        if end > r.end {
+                            break; // the next range starts in this piece
+                        }
+                        i += 1;
+                        start = end;
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The error reply to `h`: an error chunk with the message when structured.
@@ -256,17 +276,23 @@ fn read(n: &Negotiated, lun: &dyn Lun, h: &RequestHeader) -> Result<Reply, Refus
     }
     check_range(lun, h, EINVAL)?;
     let len = h.length as usize;
-    let mut data = vec![0u8; len];
-    lun.read(h.offset, &mut data)?;
     let mut r = Reply::new();
-    r.data = data;
+    r.data = lun.read_shared(h.offset, len)?;
+    if r.data.iter().map(SharedBytes::len).sum::<usize>() != len {
+        return Err(refuse(EIO, "the LUN returned a short read"));
+    }
     if !n.structured {
         r.push(simple_reply(0, h.cookie).to_vec());
         r.push_data(0..len);
         return Ok(r);
     }
-    // The map only shapes the reply; without one, the data goes as one chunk.
-    let runs = allocation(lun, h.offset, len as u64, usize::MAX).unwrap_or_default();
+    // The map only shapes the reply; without one, the data goes as one chunk. A hole
+    // reads as zeros, so data with no zero sector has none: its map is not looked up.
+    let runs = if may_hold_holes(&r.data, h.offset) {
+        allocation(lun, h.offset, len as u64, usize::MAX).unwrap_or_default()
+    } else {
+        vec![Extent { len: len as u64, hole: false }]
+    };
     let covered: u64 = runs.iter().map(|e| e.len).sum();
     let runs = if covered != len as u64 {
         vec![Extent { len: len as u64, hole: false }]
@@ -295,6 +321,25 @@ fn read(n: &Negotiated, lun: &dyn Lun, h: &RequestHeader) -> Result<Reply, Refus
         at += l;
     }
     Ok(r)
+}
+
+/// Whether `data` (pieces), read at `offset`, may cover a hole: a 512-byte sector of it
+/// is all zeros, or a piece does not start and end on sector boundaries (holes are whole
+/// blocks, and blocks are sectors or multiples of them).
+fn may_hold_holes(data: &[SharedBytes], offset: u64) -> bool {
+    const SECTOR: usize = 512;
+    let mut at = offset;
+    for piece in data {
+        let d = piece.as_slice();
+        if !at.is_multiple_of(SECTOR as u64) || !d.len().is_multiple_of(SECTOR) {
+            return true;
+        }
+        if d.chunks_exact(SECTOR).any(|s| s.iter().all(|&b| b == 0)) {
+            return true;
+        }
+        at += d.len() as u64;
+    }
+    false
 }
 
 fn block_status(n: &Negotiated, lun: &dyn Lun, h: &RequestHeader) -> Result<Reply, Refused> {
@@ -367,6 +412,47 @@ mod tests {
         t.add("", Export { stats, ..Export::new(lun) }).unwrap();
         let entry = t.lookup("", "127.0.0.1".parse().unwrap()).unwrap();
         Negotiated { entry, structured, base_allocation, read_only: false, flags: 0 }
+    }
+
+    #[test]
+    fn only_data_with_a_zero_sector_or_odd_edges_may_hold_holes() {
+        let one = |d: Vec<u8>| vec![SharedBytes::owned(d)];
+        let mut d = vec![1u8; 8192];
+        assert!(!may_hold_holes(&one(d.clone()), 4096));
+        d[512..1024].fill(0);
+        assert!(may_hold_holes(&one(d), 4096));
+        // Zeros across a sector boundary are not a zero sector.
+        let mut d = vec![1u8; 8192];
+        d[256..768].fill(0);
+        assert!(!may_hold_holes(&one(d), 0));
+        assert!(may_hold_holes(&one(vec![1u8; 1000]), 0));
+        assert!(may_hold_holes(&one(vec![1u8; 1024]), 100));
+        // Pieces: each is looked at where it lies.
+        let two = vec![SharedBytes::owned(vec![1u8; 4096]), SharedBytes::owned(vec![2u8; 512])];
+        assert!(!may_hold_holes(&two, 0));
+        let two = vec![SharedBytes::owned(vec![1u8; 4096]), SharedBytes::owned(vec![0u8; 512])];
+        assert!(may_hold_holes(&two, 0));
+        let odd = vec![SharedBytes::owned(vec![1u8; 100]), SharedBytes::owned(vec![2u8; 412])];
+        assert!(may_hold_holes(&odd, 0));
+    }
+
+    /// A reply's data ranges are cut out of the data's pieces, across piece boundaries.
+    #[test]
+    fn reply_parts_cut_ranges_across_pieces() {
+        let mut r = Reply::new();
+        r.data = vec![
+            SharedBytes::owned(b"abcd".to_vec()),
+            SharedBytes::owned(b"efgh".to_vec()),
+            SharedBytes::owned(b"ij".to_vec()),
+        ];
+        r.push(b"<".to_vec());
+        r.push_data(0..3);
+        r.push(b"|".to_vec());
+        r.push_data(3..3);
+        r.push_data(3..9);
+        r.push(b"|".to_vec());
+        r.push_data(9..10);
+        assert_eq!(bytes(&r), b"<abc|defghi|j");
     }
 
     fn header(kind: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {

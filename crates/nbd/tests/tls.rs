@@ -212,3 +212,31 @@ fn an_option_riding_with_the_tls_finished_is_answered() {
     assert_eq!(u32::from_be_bytes(reply[12..16].try_into().unwrap()), REP_ACK);
     server.shutdown();
 }
+
+/// A client that sends bytes after NBD_OPT_STARTTLS without waiting for its reply (the
+/// protocol forbids it): the server's reader may hold them, the TLS handshake would never
+/// see them, so the connection is refused rather than the bytes lost.
+#[test]
+fn bytes_sent_after_starttls_before_its_reply_end_the_connection() {
+    let dir = TempDir::new("tls-pipelined");
+    make_certificates(&dir.0);
+    let (server, _b) = tls_server(&dir.0, "127.0.0.1:0", false, true).unwrap();
+    let mut s = std::net::TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes()).unwrap();
+    let mut b = IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&OPT_STARTTLS.to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    // A fake TLS record right behind the option, in the same write.
+    b.extend_from_slice(&[0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5]);
+    s.write_all(&b).unwrap();
+    // The ACK may come before the refusal; after it, the server closes the connection
+    // (rather than wait in a TLS handshake for a ClientHello it already took).
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).expect("the server closes the connection");
+    assert!(rest.len() <= 20, "nothing but (at most) the STARTTLS reply: {} bytes", rest.len());
+    server.shutdown();
+}

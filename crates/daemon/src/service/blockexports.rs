@@ -66,6 +66,9 @@ pub struct BlockListen {
     pub tls: Option<strata_nbd::TlsConfig>,
     /// iSCSI: CHAP (user, secret) for discovery sessions (SendTargets); needed off loopback.
     pub discovery_chap: Option<(String, String)>,
+    /// NBD: how long a connection polls for its next request before sleeping
+    /// (`strata_nbd::ServerConfig::poll`).
+    pub poll: std::time::Duration,
 }
 
 /// What an active export holds: the LUN, and the snapshot view it reads (closed when the
@@ -129,6 +132,7 @@ impl BlockService {
             let mut cfg = strata_nbd::ServerConfig::new(std::net::SocketAddr::new(o.bind, o.port));
             cfg.require_tls = o.tls.is_some();
             cfg.tls = o.tls.clone();
+            cfg.poll = o.poll;
             let server = strata_nbd::NbdServer::start(cfg, d.blocks.nbd_table.clone())
                 .map_err(|e| format!("start the NBD server on {}:{}: {e}", o.bind, o.port))?;
             tracing::info!(addr = %server.local_addr(), "NBD server listening");
