@@ -108,13 +108,22 @@ impl LinkReader {
         LinkReader::Tls(TlsReader { sock, link, plain: Vec::new(), pos: 0, raw: vec![0; RAW_READ_BYTES] })
     }
 
-    /// Nothing more had arrived when the socket was last read (a plain reader's buffer is
-    /// empty): the request just read is alone. Bytes that arrived since are not looked
-    /// for (that would cost a system call per request): such a request waits for the one
-    /// run before it. Unknown for TLS (records are decrypted ahead): false.
+    /// Nothing more has arrived (a plain reader's buffer is empty and so is the socket):
+    /// the request just read is alone. The socket is asked only when the buffer is empty:
+    /// a large WRITE's payload is read past the buffer, and the client's next requests
+    /// may be waiting behind it (running it here would keep them waiting). Unknown for
+    /// TLS (records are decrypted ahead): false.
     pub fn idle(&self) -> bool {
         match self {
-            LinkReader::Plain(p) => p.pos == p.end,
+            LinkReader::Plain(p) => {
+                if p.pos != p.end {
+                    return false;
+                }
+                let mut n: libc::c_int = 0;
+                // SAFETY: FIONREAD on an open socket writes one int.
+                let r = unsafe { libc::ioctl(p.sock.as_raw_fd(), libc::FIONREAD, &mut n) };
+                r == 0 && n == 0
+            }
             LinkReader::Tls(_) => false,
         }
     }
