@@ -140,9 +140,10 @@ impl Read for LinkReader {
 
 impl PlainReader {
     /// One `recv` into the buffer. With a poll time, the socket is first polled without
-    /// sleeping for up to that long: a client at queue depth 1 sends its next request a
-    /// few tens of microseconds after our reply, and finding it awake saves the wake-up of
-    /// a sleeping thread (on a virtual machine, often the larger part of a request's time).
+    /// sleeping for up to that long (non-blocking `recv`, then `sched_yield`): a client at
+    /// queue depth 1 sends its next request a few tens of microseconds after our reply, and
+    /// finding it awake saves the wake-up of a sleeping thread (an inter-processor
+    /// interrupt: on a virtual machine, often the larger part of a request's time).
     fn fill(&mut self) -> io::Result<usize> {
         if self.polling && !self.poll.is_zero() {
             let start = std::time::Instant::now();
@@ -163,7 +164,9 @@ impl PlainReader {
                 if start.elapsed() >= self.poll {
                     break;
                 }
-                std::hint::spin_loop();
+                // A runnable thread on this CPU (the client itself, perhaps) goes first, as
+                // in the NFS server's poll.
+                std::thread::yield_now();
             }
         }
         self.sock.read(&mut self.buf)
