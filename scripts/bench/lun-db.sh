@@ -7,7 +7,8 @@
 #
 #   ROUNDS=5 scripts/bench/lun-db.sh [SECONDS=30] [SCALE=10] [CLIENTS=4]
 # Needs root, Debian packages nbdkit libnbd-bin postgresql-15. Takes the machine.
-# STRATA_BENCH_BIN: a strata binary instead of building the release one.
+# STRATA_BENCH_BIN: a strata binary instead of building the release one. STRATA_SERVE_ARGS:
+# more options for Strata's `serve` (e.g. "--nbd-poll-us 0").
 set -euo pipefail
 unset STRATA_API
 cd "$(dirname "$0")/../.."
@@ -42,8 +43,9 @@ chmod 755 "$work"; chown postgres: "$work/logs"
 export STRATA_SOCKET="$work/strata.sock"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sport="$(free_port)"; kport="$(free_port)"
+# shellcheck disable=SC2086 # STRATA_SERVE_ARGS is a list of options
 "$bin" serve --config /dev/null --data-dir "$work/strata" --default-pool-size 8G --nbd-port "$sport" \
-  >"$work/strata.log" 2>&1 &
+  ${STRATA_SERVE_ARGS:-} >"$work/strata.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; done
 "$bin" volume create default/pg --lun 4G --block-size 8K >/dev/null
