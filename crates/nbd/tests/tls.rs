@@ -166,6 +166,24 @@ fn network_listeners_need_client_certificates() {
     assert!(bad.build().is_err());
 }
 
+/// A raw connection past the server's greeting, the client's flags sent.
+fn greeted(server: &NbdServer) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes()).unwrap();
+    s
+}
+
+/// Option `o` without data.
+fn option(o: u32) -> Vec<u8> {
+    let mut b = IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&o.to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    b
+}
+
 /// The client's first option sent in the same segment as its TLS Finished (rustls does,
 /// writing buffered data as soon as the handshake allows): the server must answer it, not
 /// wait on the socket for more.
@@ -174,17 +192,7 @@ fn an_option_riding_with_the_tls_finished_is_answered() {
     let dir = TempDir::new("tls-early");
     make_certificates(&dir.0);
     let (server, _b) = tls_server(&dir.0, "127.0.0.1:0", false, true).unwrap();
-    let mut s = std::net::TcpStream::connect(server.local_addr()).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g).unwrap();
-    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes()).unwrap();
-    let option = |o: u32| {
-        let mut b = IHAVEOPT.to_be_bytes().to_vec();
-        b.extend_from_slice(&o.to_be_bytes());
-        b.extend_from_slice(&0u32.to_be_bytes());
-        b
-    };
+    let mut s = greeted(&server);
     s.write_all(&option(OPT_STARTTLS)).unwrap();
     let mut ack = [0u8; 20];
     s.read_exact(&mut ack).unwrap();
@@ -221,14 +229,8 @@ fn bytes_sent_after_starttls_before_its_reply_end_the_connection() {
     let dir = TempDir::new("tls-pipelined");
     make_certificates(&dir.0);
     let (server, _b) = tls_server(&dir.0, "127.0.0.1:0", false, true).unwrap();
-    let mut s = std::net::TcpStream::connect(server.local_addr()).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g).unwrap();
-    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes()).unwrap();
-    let mut b = IHAVEOPT.to_be_bytes().to_vec();
-    b.extend_from_slice(&OPT_STARTTLS.to_be_bytes());
-    b.extend_from_slice(&0u32.to_be_bytes());
+    let mut s = greeted(&server);
+    let mut b = option(OPT_STARTTLS);
     // A fake TLS record right behind the option, in the same write.
     b.extend_from_slice(&[0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5]);
     s.write_all(&b).unwrap();
