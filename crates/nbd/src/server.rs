@@ -6,10 +6,10 @@
 //! of workers that run them on the LUN and write each reply, whole, under the
 //! connection's write lock as soon as it is ready. Replies go out in completion order;
 //! the client matches them by cookie. A request that arrives alone (nothing of its
-//! connection running, no more bytes waiting on a plain socket: a client at queue depth
-//! 1) is run by the reader itself, saving the hand-off to a worker and back; the reader
-//! then polls its socket for the next request for up to `ServerConfig::poll` before it
-//! sleeps (link.rs `PlainReader::fill`).
+//! connection running, no more bytes waiting on a plain socket: a client at a queue
+//! depth of one) is run by the reader itself, saving the hand-off to a worker and back;
+//! the reader then polls its socket for the next request for up to `ServerConfig::poll`
+//! before it sleeps (link.rs `PlainReader::fill`).
 //!
 //! Bounds: a connection has at most `max_in_flight` requests queued or running and at
 //! most `max_in_flight_bytes` of their payloads and read data (one request is always let
