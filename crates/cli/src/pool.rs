@@ -9,20 +9,22 @@ use strata_api::*;
 
 #[derive(Subcommand)]
 pub enum PoolCmd {
-    /// Make a new pool on an image file (created if missing) or a block device, or a mirror
-    /// of 2 or 3 (`--layout mirror --device A --device B`). A device or file that holds a
+    /// Make a new pool on an image file (created if missing) or a block device, a mirror of
+    /// 2 or 3 (`--layout mirror --device A --device B`), or a parity2 set of 4 to 16
+    /// (`--layout parity2 --device A ... --device D`). A device or file that holds a
     /// file system, a partition table, a label or other data is refused (the refusal names
     /// what it found) unless --force.
     Create {
         name: String,
-        /// Image file or block device; must not hold a pool. Repeat for a mirror.
+        /// Image file or block device; must not hold a pool. Repeat for a mirror or parity2.
         #[arg(long, required = true)]
         device: Vec<PathBuf>,
-        /// single (one device) or mirror (2 or 3 devices, each holding every byte; any one
-        /// device may fail, and damaged blocks are repaired from another).
+        /// single (one device), mirror (2 or 3 devices, each holding every byte; any one
+        /// device may fail, and damaged blocks are repaired from another) or parity2 (4 to
+        /// 16 devices, two devices' worth of Reed-Solomon parity; any two may fail).
         #[arg(long, default_value = "single")]
         layout: String,
-        /// Size of a new image file (sparse), e.g. 100G (each device of a mirror).
+        /// Size of a new image file (sparse), e.g. 100G (each device of a set).
         #[arg(long)]
         size: Option<String>,
         /// Checksum of new blocks: blake3 or crc32c.

@@ -139,7 +139,7 @@ fn mirror_pools_through_the_cli() {
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), data);
     std::fs::write(mnt.join("g"), b"written while degraded").unwrap();
     // The last member in sync cannot go offline.
-    d.fails(&["pool", "offline", "m", "0"], "last one in sync");
+    d.fails(&["pool", "offline", "m", "0"], "would be suspended");
 
     // Replace the missing member with a new image: rebuilt, ONLINE.
     d.fails(&["pool", "replace", "m", "1", s(&img[0])], "already");

@@ -36,6 +36,7 @@ pub use check::{CheckOptions, CheckReport, ScrubOutcome};
 pub use clock::{Clock, ManualClock};
 pub use device::{
     BlockDevice, FileDevice, FileDeviceOptions, MemberState, MemberStatus, MirrorDevice, SetHealth, SetStatus,
+    PARITY2_MEMBERS,
 };
 pub use error::{Corruption, Error, ErrorKind, NoSpace, Result, SpaceReason};
 pub use format::member::Layout;

@@ -3,7 +3,7 @@
 
 use crate::{test_create_options, SimDisk, SimPower};
 use std::sync::Arc;
-use strata_engine::format::member::MEMBER_AREA_BYTES;
+use strata_engine::format::member::{Layout, MEMBER_AREA_BYTES};
 use strata_engine::{BlockDevice, MirrorDevice, Result};
 
 /// A simulated mirror: its members (sharing one power supply) and the mirror device.
@@ -21,6 +21,11 @@ pub fn member_guid(i: usize) -> u64 {
 impl SimMirror {
     /// A new `ways`-way mirror of disks of `size` bytes for the pool `test_create_options(seed)`.
     pub fn create(ways: usize, size: u64, sector: usize, seed: u64) -> SimMirror {
+        SimMirror::create_set(Layout::Mirror, ways, size, sector, seed)
+    }
+
+    /// A new device set of `layout` over `ways` disks of `size` bytes.
+    pub fn create_set(layout: Layout, ways: usize, size: u64, sector: usize, seed: u64) -> SimMirror {
         let power = Arc::new(SimPower::default());
         let disks: Vec<Arc<SimDisk>> = (0..ways)
             .map(|_| {
@@ -30,8 +35,8 @@ impl SimMirror {
             })
             .collect();
         let members = disks.iter().enumerate().map(|(i, d)| (d.clone() as Arc<dyn BlockDevice>, member_guid(i)));
-        let dev = MirrorDevice::create(members.collect(), test_create_options(seed).pool_guid, seed ^ 0x5e7, 1)
-            .expect("create mirror");
+        let dev = MirrorDevice::create(layout, members.collect(), test_create_options(seed).pool_guid, seed ^ 0x5e7, 1)
+            .expect("create device set");
         SimMirror { disks, power, dev: Arc::new(dev) }
     }
 

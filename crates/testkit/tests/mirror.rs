@@ -346,12 +346,12 @@ fn administration_is_refused_where_it_would_lose_redundancy_or_data() {
     let (m, pool, _, _) = pool_with_data(2);
     m.dev.offline(0).unwrap();
     let e = m.dev.offline(1).unwrap_err();
-    assert!(e.to_string().contains("last one in sync"), "{e}");
+    assert!(e.to_string().contains("pool would be suspended"), "{e}");
     let small = Arc::new(SimDisk::new(8 << 20, 4096));
     let e = m.dev.replace(0, small, 0x55).unwrap_err();
     assert!(e.to_string().contains("needs"), "{e}");
     let e = m.dev.replace(1, Arc::new(SimDisk::new(32 << 20, 4096)), 0x56).unwrap_err();
-    assert!(e.to_string().contains("no other member is in sync"), "{e}");
+    assert!(e.to_string().contains("too few other members are in sync"), "{e}");
     m.dev.online(0).unwrap();
     let e = m.dev.replace(1, Arc::new(SimDisk::new(32 << 20, 4096)), 0x57).unwrap_err();
     assert!(e.to_string().contains("being rebuilt"), "{e}");

@@ -1,4 +1,5 @@
-//! The devices under a pool: one device (layout `single`) or the members of a mirror. How
+//! The devices under a pool: one device (layout `single`) or the members of a device set
+//! (`mirror`, `parity2`). How
 //! `pool create` validates and formats them, how a recorded pool's devices are opened
 //! (members missing or unreadable leave the pool DEGRADED, not UNAVAILABLE), and how their
 //! states and error counters are reported.
@@ -7,12 +8,13 @@ use super::{devcheck, open_device, random_u64, ApiError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use strata_api::{CreatePool, DeviceFigures, PoolState};
-use strata_engine::{BlockDevice, MirrorDevice, PoolStatus, SetHealth};
+use strata_engine::format::member::Layout;
+use strata_engine::{BlockDevice, MirrorDevice, PoolStatus, SetHealth, PARITY2_MEMBERS};
 
 /// What `pool create` was asked to build.
 pub(crate) enum LayoutRequest {
     Single(PathBuf),
-    Mirror(Vec<PathBuf>),
+    Set(Layout, Vec<PathBuf>),
 }
 
 impl LayoutRequest {
@@ -21,24 +23,31 @@ impl LayoutRequest {
         let layout = match (req.layout.as_deref(), &req.device, req.devices.len()) {
             (None | Some("single"), Some(d), 0) => LayoutRequest::Single(d.clone()),
             (None | Some("single"), None, 1) => LayoutRequest::Single(req.devices[0].clone()),
-            (Some("mirror"), None, 2..=3) => LayoutRequest::Mirror(req.devices.clone()),
+            (Some("mirror"), None, 2..=3) => LayoutRequest::Set(Layout::Mirror, req.devices.clone()),
             (Some("mirror"), Some(_), _) | (Some("mirror"), None, _) => {
                 return Err(ApiError::bad_request(
                     format!("a mirror of {} devices", req.devices.len() + req.device.is_some() as usize),
                     "give 2 or 3 devices in `devices` (`--device A --device B [--device C]`)",
                 ))
             }
+            (Some("parity2"), None, n) if PARITY2_MEMBERS.contains(&n) => {
+                LayoutRequest::Set(Layout::Parity2, req.devices.clone())
+            }
+            (Some("parity2"), _, _) => {
+                return Err(ApiError::bad_request(
+                    format!("a parity2 set of {} devices", req.devices.len() + req.device.is_some() as usize),
+                    "give 4 to 16 devices in `devices` (`--device A --device B --device C --device D ...`): \
+                     two devices' worth of space holds parity",
+                ))
+            }
             (None | Some("single"), _, _) => {
                 return Err(ApiError::bad_request(
                     "a single-device pool needs exactly one device",
-                    "give one device, or --layout mirror with 2 or 3",
+                    "give one device, or --layout mirror with 2 or 3, or --layout parity2 with 4 to 16",
                 ))
             }
             (Some(other), _, _) => {
-                return Err(ApiError::bad_request(
-                    format!("layout {other:?}"),
-                    "use single or mirror (parity2 is not built yet)",
-                ))
+                return Err(ApiError::bad_request(format!("layout {other:?}"), "use single, mirror or parity2"))
             }
         };
         for (i, d) in layout.paths().iter().enumerate() {
@@ -57,7 +66,7 @@ impl LayoutRequest {
             if layout.paths()[..i].iter().any(|e| same_device(e, d)) {
                 return Err(ApiError::bad_request(
                     format!("device {} is given twice", d.display()),
-                    "each device of a mirror must be a different device",
+                    "each device of a set must be a different device",
                 ));
             }
         }
@@ -67,7 +76,7 @@ impl LayoutRequest {
     pub(crate) fn paths(&self) -> &[PathBuf] {
         match self {
             LayoutRequest::Single(d) => std::slice::from_ref(d),
-            LayoutRequest::Mirror(v) => v,
+            LayoutRequest::Set(_, v) => v,
         }
     }
 
@@ -84,7 +93,7 @@ impl LayoutRequest {
     pub(crate) fn make(&self, size: Option<u64>, pool_guid: u64) -> Result<Arc<dyn BlockDevice>, ApiError> {
         match self {
             LayoutRequest::Single(d) => open_device(d, size),
-            LayoutRequest::Mirror(paths) => {
+            LayoutRequest::Set(layout, paths) => {
                 let mut members = Vec::new();
                 for p in paths {
                     members.push((open_device(p, size)?, random_u64() | 1));
@@ -92,7 +101,8 @@ impl LayoutRequest {
                 let created = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-                let m = MirrorDevice::create(members, pool_guid, random_u64(), created).map_err(ApiError::from)?;
+                let m =
+                    MirrorDevice::create(*layout, members, pool_guid, random_u64(), created).map_err(ApiError::from)?;
                 Ok(Arc::new(m))
             }
         }

@@ -240,10 +240,10 @@ impl Daemon {
         }
         layout.refuse_foreign_data(req.force)?;
         if !req.spares.is_empty() {
-            if !matches!(layout, devset::LayoutRequest::Mirror(_)) {
+            if !matches!(layout, devset::LayoutRequest::Set(..)) {
                 return Err(ApiError::bad_request(
-                    "hot spares are for a mirror",
-                    "create the pool with --layout mirror, or without --spare",
+                    "hot spares are for a mirror or parity2 set",
+                    "create the pool with --layout mirror or parity2, or without --spare",
                 ));
             }
             for s in &req.spares {
@@ -282,7 +282,7 @@ impl Daemon {
                 device: device.clone(),
                 members: match &layout {
                     devset::LayoutRequest::Single(_) => Vec::new(),
-                    devset::LayoutRequest::Mirror(m) => m.clone(),
+                    devset::LayoutRequest::Set(_, m) => m.clone(),
                 },
                 log_device: req.log_device.clone(),
                 spares: req.spares.clone(),

@@ -42,6 +42,10 @@ use crate::format::spacemap::{SpacemapChunkPhys, BITS_PER_CHUNK, CHUNK_BITS_BYTE
 use crate::format::{BlockPtr, UNIT_SIZE};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod rows;
+pub use rows::RowLayout;
+use rows::RowState;
+
 /// Txgs a freed unit stays unavailable: freed in F, reusable from F + DEFER_TXGS.
 pub const DEFER_TXGS: u64 = 2;
 
@@ -60,14 +64,7 @@ impl Geometry {
     /// Lay out a device of `device_size` bytes.
     pub fn for_device(device_size: u64) -> Option<Geometry> {
         let spacemap_offset = crate::format::SPACEMAP_OFFSET;
-        let units_guess = device_size / UNIT_SIZE;
-        let chunks = units_guess.div_ceil(BITS_PER_CHUNK);
-        let spacemap_bytes = chunks * 2 * CHUNK_SLOT_SIZE as u64;
-        let log_offset = (spacemap_offset + spacemap_bytes).next_multiple_of(1 << 20);
-        // The intent log holds what fsyncs wrote since the last commit: 1/64 of the device,
-        // 4 MiB to 256 MiB (a full log forces a commit, which empties it).
-        let log_bytes = (device_size / 64).clamp(4 << 20, 256 << 20) / (1 << 20) * (1 << 20);
-        let data_offset = log_offset + log_bytes;
+        let (log_offset, log_bytes, data_offset) = crate::format::fixed_regions(device_size);
         let data_units = device_size.checked_sub(data_offset)? / UNIT_SIZE;
         if data_units < 256 {
             return None;
@@ -125,6 +122,8 @@ pub struct Allocator {
     /// (address, birth txg) of blocks freed since the data cache last forgot them
     /// (`BlockIo::forget`, when their txg commits): a freed block is never read again.
     freed_keys: Vec<(u64, u64)>,
+    /// A parity2 device set's rows (rows.rs); None for other devices.
+    rows: Option<RowState>,
 }
 
 fn bit(words: &[u64], i: u64) -> bool {
@@ -162,6 +161,54 @@ impl Allocator {
             dirty_packs: BTreeSet::new(),
             freed_keys: Vec::new(),
             plain_units_allocated: 0,
+            rows: None,
+        }
+    }
+
+    /// Allocate in the rows of a parity2 device set from now on (rows.rs).
+    pub fn set_rows(&mut self, layout: RowLayout) {
+        self.rows = Some(RowState::new(layout, &self.unavailable, self.geo.data_units));
+    }
+
+    /// Free units kept from allocation because their row holds a block (rows.rs).
+    pub fn trapped_units(&self) -> u64 {
+        self.rows.as_ref().map_or(0, |r| r.trapped)
+    }
+
+    /// End the open row: the next allocation starts a free row. For blocks acknowledged
+    /// before their txg commits (intent-log blocks written by reference), before and after
+    /// placing them.
+    pub fn close_row(&mut self) {
+        let Some(rows) = self.rows.as_mut() else { return };
+        if let Some(r) = rows.open.take() {
+            rows.trapped += rows.trapped_in(rows.busy(&self.unavailable, r));
+            let next = rows.row_start(r + 1);
+            if self.cursor > rows.row_start(r) && self.cursor < next {
+                self.cursor = next;
+            }
+        }
+    }
+
+    /// Set or clear unit `u`'s unavailable bit, keeping the per-chunk counts and the
+    /// trapped units of its row right.
+    fn set_unavailable(&mut self, u: u64, v: bool) {
+        if bit(&self.unavailable, u) == v {
+            return;
+        }
+        let row = self.rows.as_ref().and_then(|rows| rows.row_of(u).filter(|r| rows.open != Some(*r)));
+        let before = row.map(|r| self.rows.as_ref().map_or(0, |rows| rows.trapped_in(rows.busy(&self.unavailable, r))));
+        set(&mut self.unavailable, u, v);
+        let c = &mut self.chunk_unavailable[(u / BITS_PER_CHUNK) as usize];
+        if v {
+            *c += 1;
+            self.unavailable_units += 1;
+        } else {
+            *c -= 1;
+            self.unavailable_units -= 1;
+        }
+        if let (Some(r), Some(before), Some(rows)) = (row, before, self.rows.as_mut()) {
+            let after = rows.trapped_in(rows.busy(&self.unavailable, r));
+            rows.trapped = rows.trapped + after - before;
         }
     }
 
@@ -246,7 +293,8 @@ impl Allocator {
     }
     /// Units a new reservation may still take.
     pub fn available_units(&self) -> u64 {
-        (self.geo.data_units - self.unavailable_units).saturating_sub(self.reserved_units + self.slop_units())
+        (self.geo.data_units - self.unavailable_units - self.trapped_units())
+            .saturating_sub(self.reserved_units + self.slop_units())
     }
 
     /// Space kept back from reservations so that a txg's own metadata (tree nodes,
@@ -273,16 +321,30 @@ impl Allocator {
     /// Mark `count` units from `unit` allocated. Only `allocate_run` calls this, on a run
     /// it has just found available: a unit allocated twice is a bug here, not damage.
     fn mark_allocated(&mut self, unit: u64, count: u64) {
+        // The row left partly filled becomes the open one (rows.rs); the one open before
+        // is closed first, so its free units count as trapped from now on.
+        let opens = self.rows.as_ref().and_then(|rows| {
+            let end = unit + count;
+            rows.row_of(end - 1).filter(|_| !(end - rows.layout.origin).is_multiple_of(rows.layout.width))
+        });
+        if unit >= self.rows.as_ref().map_or(u64::MAX, |r| r.layout.origin) {
+            if let Some(rows) = self.rows.as_mut() {
+                if let Some(r) = rows.open.take() {
+                    rows.trapped += rows.trapped_in(rows.busy(&self.unavailable, r));
+                }
+            }
+        }
         for u in unit..unit + count {
             debug_assert!(!bit(&self.unavailable, u), "allocating unit {u} twice");
-            let c = u / BITS_PER_CHUNK;
             set(&mut self.persisted, u, true);
-            set(&mut self.unavailable, u, true);
-            self.chunk_unavailable[c as usize] += 1;
-            self.dirty_chunks.insert(c);
+            self.set_unavailable(u, true);
+            self.dirty_chunks.insert(u / BITS_PER_CHUNK);
         }
         self.allocated_units += count;
-        self.unavailable_units += count;
+        if let (Some(r), Some(rows)) = (opens, self.rows.as_mut()) {
+            rows.trapped -= rows.trapped_in(rows.busy(&self.unavailable, r));
+            rows.open = Some(r);
+        }
     }
 
     /// The first unit of the `count` units at `addr`, if all of them may be freed: inside
@@ -465,6 +527,12 @@ impl Allocator {
                 u = 0;
                 continue;
             }
+            let rows_ok = self.rows.as_ref().map_or(Ok(()), |rows| rows.run_ok(&self.unavailable, u, count));
+            if let Err(next) = rows_ok {
+                scanned += next - u;
+                u = if next >= total { 0 } else { next };
+                continue;
+            }
             match (u..u + count).find(|&i| bit(&self.unavailable, i)) {
                 None => {
                     self.mark_allocated(u, count);
@@ -501,9 +569,7 @@ impl Allocator {
         let Some(unit) = self.geo.unit_of(addr) else { return };
         for u in unit..(unit + count).min(self.geo.data_units) {
             if !bit(&self.unavailable, u) {
-                set(&mut self.unavailable, u, true);
-                self.chunk_unavailable[(u / BITS_PER_CHUNK) as usize] += 1;
-                self.unavailable_units += 1;
+                self.set_unavailable(u, true);
                 self.held.push_back((txg, u, 1));
             }
         }
@@ -528,12 +594,12 @@ impl Allocator {
             self.held.pop_front();
             for u in unit..unit + count {
                 if !bit(&self.persisted, u) {
-                    set(&mut self.unavailable, u, false);
-                    self.chunk_unavailable[(u / BITS_PER_CHUNK) as usize] -= 1;
-                    self.unavailable_units -= 1;
+                    self.set_unavailable(u, false);
                 }
             }
         }
+        // The txg's open row is durable now: nothing more goes into it.
+        self.close_row();
     }
 
     /// Write every chunk changed in this txg to its non-current slot, stamped `txg`.

@@ -12,7 +12,7 @@ mod status;
 
 pub use aligned::AlignedBuf;
 pub use file::{FileDevice, FileDeviceOptions};
-pub use mirror::{MirrorDevice, RebuildStatus};
+pub use mirror::{MirrorDevice, RebuildStatus, Rows, PARITY2_MEMBERS};
 pub use probe::{
     probe_foreign_data, probe_reader, probe_window, ForeignData, Signature, StrataLabel, PROBE_WINDOW_BYTES,
 };
@@ -85,6 +85,13 @@ pub trait BlockDevice: Send + Sync {
     /// sync. Plain devices ignore it.
     fn note_txg(&self, txg: u64) {
         let _ = txg;
+    }
+
+    /// A parity2 set's rows: (logical offset of the first row, data units per row). The
+    /// allocator keeps blocks that must survive a crash out of rows holding others
+    /// (alloc/rows.rs). `None` for every other device.
+    fn rows(&self) -> Option<(u64, u64)> {
+        None
     }
 
     /// A device set's layout, health and members; `None` for a plain device.

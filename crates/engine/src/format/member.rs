@@ -13,7 +13,7 @@
 //! ```text
 //!   0  magic          [u8; 8]  "STRATAMB"
 //!   8  version        u32      1
-//!  12  layout         u8       1 = mirror (2 = parity2, reserved)
+//!  12  layout         u8       1 = mirror, 2 = parity2
 //!  13  reserved       [u8; 3]
 //!  16  pool_guid      u64
 //!  24  set_guid       u64
@@ -23,7 +23,9 @@
 //!  48  generation     u64      bumped by every configuration change
 //!  56  logical_size   u64      bytes of the set's logical space (unit multiple)
 //!  64  created_ns     u64
-//!  72  reserved       [u8; 24]
+//!  72  rows_start     u64      parity2: logical offset of the first parity row (below it
+//!                              every member holds every byte, as a mirror); 0 for mirror
+//!  80  reserved       [u8; 16]
 //!  96  checksum       [u8; 32] BLAKE3 of the 4 KiB label with this field zeroed
 //! 128  members        member_count × 32 bytes:
 //!        guid u64 · state u8 · reserved [u8; 7] · since_txg u64 · rebuild_cursor u64
@@ -55,12 +57,16 @@ const ENTRY: usize = 32;
 pub enum Layout {
     /// Every member holds every byte (2- or 3-way).
     Mirror = 1,
+    /// Double parity (device/mirror/parity.rs): rows of members - 2 data units and two
+    /// Reed-Solomon parity units; any two members may fail.
+    Parity2 = 2,
 }
 
 impl Layout {
     pub fn from_u8(v: u8) -> Option<Layout> {
         match v {
             1 => Some(Layout::Mirror),
+            2 => Some(Layout::Parity2),
             _ => None,
         }
     }
@@ -68,6 +74,7 @@ impl Layout {
     pub fn name(self) -> &'static str {
         match self {
             Layout::Mirror => "mirror",
+            Layout::Parity2 => "parity2",
         }
     }
 }
@@ -121,6 +128,8 @@ pub struct MemberLabelPhys {
     pub generation: u64,
     pub logical_size: u64,
     pub created_ns: u64,
+    /// Parity2: logical offset of the first row (0 for a mirror).
+    pub rows_start: u64,
     pub members: Vec<MemberEntryPhys>,
 }
 
@@ -140,7 +149,8 @@ impl MemberLabelPhys {
             .u64(self.generation)
             .u64(self.logical_size)
             .u64(self.created_ns)
-            .zeros(24);
+            .u64(self.rows_start)
+            .zeros(16);
         assert_eq!(w.len(), CHECKSUM_FIELD);
         w.zeros(32);
         for m in &self.members {
@@ -179,13 +189,17 @@ impl MemberLabelPhys {
         let generation = r.u64()?;
         let logical_size = r.u64()?;
         let created_ns = r.u64()?;
+        let rows_start = r.u64()?;
         if !(2..=MEMBERS_MAX).contains(&member_count) || member_index as usize >= member_count {
             return Err(r.corrupt(format!("member {member_index} of {member_count} (2..={MEMBERS_MAX} members)")));
         }
         if logical_size % UNIT_SIZE != 0 {
             return Err(r.corrupt(format!("logical size {logical_size} is not a multiple of the unit")));
         }
-        r.take(24 + 32)?;
+        if rows_start % UNIT_SIZE != 0 || rows_start > logical_size || (layout == Layout::Mirror && rows_start != 0) {
+            return Err(r.corrupt(format!("rows start {rows_start} does not fit a {} set", layout.name())));
+        }
+        r.take(16 + 32)?;
         debug_assert_eq!(r.pos(), TABLE);
         let mut members = Vec::with_capacity(member_count);
         for i in 0..member_count {
@@ -214,6 +228,7 @@ impl MemberLabelPhys {
             generation,
             logical_size,
             created_ns,
+            rows_start,
             members,
         })
     }
@@ -234,6 +249,7 @@ mod tests {
             generation: 3,
             logical_size: 1 << 30,
             created_ns: 5,
+            rows_start: 0,
             members: vec![
                 MemberEntryPhys { guid: 21, state: MemberPhysState::Faulted, since_txg: 40, rebuild_cursor: 0 },
                 MemberEntryPhys { guid: 22, state: MemberPhysState::Online, since_txg: 0, rebuild_cursor: 0 },

@@ -70,6 +70,20 @@ pub const MIN_DEVICE_SIZE: u64 = 16 * 1024 * 1024;
 /// Largest block the pipeline writes (the largest record size).
 pub const MAX_BLOCK_SIZE: u64 = 1024 * 1024;
 
+/// Where a pool's fixed regions end on a device of `device_size` bytes: (intent log offset,
+/// intent log bytes, data area offset). The space map follows the labels, the intent log the
+/// space map (1 MiB aligned), the data area the log. Each grows with the device size
+/// (never shrinks), which a parity2 set relies on to bound it (device/mirror/parity.rs).
+pub fn fixed_regions(device_size: u64) -> (u64, u64, u64) {
+    let chunks = (device_size / UNIT_SIZE).div_ceil(spacemap::BITS_PER_CHUNK);
+    let spacemap_bytes = chunks * 2 * spacemap::CHUNK_SLOT_SIZE as u64;
+    let log_offset = (SPACEMAP_OFFSET + spacemap_bytes).next_multiple_of(1 << 20);
+    // The intent log holds what fsyncs wrote since the last commit: 1/64 of the device,
+    // 4 MiB to 256 MiB (a full log forces a commit, which empties it).
+    let log_bytes = (device_size / 64).clamp(4 << 20, 256 << 20) / (1 << 20) * (1 << 20);
+    (log_offset, log_bytes, log_offset + log_bytes)
+}
+
 /// Round `n` up to a multiple of the allocation unit.
 pub fn round_up_unit(n: u64) -> u64 {
     n.div_ceil(UNIT_SIZE) * UNIT_SIZE

@@ -110,6 +110,9 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
     let txg = p.txg.next;
     let algo = p.io.checksum_algo();
     let mut blocks = Vec::new();
+    // These blocks are acknowledged before their txg commits: on a parity2 set they get
+    // rows of their own, which no later write of the txg touches (alloc/rows.rs).
+    p.alloc.close_row();
     for pr in prepared {
         if !p.ilog.is_pending(pr.cand.lsn) {
             continue; // written meanwhile by another sync, with its bytes
@@ -142,6 +145,7 @@ pub(crate) fn place(p: &mut PoolInner, prepared: Vec<PreparedRef>) -> (Refs, Opt
         // else: out of space midway; the blocks placed are prewrites or freed, and the
         // write goes with its bytes.
     }
+    p.alloc.close_row();
     if blocks.is_empty() {
         return (refs, None);
     }

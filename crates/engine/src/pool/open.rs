@@ -153,10 +153,11 @@ impl Pool {
         }
         dev.flush().map_err(|e| Error::io("flush pool label", e))?;
         let io = Arc::new(BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks, opts.data_cache_bytes));
+        let alloc = with_rows(Allocator::new_empty(geo), dev.as_ref())?;
         let inner = PoolInner {
             dev,
             io,
-            alloc: Allocator::new_empty(geo),
+            alloc,
             ddt: DedupTable::new(opts.dedup_table_max),
             label,
             txg: TxgState {
@@ -368,7 +369,7 @@ impl Pool {
         label: &LabelPhys,
         ub: &UberblockPhys,
     ) -> Result<LoadedRoot> {
-        let alloc = Allocator::load(dev, geo, label.pool_guid, ub.txg)?;
+        let alloc = with_rows(Allocator::load(dev, geo, label.pool_guid, ub.txg)?, dev)?;
         if alloc.allocated_units() != ub.allocated_units {
             return Err(Error::Corruption(crate::error::Corruption::new(
                 "space map",
@@ -478,4 +479,19 @@ impl Pool {
         let destroying = destroy::load(io, &catalog)?;
         Ok(LoadedRoot { alloc, ddt, catalog, volumes, snapshots, destroying })
     }
+}
+
+/// The allocator of a pool on `dev`, told where a parity2 set's rows are (alloc/rows.rs).
+fn with_rows(mut alloc: Allocator, dev: &dyn BlockDevice) -> Result<Allocator> {
+    let Some((start, width)) = dev.rows() else { return Ok(alloc) };
+    let geo = alloc.geometry();
+    let origin = start.checked_sub(geo.data_offset).filter(|o| o % UNIT_SIZE == 0 && width > 0).ok_or_else(|| {
+        Error::invalid(format!(
+            "device {}: its rows start at {start}, before the data area at {} (a set made for another size?)",
+            dev.describe(),
+            geo.data_offset
+        ))
+    })?;
+    alloc.set_rows(crate::alloc::RowLayout { origin: origin / UNIT_SIZE, width });
+    Ok(alloc)
 }

@@ -28,6 +28,7 @@
 use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
 use super::BlockDevice;
 
+mod parity;
 mod rebuild;
 use crate::error::{Corruption, Error, Result};
 use crate::format::member::{
@@ -37,6 +38,7 @@ use crate::format::member::{
 use crate::format::UNIT_SIZE;
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+pub use parity::{Rows, PARITY2_MEMBERS};
 pub use rebuild::RebuildStatus;
 use std::io;
 use std::ops::Range;
@@ -102,6 +104,12 @@ impl Member {
 }
 
 pub struct MirrorDevice {
+    layout: Layout,
+    /// Parity2: where the rows are (parity.rs); None for a mirror.
+    rows: Option<Rows>,
+    /// Rows being written, repaired or rebuilt (parity.rs `lock_rows`).
+    row_locks: Mutex<Vec<(u64, u64)>>,
+    row_cv: Condvar,
     members: Vec<Member>,
     /// The rebuild in progress and the writes in flight (rebuild.rs).
     rebuild: Mutex<rebuild::RebuildState>,
@@ -145,6 +153,28 @@ fn keep(last: Option<io::Error>, new: Option<io::Error>) -> Option<io::Error> {
     }
 }
 
+/// The errors the members met in one call that writes to several of them, and the one to
+/// return: the error most members met (the power went: every member says so) over one only
+/// a member met (its own failure, which the set absorbs), a gone device's last; among
+/// equals, the latest.
+#[derive(Default)]
+struct Causes(Vec<io::Error>);
+
+impl Causes {
+    fn add(&mut self, e: Option<io::Error>) {
+        self.0.extend(e);
+    }
+
+    fn take(self) -> Option<io::Error> {
+        let rank = |e: &io::Error| {
+            let same = self.0.iter().filter(|o| o.kind() == e.kind() && o.to_string() == e.to_string()).count();
+            (!is_gone(e), same)
+        };
+        let best = (0..self.0.len()).max_by_key(|&i| (rank(&self.0[i]), i))?;
+        self.0.into_iter().nth(best)
+    }
+}
+
 /// Read both copies of a device's member label; the valid one with the higher generation.
 fn read_member_label(dev: &dyn BlockDevice) -> Result<MemberLabelPhys> {
     let mut best: Option<MemberLabelPhys> = None;
@@ -169,18 +199,27 @@ fn read_member_label(dev: &dyn BlockDevice) -> Result<MemberLabelPhys> {
 }
 
 impl MirrorDevice {
-    /// Make a new mirror of `devs` (device, member guid), writing every member's label.
-    /// The logical device is as large as the smallest member allows.
+    /// Make a new device set of `devs` (device, member guid) with `layout`, writing every
+    /// member's label. The logical device is as large as the smallest member allows.
     pub fn create(
+        layout: Layout,
         devs: Vec<(Arc<dyn BlockDevice>, u64)>,
         pool_guid: u64,
         set_guid: u64,
         created_ns: u64,
     ) -> Result<MirrorDevice> {
-        if !MIRROR_WAYS.contains(&devs.len()) {
+        let counts = match layout {
+            Layout::Mirror => MIRROR_WAYS,
+            Layout::Parity2 => PARITY2_MEMBERS,
+        };
+        if !counts.contains(&devs.len()) {
             return Err(Error::invalid(format!(
-                "a mirror has 2 or 3 devices; {} given (use --layout single for one device)",
-                devs.len()
+                "a {} set has {} to {} devices; {} given{}",
+                layout.name(),
+                counts.start,
+                counts.end - 1,
+                devs.len(),
+                if layout == Layout::Mirror { " (use --layout single for one device)" } else { "" }
             )));
         }
         for (i, (d, g)) in devs.iter().enumerate() {
@@ -194,9 +233,18 @@ impl MirrorDevice {
             }
         }
         let smallest = devs.iter().map(|(d, _)| d.size_bytes()).min().unwrap_or(0);
-        let logical_size = smallest.saturating_sub(MEMBER_AREA_BYTES) / UNIT_SIZE * UNIT_SIZE;
+        let avail = smallest.saturating_sub(MEMBER_AREA_BYTES) / UNIT_SIZE * UNIT_SIZE;
+        let (rows, logical_size) = match layout {
+            Layout::Mirror => (None, avail),
+            Layout::Parity2 => {
+                let (rows, logical) = Rows::plan(devs.len(), avail).ok_or_else(|| {
+                    Error::invalid(format!("devices of {smallest} bytes are too small for a parity2 set"))
+                })?;
+                (Some(rows), logical)
+            }
+        };
         let config = MemberLabelPhys {
-            layout: Layout::Mirror,
+            layout,
             pool_guid,
             set_guid,
             member_guid: devs.first().map_or(0, |(_, g)| *g),
@@ -204,6 +252,7 @@ impl MirrorDevice {
             generation: 1,
             logical_size,
             created_ns,
+            rows_start: rows.map_or(0, |r| r.start),
             members: devs
                 .iter()
                 .map(|(_, g)| MemberEntryPhys {
@@ -219,6 +268,10 @@ impl MirrorDevice {
             .map(|(dev, guid)| Member::new(Some(dev.clone()), guid, dev.describe(), MemberState::Online))
             .collect();
         let m = MirrorDevice {
+            layout,
+            rows,
+            row_locks: Mutex::new(Vec::new()),
+            row_cv: Condvar::new(),
             members,
             rebuild: Mutex::new(rebuild::RebuildState::default()),
             rebuild_cv: Condvar::new(),
@@ -278,12 +331,12 @@ impl MirrorDevice {
                     dev.describe()
                 )));
             }
-            if dev.size_bytes() < config.logical_size + MEMBER_AREA_BYTES {
+            let needed = member_bytes(&config);
+            if dev.size_bytes() < needed {
                 return Err(Error::invalid(format!(
-                    "device {} has {} bytes; the mirror needs {}",
+                    "device {} has {} bytes; a member of this set needs {needed}",
                     dev.describe(),
                     dev.size_bytes(),
-                    config.logical_size + MEMBER_AREA_BYTES
                 )));
             }
         }
@@ -333,6 +386,10 @@ impl MirrorDevice {
             rebuild::Rebuild::resume(i, cursor)
         });
         let mirror = MirrorDevice {
+            layout: config.layout,
+            rows: rows_of(&config),
+            row_locks: Mutex::new(Vec::new()),
+            row_cv: Condvar::new(),
             rebuild: Mutex::new(rebuild::RebuildState { active: rebuilding, ..Default::default() }),
             rebuild_cv: Condvar::new(),
             failpoints: Default::default(),
@@ -343,9 +400,11 @@ impl MirrorDevice {
             writable,
             txg: AtomicU64::new(0),
         };
-        if !mirror.members.iter().any(|m| m.in_use().is_some()) {
+        if !mirror.usable() {
             return Err(Error::invalid(format!(
-                "no member of the mirror is in sync and present: {}; bring a member back",
+                "too few members of the {} set are in sync and present (it needs {}): {}; bring a member back",
+                mirror.layout.name(),
+                mirror.min_in_use(),
                 notes.join("; ")
             )));
         }
@@ -464,20 +523,41 @@ impl MirrorDevice {
     /// the verified copy; only `heal` is taken from `good` (the rest of the span may hold
     /// other blocks).
     fn heal(&self, i: usize, offset: u64, mut bad: Vec<u8>, good: &[u8], heal: Range<usize>) {
+        self.count_checksum_error(i);
+        let (Some(dst), Some(src)) = (bad.get_mut(heal.clone()), good.get(heal.clone())) else { return };
+        dst.copy_from_slice(src);
+        self.rewrite(i, offset, &bad, heal.len() as u64);
+    }
+
+    /// Count a copy of member `i` that failed verification (DEGRADED past the threshold).
+    fn count_checksum_error(&self, i: usize) {
         let Some(m) = self.members.get(i) else { return };
-        m.checksum_errors.fetch_add(1, Ordering::Relaxed);
-        if m.checksum_errors.load(Ordering::Relaxed) >= CHECKSUM_ERRORS_TO_DEGRADE {
+        let n = m.checksum_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= CHECKSUM_ERRORS_TO_DEGRADE {
             let _ = m.state.compare_exchange(
                 MemberState::Online.to_usize(),
                 MemberState::Degraded.to_usize(),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
-            m.set_note(format!("{} checksum errors (repaired)", m.checksum_errors.load(Ordering::Relaxed)));
+            m.set_note(format!("{n} checksum errors (repaired)"));
         }
-        let (Some(dst), Some(src)) = (bad.get_mut(heal.clone()), good.get(heal.clone())) else { return };
-        dst.copy_from_slice(src);
-        self.rewrite(i, offset, &bad, heal.len() as u64);
+    }
+
+    /// Members that must be in use for the set to serve: one copy of a mirror; the data
+    /// units of a parity2 row.
+    fn min_in_use(&self) -> usize {
+        self.rows.map_or(1, |r| r.data)
+    }
+
+    /// Whether enough members are in use to serve every byte.
+    fn usable(&self) -> bool {
+        self.members.iter().filter(|m| m.in_use().is_some()).count() >= self.min_in_use()
+    }
+
+    /// Bytes a member needs (member area included).
+    pub fn member_bytes(&self) -> u64 {
+        member_bytes(&lock(&self.config))
     }
 
     /// Write `bytes` at logical `offset` on member `i` (repairs), counting `repaired`.
@@ -527,19 +607,21 @@ impl MirrorDevice {
             _ => targets.iter().map(|(i, d)| (*i, op(d.as_ref()))).collect(),
         };
         let mut done = 0;
-        let mut last = None;
+        let mut causes = Causes::default();
         for (i, r) in results {
             match r {
                 Ok(()) => done += 1,
                 Err(e) => {
                     let later = self.write_error(i, what, &e);
-                    last = keep(keep(last, Some(e)), later);
+                    causes.add(Some(e));
+                    causes.add(later);
                 }
             }
         }
+        let last = causes.take();
         // Ok only while a member is still in use: one that took the write may have been
         // faulted since (its label write failed), and then the pool is suspended.
-        if done > 0 && self.members.iter().any(|m| m.in_use().is_some()) {
+        if done > 0 && self.usable() {
             return Ok(());
         }
         // The member's own error, unwrapped: callers look at its kind and source.
@@ -574,12 +656,46 @@ fn write_label(dev: &dyn BlockDevice, cfg: &MemberLabelPhys, i: usize) -> io::Re
     dev.flush()
 }
 
-impl BlockDevice for MirrorDevice {
-    fn size_bytes(&self) -> u64 {
-        self.logical_size
-    }
+/// The rows of a parity2 configuration.
+fn rows_of(cfg: &MemberLabelPhys) -> Option<Rows> {
+    (cfg.layout == Layout::Parity2).then(|| Rows {
+        start: cfg.rows_start,
+        data: cfg.members.len().saturating_sub(2).max(1),
+        members: cfg.members.len(),
+    })
+}
 
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+/// Bytes each member of `cfg`'s set needs.
+fn member_bytes(cfg: &MemberLabelPhys) -> u64 {
+    match rows_of(cfg) {
+        None => cfg.logical_size + MEMBER_AREA_BYTES,
+        Some(r) => {
+            let rows = (cfg.logical_size - r.start) / (r.data as u64 * UNIT_SIZE);
+            MEMBER_AREA_BYTES + r.start + rows * UNIT_SIZE
+        }
+    }
+}
+
+/// Where a request falls in a parity2 set: all before the rows, all in them, or across.
+enum Region {
+    Mirrored,
+    Rows(Rows),
+    Across(Rows),
+}
+
+impl MirrorDevice {
+    fn region(&self, offset: u64, len: usize) -> Region {
+        match self.rows {
+            None => Region::Mirrored,
+            Some(r) if offset + len as u64 <= r.start => Region::Mirrored,
+            Some(r) if offset >= r.start => Region::Rows(r),
+            Some(r) => Region::Across(r),
+        }
+    }
+}
+
+impl MirrorDevice {
+    fn mirror_read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let mut last = None;
         for (i, dev) in self.read_order() {
             match dev.read_at(buf, offset + MEMBER_AREA_BYTES) {
@@ -593,26 +709,21 @@ impl BlockDevice for MirrorDevice {
         Err(last.unwrap_or_else(|| suspended("read")))
     }
 
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+    fn mirror_write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
         self.on_all("write", |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
     }
 
-    fn flush(&self) -> io::Result<()> {
+    fn mirror_flush(&self) -> io::Result<()> {
         self.on_all("flush", |d| d.flush())
     }
 
-    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+    fn mirror_write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
         self.on_all("durable write", |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
     }
 
-    fn describe(&self) -> String {
-        let names: Vec<String> = self.members.iter().map(|m| m.device()).collect();
-        format!("mirror of {}", names.join(", "))
-    }
-
-    fn read_verified(
+    fn mirror_read_verified(
         &self,
         buf: &mut [u8],
         offset: u64,
@@ -652,7 +763,7 @@ impl BlockDevice for MirrorDevice {
         }
     }
 
-    fn scrub_read(
+    fn mirror_scrub_read(
         &self,
         buf: &mut [u8],
         offset: u64,
@@ -698,7 +809,12 @@ impl BlockDevice for MirrorDevice {
         Ok(true)
     }
 
-    fn read_best(&self, buf: &mut [u8], offset: u64, score: &dyn Fn(&[u8]) -> Option<u64>) -> io::Result<Option<u64>> {
+    fn mirror_read_best(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        score: &dyn Fn(&[u8]) -> Option<u64>,
+    ) -> io::Result<Option<u64>> {
         let mut copies: Vec<(usize, Option<u64>, Vec<u8>)> = Vec::new();
         let mut last = None;
         for (i, dev) in self.read_order() {
@@ -727,6 +843,104 @@ impl BlockDevice for MirrorDevice {
         }
         Ok(best_score)
     }
+}
+
+impl BlockDevice for MirrorDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        match self.region(offset, buf.len()) {
+            Region::Mirrored => self.mirror_read_at(buf, offset),
+            Region::Rows(r) => self.parity_read(&r, buf, offset),
+            Region::Across(r) => {
+                let (a, b) = buf.split_at_mut((r.start - offset) as usize);
+                self.mirror_read_at(a, offset)?;
+                self.parity_read(&r, b, r.start)
+            }
+        }
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        match self.region(offset, buf.len()) {
+            Region::Mirrored => self.mirror_write_at(buf, offset),
+            Region::Rows(r) => self.parity_write(&r, buf, offset),
+            Region::Across(r) => {
+                let (a, b) = buf.split_at((r.start - offset) as usize);
+                self.mirror_write_at(a, offset)?;
+                self.parity_write(&r, b, r.start)
+            }
+        }
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.mirror_flush()
+    }
+
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        match self.region(offset, buf.len()) {
+            Region::Mirrored => self.mirror_write_durable(buf, offset),
+            _ => {
+                self.write_at(buf, offset)?;
+                self.mirror_flush()
+            }
+        }
+    }
+
+    fn read_verified(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        heal: Range<usize>,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<bool> {
+        match self.region(offset, buf.len()) {
+            Region::Mirrored => self.mirror_read_verified(buf, offset, heal, verify),
+            Region::Rows(r) => self.parity_verified(&r, buf, offset, heal, verify, false),
+            // The allocator keeps blocks on one side of the rows' start (alloc/rows.rs).
+            Region::Across(_) => {
+                self.read_at(buf, offset)?;
+                Ok(verify(buf))
+            }
+        }
+    }
+
+    fn scrub_read(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        heal: Range<usize>,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<bool> {
+        match self.region(offset, buf.len()) {
+            Region::Mirrored => self.mirror_scrub_read(buf, offset, heal, verify),
+            Region::Rows(r) => self.parity_verified(&r, buf, offset, heal, verify, true),
+            Region::Across(_) => {
+                self.read_at(buf, offset)?;
+                Ok(verify(buf))
+            }
+        }
+    }
+
+    fn read_best(&self, buf: &mut [u8], offset: u64, score: &dyn Fn(&[u8]) -> Option<u64>) -> io::Result<Option<u64>> {
+        match self.region(offset, buf.len()) {
+            Region::Mirrored => self.mirror_read_best(buf, offset, score),
+            _ => {
+                self.read_at(buf, offset)?;
+                Ok(score(buf))
+            }
+        }
+    }
+
+    fn rows(&self) -> Option<(u64, u64)> {
+        self.rows.map(|r| (r.start, r.data as u64))
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.logical_size
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<String> = self.members.iter().map(|m| m.device()).collect();
+        format!("mirror of {}", names.join(", "))
+    }
 
     fn note_txg(&self, txg: u64) {
         self.txg.store(txg, Ordering::Relaxed);
@@ -751,12 +965,12 @@ impl BlockDevice for MirrorDevice {
             .collect();
         let in_use = members.iter().filter(|m| m.state.in_use()).count();
         let health = match in_use {
-            0 => SetHealth::Suspended,
+            n if n < self.min_in_use() => SetHealth::Suspended,
             n if n == members.len() && members.iter().all(|m| m.state == MemberState::Online) => SetHealth::Online,
             _ => SetHealth::Degraded,
         };
         Some(SetStatus {
-            layout: Layout::Mirror,
+            layout: self.layout,
             set_guid: lock(&self.config).set_guid,
             health,
             members,

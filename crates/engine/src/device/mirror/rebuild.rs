@@ -129,15 +129,20 @@ impl MirrorDevice {
                 r.member
             )));
         }
-        if !self.members.iter().enumerate().any(|(j, o)| j != index && o.in_use().is_some()) {
-            return Err(Error::invalid("no other member is in sync to rebuild from"));
-        }
-        if dev.size_bytes() < self.logical_size + MEMBER_AREA_BYTES {
+        let others = self.members.iter().enumerate().filter(|(j, o)| *j != index && o.in_use().is_some()).count();
+        if others < self.min_in_use() {
             return Err(Error::invalid(format!(
-                "device {} has {} bytes; a member of this mirror needs {}",
+                "too few other members are in sync to rebuild from ({others}, the {} set needs {})",
+                self.layout.name(),
+                self.min_in_use()
+            )));
+        }
+        if dev.size_bytes() < self.member_bytes() {
+            return Err(Error::invalid(format!(
+                "device {} has {} bytes; a member of this set needs {}",
                 dev.describe(),
                 dev.size_bytes(),
-                self.logical_size + MEMBER_AREA_BYTES
+                self.member_bytes()
             )));
         }
         if self.members.iter().enumerate().any(|(j, o)| j != index && o.guid() == guid) {
@@ -194,10 +199,14 @@ impl MirrorDevice {
         if !m.state().in_use() {
             return Err(Error::invalid(format!("member {} is {}, not in use", m.device(), m.state())));
         }
-        if !self.members.iter().enumerate().any(|(j, o)| j != index && o.in_use().is_some()) {
+        let others = self.members.iter().enumerate().filter(|(j, o)| *j != index && o.in_use().is_some()).count();
+        if others < self.min_in_use() {
             return Err(Error::invalid(format!(
-                "member {} is the last one in sync: taking it offline would suspend the pool",
-                m.device()
+                "member {} is needed: without it too few members are in sync ({others}, the {} set needs {}) and the \
+                 pool would be suspended",
+                m.device(),
+                self.layout.name(),
+                self.min_in_use()
             )));
         }
         m.state.store(MemberState::Offline.to_usize(), Ordering::Release);
@@ -254,6 +263,21 @@ impl MirrorDevice {
 
     /// Copy one range to the member being rebuilt, excluding writes to it meanwhile.
     fn copy_range(&self, member: usize, target: &Arc<dyn BlockDevice>, at: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(rows) = self.rows {
+            // Parity2: the rows are reconstructed, under their row lock (parity.rs); the
+            // part before them is copied as a mirror's.
+            let len = buf.len() as u64;
+            if at + len > rows.start {
+                let mirrored = rows.start.saturating_sub(at).min(len) as usize;
+                if mirrored > 0 {
+                    self.copy_range(member, target, at, &mut buf[..mirrored])?;
+                }
+                return self.failpoints.hit(crate::failpoint::MIRROR_REBUILD_COPY).and_then(|()| {
+                    self.parity_rebuild(&rows, member, at.max(rows.start), len - mirrored as u64)
+                        .map_err(|e| Error::io("rebuild", e))
+                });
+            }
+        }
         let range = (at, at + buf.len() as u64);
         {
             let mut st = lock(&self.rebuild);
