@@ -45,7 +45,7 @@ fn mirror_pools_through_the_cli() {
     d.fails(&["pool", "create", "m", "--layout", "mirror", "--device", s(&img[0]), "--size", "128M"], "2 or 3");
     d.fails(
         &["pool", "create", "m", "--layout", "raid5", "--device", s(&img[0]), "--size", "128M"],
-        "single or mirror",
+        "single, mirror or parity2",
     );
     d.fails(
         &[
