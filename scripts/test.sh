@@ -75,6 +75,9 @@ scripts/e2e/mariadb-snapshots.sh
 echo "== PostgreSQL on a 3-way mirror of nbdkit devices: bit rot scrubbed, an EIO device, a vanished device, a rebuild, under pgbench"
 scripts/e2e/mirror-postgres.sh
 
+echo "== PostgreSQL on a parity2 pool of four nbdkit devices: the same faults (two devices lost), a rebuild by reconstruction"
+LAYOUT=parity2 scripts/e2e/mirror-postgres.sh
+
 echo "== PostgreSQL on ext4 on an NBD LUN (nbdfuse, loop): the daemon killed under load; snapshot, clone, grow, restore"
 scripts/e2e/lun-postgres.sh
 

@@ -4,6 +4,10 @@
 #   strata-mirror   a Strata 2-way mirror of loop devices 1 and 2
 #   btrfs-raid1     btrfs -d raid1 -m raid1 on loop devices 1 and 2 (the in-kernel peer:
 #                   this kernel has no md RAID and no device mapper)
+# or, with LAYOUT=parity2, double parity over four loop devices:
+#   strata-parity2  a Strata parity2 pool of loop devices 1-4
+#   btrfs-raid6     btrfs -d raid6 -m raid1c3 on loop devices 1-4 (metadata three-way, as
+#                   Strata keeps its fixed regions mirrored)
 # The same loop devices (direct I/O to image files in the work dir) for every config, fresh
 # each round; rounds alternate the order of the configs. Per round and config: initdb,
 # pgbench -i -s SCALE, a checkpoint, pgbench -T SECONDS (healthy). For the two redundant
@@ -13,7 +17,7 @@
 # third loop device), timed until the rebuild ends. Prints every round, the medians and
 # the ratios the issue's targets are stated in.
 #
-#   ROUNDS=5 scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
+#   ROUNDS=5 [LAYOUT=mirror|parity2] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
 #   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout)
 #
 # Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-redundancy); PG_PORT (55462). Root.
@@ -22,6 +26,12 @@ shopt -s inherit_errexit
 unset STRATA_API
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 scale="${1:-10}"; secs="${2:-30}"; clients="${3:-4}"; rounds="${ROUNDS:-5}"
+layout="${LAYOUT:-mirror}"
+case "$layout" in
+  mirror) ndev=2; peer=raid1; peer_args=(-d raid1 -m raid1) ;;
+  parity2) ndev=4; peer=raid6; peer_args=(-d raid6 -m raid1c3) ;;
+  *) echo "LAYOUT is mirror or parity2, not '$layout'" >&2; exit 2 ;;
+esac
 for v in "$rounds" "$scale" "$secs" "$clients"; do
   case "$v" in '' | *[!0-9]* | 0) echo "ROUNDS, SCALE, SECONDS and CLIENTS are positive integers ('$v')" >&2; exit 2 ;; esac
 done
@@ -62,11 +72,11 @@ trap cleanup EXIT
 rm -rf "$work"; mkdir -p "$work"; chmod 755 "$work"
 cp "${STRATA_BENCH_BIN:-$ROOT/target/release/strata}" "$STRATA_BIN"
 
-# Three fresh loop devices over zero image files (direct I/O).
+# Fresh loop devices over zero image files (direct I/O): the layout's and one to replace.
 fresh_loops() {
   detach_loops
   local i
-  for i in 1 2 3; do
+  for i in $(seq 1 $((ndev + 1))); do
     rm -f "$work/d$i.img"; truncate -s "$dev_size" "$work/d$i.img"
     loops+=("$(losetup --find --show --direct-io=on "$work/d$i.img")")
   done
@@ -106,14 +116,16 @@ load() {
   "$PG_BIN/psql" -X -q -h "$sock" -p "$PG_PORT" -U postgres -c checkpoint postgres
 }
 
-strata_config() { # $1 = single | mirror; prints healthy [degraded rebuild_s]
+strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded rebuild_s]
   cleanup; fresh_loops
   rm -rf "$STRATA_E2E_DIR"; mkdir -p "$STRATA_E2E_DIR" "$mnt"
   STRATA_POOL_SIZE=1G strata_start >&2
   if [ "$1" = single ]; then
     "$STRATA_BIN" pool create b --device "${loops[0]}" >/dev/null
   else
-    "$STRATA_BIN" pool create b --layout mirror --device "${loops[0]}" --device "${loops[1]}" >/dev/null
+    local devs=() i
+    for i in $(seq 0 $((ndev - 1))); do devs+=(--device "${loops[$i]}"); done
+    "$STRATA_BIN" pool create b --layout "$1" "${devs[@]}" >/dev/null
   fi
   "$STRATA_BIN" volume create b/pg >/dev/null
   "$STRATA_BIN" mount b/pg "$mnt" >/dev/null
@@ -134,7 +146,7 @@ strata_config() { # $1 = single | mirror; prints healthy [degraded rebuild_s]
 btrfs_config() { # prints healthy degraded rebuild_s
   cleanup; fresh_loops
   mkdir -p "$mnt"
-  mkfs.btrfs -q -f -d raid1 -m raid1 "${loops[0]}" "${loops[1]}" >/dev/null
+  mkfs.btrfs -q -f "${peer_args[@]}" "${loops[@]:0:$ndev}" >/dev/null
   mount "${loops[0]}" "$mnt"
   chmod 755 "$mnt"
   load
@@ -149,48 +161,50 @@ btrfs_config() { # prints healthy degraded rebuild_s
   devid="$(btrfs filesystem show "$mnt" | awk '/missing/ { print $2; exit }')"
   [ -n "$devid" ] || devid=2
   t0="$(date +%s.%N)"
-  btrfs replace start -B -f "$devid" "${loops[2]}" "$mnt" >/dev/null
+  btrfs replace start -B -f "$devid" "${loops[$ndev]}" "$mnt" >/dev/null
   t1="$(date +%s.%N)"
   umount "$mnt"
-  loops=("${loops[0]}" "${loops[2]}")
+  loops=("${loops[0]}" "${loops[@]:2}")
   printf '%s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
 }
 
 results="$work/results.tsv"; : >"$results"
-configs=(strata-single strata-mirror btrfs-raid1)
+configs=(strata-single "strata-$layout" "btrfs-$peer")
 for r in $(seq 1 "$rounds"); do
   order=("${configs[@]}")
-  if [ $((r % 2)) -eq 0 ]; then order=(btrfs-raid1 strata-mirror strata-single); fi
+  if [ $((r % 2)) -eq 0 ]; then order=("btrfs-$peer" "strata-$layout" strata-single); fi
   for c in "${order[@]}"; do
     # Not in a $(...) subshell: the loop devices it attaches must be detached here.
     case "$c" in
       strata-single) strata_config single >"$work/value" ;;
-      strata-mirror) strata_config mirror >"$work/value" ;;
-      btrfs-raid1) btrfs_config >"$work/value" ;;
+      strata-*) strata_config "$layout" >"$work/value" ;;
+      btrfs-*) btrfs_config >"$work/value" ;;
     esac
     v="$(cat "$work/value")"
     printf '%s\t%s\t%s\n' "$r" "$c" "$v" | tee -a "$results"
   done
 done
 cleanup
-python3 - "$results" "$scale" "$secs" "$clients" <<'PY'
+python3 - "$results" "$scale" "$secs" "$clients" "$layout" "$peer" <<'PY'
 import statistics, sys
+layout, peer = sys.argv[5], sys.argv[6]
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 by = {}
 for r, c, v in rows:
     by.setdefault(c, []).append([float(x) for x in v.split()])
 print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
-print("\n| round | strata-single tps | strata-mirror tps (healthy / degraded / rebuild s) | btrfs-raid1 tps (healthy / degraded / replace s) |")
+L, P = f"strata-{layout}", f"btrfs-{peer}"
+print(f"\n| round | strata-single tps | {L} tps (healthy / degraded / rebuild s) | {P} tps (healthy / degraded / replace s) |")
 print("|---|---|---|---|")
 n = max(len(v) for v in by.values())
 fmt = lambda v: " / ".join(f"{x:.0f}" if i < 2 else f"{x:.2f}" for i, x in enumerate(v))
 for i in range(n):
-    print(f"| {i+1} | {fmt(by['strata-single'][i])} | {fmt(by['strata-mirror'][i])} | {fmt(by['btrfs-raid1'][i])} |")
+    print(f"| {i+1} | {fmt(by['strata-single'][i])} | {fmt(by[L][i])} | {fmt(by[P][i])} |")
 med = {c: [statistics.median(col) for col in zip(*v)] for c, v in by.items()}
-print(f"| median | {fmt(med['strata-single'])} | {fmt(med['strata-mirror'])} | {fmt(med['btrfs-raid1'])} |")
-s, m, b = med["strata-single"], med["strata-mirror"], med["btrfs-raid1"]
-print(f"\nmirror healthy / single: {m[0]/s[0]:.3f} (target >= 0.9)")
-print(f"mirror healthy / btrfs raid1 healthy: {m[0]/b[0]:.3f} (target >= 1.0)")
-print(f"mirror degraded / mirror healthy: {m[1]/m[0]:.3f} (target >= 0.9); btrfs: {b[1]/b[0]:.3f}")
-print(f"rebuild time, mirror / btrfs replace: {m[2]/b[2]:.3f} (target <= 1.0)")
+print(f"| median | {fmt(med['strata-single'])} | {fmt(med[L])} | {fmt(med[P])} |")
+s, m, b = med["strata-single"], med[L], med[P]
+print(f"\n{layout} healthy / single: {m[0]/s[0]:.3f} (target >= 0.9 for a mirror)")
+print(f"{layout} healthy / btrfs {peer} healthy: {m[0]/b[0]:.3f} (target >= 1.0)")
+print(f"{layout} degraded / {layout} healthy: {m[1]/m[0]:.3f} (target >= 0.9); btrfs: {b[1]/b[0]:.3f}")
+print(f"rebuild time, {layout} / btrfs replace: {m[2]/b[2]:.3f} (target <= 1.0)")
 PY

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Redundancy end to end: PostgreSQL 15 with pgbench on a 3-way mirror pool whose devices are
+# Redundancy end to end: PostgreSQL 15 with pgbench on a 3-way mirror pool (LAYOUT=parity2:
+# a parity2 pool of four devices; the last one is "member 3" below) whose devices are
 # real user-space block devices — nbdkit's file plugin behind its error filter, each exposed
 # as a file by nbdfuse (this kernel has no NBD client and no device mapper). Under load:
 #   1. bit rot: random 4 KiB spots of member 3's image are overwritten (behind the daemon's
@@ -18,11 +19,18 @@
 #   seconds of pgbench; SCALE (default 10); CLIENTS (default 4)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-E2E_NAME=mirror-postgres
+LAYOUT="${LAYOUT:-mirror}"
+case "$LAYOUT" in
+  mirror) MEMBERS=3 ;;
+  parity2) MEMBERS=4 ;;
+  *) echo "LAYOUT is mirror or parity2, not $LAYOUT" >&2; exit 2 ;;
+esac
+SPARE=$((MEMBERS + 1))
+E2E_NAME="$LAYOUT-postgres"
 # shellcheck source=scripts/e2e/db-common.sh
 . scripts/e2e/db-common.sh
 source scripts/e2e/strata-env.sh
-export STRATA_E2E_DIR="${STRATA_E2E_DIR%/}-mirror"
+export STRATA_E2E_DIR="${STRATA_E2E_DIR%/}-$LAYOUT"
 PG_BIN=/usr/lib/postgresql/15/bin
 PG_PORT="${PG_PORT:-55441}"
 DURATION="${DURATION:-220}"
@@ -41,7 +49,7 @@ cleanup() {
   [ -f "${PGDATA:-/nonexistent}/postmaster.pid" ] &&
     runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$PGDATA" -m immediate -w -t 30 >/dev/null 2>&1
   strata_stop
-  for i in 1 2 3 4; do
+  for i in $(seq 1 "$SPARE"); do
     fusermount3 -u -z "$DEV/fuse$i" 2>/dev/null
     [ -f "$DEV/nbdkit$i.pid" ] && kill "$(cat "$DEV/nbdkit$i.pid")" 2>/dev/null
   done
@@ -66,10 +74,14 @@ start_device() {
   nbdfuse "$DEV/fuse$i/dev" --unix "$DEV/nbd$i.sock" &
   wait_for "nbdfuse device $i" 20 test -e "$DEV/fuse$i/dev"
 }
-for i in 1 2 3; do start_device "$i"; done
+devices=()
+for i in $(seq 1 "$MEMBERS"); do
+  start_device "$i"
+  devices+=(--device "$DEV/fuse$i/dev")
+done
 
 strata_start
-"$STRATA_BIN" pool create m --layout mirror --device "$DEV/fuse1/dev" --device "$DEV/fuse2/dev" --device "$DEV/fuse3/dev"
+"$STRATA_BIN" pool create m --layout "$LAYOUT" "${devices[@]}"
 "$STRATA_BIN" volume create m/pg --record-size 8K
 mnt="$STRATA_E2E_DIR/pg"
 mkdir -p "$mnt"
@@ -88,15 +100,15 @@ runuser -u postgres -- "$PG_BIN/pg_ctl" start -D "$PGDATA" -w -t 120 -l "$STRATA
 pg() { "$PG_BIN/$1" -h "$SOCK" -p "$PG_PORT" -U postgres "${@:2}"; }
 pg pgbench -i -q -s "$SCALE" postgres 2>&1 | tail -1
 pg psql -q -c 'create extension if not exists amcheck' postgres
-log "pgbench: $CLIENTS clients for $DURATION s on a 3-way mirror"
+log "pgbench: $CLIENTS clients for $DURATION s on a $LAYOUT pool of $MEMBERS devices"
 pg pgbench -c "$CLIENTS" -j 2 -T "$DURATION" -P 5 postgres >"$STRATA_E2E_DIR/pgbench.out" 2>&1 &
 BENCH_PID=$!
 
 bench_running() { kill -0 "$BENCH_PID" 2>/dev/null || die "pgbench ended before the fault ($1); raise DURATION"; }
-# 1. Bit rot on member 3 under load: 3000 random 4 KiB spots in its first 512 MiB.
+# 1. Bit rot on the last member under load: 3000 random 4 KiB spots in its first 512 MiB.
 sleep 10
 bench_running "bit rot"
-python3 - "$DEV/m3.img" <<'EOF'
+python3 - "$DEV/m$MEMBERS.img" <<'EOF'
 import os, random, sys
 random.seed(7)
 with open(sys.argv[1], "r+b") as f:
@@ -104,13 +116,13 @@ with open(sys.argv[1], "r+b") as f:
         f.seek(random.randrange(16 << 20, 512 << 20) // 4096 * 4096)
         f.write(os.urandom(4096))
 EOF
-log "rotted 3000 spots of member 3; scrubbing under load"
+log "rotted 3000 spots of member $MEMBERS; scrubbing under load"
 scrub1="$("$STRATA_BIN" pool scrub m)"
 echo "$scrub1"
 damaged="$(grep -oE '[0-9]+ damaged copies found' <<<"$scrub1" | grep -oE '^[0-9]+')"
-[ "$damaged" -gt 0 ] || die "the scrub found none of the rot on member 3: $scrub1"
-cksum3="$("$STRATA_BIN" pool status m --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][2]["checksum_errors"])')"
-[ "$cksum3" -ge "$damaged" ] || die "member 3 counts $cksum3 checksum errors, the scrub found $damaged"
+[ "$damaged" -gt 0 ] || die "the scrub found none of the rot on member $MEMBERS: $scrub1"
+cksum3="$("$STRATA_BIN" pool status m --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][int(sys.argv[1]) - 1]["checksum_errors"])' "$MEMBERS")"
+[ "$cksum3" -ge "$damaged" ] || die "member $MEMBERS counts $cksum3 checksum errors, the scrub found $damaged"
 scrub2="$("$STRATA_BIN" pool scrub m)"
 echo "$scrub2"
 grep -q ' 0 damaged copies found' <<<"$scrub2" || die "a second scrub still found damage: $scrub2"
@@ -137,15 +149,17 @@ echo "$status" | sed -n '/^state/p;/^layout/,/^guid/p'
 grep -q '^state *DEGRADED' <<<"$status" || die "the pool should be DEGRADED: $status"
 grep -E 'fuse1/dev.* FAULTED' <<<"$status" >/dev/null || die "member 1 should be FAULTED: $status"
 grep -E 'fuse2/dev.* (REMOVED|FAULTED)' <<<"$status" >/dev/null || die "member 2 should be REMOVED: $status"
-grep -E 'fuse3/dev.* (ONLINE|DEGRADED)' <<<"$status" >/dev/null || die "member 3 should be in use: $status"
+for i in $(seq 3 "$MEMBERS"); do
+  grep -E "fuse$i/dev.* (ONLINE|DEGRADED)" <<<"$status" >/dev/null || die "member $i should be in use: $status"
+done
 
 # 4. Member 1 is replaced by a new device while pgbench runs again: the rebuild copies what
 #    the pool uses, at its bounded rate, and the new member comes ONLINE.
-start_device 4
+start_device "$SPARE"
 pg pgbench -c "$CLIENTS" -j 2 -T 40 -P 10 postgres >"$STRATA_E2E_DIR/pgbench2.out" 2>&1 &
 BENCH_PID=$!
 sleep 3
-"$STRATA_BIN" pool replace m "$DEV/fuse1/dev" "$DEV/fuse4/dev"
+"$STRATA_BIN" pool replace m "$DEV/fuse1/dev" "$DEV/fuse$SPARE/dev"
 rebuilt=""
 for i in $(seq 1 240); do
   json="$("$STRATA_BIN" pool status m --json)"
@@ -173,12 +187,12 @@ pg pg_amcheck -d postgres --heapallindexed >"$STRATA_E2E_DIR/amcheck.out" 2>&1 |
 runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$PGDATA" -m fast -w -t 60 >/dev/null
 strata_log_clean
 
-# The daemon restarts with members 1 and 2 still broken: the pool opens DEGRADED on member 3.
+# The daemon restarts with member 2 still gone: the pool opens DEGRADED without it.
 strata_stop
 strata_start
 status="$("$STRATA_BIN" pool status m)"
 grep -q '^state *DEGRADED' <<<"$status" || die "after a restart the pool should open DEGRADED: $status"
-grep -E 'fuse4/dev.* ONLINE' <<<"$status" >/dev/null || die "the replacement should be ONLINE after a restart: $status"
+grep -E "fuse$SPARE/dev.* ONLINE" <<<"$status" >/dev/null || die "the replacement should be ONLINE after a restart: $status"
 runuser -u postgres -- "$PG_BIN/pg_ctl" start -D "$PGDATA" -w -t 120 -l "$STRATA_E2E_DIR/postgres.log" \
   -o "-k $SOCK -p $PG_PORT -c listen_addresses=''" >/dev/null
 rows="$(pg psql -At -c 'select count(*) from pgbench_accounts' postgres)"

@@ -132,6 +132,10 @@ pub struct PoolFigures {
     pub free_bytes: u64,
     /// Freed in the last txgs, reusable shortly (deferred frees).
     pub held_bytes: u64,
+    /// parity2: free bytes in rows that still hold a block, allocatable once their row is
+    /// wholly free (absent in older daemons' answers).
+    #[serde(default)]
+    pub trapped_bytes: u64,
     /// Of deleted volumes, still to be freed by the coming commits (async destroy).
     pub destroying_bytes: u64,
     pub volumes: u64,

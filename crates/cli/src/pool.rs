@@ -185,7 +185,8 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                     true => println!("created pool {} on {} ({} usable)", p.name, p.device.display(), human(size)),
                     false => {
                         let m: Vec<String> = p.members.iter().map(|m| m.display().to_string()).collect();
-                        println!("created pool {} as a mirror of {} ({} usable)", p.name, m.join(", "), human(size))
+                        let layout = p.status.as_ref().map_or("mirror", |s| s.layout.as_str());
+                        println!("created pool {} as a {layout} of {} ({} usable)", p.name, m.join(", "), human(size))
                     }
                 }
                 if let Some(l) = &p.log_device {
@@ -419,6 +420,9 @@ pub fn print_pool(p: &PoolInfo) {
     let pct = if s.size_bytes > 0 { 100.0 * s.allocated_bytes as f64 / s.size_bytes as f64 } else { 0.0 };
     println!("allocated {} ({pct:.1}%)", human(s.allocated_bytes));
     println!("free      {}", human(s.free_bytes));
+    if s.trapped_bytes > 0 {
+        println!("trapped   {} (free, in parity rows that still hold blocks)", human(s.trapped_bytes));
+    }
     if s.destroying_bytes > 0 {
         println!("freeing   {} of deleted volumes (returns over the next commits)", human(s.destroying_bytes));
     }

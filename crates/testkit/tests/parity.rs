@@ -82,6 +82,9 @@ fn any_two_members_may_be_lost_and_a_third_suspends() {
         assert_eq!(st.devices.as_ref().unwrap().health, SetHealth::Online);
         let want = capture(&pool).unwrap();
         assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+        // Rewrites left free units in rows that still hold blocks: trapped, not offered.
+        assert!(st.trapped_bytes > 0, "{members} members: nothing trapped");
+        assert_eq!(st.free_bytes + st.allocated_bytes + st.held_bytes + st.trapped_bytes, st.size_bytes);
         drop(pool);
         // Not a mirror: no member holds the whole data area.
         let logical = m.dev.size_bytes();

@@ -87,6 +87,7 @@ pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
         allocated_bytes: s.allocated_bytes,
         free_bytes: s.free_bytes,
         held_bytes: s.held_bytes,
+        trapped_bytes: s.trapped_bytes,
         destroying_bytes: s.space.destroying_bytes,
         volumes: s.volumes as u64,
         read_only: s.read_only,

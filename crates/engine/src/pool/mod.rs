@@ -363,6 +363,7 @@ impl Pool {
         let size = p.label.data_units * UNIT_SIZE;
         let allocated = p.alloc.allocated_units() * UNIT_SIZE;
         let held = p.alloc.held_units() * UNIT_SIZE;
+        let trapped = p.alloc.trapped_units() * UNIT_SIZE;
         PoolStatus {
             name: p.label.pool_name.clone(),
             pool_guid: p.label.pool_guid,
@@ -384,7 +385,8 @@ impl Pool {
             size_bytes: size,
             allocated_bytes: allocated,
             held_bytes: held,
-            free_bytes: size - allocated - held,
+            trapped_bytes: trapped,
+            free_bytes: size - allocated - held - trapped,
             volumes: p.catalog.volumes.len(),
             read_only: p.health.read_only,
             latched: p.health.latched.clone(),

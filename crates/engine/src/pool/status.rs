@@ -64,6 +64,9 @@ pub struct PoolStatus {
     /// Freed in the last txgs, reusable shortly (deferred frees; longer while a read that
     /// planned them is in flight, read_pin.rs).
     pub held_bytes: u64,
+    /// Parity2: free bytes in rows that hold a block, not allocatable until their row is
+    /// free (alloc/rows.rs); 0 for other layouts.
+    pub trapped_bytes: u64,
     pub free_bytes: u64,
     pub volumes: usize,
     pub read_only: bool,

@@ -100,9 +100,31 @@ impl RowSet {
     }
 }
 
-/// The two parity units of a row's data units.
+std::thread_local! {
+    /// Each thread's encoder, reset per row (its work buffers are kept).
+    static ENCODER: std::cell::RefCell<Option<reed_solomon_simd::ReedSolomonEncoder>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The two parity units of a row's data units (4 KiB each).
 fn encode(data: &[&[u8]]) -> io::Result<Vec<Vec<u8>>> {
-    reed_solomon_simd::encode(data.len(), 2, data).map_err(|e| io::Error::other(format!("parity encode: {e}")))
+    let err = |e: reed_solomon_simd::Error| io::Error::other(format!("parity encode: {e}"));
+    let shard = data.first().map_or(U, |d| d.len());
+    ENCODER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let enc = match slot.as_mut() {
+            Some(e) => {
+                e.reset(data.len(), 2, shard).map_err(err)?;
+                e
+            }
+            None => slot.insert(reed_solomon_simd::ReedSolomonEncoder::new(data.len(), 2, shard).map_err(err)?),
+        };
+        for d in data {
+            enc.add_original_shard(d).map_err(err)?;
+        }
+        let out = enc.encode().map_err(err)?;
+        Ok(out.recovery_iter().map(<[u8]>::to_vec).collect())
+    })
 }
 
 impl MirrorDevice {
@@ -258,13 +280,10 @@ impl MirrorDevice {
             plan.entry(rows.member_of(r, k)).or_default().push((r, at));
             at += U;
         }
-        let mut direct_ok = true;
-        let mut failure: Option<io::Error> = None;
-        for (&m, units) in &plan {
-            let Some(dev) = self.members.get(m).and_then(|x| x.in_use()) else {
-                direct_ok = false;
-                break;
-            };
+        // Each member's runs of rows, read at the same time when several members hold units.
+        let read_member = |m: usize, units: &[(u64, usize)]| -> Result<Vec<(usize, Vec<u8>)>, Option<io::Error>> {
+            let dev = self.members.get(m).and_then(|x| x.in_use()).ok_or(None)?;
+            let mut got = Vec::with_capacity(units.len());
             let mut i = 0;
             while i < units.len() {
                 let mut j = i + 1;
@@ -274,17 +293,47 @@ impl MirrorDevice {
                 let mut tmp = vec![0u8; (j - i) * U];
                 if let Err(e) = dev.read_at(&mut tmp, rows.dev_offset(units[i].0)) {
                     let later = self.read_error(m, "read", &e);
-                    failure = keep(keep(failure, Some(e)), later);
-                    direct_ok = false;
-                    break;
+                    return Err(keep(Some(e), later));
                 }
-                for (n, &(_, pos)) in units[i..j].iter().enumerate() {
-                    buf[pos..pos + U].copy_from_slice(&tmp[n * U..(n + 1) * U]);
-                }
+                got.push((i, tmp));
                 i = j;
             }
-            if !direct_ok {
-                break;
+            Ok(got)
+        };
+        let results: Vec<(usize, Result<Vec<(usize, Vec<u8>)>, Option<io::Error>>)> = if plan.len() == 1 {
+            plan.iter().map(|(&m, units)| (m, read_member(m, units))).collect()
+        } else {
+            crate::sync::thread::scope(|s| {
+                let read_member = &read_member;
+                let handles: Vec<_> =
+                    plan.iter().skip(1).map(|(&m, units)| (m, s.spawn(move || read_member(m, units)))).collect();
+                let mut out: Vec<_> = plan.iter().take(1).map(|(&m, units)| (m, read_member(m, units))).collect();
+                for (m, h) in handles {
+                    out.push((
+                        m,
+                        h.join().unwrap_or_else(|_| Err(Some(io::Error::other("a member's read thread panicked")))),
+                    ));
+                }
+                out
+            })
+        };
+        let mut direct_ok = true;
+        let mut failure: Option<io::Error> = None;
+        for (m, r) in results {
+            match r {
+                Ok(runs) => {
+                    let units = &plan[&m];
+                    for (i, tmp) in runs {
+                        for (n, chunk) in tmp.chunks(U).enumerate() {
+                            let pos = units[i + n].1;
+                            buf[pos..pos + U].copy_from_slice(chunk);
+                        }
+                    }
+                }
+                Err(e) => {
+                    direct_ok = false;
+                    failure = keep(failure, e);
+                }
             }
         }
         if direct_ok {
