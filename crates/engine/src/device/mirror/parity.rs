@@ -106,6 +106,10 @@ std::thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// What one member's direct read gave: (index of the run's first unit in its plan, the
+/// run's bytes), or the error that stopped it (None: the member is not in use).
+type MemberRuns = Result<Vec<(usize, Vec<u8>)>, Option<io::Error>>;
+
 /// The two parity units of a row's data units (4 KiB each).
 fn encode(data: &[&[u8]]) -> io::Result<Vec<Vec<u8>>> {
     let err = |e: reed_solomon_simd::Error| io::Error::other(format!("parity encode: {e}"));
@@ -281,7 +285,7 @@ impl MirrorDevice {
             at += U;
         }
         // Each member's runs of rows, read at the same time when several members hold units.
-        let read_member = |m: usize, units: &[(u64, usize)]| -> Result<Vec<(usize, Vec<u8>)>, Option<io::Error>> {
+        let read_member = |m: usize, units: &[(u64, usize)]| -> MemberRuns {
             let dev = self.members.get(m).and_then(|x| x.in_use()).ok_or(None)?;
             let mut got = Vec::with_capacity(units.len());
             let mut i = 0;
@@ -300,7 +304,7 @@ impl MirrorDevice {
             }
             Ok(got)
         };
-        let results: Vec<(usize, Result<Vec<(usize, Vec<u8>)>, Option<io::Error>>)> = if plan.len() == 1 {
+        let results: Vec<(usize, MemberRuns)> = if plan.len() == 1 {
             plan.iter().map(|(&m, units)| (m, read_member(m, units))).collect()
         } else {
             crate::sync::thread::scope(|s| {
