@@ -106,6 +106,44 @@ std::thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+std::thread_local! {
+    /// Each thread's decoder, reset per row (its work buffers are kept).
+    static DECODER: std::cell::RefCell<Option<reed_solomon_simd::ReedSolomonDecoder>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The data units of a row of `data` units missing from `originals` (index, unit), restored
+/// from them and the parity units in `recovery` (0 or 1, unit).
+fn decode(
+    data: usize,
+    originals: &[(usize, &[u8])],
+    recovery: &[(usize, &[u8])],
+) -> io::Result<BTreeMap<usize, Vec<u8>>> {
+    let err = |e: reed_solomon_simd::Error| io::Error::other(format!("parity decode: {e}"));
+    if originals.len() == data {
+        return Ok(BTreeMap::new());
+    }
+    let shard = originals.first().or(recovery.first()).map_or(U, |(_, u)| u.len());
+    DECODER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let dec = match slot.as_mut() {
+            Some(d) => {
+                d.reset(data, 2, shard).map_err(err)?;
+                d
+            }
+            None => slot.insert(reed_solomon_simd::ReedSolomonDecoder::new(data, 2, shard).map_err(err)?),
+        };
+        for (i, u) in originals {
+            dec.add_original_shard(*i, u).map_err(err)?;
+        }
+        for (i, u) in recovery {
+            dec.add_recovery_shard(*i, u).map_err(err)?;
+        }
+        let out = dec.decode().map_err(err)?;
+        Ok(out.restored_original_iter().map(|(i, u)| (i, u.to_vec())).collect())
+    })
+}
+
 /// What one member's direct read gave: (index of the run's first unit in its plan, the
 /// run's bytes), or the error that stopped it (None: the member is not in use).
 type MemberRuns = Result<Vec<(usize, Vec<u8>)>, Option<io::Error>>;
@@ -222,9 +260,7 @@ impl MirrorDevice {
             let recovery: Vec<(usize, &[u8])> = (0..2).filter_map(|p| known(rows.data + p).map(|u| (p, u))).collect();
             let mut data: Vec<Option<Vec<u8>>> = vec![None; rows.data];
             if originals.len() < rows.data {
-                let restored =
-                    reed_solomon_simd::decode(rows.data, 2, originals.iter().copied(), recovery.iter().copied())
-                        .map_err(|e| io::Error::other(format!("parity decode: {e}")))?;
+                let restored = decode(rows.data, &originals, &recovery)?;
                 for (k, u) in restored {
                     if let Some(slot) = data.get_mut(k) {
                         *slot = Some(u);
@@ -626,8 +662,9 @@ impl MirrorDevice {
 fn locate_single_error(data: &[&[u8]], p: &[u8], q: &[u8]) -> Option<(usize, Vec<u8>)> {
     let mut found = None;
     for k in 0..data.len() {
-        let others = data.iter().enumerate().filter(|(j, _)| *j != k).map(|(j, u)| (j, *u));
-        let Ok(mut restored) = reed_solomon_simd::decode(data.len(), 2, others, [(0usize, p)]) else { continue };
+        let others: Vec<(usize, &[u8])> =
+            data.iter().enumerate().filter(|(j, _)| *j != k).map(|(j, u)| (j, *u)).collect();
+        let Ok(mut restored) = decode(data.len(), &others, &[(0, p)]) else { continue };
         let Some(unit) = restored.remove(&k) else { continue };
         let mut row: Vec<&[u8]> = data.to_vec();
         row[k] = &unit;
