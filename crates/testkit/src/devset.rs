@@ -1,10 +1,12 @@
 //! Simulated device sets: the members of a mirror as simulated disks on one power supply,
 //! and reopening a set from crash images with members missing.
 
-use crate::{test_create_options, SimDisk, SimPower};
+use crate::model::{assert_last_acknowledged_sync, capture, PoolModel};
+use crate::workload::object_op;
+use crate::{test_create_options, SimDisk, SimPower, SimRng};
 use std::sync::Arc;
 use strata_engine::format::member::{Layout, MEMBER_AREA_BYTES};
-use strata_engine::{BlockDevice, MirrorDevice, Result};
+use strata_engine::{BlockDevice, CheckOptions, MirrorDevice, Pool, Result};
 
 /// A simulated mirror: its members (sharing one power supply) and the mirror device.
 pub struct SimMirror {
@@ -67,4 +69,45 @@ impl SimMirror {
 /// Where logical byte `offset` of a mirror is on each member.
 pub fn member_offset(offset: u64) -> u64 {
     offset + MEMBER_AREA_BYTES
+}
+
+/// Damaged copies a scrub found (and repaired) on a device set's members; the checker must
+/// be clean.
+pub fn scrub_damage(pool: &Pool) -> u64 {
+    let damaged = |pool: &Pool| -> u64 {
+        pool.status().devices.expect("a device set").members.iter().map(|m| m.checksum_errors).sum()
+    };
+    let before = damaged(pool);
+    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).expect("scrub");
+    assert!(r.is_clean(), "{:#?}", r.errors);
+    damaged(pool) - before
+}
+
+/// After a crash test reopened a device set: the state must be the last acknowledged sync
+/// (or the one in flight), a scrub must leave nothing for a second one, and the pool must go
+/// on taking work (volumes "a" and "b"). Returns (the intent log was replayed, the first
+/// scrub repaired something).
+pub fn check_reopened_set(
+    pool: &Pool,
+    synced: &[PoolModel],
+    acked: usize,
+    rng: &mut SimRng,
+    seed: u64,
+) -> (bool, bool) {
+    let replayed = assert_last_acknowledged_sync(pool, synced, acked, seed);
+    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).expect("scrub");
+    assert!(r.is_clean(), "seed {seed}: scrub: {:#?}", r.errors);
+    let set = pool.status().devices.expect("a device set");
+    let repaired = set.members.iter().any(|s| s.repaired_bytes > 0);
+    let again = scrub_damage(pool);
+    assert_eq!(again, 0, "seed {seed}: a second scrub found damage the first left: {set:?}");
+    let mut model = PoolModel::clone(&capture(pool).expect("capture"));
+    for _ in 0..20 {
+        let name = if rng.chance(2) { "a" } else { "b" };
+        let vol = pool.volume_id(name).expect("volume");
+        object_op(rng, pool, vol, model.volumes.get_mut(name).expect("modelled")).expect("work after the reopen");
+    }
+    pool.commit().expect("commit after the reopen");
+    assert!(pool.check(CheckOptions::default()).expect("check").is_clean(), "seed {seed}");
+    (replayed, repaired)
 }

@@ -10,7 +10,7 @@ use strata_engine::format::BlockPtr;
 use strata_engine::{
     BlockDevice, CheckOptions, ErrorKind, MemberState, ObjectId, Pool, SetHealth, VolumeId, VolumeOptions,
 };
-use strata_testkit::devset::{member_offset, SimMirror};
+use strata_testkit::devset::{member_offset, scrub_damage, SimMirror};
 use strata_testkit::model::capture;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk};
 
@@ -260,14 +260,6 @@ fn rebuild_all(pool: &Pool, window: u64, mut work: impl FnMut(usize)) -> usize {
     steps
 }
 
-/// The scrub's verdict on the members: (damaged copies found, checker clean).
-fn scrub(pool: &Pool) -> u64 {
-    let before: u64 = pool.status().devices.unwrap().members.iter().map(|m| m.checksum_errors).sum();
-    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
-    assert!(r.is_clean(), "{:#?}", r.errors);
-    pool.status().devices.unwrap().members.iter().map(|m| m.checksum_errors).sum::<u64>() - before
-}
-
 #[test]
 fn a_replaced_member_is_rebuilt_under_writes_and_holds_everything() {
     let m = SimMirror::create(2, 64 << 20, 4096, SEED);
@@ -298,7 +290,7 @@ fn a_replaced_member_is_rebuilt_under_writes_and_holds_everything() {
     assert_eq!(member(&pool, 1).state, MemberState::Online);
     assert_eq!(pool.status().devices.unwrap().health, SetHealth::Online);
     assert!(pool.status().devices.unwrap().rebuild.is_none());
-    assert_eq!(scrub(&pool), 0, "the rebuilt member holds a bad copy");
+    assert_eq!(scrub_damage(&pool), 0, "the rebuilt member holds a bad copy");
     let want = capture(&pool).unwrap();
     drop(pool);
     // The new member alone holds the pool.
@@ -334,7 +326,7 @@ fn a_rebuild_resumes_after_the_pool_is_reopened() {
     assert!(resumed >= 16 << 20 && resumed <= copied, "resumed at {resumed}, copied {copied}");
     rebuild_all(&pool, 4 << 20, |_| {});
     assert_eq!(member(&pool, 2).state, MemberState::Online);
-    assert_eq!(scrub(&pool), 0);
+    assert_eq!(scrub_damage(&pool), 0);
     assert_eq!(capture(&pool).unwrap(), want);
     drop((pool, m2));
     let (_m, pool, _) = reopen(vec![None, None, Some(m.disks[2].clone())]);
@@ -356,7 +348,7 @@ fn administration_is_refused_where_it_would_lose_redundancy_or_data() {
     let e = m.dev.replace(1, Arc::new(SimDisk::new(32 << 20, 4096)), 0x57).unwrap_err();
     assert!(e.to_string().contains("being rebuilt"), "{e}");
     rebuild_all(&pool, 8 << 20, |_| {});
-    assert_eq!(scrub(&pool), 0);
+    assert_eq!(scrub_damage(&pool), 0);
 }
 
 /// A rebuild while another thread writes and commits ends with the new member in sync. The
@@ -394,7 +386,7 @@ fn a_rebuild_racing_concurrent_writers_leaves_no_stale_copy() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         writer.join().unwrap();
         pool.commit().unwrap();
-        assert_eq!(scrub(&pool), 0, "round {round}: the rebuilt member holds stale copies");
+        assert_eq!(scrub_damage(&pool), 0, "round {round}: the rebuilt member holds stale copies");
     }
 }
 

@@ -10,7 +10,7 @@ use strata_engine::format::BlockPtr;
 use strata_engine::{
     BlockDevice, CheckOptions, ErrorKind, MemberState, ObjectId, Pool, PoolOptions, SetHealth, VolumeId, VolumeOptions,
 };
-use strata_testkit::devset::SimMirror;
+use strata_testkit::devset::{scrub_damage, SimMirror};
 use strata_testkit::model::capture;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk};
 
@@ -63,14 +63,6 @@ fn open(disks: &[Arc<SimDisk>], out: &[usize], writable: bool) -> strata_engine:
 
 fn member(pool: &Pool, i: usize) -> strata_engine::MemberStatus {
     pool.status().devices.expect("a device set").members[i].clone()
-}
-
-/// Damaged copies found and repaired by a scrub (the checker must be clean).
-fn scrub(pool: &Pool) -> u64 {
-    let before: u64 = pool.status().devices.unwrap().members.iter().map(|m| m.checksum_errors).sum();
-    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
-    assert!(r.is_clean(), "{:#?}", r.errors);
-    pool.status().devices.unwrap().members.iter().map(|m| m.checksum_errors).sum::<u64>() - before
 }
 
 #[test]
@@ -137,7 +129,7 @@ fn rot_on_two_members_of_a_block_is_reconstructed_and_rewritten() {
     assert_eq!(member(&pool, a.0).checksum_errors, before.0 + 1);
     assert_eq!(member(&pool, b.0).checksum_errors, before.1 + 1);
     // Rewritten in place: a scrub finds nothing left, and the pool counts no corruption.
-    assert_eq!(scrub(&pool), 0);
+    assert_eq!(scrub_damage(&pool), 0);
     assert_eq!(pool.status().corruptions_detected, 0);
     // Three members rotted: no two-member hypothesis verifies; an error, never wrong data.
     drop(pool);
@@ -167,9 +159,9 @@ fn a_scrub_repairs_rotted_parity_so_that_two_members_can_still_be_lost() {
     m.disks[d].rot(at + 7, 1);
     let (m, pool) = open(&m.disks, &[], true).unwrap();
     assert_eq!(pool.read(vol, objs[0], 3 * 16384, 16384).unwrap(), expected(0, 3 * 16384, 16384));
-    let found = scrub(&pool);
+    let found = scrub_damage(&pool);
     assert_eq!(found, 4, "damaged units found");
-    assert_eq!(scrub(&pool), 0, "a second scrub found more");
+    assert_eq!(scrub_damage(&pool), 0, "a second scrub found more");
     assert_eq!(pool.status().corruptions_detected, 0);
     drop(pool);
     // Each block with two of its data members lost is rebuilt from both parities.
@@ -206,7 +198,7 @@ fn a_replaced_member_is_rebuilt_under_writes_and_stands_in_for_two_others() {
     }
     pool.commit().unwrap();
     assert_eq!(member(&pool, 2).state, MemberState::Online);
-    assert_eq!(scrub(&pool), 0, "the rebuilt member holds a bad unit");
+    assert_eq!(scrub_damage(&pool), 0, "the rebuilt member holds a bad unit");
     let want = capture(&pool).unwrap();
     drop(pool);
     let mut disks = m.disks.clone();
