@@ -6,7 +6,9 @@ use crate::workload::object_op;
 use crate::{test_create_options, SimDisk, SimPower, SimRng};
 use std::sync::Arc;
 use strata_engine::format::member::{Layout, MEMBER_AREA_BYTES};
-use strata_engine::{BlockDevice, CheckOptions, MirrorDevice, Pool, Result};
+use strata_engine::format::node::IndirectPhys;
+use strata_engine::format::BlockPtr;
+use strata_engine::{BlockDevice, CheckOptions, MirrorDevice, ObjectId, Pool, Result, VolumeId};
 
 /// A simulated mirror: its members (sharing one power supply) and the mirror device.
 pub struct SimMirror {
@@ -110,4 +112,39 @@ pub fn check_reopened_set(
     pool.commit().expect("commit after the reopen");
     assert!(pool.check(CheckOptions::default()).expect("check").is_clean(), "seed {seed}");
     (replayed, repaired)
+}
+
+/// The block pointer of record `rec` of an object whose block tree has one level (through
+/// its indirect block, read from the set's logical device).
+pub fn data_block(set: &SimMirror, pool: &Pool, vol: VolumeId, obj: ObjectId, rec: usize) -> BlockPtr {
+    let (root, levels) = pool.object_block_root(vol, obj).expect("block root");
+    assert_eq!(levels, 1, "one level of indirect blocks");
+    let mut raw = vec![0u8; root.psize as usize];
+    set.dev.read_at(&mut raw, root.addr).expect("read the indirect block");
+    raw.resize(16384, 0);
+    IndirectPhys::decode(&raw, None).expect("an indirect block").bps[rec]
+}
+
+/// One step of a crash test's workload on volumes `vols`: a commit or an intent-log sync
+/// (recorded in `synced`; `acked` moves to it when it returned Ok), or an object operation
+/// recorded in `model`.
+pub fn sync_or_work(
+    rng: &mut SimRng,
+    pool: &Pool,
+    vols: &[(String, VolumeId)],
+    model: &mut PoolModel,
+    synced: &mut Vec<PoolModel>,
+    acked: &mut usize,
+) -> Result<()> {
+    if rng.chance(12) {
+        synced.push(model.clone());
+        let r = if rng.chance(20) { pool.commit().map(|_| ()) } else { pool.sync_log() };
+        if r.is_ok() {
+            *acked = synced.len() - 1;
+        }
+        r
+    } else {
+        let (name, vol) = vols[rng.below(vols.len() as u64) as usize].clone();
+        object_op(rng, pool, vol, model.volumes.get_mut(&name).expect("modelled volume"))
+    }
 }

@@ -5,12 +5,10 @@
 //! with a clear error, never wrong data.
 
 use std::sync::Arc;
-use strata_engine::format::node::IndirectPhys;
-use strata_engine::format::BlockPtr;
 use strata_engine::{
     BlockDevice, CheckOptions, ErrorKind, MemberState, ObjectId, Pool, SetHealth, VolumeId, VolumeOptions,
 };
-use strata_testkit::devset::{member_offset, scrub_damage, SimMirror};
+use strata_testkit::devset::{data_block, member_offset, scrub_damage, SimMirror};
 use strata_testkit::model::capture;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk};
 
@@ -33,16 +31,6 @@ fn pool_with_data(ways: usize) -> (SimMirror, Pool, VolumeId, Vec<ObjectId>) {
 
 fn expected(i: u8, off: u64, len: usize) -> Vec<u8> {
     (off..off + len as u64).map(|j| (j % 239) as u8 ^ i).collect()
-}
-
-/// The block pointer of record `rec` of an object (through its indirect block).
-fn data_block(m: &SimMirror, pool: &Pool, vol: VolumeId, obj: ObjectId, rec: usize) -> BlockPtr {
-    let (root, levels) = pool.object_block_root(vol, obj).unwrap();
-    assert_eq!(levels, 1);
-    let mut raw = vec![0u8; root.psize as usize];
-    m.dev.read_at(&mut raw, root.addr).unwrap();
-    raw.resize(16384, 0);
-    IndirectPhys::decode(&raw, None).unwrap().bps[rec]
 }
 
 fn reopen(disks: Vec<Option<Arc<SimDisk>>>) -> (SimMirror, Pool, Vec<String>) {

@@ -12,9 +12,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use strata_engine::{BlockDevice, MemberState, Pool, VolumeOptions};
-use strata_testkit::devset::{check_reopened_set, member_offset, SimMirror};
+use strata_testkit::devset::{check_reopened_set, member_offset, sync_or_work, SimMirror};
 use strata_testkit::model::{PoolModel, VolumeModel};
-use strata_testkit::workload::{object_op, random_policy};
+use strata_testkit::workload::random_policy;
 use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng};
 
 const SECTOR: usize = 512;
@@ -66,17 +66,7 @@ fn mirrors_survive_member_faults_and_power_loss() {
             if i == crash_op {
                 m.power.set_crash_after(rng.below(40));
             }
-            let r = if rng.chance(12) {
-                synced.push(model.clone());
-                let r = if rng.chance(20) { pool.commit().map(|_| ()) } else { pool.sync_log() };
-                if r.is_ok() {
-                    acked = synced.len() - 1;
-                }
-                r
-            } else {
-                let (name, vol) = vols[rng.below(2) as usize].clone();
-                object_op(&mut rng, &pool, vol, model.volumes.get_mut(&name).unwrap())
-            };
+            let r = sync_or_work(&mut rng, &pool, &vols, &mut model, &mut synced, &mut acked);
             if let Err(e) = r {
                 assert!(
                     is_power_failure(&e),
