@@ -3,7 +3,7 @@
 
 use crate::model::{assert_last_acknowledged_sync, capture, PoolModel};
 use crate::workload::object_op;
-use crate::{test_create_options, SimDisk, SimPower, SimRng};
+use crate::{test_create_options, CrashMode, SimDisk, SimPower, SimRng};
 use std::sync::Arc;
 use strata_engine::format::member::{Layout, MEMBER_AREA_BYTES};
 use strata_engine::format::node::IndirectPhys;
@@ -146,5 +146,18 @@ pub fn sync_or_work(
     } else {
         let (name, vol) = vols[rng.below(vols.len() as u64) as usize].clone();
         object_op(rng, pool, vol, model.volumes.get_mut(&name).expect("modelled volume"))
+    }
+}
+
+impl SimMirror {
+    /// Cut the power now if the workload did not (every crash test run loses power), and
+    /// each member's image after it, each member tearing its unflushed writes its own way
+    /// (one random mode for all).
+    pub fn crash_images(&self, rng: &mut SimRng, sector: usize) -> Vec<Option<Arc<SimDisk>>> {
+        if !self.power.has_crashed() {
+            self.power.set_crash_after(0);
+        }
+        let mode = *rng.pick(&[CrashMode::Random, CrashMode::DropUnflushed, CrashMode::KeepAll]);
+        self.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.crash_image(mode, rng), sector)))).collect()
     }
 }

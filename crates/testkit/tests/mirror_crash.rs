@@ -10,12 +10,11 @@
 //! Seeds print on failure; replay with STRATA_SEED=<seed>.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use strata_engine::{BlockDevice, MemberState, Pool, VolumeOptions};
 use strata_testkit::devset::{check_reopened_set, member_offset, sync_or_work, SimMirror};
 use strata_testkit::model::{PoolModel, VolumeModel};
 use strata_testkit::workload::random_policy;
-use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng};
+use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, SimDisk, SimRng};
 
 const SECTOR: usize = 512;
 const SIZE: u64 = 32 << 20;
@@ -77,16 +76,9 @@ fn mirrors_survive_member_faults_and_power_loss() {
                 break;
             }
         }
-        if !m.power.has_crashed() {
-            m.power.set_crash_after(0);
-        }
+        // The power is cut (if the workload did not) before the pool is dropped.
+        let mut images = m.crash_images(&mut rng, SECTOR);
         drop(pool);
-        let mode = *rng.pick(&[CrashMode::Random, CrashMode::DropUnflushed, CrashMode::KeepAll]);
-        let mut images: Vec<Option<Arc<SimDisk>>> = m
-            .disks
-            .iter()
-            .map(|d| Some(Arc::new(SimDisk::from_image(d.crash_image(mode, &mut rng), SECTOR))))
-            .collect();
         if failed {
             SEEN[1].fetch_add(1, Ordering::Relaxed);
             if matches!(fault, Fault::Gone) && rng.chance(2) {

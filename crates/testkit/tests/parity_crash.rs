@@ -10,13 +10,12 @@
 //! Seeds print on failure; replay with STRATA_SEED=<seed>.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use strata_engine::format::member::{Layout, MEMBER_AREA_BYTES};
 use strata_engine::{BlockDevice, Pool, VolumeOptions};
 use strata_testkit::devset::{check_reopened_set, sync_or_work, SimMirror};
 use strata_testkit::model::{PoolModel, VolumeModel};
 use strata_testkit::workload::random_policy;
-use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng};
+use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, SimDisk, SimRng};
 
 const SECTOR: usize = 512;
 const SIZE: u64 = 24 << 20;
@@ -88,16 +87,9 @@ fn parity2_survives_two_member_faults_and_power_loss() {
                 break;
             }
         }
-        if !m.power.has_crashed() {
-            m.power.set_crash_after(0);
-        }
+        // The power is cut (if the workload did not) before the pool is dropped.
+        let mut images = m.crash_images(&mut rng, SECTOR);
         drop(pool);
-        let mode = *rng.pick(&[CrashMode::Random, CrashMode::DropUnflushed, CrashMode::KeepAll]);
-        let mut images: Vec<Option<Arc<SimDisk>>> = m
-            .disks
-            .iter()
-            .map(|d| Some(Arc::new(SimDisk::from_image(d.crash_image(mode, &mut rng), SECTOR))))
-            .collect();
         // Members that failed stay failed (a gone one may stay away); then healthy members
         // are left out while fewer than two are out of the set — a rotted member counts
         // as out, as its rotted units are.

@@ -684,6 +684,28 @@ enum Region {
 }
 
 impl MirrorDevice {
+    /// `read_verified` (one copy, others only when it fails) or, with `scrub`, `scrub_read`
+    /// (every copy, and a parity2 row's parity).
+    fn verified_read(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        heal: Range<usize>,
+        verify: &dyn Fn(&[u8]) -> bool,
+        scrub: bool,
+    ) -> io::Result<bool> {
+        match self.region(offset, buf.len()) {
+            Region::Mirrored if scrub => self.mirror_scrub_read(buf, offset, heal, verify),
+            Region::Mirrored => self.mirror_read_verified(buf, offset, heal, verify),
+            Region::Rows(r) => self.parity_verified(&r, buf, offset, heal, verify, scrub),
+            // The allocator keeps blocks on one side of the rows' start (alloc/rows.rs).
+            Region::Across(_) => {
+                self.read_at(buf, offset)?;
+                Ok(verify(buf))
+            }
+        }
+    }
+
     fn region(&self, offset: u64, len: usize) -> Region {
         match self.rows {
             None => Region::Mirrored,
@@ -891,15 +913,7 @@ impl BlockDevice for MirrorDevice {
         heal: Range<usize>,
         verify: &dyn Fn(&[u8]) -> bool,
     ) -> io::Result<bool> {
-        match self.region(offset, buf.len()) {
-            Region::Mirrored => self.mirror_read_verified(buf, offset, heal, verify),
-            Region::Rows(r) => self.parity_verified(&r, buf, offset, heal, verify, false),
-            // The allocator keeps blocks on one side of the rows' start (alloc/rows.rs).
-            Region::Across(_) => {
-                self.read_at(buf, offset)?;
-                Ok(verify(buf))
-            }
-        }
+        self.verified_read(buf, offset, heal, verify, false)
     }
 
     fn scrub_read(
@@ -909,14 +923,7 @@ impl BlockDevice for MirrorDevice {
         heal: Range<usize>,
         verify: &dyn Fn(&[u8]) -> bool,
     ) -> io::Result<bool> {
-        match self.region(offset, buf.len()) {
-            Region::Mirrored => self.mirror_scrub_read(buf, offset, heal, verify),
-            Region::Rows(r) => self.parity_verified(&r, buf, offset, heal, verify, true),
-            Region::Across(_) => {
-                self.read_at(buf, offset)?;
-                Ok(verify(buf))
-            }
-        }
+        self.verified_read(buf, offset, heal, verify, true)
     }
 
     fn read_best(&self, buf: &mut [u8], offset: u64, score: &dyn Fn(&[u8]) -> Option<u64>) -> io::Result<Option<u64>> {
