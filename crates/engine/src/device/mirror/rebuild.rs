@@ -10,9 +10,10 @@
 //!   read the old bytes, the write land, then the copy overwrite it with the old ones). Every
 //!   write registers its range (`begin_write`); `copy` marks its range, waits for the writes
 //!   in flight there to finish, and holds new ones off until it is done.
-//! - The cursor is written to the labels (flushing the member first) every
-//!   CURSOR_PERSIST_BYTES: a restart resumes there (`MirrorDevice::open`). At the end the
-//!   member is ONLINE in the labels.
+//! - The cursor is written to the labels (flushing the member first) after every
+//!   CURSOR_PERSIST_BYTES copied: a restart resumes there (`MirrorDevice::open`); ranges
+//!   the pool does not use cost a restart only their bitmap scan, so moving over them does
+//!   not count. At the end the member is ONLINE in the labels.
 //!
 //! The copy reads one in-sync member per range (round robin) without verifying: a block that
 //! is damaged there is copied damaged, then found and repaired from another copy by a read
@@ -27,10 +28,14 @@ use crate::sync::atomic::Ordering;
 use std::io;
 use std::sync::Arc;
 
-/// How often the cursor reaches the labels.
+/// How often the cursor reaches the labels: after this many bytes copied.
 pub const CURSOR_PERSIST_BYTES: u64 = 16 << 20;
 /// Largest single read/write of a copy.
 const COPY_CHUNK: u64 = 1 << 20;
+/// Largest logical range of a parity2 set's rows rebuilt at once: a decode has a large fixed
+/// cost (reed-solomon-simd evaluates a polynomial over the whole field), so rows are
+/// reconstructed many at a time.
+const PARITY_COPY_CHUNK: u64 = 4 << 20;
 
 /// The rebuild in progress, and the writes in flight (behind `MirrorDevice::rebuild`).
 #[derive(Default)]
@@ -47,12 +52,13 @@ pub(super) struct RebuildState {
 pub(super) struct Rebuild {
     member: usize,
     cursor: u64,
-    persisted: u64,
+    /// Bytes copied since the cursor last reached the labels.
+    unpersisted: u64,
 }
 
 impl Rebuild {
     pub fn resume(member: usize, cursor: u64) -> Rebuild {
-        Rebuild { member, cursor, persisted: cursor }
+        Rebuild { member, cursor, unpersisted: 0 }
     }
 }
 
@@ -161,7 +167,7 @@ impl MirrorDevice {
         *lock(&m.note) = Some("being rebuilt".into());
         // Writes reach it from here on; the copy starts at 0 (rebuild_copy).
         m.state.store(MemberState::Rebuilding.to_usize(), Ordering::Release);
-        lock(&self.rebuild).active = Some(Rebuild { member: index, cursor: 0, persisted: 0 });
+        lock(&self.rebuild).active = Some(Rebuild { member: index, cursor: 0, unpersisted: 0 });
         let failed = self.persist(|cfg| {
             if let Some(e) = cfg.members.get_mut(index) {
                 *e = MemberEntryPhys { guid, state: MemberPhysState::Rebuilding, since_txg: txg, rebuild_cursor: 0 };
@@ -239,11 +245,12 @@ impl MirrorDevice {
             Error::io("rebuild", io::Error::other("the member being rebuilt failed; replace it again"))
         })?;
         let mut copied = 0u64;
-        let mut buf = vec![0u8; COPY_CHUNK as usize];
+        let chunk = if self.rows.is_some() { PARITY_COPY_CHUNK } else { COPY_CHUNK };
+        let mut buf = vec![0u8; chunk as usize];
         for &(offset, len) in extents {
             let mut at = offset;
             while at < offset + len {
-                let n = (offset + len - at).min(COPY_CHUNK);
+                let n = (offset + len - at).min(chunk);
                 self.copy_range(member, &target, at, &mut buf[..n as usize])?;
                 at += n;
                 copied += n;
@@ -253,7 +260,8 @@ impl MirrorDevice {
             let mut st = lock(&self.rebuild);
             let r = st.active.as_mut().ok_or_else(|| Error::invalid("the rebuild was cancelled"))?;
             r.cursor = end;
-            end >= self.logical_size || end - r.persisted >= CURSOR_PERSIST_BYTES
+            r.unpersisted += copied;
+            end >= self.logical_size || r.unpersisted >= CURSOR_PERSIST_BYTES
         };
         if persist_now {
             self.persist_cursor(member, &target, end)?;
@@ -328,7 +336,7 @@ impl MirrorDevice {
         if done {
             st.active = None;
         } else if let Some(r) = st.active.as_mut() {
-            r.persisted = cursor;
+            r.unpersisted = 0;
         }
         Ok(())
     }
