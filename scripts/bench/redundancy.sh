@@ -14,8 +14,11 @@
 # configs then: one device out (Strata: `pool offline`; btrfs: unmounted, device 2 detached,
 # mounted -o degraded) and pgbench again (degraded), then the device back and rebuilt
 # (Strata: `pool online`, which copies what the pool uses; btrfs: `btrfs replace` onto a
-# third loop device), timed until the rebuild ends. Prints every round, the medians and
-# the ratios the issue's targets are stated in.
+# third loop device), timed until the rebuild ends. Then the same failure again and the
+# rebuild under load: pgbench runs (-P 1), the rebuild starts 3 s in (Strata: `pool online`;
+# btrfs: `btrfs replace` onto a fourth loop device), and the TPS of the seconds the rebuild
+# ran is reported with its duration. Prints every round, the medians and the ratios the
+# issue's targets are stated in.
 #
 #   ROUNDS=5 [LAYOUT=mirror|parity2] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
 #   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout)
@@ -73,11 +76,11 @@ trap cleanup EXIT
 rm -rf "$work"; mkdir -p "$work"; chmod 755 "$work"
 cp "${STRATA_BENCH_BIN:-$ROOT/target/release/strata}" "$STRATA_BIN"
 
-# Fresh loop devices over zero image files (direct I/O): the layout's and one to replace.
+# Fresh loop devices over zero image files (direct I/O): the layout's and two to replace onto.
 fresh_loops() {
   detach_loops
   local i
-  for i in $(seq 1 $((ndev + 1))); do
+  for i in $(seq 1 $((ndev + 2))); do
     rm -f "$work/d$i.img"; truncate -s "$dev_size" "$work/d$i.img"
     loops+=("$(losetup --find --show --direct-io=on "$work/d$i.img")")
   done
@@ -111,13 +114,50 @@ run_tps() { # prints the TPS of one pgbench run
   printf '%.0f' "$tps"
 }
 
+# The rebuild under load: pgbench -T SECONDS with per-second progress in the background;
+# 3 s in, "$@" starts the rebuild and returns when it has ended. Prints the TPS of the
+# progress seconds the rebuild overlapped and the rebuild's seconds.
+rebuild_under_load() {
+  local out="$work/load.out" pid t_run t0 t1
+  t_run="$(date +%s.%N)"
+  pgb -n -c "$clients" -j 2 -T "$secs" -P 1 postgres >"$out" 2>&1 &
+  pid=$!
+  sleep 3
+  t0="$(date +%s.%N)"
+  "$@"
+  t1="$(date +%s.%N)"
+  if ! wait "$pid"; then tail -3 "$out" >&2; echo "pgbench failed during the rebuild" >&2; return 1; fi
+  python3 - "$out" "$t_run" "$t0" "$t1" <<'PY'
+import math, re, sys
+text = open(sys.argv[1]).read()
+run, t0, t1 = (float(x) for x in sys.argv[2:5])
+a, b = t0 - run, t1 - run
+failed = re.search(r"number of failed transactions: (\d+)", text)
+if failed and int(failed.group(1)):
+    sys.exit("pgbench reported failed transactions during the rebuild")
+# "progress: 5.0 s, 1234.5 tps, ..." covers the second before 5.0 s.
+samples = [(float(t), float(v)) for t, v in re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps", text)]
+hit = [v for t, v in samples if t > a and t - 1 < max(b, a + 1e-9)]
+if not hit:
+    sys.exit("no pgbench progress sample overlaps the rebuild")
+print(f"{sum(hit) / len(hit):.0f} {b - a:.2f}", end="")
+PY
+}
+strata_rebuild() { # $1: device; returns when the pool has no rebuild
+  "$STRATA_BIN" pool online b "$1" >/dev/null
+  while "$STRATA_BIN" --json pool status b | grep -q '"rebuild"'; do sleep 0.05; done
+}
+btrfs_replace() { # $1: devid, $2: new device; returns when the replace has ended
+  btrfs replace start -B -f "$1" "$2" "$mnt" >/dev/null
+}
+
 load() {
   start_pg init
   pgb -i -s "$scale" -q postgres >"$work/init.log" 2>&1
   "$PG_BIN/psql" -X -q -h "$sock" -p "$PG_PORT" -U postgres -c checkpoint postgres
 }
 
-strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded rebuild_s]
+strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded rebuild_s during_tps during_s]
   cleanup; fresh_loops
   rm -rf "$STRATA_E2E_DIR"; mkdir -p "$STRATA_E2E_DIR" "$mnt"
   STRATA_POOL_SIZE=1G strata_start >&2
@@ -138,13 +178,17 @@ strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded reb
   local degraded; degraded="$(run_tps)"
   stop_pg
   local t0; t0="$(date +%s.%N)"
-  "$STRATA_BIN" pool online b "${loops[1]}" >/dev/null
-  while "$STRATA_BIN" --json pool status b | grep -q '"rebuild"'; do sleep 0.05; done
+  strata_rebuild "${loops[1]}"
   local t1; t1="$(date +%s.%N)"
-  printf '%s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
+  # The same failure again, rebuilt under load.
+  "$STRATA_BIN" pool offline b "${loops[1]}" >/dev/null
+  start_pg
+  local during; during="$(rebuild_under_load strata_rebuild "${loops[1]}")"
+  stop_pg
+  printf '%s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during"
 }
 
-btrfs_config() { # prints healthy degraded rebuild_s
+btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s
   cleanup; fresh_loops
   mkdir -p "$mnt"
   mkfs.btrfs -q -f "${peer_args[@]}" "${loops[@]:0:$ndev}" >/dev/null
@@ -174,9 +218,26 @@ btrfs_config() { # prints healthy degraded rebuild_s
   t0="$(date +%s.%N)"
   btrfs replace start -B -f "$devid" "${loops[$ndev]}" "$mnt" >/dev/null
   t1="$(date +%s.%N)"
+  # The same failure again (the device that replaced device 2), replaced under load onto
+  # the second spare.
+  local fs=("${loops[0]}" "${loops[$ndev]}" "${loops[@]:2:$((ndev - 2))}")
   umount "$mnt"
-  loops=("${loops[0]}" "${loops[@]:2}")
-  printf '%s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
+  losetup -d "${fs[1]}"
+  btrfs device scan --forget
+  btrfs device scan "${fs[0]}" "${fs[@]:2}" >/dev/null
+  mount -o degraded "${fs[0]}" "$mnt"
+  local during
+  devid="$(btrfs filesystem show "$mnt" | awk '/missing/ { print $2; exit }')"
+  [ -n "$devid" ] || devid=2
+  if ! start_pg || ! during="$(rebuild_under_load btrfs_replace "$devid" "${loops[$((ndev + 1))]}")"; then
+    echo "btrfs-$peer: pgbench failed during the replace (see $work/pg.log): counted as 0 TPS" >&2
+    during="0 0"
+  fi
+  pg_as pg_ctl stop -D "$mnt/pgdata" -m immediate -w -t 120 >/dev/null 2>&1 || true
+  umount "$mnt"
+  # Detached above (their numbers may be reused): not ours to detach again.
+  loops=("${loops[0]}" "${loops[@]:2:$((ndev - 2))}" "${loops[$((ndev + 1))]}")
+  printf '%s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during"
 }
 
 results="$work/results.tsv"; : >"$results"
@@ -205,10 +266,10 @@ for r, c, v in rows:
     by.setdefault(c, []).append([float(x) for x in v.split()])
 print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
 L, P = f"strata-{layout}", f"btrfs-{peer}"
-print(f"\n| round | strata-single tps | {L} tps (healthy / degraded / rebuild s) | {P} tps (healthy / degraded / replace s) |")
+print(f"\n| round | strata-single tps | {L} tps healthy / degraded / rebuild s / tps during rebuild / its s | {P} tps healthy / degraded / replace s / tps during replace / its s |")
 print("|---|---|---|---|")
 n = max(len(v) for v in by.values())
-fmt = lambda v: " / ".join(f"{x:.0f}" if i < 2 else f"{x:.2f}" for i, x in enumerate(v))
+fmt = lambda v: " / ".join(f"{x:.0f}" if i in (0, 1, 3) else f"{x:.2f}" for i, x in enumerate(v))
 for i in range(n):
     print(f"| {i+1} | {fmt(by['strata-single'][i])} | {fmt(by[L][i])} | {fmt(by[P][i])} |")
 med = {c: [statistics.median(col) for col in zip(*v)] for c, v in by.items()}
@@ -218,4 +279,6 @@ print(f"\n{layout} healthy / single: {m[0]/s[0]:.3f} (target >= 0.9 for a mirror
 print(f"{layout} healthy / btrfs {peer} healthy: {m[0]/b[0]:.3f} (target >= 1.0)")
 print(f"{layout} degraded / {layout} healthy: {m[1]/m[0]:.3f} (target >= 0.9); btrfs: {b[1]/b[0]:.3f}")
 print(f"rebuild time, {layout} / btrfs replace: {m[2]/b[2]:.3f} (target <= 1.0)")
+print(f"{layout} TPS during rebuild / healthy: {m[3]/m[0]:.3f} (target >= 0.7); btrfs during replace: {b[3]/b[0]:.3f}")
+print(f"rebuild time under load, {layout} / btrfs replace: {m[4]/b[4] if b[4] else float('nan'):.3f}")
 PY
