@@ -145,6 +145,11 @@ pub struct PoolFigures {
     pub corruptions_detected: u64,
     /// What opening met: skipped torn or damaged roots, fallbacks.
     pub open_notes: Vec<String>,
+    /// The separate log device failed while the pool ran and the intent log moved into the
+    /// pool (which device, why, since which txg): the pool goes on; replace the device and
+    /// add it again with `strata pool set POOL --log-device DEV`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_failover: Option<String>,
     pub logical_bytes: u64,
     pub saved_bytes: u64,
     /// logical / allocated, 2 decimals.

@@ -402,7 +402,12 @@ pub fn print_pool(p: &PoolInfo) {
         Some(s) => println!("device    {}", s.device_io),
         None => println!("device    {}", p.device.display()),
     }
-    println!("log       {}", p.log_device.as_ref().map_or("in the pool".into(), |l| l.display().to_string()));
+    match p.status.as_ref().and_then(|s| s.log_failover.as_ref()) {
+        Some(why) => println!("log       in the pool: {why}"),
+        None => {
+            println!("log       {}", p.log_device.as_ref().map_or("in the pool".into(), |l| l.display().to_string()))
+        }
+    }
     for s in &p.spares {
         println!("spare     {} (AVAIL)", s.display());
     }

@@ -124,3 +124,91 @@ fn pool_with_a_log_device_survives_kill_9_and_a_lost_log_device() {
         log.lines().filter(|l| l.contains("ERROR") && !l.contains("pool UNAVAILABLE: log device")).collect();
     assert!(errors.is_empty(), "unexpected errors in the daemon log: {errors:?}");
 }
+
+/// A loop device over an image file (a block device whose writes can be made to fail),
+/// made writable again and detached when dropped.
+struct Loop(String);
+
+impl Loop {
+    fn attach(img: &std::path::Path) -> Loop {
+        let out = std::process::Command::new("losetup").args(["--find", "--show"]).arg(img).output().unwrap();
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        let lo = Loop(String::from_utf8(out.stdout).unwrap().trim().to_string());
+        // A device's read-only flag outlives a detach: start writable.
+        assert!(std::process::Command::new("blockdev").args(["--setrw", &lo.0]).status().unwrap().success());
+        lo
+    }
+
+    /// From now on every write to the device fails (EPERM), as from a failed device.
+    fn fail_writes(&self) {
+        assert!(std::process::Command::new("blockdev").args(["--setro", &self.0]).status().unwrap().success());
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("blockdev").args(["--setrw", &self.0]).status();
+        let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_failed_log_device_fails_over_to_the_pool() {
+    let dir = temp_dir("logfail");
+    let mut d = Daemon::start(&dir);
+    let (pool_img, log_img) = (dir.join("pool.img"), dir.join("log.img"));
+    std::fs::File::create(&log_img).unwrap().set_len(32 << 20).unwrap();
+    let log = Loop::attach(&log_img);
+    d.ok(&["pool", "create", "fast", "--device", pool_img.to_str().unwrap(), "--size", "64M", "--log-device", &log.0]);
+    d.ok(&["volume", "create", "fast/db"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "fast/db", mnt.to_str().unwrap()]);
+    let synced = |name: &str, seed: u32| {
+        let data: Vec<u8> = (0..100_000u32).map(|i| ((i + seed) % 251) as u8).collect();
+        let mut f = std::fs::File::create(mnt.join(name)).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap_or_else(|e| panic!("fsync of {name}: {e}"));
+        data
+    };
+    let before = synced("before", 1);
+    assert!(d.json(&["pool", "status", "fast"])["log_device"].as_str() == Some(log.0.as_str()));
+
+    // The log device fails: the fsync is still acknowledged (the pool commits instead), the
+    // pool goes on with its log in its own region, and says so.
+    log.fail_writes();
+    let failed = synced("failed", 2);
+    let start = std::time::Instant::now();
+    let status = loop {
+        let s = d.json(&["pool", "status", "fast"]);
+        if s["log_device"].is_null() {
+            break s;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "the daemon still names the log device: {s}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(status["state"], "ONLINE", "{status}");
+    let why = status["log_failover"].as_str().unwrap_or_default();
+    assert!(why.contains(&log.0) && why.contains("in the pool since txg"), "{status}");
+    let human = d.ok(&["pool", "status", "fast"]);
+    assert!(human.lines().any(|l| l.starts_with("log") && l.contains("in the pool: log device")), "{human}");
+    let events = d.json(&["events"]);
+    let ev = events.as_array().unwrap().iter().find(|e| e["kind"] == "pool.log_device").cloned();
+    let ev = ev.unwrap_or_else(|| panic!("no pool.log_device event: {events}"));
+    assert_eq!(ev["severity"], "error", "{ev}");
+    assert!(ev["message"].as_str().unwrap_or_default().contains("--log-device"), "{ev}");
+    let after = synced("after", 3);
+
+    // kill -9 and a restart (the device still failing): the pool opens without it, with
+    // every acknowledged fsync.
+    d.kill9();
+    d.spawn();
+    for (name, data) in [("before", &before), ("failed", &failed), ("after", &after)] {
+        assert_eq!(&std::fs::read(mnt.join(name)).unwrap(), data, "{name}");
+    }
+    let status = d.json(&["pool", "status", "fast"]);
+    assert!(status["log_device"].is_null() && status["state"] == "ONLINE", "{status}");
+    assert_eq!(d.json(&["check", "fast"])["clean"], true);
+    let errors = d.log().lines().filter(|l| l.contains("ERROR")).count();
+    assert_eq!(errors, 1, "one error expected (the failover): {}", d.log());
+    assert!(d.stop().success());
+}

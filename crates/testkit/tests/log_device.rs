@@ -2,8 +2,8 @@
 //! acknowledged syncs survive power loss of both devices and are replayed from the log
 //! device; `sync_log` writes and flushes only the log device; a missing, wrong or damaged
 //! log device is refused with a precise error unless the caller discards it, which opens
-//! at the last commit; a failed log write latches the pool; the checker verifies the log
-//! device's label. Seeds print on failure; replay with STRATA_SEED=<seed>.
+//! at the last commit; a failed log device is left for the pool's own region (a commit
+//! makes the failed block's syncs durable); the checker verifies the log device's label. Seeds print on failure; replay with STRATA_SEED=<seed>.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,6 +44,7 @@ fn discard_opts() -> PoolOptions {
 }
 
 static REPLAYS: AtomicU64 = AtomicU64::new(0);
+static FAILOVERS: AtomicU64 = AtomicU64::new(0);
 
 #[test]
 fn acknowledged_syncs_survive_a_crash_of_both_devices() {
@@ -54,6 +55,7 @@ fn acknowledged_syncs_survive_a_crash_of_both_devices() {
         assert!(r.is_ok(), "failed with seed {seed}: replay with STRATA_SEED={seed}");
     }
     assert!(REPLAYS.load(Ordering::Relaxed) > 0, "no crash image needed the log device");
+    assert!(FAILOVERS.load(Ordering::Relaxed) > 0, "the log device never failed over before a crash");
 }
 
 fn crash_once(seed: u64) {
@@ -95,11 +97,18 @@ fn crash_once(seed: u64) {
     let modes = [CrashMode::Random, CrashMode::DropUnflushed, CrashMode::KeepAll];
     let disk_img = disk.crash_image(*rng.pick(&modes), &mut rng);
     let log_img = log.crash_image(*rng.pick(&modes), &mut rng);
+    // Power lost on the log device alone is, to the pool, a failed log device: it goes on
+    // with the log in its own region (a_failed_log_device_moves_the_log_into_the_pool).
+    let failed_over = pool.status().log_failover.is_some();
     drop(pool);
     let pool = open(disk_img, Some(log_img), test_pool_options())
         .unwrap_or_else(|e| panic!("seed {seed}: does not open after the crash: {e}"));
     let status = pool.status();
-    assert_eq!(status.log_device.as_deref(), Some("simulated disk"), "seed {seed}");
+    if failed_over {
+        FAILOVERS.fetch_add(1, Ordering::Relaxed);
+    } else {
+        assert_eq!(status.log_device.as_deref(), Some("simulated disk"), "seed {seed}");
+    }
     if assert_last_acknowledged_sync(&pool, &synced, acked, seed) {
         REPLAYS.fetch_add(1, Ordering::Relaxed);
     }
@@ -218,27 +227,73 @@ fn discarding_a_missing_log_opens_at_the_last_commit() {
     assert!(p.status().open_notes.iter().any(|n| n.contains("replayed")));
 }
 
+/// How a log device fails in `a_failed_log_device_moves_the_log_into_the_pool`.
+#[derive(Debug, Clone, Copy)]
+enum LogFault {
+    OneWrite,
+    OneFlush,
+    Gone,
+}
+
 #[test]
-fn a_failed_log_device_write_or_flush_latches_the_pool() {
-    for flush in [false, true] {
+fn a_failed_log_device_moves_the_log_into_the_pool() {
+    for fault in [LogFault::OneWrite, LogFault::OneFlush, LogFault::Gone] {
         let (disk, log, pool, vol, obj) = synced_pool();
-        pool.write(vol, obj, 8192, b"lost").unwrap();
-        if flush {
-            log.fail_flushes(1);
-        } else {
-            log.fail_writes(1);
+        pool.write(vol, obj, 8192, b"in the failed block").unwrap();
+        match fault {
+            LogFault::OneWrite => log.fail_writes(1),
+            LogFault::OneFlush => log.fail_flushes(1),
+            LogFault::Gone => log.set_gone(true),
         }
-        let e = pool.sync_log().expect_err("a failed log write was acknowledged");
-        assert_eq!(e.kind(), ErrorKind::Io, "{e}");
-        assert!(pool.status().latched.is_some());
-        assert_eq!(pool.write(vol, obj, 0, b"x").err().map(|e| e.kind()), Some(ErrorKind::ReadOnly));
-        assert!(pool.sync_log().is_err());
-        // Reopened (the devices are healthy again): the last acknowledged sync is there.
-        let (d, l) = (disk.current_image(), log.current_image());
-        drop(pool);
-        let p = open(d, Some(l), test_pool_options()).unwrap();
-        assert_eq!(p.read(vol, obj, 4096, 6).unwrap(), b"synced");
+        // The sync is acknowledged: a commit made it durable instead of the log device.
+        pool.sync_log().unwrap_or_else(|e| panic!("{fault:?}: a failed log device failed the sync: {e}"));
+        let st = pool.status();
+        assert_eq!(st.latched, None, "{fault:?}");
+        assert_eq!(st.log_device, None, "{fault:?}: the log device is still used");
+        let why = st.log_failover.unwrap_or_else(|| panic!("{fault:?}: no failover reported"));
+        assert!(why.contains("simulated disk") && why.contains("in the pool since txg"), "{why}");
+        // The pool goes on, its syncs logged in its own region: the log device sees nothing.
+        let log_writes = log.write_count();
+        let blocks = st.log_blocks_written;
+        pool.write(vol, obj, 12288, b"logged in the pool").unwrap();
+        pool.sync_log().unwrap();
+        assert_eq!(log.write_count(), log_writes, "{fault:?}");
+        assert!(pool.status().log_blocks_written > blocks, "{fault:?}: the sync was not logged");
+        // Power lost, no closing commit: the pool opens without its log device (or ignores
+        // it when passed), with every acknowledged sync — the last one replayed from the pool.
+        let mut rng = SimRng::new(3);
+        let d = disk.crash_image(CrashMode::DropUnflushed, &mut rng);
+        let l = log.current_image();
+        std::mem::forget(pool);
+        for passed in [None, Some(l)] {
+            let with = passed.is_some();
+            let p = open(d.clone(), passed, test_pool_options())
+                .unwrap_or_else(|e| panic!("{fault:?}: does not open after the failover (log passed: {with}): {e}"));
+            assert_eq!(p.read(vol, obj, 4096, 6).unwrap(), b"synced", "{fault:?}");
+            assert_eq!(p.read(vol, obj, 8192, 19).unwrap(), b"in the failed block", "{fault:?}");
+            assert_eq!(p.read(vol, obj, 12288, 18).unwrap(), b"logged in the pool", "{fault:?}");
+            let notes = p.status().open_notes;
+            assert!(notes.iter().any(|n| n.contains("replayed")), "{fault:?}: {notes:?}");
+            assert_eq!(with, notes.iter().any(|n| n.contains("no longer this pool's log")), "{notes:?}");
+            assert!(p.check(CheckOptions::default()).unwrap().is_clean(), "{fault:?}");
+        }
     }
+}
+
+#[test]
+fn a_failed_write_of_referenced_log_data_latches_the_pool() {
+    // The pool's own device failing under a sync is no log device failure: the pool latches.
+    // (A large write is logged by reference: written to the pool's device, then logged.)
+    let (disk, log, pool, vol, obj) = synced_pool();
+    pool.write(vol, obj, 64 << 10, &[7u8; 64 << 10]).unwrap();
+    let log_writes = log.write_count();
+    disk.fail_writes(1);
+    let e = pool.sync_log().expect_err("a failed pool device write was acknowledged");
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(pool.status().latched.is_some());
+    assert_eq!(pool.write(vol, obj, 0, b"x").err().map(|e| e.kind()), Some(ErrorKind::ReadOnly));
+    assert_eq!(log.write_count(), log_writes, "logged although its referenced data failed");
+    assert_eq!(pool.status().log_failover, None);
 }
 
 #[test]

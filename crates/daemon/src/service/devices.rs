@@ -291,6 +291,26 @@ impl Daemon {
         }
     }
 
+    /// A pool whose separate log device failed went on with its log in the pool (the
+    /// engine's `fail_over_log`): the daemon forgets the device (a restart opens without it)
+    /// and says so once.
+    fn note_log_failover(&self, name: &str, pool: &Pool) {
+        let Some(why) = pool.log_failover() else { return };
+        let forgotten = {
+            let mut pools = self.pools.lock().expect("pools");
+            pools.get_mut(name).and_then(|e| e.log_device.take())
+        };
+        let Some(path) = forgotten else { return };
+        tracing::error!(pool = %name, log = %path.display(), "{why}");
+        let text = format!(
+            "{why}; the pool goes on without it. Replace the device, then `strata pool set {name} --log-device DEV`"
+        );
+        self.events.record("error", "pool.log_device", Some(name), Some(&path.display().to_string()), text);
+        if let Err(e) = self.save_state() {
+            tracing::error!(pool = %name, "could not record that the log device is gone: {}", e.message);
+        }
+    }
+
     /// The pool `path` is a hot spare of, if any.
     pub(crate) fn spare_of(&self, path: &Path) -> Option<String> {
         let pools = self.pools.lock().expect("pools");
@@ -319,6 +339,7 @@ impl Daemon {
                 self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
             let mut busy = false;
             for (name, pool) in pools {
+                self.note_log_failover(&name, &pool);
                 let Some(set) = pool.device().set_status() else { continue };
                 for m in &set.members {
                     let now = (m.state, m.device.clone());

@@ -92,6 +92,7 @@ pub(crate) fn figures(s: &PoolStatus) -> PoolFigures {
         volumes: s.volumes as u64,
         read_only: s.read_only,
         latched: s.latched.clone(),
+        log_failover: s.log_failover.clone(),
         corruptions_detected: s.corruptions_detected,
         open_notes: s.open_notes.clone(),
         logical_bytes: s.space.logical_bytes,

@@ -99,17 +99,37 @@ pub(crate) enum LogAtOpen {
 
 /// Find the intent log of the pool `label` describes: the in-pool region, or the supplied
 /// log device once its label is verified to be this pool's.
+/// A device passed to a pool whose labels name none is refused, unless it is this pool's
+/// former log device (it failed and the log moved into the pool, or it was removed) or
+/// cannot be read at all: then it is not used, and `notes` says so — the labels are
+/// rewritten only after a commit holds everything such a device had.
 pub(crate) fn resolve(
     label: &LabelPhys,
     in_pool: LogPlace,
     log_dev: Option<Arc<dyn BlockDevice>>,
     discard_missing_log: bool,
+    notes: &mut Vec<String>,
 ) -> Result<LogAtOpen> {
     let pool = &label.pool_name;
     if label.log_device_guid == 0 {
-        return match log_dev {
-            None => Ok(LogAtOpen::Use(in_pool)),
-            Some(d) => Err(Error::invalid(format!(
+        let Some(d) = log_dev else { return Ok(LogAtOpen::Use(in_pool)) };
+        return match read_log_device_label(d.as_ref()) {
+            Ok(ld) if ld.pool_guid == label.pool_guid => {
+                notes.push(format!(
+                    "log device {} is no longer this pool's log (it failed or was removed; the log is in the \
+                     pool): not used",
+                    d.describe()
+                ));
+                Ok(LogAtOpen::Use(in_pool))
+            }
+            Err(e @ Error::Io { .. }) => {
+                notes.push(format!(
+                    "log device {}: {e}; the pool keeps its log in its own region: not used",
+                    d.describe()
+                ));
+                Ok(LogAtOpen::Use(in_pool))
+            }
+            _ => Err(Error::invalid(format!(
                 "pool {pool} keeps its intent log on its own device and has no log device; do not pass {}",
                 d.describe()
             ))),
@@ -233,6 +253,34 @@ impl Pool {
         let place = LogPlace::in_pool(p.dev.clone(), &p.alloc.geometry());
         p.ilog.move_to(place);
         Ok(())
+    }
+
+    /// The separate log device failed the write of the block in flight (`sync_target`): the
+    /// pool goes on without it — vSAN's cache-disk failure; ZFS waits for the txg instead.
+    /// A commit makes durable every operation the log recorded (the log only ever holds
+    /// copies of what the open txg has), then the labels stop naming the device and the
+    /// log moves into the pool's own region (which stays reserved for this). A crash
+    /// before the labels are rewritten opens with the device or discards it — the commit
+    /// holds everything either way; after, the pool opens without it. A failed commit or
+    /// label write latches the pool, as any. Ok: the syncs of the failed block are durable.
+    pub(crate) fn fail_over_log(&self, cause: Error) -> Result<()> {
+        self.commit_then(|p| {
+            let device = p.ilog.place().dev.describe();
+            p.forget_log_device()?;
+            let place = LogPlace::in_pool(p.dev.clone(), &p.alloc.geometry());
+            if !p.ilog.fail_over_to(place) {
+                return Err(Error::io(
+                    "move the intent log into the pool",
+                    std::io::Error::other("the log was written to after the commit"),
+                ));
+            }
+            let why = format!(
+                "log device {device} failed ({cause}); the intent log is in the pool since txg {}",
+                p.txg.synced
+            );
+            p.health.log_failover = Some(why);
+            Ok(())
+        })
     }
 
     /// The pool's lock, with nothing in flight in the log and everything committed.

@@ -81,24 +81,30 @@ impl Pool {
             // to complete or free.
             let (block, at) = taken?;
             drop(p);
-            let r = self
-                .failpoints
-                .hit(crate::failpoint::LOG_WRITE_UNLOCKED)
-                .and_then(|()| match &batch {
-                    Some(b) => b.complete(pool_dev.as_ref()).and_then(|()| {
-                        if separate {
-                            pool_dev.flush().map_err(|e| Error::io("flush referenced log data", e))
-                        } else {
-                            Ok(())
-                        }
-                    }),
-                    None => Ok(()),
-                })
-                .and_then(|()| dev.write_durable(&block, at).map_err(|e| Error::io("write intent log", e)));
+            let before = self.failpoints.hit(crate::failpoint::LOG_WRITE_UNLOCKED).and_then(|()| match &batch {
+                Some(b) => b.complete(pool_dev.as_ref()).and_then(|()| {
+                    if separate {
+                        pool_dev.flush().map_err(|e| Error::io("flush referenced log data", e))
+                    } else {
+                        Ok(())
+                    }
+                }),
+                None => Ok(()),
+            });
+            let r = before.and_then(|()| match dev.write_durable(&block, at) {
+                Ok(()) => Ok(()),
+                // The separate log device failed: the pool goes on without it, the syncs of
+                // this block made durable by a commit instead (log_device.rs). The block
+                // stays in flight until then, so no syncer takes its groups as written.
+                Err(e) if separate => self.fail_over_log(Error::io("write intent log", e)),
+                Err(e) => Err(Error::io("write intent log", e)),
+            });
             p = self.lock();
             p.ilog.written();
             if let Err(e) = r {
-                p.health.latched = Some(format!("intent log write failed: {e}"));
+                if p.health.latched.is_none() {
+                    p.health.latched = Some(format!("intent log write failed: {e}"));
+                }
                 self.log_done.notify_all();
                 return Err(e);
             }

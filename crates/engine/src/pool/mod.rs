@@ -256,6 +256,9 @@ pub struct Health {
     pub read_only: bool,
     /// What opening met: skipped torn or damaged roots, fallbacks, a discarded log.
     pub open_notes: Vec<String>,
+    /// The separate log device failed and the log moved into the pool (log_device.rs,
+    /// `fail_over_log`): which device, why, and since which txg.
+    pub log_failover: Option<String>,
     /// Set by `Pool::export`: from then on, roots say `Exported` instead of `Active`.
     pub(crate) exporting: bool,
 }
@@ -348,6 +351,12 @@ impl Pool {
         (s.blocks_read.load(Ordering::Relaxed), s.blocks_written.load(Ordering::Relaxed), p.ilog.blocks_written)
     }
 
+    /// Why the separate log device is no longer used, if it failed since open
+    /// (log_device.rs, `fail_over_log`).
+    pub fn log_failover(&self) -> Option<String> {
+        self.lock_raw().health.log_failover.clone()
+    }
+
     /// Dirty data of the open txg, in bytes.
     pub fn dirty_bytes(&self) -> u64 {
         self.lock_raw().dirty_bytes()
@@ -394,6 +403,7 @@ impl Pool {
             blocks_written: p.io.stats.blocks_written.load(Ordering::Relaxed),
             blocks_read: p.io.stats.blocks_read.load(Ordering::Relaxed),
             open_notes: p.health.open_notes.clone(),
+            log_failover: p.health.log_failover.clone(),
             space: p.pool_space(),
             host_id: p.txg.root.host_id,
             pool_state: p.txg.root.pool_state,

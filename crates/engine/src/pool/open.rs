@@ -276,6 +276,7 @@ impl Pool {
             LogPlace::in_pool(dev.clone(), &geo),
             log_dev,
             opts.discard_missing_log,
+            &mut notes,
         )?;
         let (roots, problems) = txg::scan_ring(dev.as_ref(), label.pool_guid)?;
         notes.extend(problems);
@@ -320,7 +321,13 @@ impl Pool {
                         retired_log: Default::default(),
                         catalog: Catalog { volumes, by_name, snapshots, ..Catalog::new(catalog, ub.next_volume_id) },
                         destroying,
-                        health: Health { latched: None, read_only, open_notes: notes, exporting: false },
+                        health: Health {
+                            latched: None,
+                            read_only,
+                            open_notes: notes,
+                            exporting: false,
+                            log_failover: None,
+                        },
                         clock: opts.clock,
                         dirty_limit_bytes: opts.dirty_limit_bytes,
                         destroy_frees_per_txg: opts.destroy_frees_per_txg,

@@ -38,6 +38,9 @@ pub struct PoolStatus {
     pub device: String,
     /// The separate intent-log device, if the pool has one.
     pub log_device: Option<String>,
+    /// The separate log device failed since open and the log moved into the pool: which
+    /// device, why, since which txg (the pool goes on; its labels no longer name it).
+    pub log_failover: Option<String>,
     /// Intent-log blocks written, and syncs that found the log full and waited for a
     /// commit instead (a sign the log region is too small for the sync write load).
     pub log_blocks_written: u64,

@@ -485,6 +485,20 @@ impl IntentLog {
         self.seq = 0;
     }
 
+    /// The block in flight failed on a separate log device and a commit has since made
+    /// every group durable but those recorded after its freeze: nothing is in the region
+    /// since (the failed block kept the next writer waiting). Move to `place`; the groups
+    /// still to be written go there. The block stays in flight until `written`. False (and
+    /// nothing moved) when the log is not in that state.
+    pub fn fail_over_to(&mut self, place: LogPlace) -> bool {
+        if !self.in_flight || self.head != 0 || self.group_open {
+            return false;
+        }
+        self.place = place;
+        self.seq = 0;
+        true
+    }
+
     /// Where the log's blocks go (the device to write them to and flush).
     pub fn place(&self) -> &LogPlace {
         &self.place
