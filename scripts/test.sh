@@ -78,6 +78,12 @@ scripts/e2e/mirror-postgres.sh
 echo "== PostgreSQL on a parity2 pool of four nbdkit devices: the same faults (two devices lost), a rebuild by reconstruction"
 LAYOUT=parity2 scripts/e2e/mirror-postgres.sh
 
+echo "== MariaDB (TR-4722 sysbench) on a 3-way mirror of nbdkit devices: the same faults and a rebuild under load"
+scripts/e2e/mirror-mariadb.sh
+
+echo "== MariaDB (TR-4722 sysbench) on a parity2 pool of four nbdkit devices: the same"
+LAYOUT=parity2 scripts/e2e/mirror-mariadb.sh
+
 echo "== PostgreSQL on ext4 on an NBD LUN (nbdfuse, loop): the daemon killed under load; snapshot, clone, grow, restore"
 scripts/e2e/lun-postgres.sh
 

@@ -17,8 +17,9 @@
 # third loop device), timed until the rebuild ends. Then the same failure again and the
 # rebuild under load: pgbench runs (-P 1), the rebuild starts 3 s in (Strata: `pool online`;
 # btrfs: `btrfs replace` onto a fourth loop device), and the TPS of the seconds the rebuild
-# ran is reported with its duration. Prints every round, the medians and the ratios the
-# issue's targets are stated in.
+# ran is reported with its duration. Last, with the database stopped, a scrub of the
+# healthy pool is timed (Strata `pool scrub`; btrfs `btrfs scrub start -B`). Prints every
+# round, the medians and the ratios the issue's targets are stated in.
 #
 #   ROUNDS=5 [LAYOUT=mirror|parity2] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
 #   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout)
@@ -157,7 +158,7 @@ load() {
   "$PG_BIN/psql" -X -q -h "$sock" -p "$PG_PORT" -U postgres -c checkpoint postgres
 }
 
-strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded rebuild_s during_tps during_s]
+strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded rebuild_s during_tps during_s scrub_s]
   cleanup; fresh_loops
   rm -rf "$STRATA_E2E_DIR"; mkdir -p "$STRATA_E2E_DIR" "$mnt"
   STRATA_POOL_SIZE=1G strata_start >&2
@@ -185,10 +186,15 @@ strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded reb
   start_pg
   local during; during="$(rebuild_under_load strata_rebuild "${loops[1]}")"
   stop_pg
-  printf '%s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during"
+  local s0 s1; s0="$(date +%s.%N)"
+  "$STRATA_BIN" pool scrub b >"$work/scrub.out"
+  s1="$(date +%s.%N)"
+  grep -q " 0 damaged" "$work/scrub.out" || { cat "$work/scrub.out" >&2; echo "the scrub found damage" >&2; return 1; }
+  printf '%s %s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during" \
+    "$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }')"
 }
 
-btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s
+btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
   cleanup; fresh_loops
   mkdir -p "$mnt"
   mkfs.btrfs -q -f "${peer_args[@]}" "${loops[@]:0:$ndev}" >/dev/null
@@ -234,10 +240,16 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s
     during="0 0"
   fi
   pg_as pg_ctl stop -D "$mnt/pgdata" -m immediate -w -t 120 >/dev/null 2>&1 || true
+  # Healthy again for the scrub (a replace PostgreSQL's failure kept from running runs now).
+  if btrfs filesystem show "$mnt" | grep -q missing; then btrfs_replace "$devid" "${loops[$((ndev + 1))]}"; fi
+  local s0 s1; s0="$(date +%s.%N)"
+  btrfs scrub start -B "$mnt" >"$work/scrub.out"
+  s1="$(date +%s.%N)"
   umount "$mnt"
   # Detached above (their numbers may be reused): not ours to detach again.
   loops=("${loops[0]}" "${loops[@]:2:$((ndev - 2))}" "${loops[$((ndev + 1))]}")
-  printf '%s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during"
+  printf '%s %s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during" \
+    "$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }')"
 }
 
 results="$work/results.tsv"; : >"$results"
@@ -266,7 +278,7 @@ for r, c, v in rows:
     by.setdefault(c, []).append([float(x) for x in v.split()])
 print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
 L, P = f"strata-{layout}", f"btrfs-{peer}"
-print(f"\n| round | strata-single tps | {L} tps healthy / degraded / rebuild s / tps during rebuild / its s | {P} tps healthy / degraded / replace s / tps during replace / its s |")
+print(f"\n| round | strata-single tps | {L} tps healthy / degraded / rebuild s / tps during rebuild / its s / scrub s | {P} tps healthy / degraded / replace s / tps during replace / its s / scrub s |")
 print("|---|---|---|---|")
 n = max(len(v) for v in by.values())
 fmt = lambda v: " / ".join(f"{x:.0f}" if i in (0, 1, 3) else f"{x:.2f}" for i, x in enumerate(v))
@@ -281,4 +293,5 @@ print(f"{layout} degraded / {layout} healthy: {m[1]/m[0]:.3f} (target >= 0.9); b
 print(f"rebuild time, {layout} / btrfs replace: {m[2]/b[2]:.3f} (target <= 1.0)")
 print(f"{layout} TPS during rebuild / healthy: {m[3]/m[0]:.3f} (target >= 0.7); btrfs during replace: {b[3]/b[0]:.3f}")
 print(f"rebuild time under load, {layout} / btrfs replace: {m[4]/b[4] if b[4] else float('nan'):.3f}")
+print(f"scrub time (idle, healthy), {layout} / btrfs scrub: {m[5]/b[5]:.3f}")
 PY

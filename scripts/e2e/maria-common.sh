@@ -1,8 +1,8 @@
 # MariaDB helpers shared by the snapshot and replication end-to-end tests (sourced after
 # db-common.sh): start_db DATADIR RUNDIR PORT (a mariadbd whose pid goes into PIDS), sql
 # SOCKET ARGS..., checksum SOCKET (of the sysbench tables and the marks table), source_db
-# PORT (the source database on volume default/mydata at $M/data, run dir $RUN/src: sets SRC
-# and SB, the sysbench arguments).
+# PORT [POOL] (the source database on volume default/mydata — or POOL/mydata, which must
+# exist — at $M/data, run dir $RUN/src: sets SRC and SB, the sysbench arguments).
 # shellcheck shell=bash
 
 start_db() { # DATADIR RUNDIR PORT
@@ -15,8 +15,8 @@ start_db() { # DATADIR RUNDIR PORT
 }
 sql() { local sock="$1"; shift; bounded mariadb --no-defaults -S "$sock" -u root -N -B "$@"; }
 checksum() { sql "$1" -e "checksum table sbtest.sbtest1, sbtest.sbtest2, sbtest.marks extended" | awk '{print $2}' | tr '\n' ' '; }
-source_db() { # PORT
-  strata_mount mydata "$M/data"
+source_db() { # PORT [POOL]
+  if [ -n "${2:-}" ]; then "$STRATA_BIN" mount "$2/mydata" "$M/data"; else strata_mount mydata "$M/data"; fi
   install -d -o mysql -g mysql -m 750 "$M/data/mysql"
   mariadb-install-db --no-defaults --user=mysql --datadir="$M/data/mysql" --auth-root-authentication-method=normal \
     >"$RUN/install.log" 2>&1 || die "mariadb-install-db failed: $(tail -5 "$RUN/install.log")"

@@ -20,16 +20,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LAYOUT="${LAYOUT:-mirror}"
-case "$LAYOUT" in
-  mirror) MEMBERS=3 ;;
-  parity2) MEMBERS=4 ;;
-  *) echo "LAYOUT is mirror or parity2, not $LAYOUT" >&2; exit 2 ;;
-esac
-SPARE=$((MEMBERS + 1))
 E2E_NAME="$LAYOUT-postgres"
 # shellcheck source=scripts/e2e/db-common.sh
 . scripts/e2e/db-common.sh
 source scripts/e2e/strata-env.sh
+# shellcheck source=scripts/e2e/devset-common.sh
+. scripts/e2e/devset-common.sh
+devset_layout
 export STRATA_E2E_DIR="${STRATA_E2E_DIR%/}-$LAYOUT"
 PG_BIN=/usr/lib/postgresql/15/bin
 PG_PORT="${PG_PORT:-55441}"
@@ -49,10 +46,7 @@ cleanup() {
   [ -f "${PGDATA:-/nonexistent}/postmaster.pid" ] &&
     runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$PGDATA" -m immediate -w -t 30 >/dev/null 2>&1
   strata_stop
-  for i in $(seq 1 "$SPARE"); do
-    fusermount3 -u -z "$DEV/fuse$i" 2>/dev/null
-    [ -f "$DEV/nbdkit$i.pid" ] && kill "$(cat "$DEV/nbdkit$i.pid")" 2>/dev/null
-  done
+  stop_devices
   if [ "$rc" -ne 0 ]; then
     echo "---- daemon log (tail)"; tail -40 "$STRATA_E2E_DIR/daemon.log" 2>/dev/null
     echo "---- postgres log (tail)"; tail -20 "$STRATA_E2E_DIR/postgres.log" 2>/dev/null
@@ -63,25 +57,8 @@ strata_fresh
 trap cleanup EXIT
 mkdir -p "$DEV"
 
-# Device i: $DEV/fuse$i/dev, a 3 GiB image $DEV/m$i.img served by nbdkit (failing every I/O
-# while $DEV/m$i.fail exists) and exposed as a file by nbdfuse.
-start_device() {
-  local i="$1"
-  truncate -s 3G "$DEV/m$i.img"
-  mkdir -p "$DEV/fuse$i"
-  nbdkit -P "$DEV/nbdkit$i.pid" -U "$DEV/nbd$i.sock" --filter=error file "$DEV/m$i.img" \
-    error-rate=100% error-file="$DEV/m$i.fail"
-  nbdfuse "$DEV/fuse$i/dev" --unix "$DEV/nbd$i.sock" &
-  wait_for "nbdfuse device $i" 20 test -e "$DEV/fuse$i/dev"
-}
-devices=()
-for i in $(seq 1 "$MEMBERS"); do
-  start_device "$i"
-  devices+=(--device "$DEV/fuse$i/dev")
-done
-
 strata_start
-"$STRATA_BIN" pool create m --layout "$LAYOUT" "${devices[@]}"
+create_devset m
 "$STRATA_BIN" volume create m/pg --record-size 8K
 mnt="$STRATA_E2E_DIR/pg"
 mkdir -p "$mnt"
@@ -108,50 +85,19 @@ bench_running() { kill -0 "$BENCH_PID" 2>/dev/null || die "pgbench ended before 
 # 1. Bit rot on the last member under load: 3000 random 4 KiB spots in its first 512 MiB.
 sleep 10
 bench_running "bit rot"
-python3 - "$DEV/m$MEMBERS.img" <<'EOF'
-import os, random, sys
-random.seed(7)
-with open(sys.argv[1], "r+b") as f:
-    for _ in range(3000):
-        f.seek(random.randrange(16 << 20, 512 << 20) // 4096 * 4096)
-        f.write(os.urandom(4096))
-EOF
+rot_member "$MEMBERS"
 log "rotted 3000 spots of member $MEMBERS; scrubbing under load"
-scrub1="$("$STRATA_BIN" pool scrub m)"
-echo "$scrub1"
-damaged="$(grep -oE '[0-9]+ damaged copies found' <<<"$scrub1" | grep -oE '^[0-9]+')"
-[ "$damaged" -gt 0 ] || die "the scrub found none of the rot on member $MEMBERS: $scrub1"
-cksum3="$("$STRATA_BIN" pool status m --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][int(sys.argv[1]) - 1]["checksum_errors"])' "$MEMBERS")"
-[ "$cksum3" -ge "$damaged" ] || die "member $MEMBERS counts $cksum3 checksum errors, the scrub found $damaged"
-scrub2="$("$STRATA_BIN" pool scrub m)"
-echo "$scrub2"
-grep -q ' 0 damaged copies found' <<<"$scrub2" || die "a second scrub still found damage: $scrub2"
+scrub_repairs m "$MEMBERS"
 
 # 2. Member 1 returns EIO to everything; 3. member 2 disappears.
-sleep 5
-bench_running "EIO"
-touch "$DEV/m1.fail"
-log "member 1 now fails every I/O with EIO"
-sleep 10
-bench_running "device gone"
-kill -9 "$(cat "$DEV/nbdkit2.pid")"
-log "member 2's device is gone (nbdkit killed)"
-sleep 5
-bench_running "after the device went"
+fail_members m bench_running
 
 wait "$BENCH_PID" || die "pgbench failed: $(tail -5 "$STRATA_E2E_DIR/pgbench.out")"
 BENCH_PID=""
 tail -12 "$STRATA_E2E_DIR/pgbench.out"
 grep -q 'number of failed transactions: 0' "$STRATA_E2E_DIR/pgbench.out" ||
   die "pgbench saw failed transactions: $(grep -E 'failed|aborted' "$STRATA_E2E_DIR/pgbench.out")"
-status="$("$STRATA_BIN" pool status m)"
-echo "$status" | sed -n '/^state/p;/^layout/,/^guid/p'
-grep -q '^state *DEGRADED' <<<"$status" || die "the pool should be DEGRADED: $status"
-grep -E 'fuse1/dev.* FAULTED' <<<"$status" >/dev/null || die "member 1 should be FAULTED: $status"
-grep -E 'fuse2/dev.* (REMOVED|FAULTED)' <<<"$status" >/dev/null || die "member 2 should be REMOVED: $status"
-for i in $(seq 3 "$MEMBERS"); do
-  grep -E "fuse$i/dev.* (ONLINE|DEGRADED)" <<<"$status" >/dev/null || die "member $i should be in use: $status"
-done
+assert_degraded m
 
 # 4. Member 1 is replaced by a new device while pgbench runs again: the rebuild copies what
 #    the pool uses, at its bounded rate, and the new member comes ONLINE.
@@ -159,26 +105,12 @@ start_device "$SPARE"
 pg pgbench -c "$CLIENTS" -j 2 -T 40 -P 10 postgres >"$STRATA_E2E_DIR/pgbench2.out" 2>&1 &
 BENCH_PID=$!
 sleep 3
-"$STRATA_BIN" pool replace m "$DEV/fuse1/dev" "$DEV/fuse$SPARE/dev"
-rebuilt=""
-for i in $(seq 1 240); do
-  json="$("$STRATA_BIN" pool status m --json)"
-  if python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d.get("rebuild") is None and d["devices"][0]["state"]=="ONLINE" else 1)' <<<"$json"; then
-    rebuilt=1; break
-  fi
-  [ $((i % 10)) -eq 1 ] && "$STRATA_BIN" pool status m | grep '^rebuild' || true
-  sleep 0.5
-done
-[ -n "$rebuilt" ] || die "the rebuild did not finish in 120 s: $("$STRATA_BIN" pool status m)"
-log "member 1 replaced and rebuilt"
+replace_member1 m
 wait "$BENCH_PID" || die "pgbench during the rebuild failed: $(tail -5 "$STRATA_E2E_DIR/pgbench2.out")"
 BENCH_PID=""
 grep -E '^tps|failed transactions' "$STRATA_E2E_DIR/pgbench2.out"
 grep -q 'number of failed transactions: 0' "$STRATA_E2E_DIR/pgbench2.out" || die "pgbench failed transactions during the rebuild"
-scrub3="$("$STRATA_BIN" pool scrub m)"
-echo "$scrub3"
-grep -q ' 0 damaged copies found' <<<"$scrub3" || die "the rebuilt member holds damaged copies: $scrub3"
-grep -q 'rebuild complete' "$STRATA_E2E_DIR/daemon.log" || die "the daemon did not log the rebuild's end"
+scrub_clean m
 
 pg pg_amcheck -d postgres --heapallindexed >"$STRATA_E2E_DIR/amcheck.out" 2>&1 ||
   die "pg_amcheck failed: $(cat "$STRATA_E2E_DIR/amcheck.out")"
@@ -190,9 +122,7 @@ strata_log_clean
 # The daemon restarts with member 2 still gone: the pool opens DEGRADED without it.
 strata_stop
 strata_start
-status="$("$STRATA_BIN" pool status m)"
-grep -q '^state *DEGRADED' <<<"$status" || die "after a restart the pool should open DEGRADED: $status"
-grep -E "fuse$SPARE/dev.* ONLINE" <<<"$status" >/dev/null || die "the replacement should be ONLINE after a restart: $status"
+assert_degraded_after_restart m
 runuser -u postgres -- "$PG_BIN/pg_ctl" start -D "$PGDATA" -w -t 120 -l "$STRATA_E2E_DIR/postgres.log" \
   -o "-k $SOCK -p $PG_PORT -c listen_addresses=''" >/dev/null
 rows="$(pg psql -At -c 'select count(*) from pgbench_accounts' postgres)"

@@ -99,7 +99,7 @@ pub enum PoolCmd {
     Unspare { name: String, device: PathBuf },
     /// Bring a device of a mirror back into use: what it missed is rebuilt first.
     Online { name: String, device: String },
-    /// Stop using a device of a mirror (refused for the last one in sync).
+    /// Stop using a device of a mirror or parity2 set (refused when the set would be suspended).
     Offline { name: String, device: String },
     /// Change a pool's settings (all of them, or none if one is refused).
     Set {

@@ -74,9 +74,9 @@ pub struct ServerConfig {
     /// client certificates). Off: such a configuration does not start.
     pub insecure_allow_plaintext: bool,
     /// How long a connection's reader polls its (plain) socket for the next request before
-    /// sleeping: 50 µs by default, which doubles what a client at queue depth 1 gets on a
-    /// virtual machine (docs/benchmarks/block-luns.md) for at most that much CPU time per
-    /// request; zero never polls.
+    /// sleeping: 50 µs by default, which nearly doubles (1.75×) what a client at queue
+    /// depth 1 gets on a virtual machine (docs/benchmarks/block-luns.md) for at most that
+    /// much CPU time per request; zero never polls.
     pub poll: Duration,
 }
 
