@@ -151,6 +151,11 @@ impl ProtocolStats {
         c.latency.record(ns.div_ceil(1000));
     }
 
+    /// Operations of every class so far (cheap: no histogram is read).
+    pub fn ops_total(&self) -> u64 {
+        self.classes.iter().flat_map(|c| c.shards.iter()).map(|s| s.ops.load(Ordering::Relaxed)).sum()
+    }
+
     pub fn snapshot(&self, class: OpClass) -> ClassSnapshot {
         let c = &self.classes[class as usize];
         let mut out = ClassSnapshot { latency: c.latency.snapshot(), ..Default::default() };

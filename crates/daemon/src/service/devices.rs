@@ -335,7 +335,7 @@ impl Daemon {
     /// serves I/O.
     pub(crate) fn device_loop(self: Arc<Self>) {
         let mut seen: BTreeMap<(String, usize), (MemberState, String)> = BTreeMap::new();
-        let mut activity: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+        let mut activity: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         while !self.stopping.load(Ordering::Relaxed) {
             let pools: Vec<(String, Arc<Pool>)> =
                 self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
@@ -365,9 +365,11 @@ impl Daemon {
                 let Some(set) = pool.device().set_status() else { continue };
                 if set.rebuild.is_some() {
                     busy = true;
-                    // Foreground I/O since the last step (the rebuild's own copying does not
-                    // pass the block pipeline): only then is the rebuild paced.
-                    let io = pool.io_activity();
+                    // Clients served since the last step (FUSE, NFS, NBD, iSCSI operations, and
+                    // intent-log writes): only then is the rebuild paced. Not the pool's own
+                    // block counters: the commits that follow a database's last writes would
+                    // count, and pace a rebuild of an idle pool for seconds.
+                    let io = (self.stats.pool_ops(&name), pool.io_activity().2);
                     let foreground = activity.insert(name.clone(), io).is_none_or(|before| before != io);
                     let start = Instant::now();
                     // Larger windows when idle: fewer steps over unused space.

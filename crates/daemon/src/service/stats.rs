@@ -52,6 +52,13 @@ impl StatsRegistry {
     }
 
     /// The volumes counted, by pool and name.
+    /// Client operations on `pool`'s volumes so far, every protocol and class: what tells a
+    /// pool serving a database from one that only commits or rebuilds in the background.
+    pub(crate) fn pool_ops(&self, pool: &str) -> u64 {
+        let v = self.volumes.lock().expect("volume stats");
+        v.iter().filter(|((p, _), _)| p == pool).flat_map(|(_, s)| s.in_use().map(|(_, ps)| ps.ops_total())).sum()
+    }
+
     pub(crate) fn list(&self) -> Vec<(String, String, Arc<VolumeStats>)> {
         self.volumes.lock().expect("volume stats").iter().map(|((p, v), s)| (p.clone(), v.clone(), s.clone())).collect()
     }
