@@ -32,6 +32,12 @@ use std::sync::Arc;
 pub const CURSOR_PERSIST_BYTES: u64 = 16 << 20;
 /// Largest single read/write of a copy.
 const COPY_CHUNK: u64 = 1 << 20;
+/// Extents less than this apart are copied as one range, the gap with them: fewer and
+/// larger I/Os — for parity2 fewer decodes — for some free space copied for nothing (a
+/// database's space is fragmented: a pgbench data set rebuilt 2.5–5× slower than one file of
+/// the same size). Copying free space is harmless: nothing reads it, and a copy excludes
+/// writes to its range like any other.
+const MERGE_GAP: u64 = 1 << 20;
 /// Largest logical range of a parity2 set's rows rebuilt at once: a decode has a large fixed
 /// cost (reed-solomon-simd evaluates a polynomial over the whole field), so rows are
 /// reconstructed many at a time.
@@ -71,6 +77,18 @@ pub struct RebuildStatus {
     pub cursor: u64,
     /// The logical size: the rebuild is done when `cursor` reaches it.
     pub end: u64,
+}
+
+/// `extents` (ascending) with those less than `gap` apart joined, the gaps with them.
+fn merged(extents: &[(u64, u64)], gap: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(extents.len());
+    for &(o, l) in extents.iter().filter(|e| e.1 > 0) {
+        match out.last_mut() {
+            Some((po, pl)) if o >= *po + *pl && o - (*po + *pl) < gap => *pl = o + l - *po,
+            _ => out.push((o, l)),
+        }
+    }
+    out
 }
 
 fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
@@ -247,7 +265,7 @@ impl MirrorDevice {
         let mut copied = 0u64;
         let chunk = if self.rows.is_some() { PARITY_COPY_CHUNK } else { COPY_CHUNK };
         let mut buf = vec![0u8; chunk as usize];
-        for &(offset, len) in extents {
+        for (offset, len) in merged(extents, MERGE_GAP) {
             let mut at = offset;
             while at < offset + len {
                 let n = (offset + len - at).min(chunk);
@@ -339,5 +357,18 @@ impl MirrorDevice {
             r.unpersisted = 0;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merged;
+
+    #[test]
+    fn extents_close_together_are_copied_as_one() {
+        let e = [(0, 4096), (8192, 4096), (3 << 20, 4096), (3 << 20 | 4096, 8192), (10 << 20, 0)];
+        assert_eq!(merged(&e, 1 << 20), vec![(0, 12288), (3 << 20, 12288)]);
+        assert_eq!(merged(&e, 4096), vec![(0, 4096), (8192, 4096), (3 << 20, 12288)]);
+        assert_eq!(merged(&[], 1 << 20), vec![]);
     }
 }
