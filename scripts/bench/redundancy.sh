@@ -144,9 +144,8 @@ if not hit:
 print(f"{sum(hit) / len(hit):.0f} {b - a:.2f}", end="")
 PY
 }
-strata_rebuild() { # $1: device; returns when the pool has no rebuild
-  "$STRATA_BIN" pool online b "$1" >/dev/null
-  while "$STRATA_BIN" --json pool status b | grep -q '"rebuild"'; do sleep 0.05; done
+strata_rebuild() { # $1: device; returns when the rebuild has ended (as btrfs replace -B does)
+  "$STRATA_BIN" pool online b "$1" --wait >/dev/null
 }
 btrfs_replace() { # $1: devid, $2: new device; returns when the replace has ended
   btrfs replace start -B -f "$1" "$2" "$mnt" >/dev/null

@@ -409,6 +409,10 @@ pub struct ScrubStatus {
     pub eta_seconds: Option<f64>,
     /// Seconds since it started (to its end, once ended).
     pub seconds: f64,
+    /// Of those, the seconds it waited to keep to its rate while the pool served clients
+    /// (`serve --scrub-rate`, or 256 MiB/s by default); 0 on an idle pool.
+    #[serde(default)]
+    pub paced_seconds: f64,
     /// What it found, once ended (`finished`, `cancelled`, `yielded`: up to where it got).
     pub report: Option<ScrubReport>,
     /// Why it failed, or what to do.

@@ -5,6 +5,7 @@ use crate::units::{human, parse_size};
 use crate::Out;
 use clap::Subcommand;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 use strata_api::*;
 
 #[derive(Subcommand)]
@@ -82,6 +83,9 @@ pub enum PoolCmd {
         /// Format NEW even though it holds data.
         #[arg(long)]
         force: bool,
+        /// Return when the rebuild has ended (like `zpool replace -w`), not when it started.
+        #[arg(long)]
+        wait: bool,
     },
     /// Add a hot spare to a mirror: it replaces a device that fails or disappears.
     Spare {
@@ -98,7 +102,13 @@ pub enum PoolCmd {
     /// Remove a hot spare that is not in use.
     Unspare { name: String, device: PathBuf },
     /// Bring a device of a mirror back into use: what it missed is rebuilt first.
-    Online { name: String, device: String },
+    Online {
+        name: String,
+        device: String,
+        /// Return when the rebuild has ended, not when it started.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Stop using a device of a mirror or parity2 set (refused when the set would be suspended).
     Offline { name: String, device: String },
     /// Change a pool's settings (all of them, or none if one is refused).
@@ -228,7 +238,7 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
             let p: PoolInfo = c.get(&format!("/v1/pools/{}", seg(&name)))?;
             out.show(&p, print_pool);
         }
-        PoolCmd::Replace { name, old, new, size, force } => {
+        PoolCmd::Replace { name, old, new, size, force, wait } => {
             let req = strata_api::DeviceChange {
                 action: "replace".into(),
                 device: old.clone(),
@@ -237,6 +247,9 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                 force,
             };
             let p: PoolInfo = c.send("POST", &format!("/v1/pools/{}/devices", seg(&name)), &req)?;
+            if wait {
+                return wait_for_rebuild(c, out, &name, &p);
+            }
             out.show(&p, |_| {
                 println!(
                     "replacing {old} with {} in pool {name}: rebuilding (see `strata pool status {name}`)",
@@ -258,10 +271,17 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
         }
         PoolCmd::Unspare { name, device } => {
             let path = absolute(&device, "DEVICE")?;
-            device_action(c, out, &name, "unspare", &path.display().to_string())?
+            device_action(c, out, &name, "unspare", &path.display().to_string(), true)?;
         }
-        PoolCmd::Online { name, device } => device_action(c, out, &name, "online", &device)?,
-        PoolCmd::Offline { name, device } => device_action(c, out, &name, "offline", &device)?,
+        PoolCmd::Online { name, device, wait } => {
+            let p = device_action(c, out, &name, "online", &device, !wait)?;
+            if wait {
+                return wait_for_rebuild(c, out, &name, &p);
+            }
+        }
+        PoolCmd::Offline { name, device } => {
+            device_action(c, out, &name, "offline", &device, true)?;
+        }
         PoolCmd::Scrub { name, pause, resume, cancel, status, no_wait } => {
             scrub(c, out, &name, pause, resume, cancel, status, no_wait)?
         }
@@ -492,7 +512,15 @@ pub fn print_pool(p: &PoolInfo) {
     }
 }
 
-fn device_action(c: &Client, out: &Out, pool: &str, action: &str, device: &str) -> Result<(), Failure> {
+/// `show`: print the pool as the action left it (the caller waits for a rebuild otherwise).
+fn device_action(
+    c: &Client,
+    out: &Out,
+    pool: &str,
+    action: &str,
+    device: &str,
+    show: bool,
+) -> Result<PoolInfo, Failure> {
     let req = strata_api::DeviceChange {
         action: action.into(),
         device: device.into(),
@@ -501,13 +529,64 @@ fn device_action(c: &Client, out: &Out, pool: &str, action: &str, device: &str) 
         force: false,
     };
     let p: PoolInfo = c.send("POST", &format!("/v1/pools/{}/devices", seg(pool)), &req)?;
-    out.show(&p, |p| {
-        println!("device {device} of pool {pool}: {action}");
-        if let Some(r) = p.status.as_ref().and_then(|s| s.rebuild.as_ref()) {
-            println!("rebuilding {} (see `strata pool status {pool}`)", r.device);
+    if show {
+        out.show(&p, |p| {
+            println!("device {device} of pool {pool}: {action}");
+            if let Some(r) = p.status.as_ref().and_then(|s| s.rebuild.as_ref()) {
+                println!("rebuilding {} (see `strata pool status {pool}`)", r.device);
+            }
+        });
+    }
+    Ok(p)
+}
+
+/// `--wait`: poll the pool until the rebuild that `p` shows has ended (a line every 10 s on
+/// stderr), then show the pool. A failure if the device did not come out ONLINE.
+fn wait_for_rebuild(c: &Client, out: &Out, pool: &str, p: &PoolInfo) -> Result<(), Failure> {
+    let rebuilding = |p: &PoolInfo| p.status.as_ref().and_then(|s| s.rebuild.clone());
+    let Some(first) = rebuilding(p) else {
+        out.show(p, |_| println!("pool {pool}: nothing to rebuild"));
+        return Ok(());
+    };
+    let started = Instant::now();
+    let mut said = Instant::now();
+    let mut now = p.clone();
+    while let Some(r) = rebuilding(&now) {
+        if said.elapsed() >= Duration::from_secs(10) {
+            let eta = r.eta_seconds.map_or("-".to_string(), |e| format!("{}m{:02}s", e / 60, e % 60));
+            eprintln!(
+                "rebuilding {}: {:.1}% ({} copied) at {}/s, eta {eta}",
+                r.device,
+                r.percent,
+                human(r.copied_bytes),
+                human(r.scan_bytes_per_second)
+            );
+            said = Instant::now();
         }
-    });
-    Ok(())
+        std::thread::sleep(Duration::from_millis(50));
+        now = c.get(&format!("/v1/pools/{}", seg(pool)))?;
+    }
+    let state = now
+        .status
+        .as_ref()
+        .and_then(|s| s.devices.iter().find(|d| d.device == first.device))
+        .map(|d| (d.state.clone(), d.note.clone().unwrap_or_default()));
+    match state {
+        Some((s, _)) if s == "ONLINE" => {
+            let secs = started.elapsed().as_secs_f64();
+            out.show(&now, |_| println!("device {} of pool {pool} rebuilt in {secs:.2} s: ONLINE", first.device));
+            Ok(())
+        }
+        Some((s, note)) => Err(Failure::other(format!(
+            "the rebuild of {} in pool {pool} ended with the device {s}{}{note}; see `strata pool status {pool}`",
+            first.device,
+            if note.is_empty() { "" } else { ": " }
+        ))),
+        None => Err(Failure::other(format!(
+            "{} left pool {pool} during its rebuild; see `strata pool status {pool}`",
+            first.device
+        ))),
+    }
 }
 
 /// The device table of `pool status` (zpool status's config section).
@@ -569,20 +648,35 @@ fn print_scrub_status(name: &str, s: &ScrubStatus) {
     match s.state.as_str() {
         "none" => println!("pool {name}: no scrub since the daemon started"),
         "running" | "paused" => println!(
-            "pool {name}: scrub {} {:.1}% ({} of {}) at {}/s{}",
+            "pool {name}: scrub {} {:.1}% ({} of {}) at {}/s{}{}",
             s.state,
             s.percent,
             human(s.done_bytes),
             human(s.total_bytes),
             human(s.bytes_per_second),
-            s.eta_seconds.map(|e| format!(", {e:.0} s to go")).unwrap_or_default()
+            s.eta_seconds.map(|e| format!(", {e:.0} s to go")).unwrap_or_default(),
+            paced(s)
         ),
         state => {
-            println!("pool {name}: scrub {state} after {:.1} s ({} verified)", s.seconds, human(s.done_bytes));
+            println!(
+                "pool {name}: scrub {state} after {:.1} s ({} verified){}",
+                s.seconds,
+                human(s.done_bytes),
+                paced(s)
+            );
             if let Some(m) = &s.message {
                 println!("  {m}");
             }
         }
+    }
+}
+
+/// How long a scrub waited to keep to its rate while the pool served clients.
+fn paced(s: &ScrubStatus) -> String {
+    if s.paced_seconds >= 0.05 {
+        format!("; paced {:.1} s while the pool served clients", s.paced_seconds)
+    } else {
+        String::new()
     }
 }
 

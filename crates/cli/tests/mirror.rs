@@ -162,9 +162,17 @@ fn mirror_pools_through_the_cli() {
     d.ok(&["pool", "offline", "m", "0"]);
     assert_eq!(states(&pool(&d, "m")), ["OFFLINE", "ONLINE"]);
     std::fs::write(mnt.join("h"), b"member 0 misses this").unwrap();
-    d.ok(&["pool", "online", "m", "0"]);
-    let v = wait_rebuilt(&d, "m");
+    // --wait returns when the rebuild has ended (nothing left to poll for); 32 MiB to copy
+    // keep it running well past the CLI's request.
+    std::fs::write(mnt.join("big"), vec![7u8; 32 << 20]).unwrap();
+    std::fs::File::open(mnt.join("big")).and_then(|f| f.sync_all()).unwrap();
+    let out = d.ok(&["pool", "online", "m", "0", "--wait"]);
+    assert!(out.contains("rebuilt in") && out.contains("ONLINE"), "{out}");
+    let v = pool(&d, "m");
+    assert!(v.get("rebuild").is_none(), "{v}");
     assert_eq!(states(&v), ["ONLINE", "ONLINE"], "{v}");
+    let out = d.ok(&["pool", "online", "m", "0", "--wait"]);
+    assert!(out.contains("nothing to rebuild"), "{out}");
 
     // After a restart the state file names the replacement.
     d.ok(&["unmount", s(&mnt)]);

@@ -68,6 +68,8 @@ fn a_background_scrub_is_paused_resumed_cancelled_and_reported() {
     assert!(c["done_bytes"].as_u64().unwrap() > a, "no progress after resume: {c}");
     assert!(c["eta_seconds"].as_f64().is_some(), "{c}");
 
+    // --scrub-rate holds whether the pool is busy or not: the scrub waited.
+    assert!(c["paced_seconds"].as_f64().unwrap() > 0.5, "{c}");
     scrub(&d, &["--cancel"]);
     let s = wait_state(&d, "cancelled");
     let r = &s["report"];
@@ -84,6 +86,7 @@ fn a_background_scrub_is_paused_resumed_cancelled_and_reported() {
     let s = scrub(&d, &["--status"]);
     assert_eq!(s["state"], "finished", "{s}");
     assert_eq!(s["percent"], 100.0, "{s}");
+    assert_eq!(s["paced_seconds"], 0.0, "an idle pool's scrub waits for nothing: {s}");
     let status = d.ok(&["pool", "status", "default"]);
     assert!(status.contains("scrub     finished 100.0%"), "{status}");
     d.fails(&["pool", "scrub", "nosuchpool"], "pool nosuchpool");

@@ -7,7 +7,7 @@ use super::{devcheck, devset, open_device, random_u64, ApiError, Daemon};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use strata_api::{DeviceChange, RebuildFigures};
 use strata_engine::{MemberState, Pool};
@@ -24,6 +24,10 @@ const REBUILD_WINDOW: u64 = 8 << 20;
 #[derive(Default)]
 pub(crate) struct RebuildTracks {
     tracks: Mutex<BTreeMap<String, Track>>,
+    /// Set by `kick` (a rebuild was started): the devices thread, between its rounds,
+    /// takes the first step at once instead of at its next round.
+    kicked: Mutex<bool>,
+    wake: Condvar,
 }
 
 struct Track {
@@ -36,10 +40,32 @@ struct Track {
 }
 
 impl RebuildTracks {
-    fn record(&self, jobs: &Jobs, pool: &str, p: &strata_engine::pool::rebuild::RebuildProgress) {
+    /// A rebuild was started: wake the devices thread.
+    pub(crate) fn kick(&self) {
+        *self.kicked.lock().expect("rebuild kick") = true;
+        self.wake.notify_all();
+    }
+
+    /// The devices thread's pause between rounds: `pause`, or until `kick`.
+    fn nap(&self, pause: Duration) {
+        let mut kicked = self.kicked.lock().expect("rebuild kick");
+        if !*kicked {
+            kicked = self.wake.wait_timeout(kicked, pause).expect("rebuild kick").0;
+        }
+        *kicked = false;
+    }
+
+    /// A step that began at `step_started` made progress `p`.
+    fn record(
+        &self,
+        jobs: &Jobs,
+        pool: &str,
+        p: &strata_engine::pool::rebuild::RebuildProgress,
+        step_started: Instant,
+    ) {
         let mut t = self.tracks.lock().expect("rebuild tracks");
         let e = t.entry(pool.to_string()).or_insert_with(|| Track {
-            started: Instant::now(),
+            started: step_started,
             start_cursor: p.status.cursor,
             copied: 0,
             job: jobs.start(JobSpec {
@@ -56,8 +82,10 @@ impl RebuildTracks {
     }
 
     /// The rebuild of `pool` ended (`done`), or is no longer there (the pool went away).
-    fn forget(&self, jobs: &Jobs, pool: &str, done: bool) {
-        let Some(t) = self.tracks.lock().expect("rebuild tracks").remove(pool) else { return };
+    /// Returns the bytes it copied and its seconds.
+    fn forget(&self, jobs: &Jobs, pool: &str, done: bool) -> Option<(u64, f64)> {
+        let t = self.tracks.lock().expect("rebuild tracks").remove(pool)?;
+        let figures = (t.copied, t.started.elapsed().as_secs_f64());
         let r = if done {
             Ok(serde_json::json!({ "copied_bytes": t.copied, "seconds": t.started.elapsed().as_secs_f64() }))
         } else {
@@ -67,6 +95,7 @@ impl RebuildTracks {
             ))
         };
         jobs.end(&t.job, r);
+        Some(figures)
     }
 
     /// The figures of pool `pool`'s rebuild at `cursor` of `end`.
@@ -157,7 +186,10 @@ impl Daemon {
         let mirror = dev.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
         match req.action.as_str() {
             "offline" => mirror.offline(index).map_err(ApiError::from)?,
-            "online" => mirror.online(index).map_err(ApiError::from)?,
+            "online" => {
+                mirror.online(index).map_err(ApiError::from)?;
+                self.rebuilds.kick();
+            }
             "replace" => {
                 let new = req.new_device.as_ref().ok_or_else(|| {
                     ApiError::bad_request("replace without a new device", "give the new device (NEW)")
@@ -191,6 +223,7 @@ impl Daemon {
                     devcheck::refuse_foreign_data(new, req.force)?;
                 }
                 self.replace_member(pool, &p, index, new, req.size_bytes)?;
+                self.rebuilds.kick();
             }
             other => {
                 return Err(ApiError::bad_request(
@@ -363,23 +396,24 @@ impl Daemon {
                 }
                 self.use_spare(&name, &pool, &set);
                 let Some(set) = pool.device().set_status() else { continue };
+                // Clients served since the last round (FUSE, NFS, NBD, iSCSI operations, and
+                // intent-log writes): only then is a rebuild paced. Not the pool's own block
+                // counters: the commits that follow a database's last writes would count, and
+                // pace a rebuild of an idle pool for seconds. Sampled every round, so that a
+                // rebuild's first step knows too.
+                let io = (self.stats.pool_ops(&name), pool.io_activity().2);
+                let foreground = activity.insert(name.clone(), io).is_some_and(|before| before != io);
                 if set.rebuild.is_some() {
                     busy = true;
-                    // Clients served since the last step (FUSE, NFS, NBD, iSCSI operations, and
-                    // intent-log writes): only then is the rebuild paced. Not the pool's own
-                    // block counters: the commits that follow a database's last writes would
-                    // count, and pace a rebuild of an idle pool for seconds.
-                    let io = (self.stats.pool_ops(&name), pool.io_activity().2);
-                    let foreground = activity.insert(name.clone(), io).is_none_or(|before| before != io);
                     let start = Instant::now();
                     // Larger windows when idle: fewer steps over unused space.
                     let window = if foreground { REBUILD_WINDOW } else { REBUILD_WINDOW * 8 };
                     match pool.rebuild_step(window) {
                         Ok(Some(p)) => {
-                            self.rebuilds.record(&self.jobs, &name, &p);
+                            self.rebuilds.record(&self.jobs, &name, &p, start);
                             if p.done {
-                                self.rebuilds.forget(&self.jobs, &name, true);
-                                tracing::info!(pool = %name, device = %p.status.device, "rebuild complete");
+                                let (copied, secs) = self.rebuilds.forget(&self.jobs, &name, true).unwrap_or_default();
+                                tracing::info!(pool = %name, device = %p.status.device, copied, secs, "rebuild complete");
                             }
                             // Pace while the pool serves I/O: the bytes copied at the allowed
                             // rate. An idle pool is rebuilt as fast as the devices go.
@@ -388,7 +422,9 @@ impl Daemon {
                                 std::thread::sleep(rest);
                             }
                         }
-                        Ok(None) => self.rebuilds.forget(&self.jobs, &name, false),
+                        Ok(None) => {
+                            self.rebuilds.forget(&self.jobs, &name, false);
+                        }
                         Err(e) => {
                             tracing::error!(pool = %name, "rebuild step failed: {e}");
                             std::thread::sleep(Duration::from_secs(1));
@@ -397,7 +433,7 @@ impl Daemon {
                 }
             }
             if !busy {
-                std::thread::sleep(Duration::from_millis(200));
+                self.rebuilds.nap(Duration::from_millis(200));
             }
         }
     }

@@ -39,14 +39,18 @@ struct ScrubJob {
     wake: Condvar,
     /// Set when it ended: the state and the report.
     ended: Mutex<Option<(String, Option<ScrubReport>, Option<String>, f64)>>,
-    /// Pacing: bytes verified since `window_start`, and the I/O counters seen there.
+    /// Pacing: bytes verified since `window_start`, and the client activity seen there.
     pace: Mutex<Pace>,
+    /// Microseconds `pace` slept.
+    paced_us: AtomicU64,
+    /// Client operations on the pool's volumes so far (StatsRegistry::pool_ops).
+    client_ops: Box<dyn Fn() -> u64 + Send + Sync>,
 }
 
 struct Pace {
     window_start: Instant,
     window_bytes: u64,
-    activity: (u64, u64, u64),
+    activity: (u64, u64),
     busy: bool,
 }
 
@@ -77,14 +81,21 @@ impl ScrubJob {
         self.cancel.load(Ordering::Relaxed) || self.job.cancelled()
     }
 
-    /// While the pool serves I/O (its counters moved in the last window), keep to
+    /// Client operations and intent-log writes so far: what moves while the pool serves
+    /// clients. Not the pool's block counters: the scrub's own reads move those (it paced
+    /// itself at SCRUB_BYTES_PER_SECOND on an idle pool: 2.0 s for 320 MiB).
+    fn activity(&self) -> (u64, u64) {
+        ((self.client_ops)(), self.pool.io_activity().2)
+    }
+
+    /// While the pool serves clients (they were served in the last window), keep to
     /// `SCRUB_BYTES_PER_SECOND`; when idle, run at full speed.
     fn pace(&self, bytes: u64) {
         let mut p = self.pace.lock().expect("scrub pace");
         p.window_bytes += bytes;
         let elapsed = p.window_start.elapsed();
         if elapsed >= Duration::from_millis(100) {
-            let now = self.pool.io_activity();
+            let now = self.activity();
             p.busy = now != p.activity;
             p.activity = now;
             p.window_start = Instant::now();
@@ -98,9 +109,10 @@ impl ScrubJob {
         if let Some(rate) = rate {
             let allowed = Duration::from_secs_f64(p.window_bytes as f64 / rate.max(1) as f64);
             if allowed > elapsed {
-                let wait = allowed - elapsed;
+                let wait = (allowed - elapsed).min(Duration::from_millis(100));
                 drop(p);
-                std::thread::sleep(wait.min(Duration::from_millis(100)));
+                std::thread::sleep(wait);
+                self.paced_us.fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
             }
         }
     }
@@ -130,6 +142,7 @@ impl ScrubJob {
             done_bytes: done,
             total_bytes: total,
             seconds,
+            paced_seconds: self.paced_us.load(Ordering::Relaxed) as f64 / 1e6,
             report,
             message,
             job: Some(self.job.id),
@@ -219,9 +232,11 @@ impl Daemon {
                     pace: Mutex::new(Pace {
                         window_start: Instant::now(),
                         window_bytes: 0,
-                        activity: pool.io_activity(),
+                        activity: (self.stats.pool_ops(name), pool.io_activity().2),
                         busy: false,
                     }),
+                    client_ops: self.stats.pool_ops_fn(name),
+                    paced_us: AtomicU64::new(0),
                 });
                 self.scrubs.jobs.lock().expect("scrubs").insert(name.to_string(), job.clone());
                 let pool_name = name.to_string();
@@ -291,6 +306,7 @@ impl Daemon {
             bytes_per_second: 0,
             eta_seconds: None,
             seconds: 0.0,
+            paced_seconds: 0.0,
             report: None,
             message: None,
             job: None,

@@ -22,12 +22,12 @@ use strata_stats::{histogram, ClassSnapshot, OpClass, Protocol, ProtocolStats, V
 
 pub(crate) struct StatsRegistry {
     pub(crate) started: Instant,
-    volumes: Mutex<BTreeMap<(String, String), Arc<VolumeStats>>>,
+    volumes: Arc<Mutex<BTreeMap<(String, String), Arc<VolumeStats>>>>,
 }
 
 impl Default for StatsRegistry {
     fn default() -> Self {
-        StatsRegistry { started: Instant::now(), volumes: Mutex::new(BTreeMap::new()) }
+        StatsRegistry { started: Instant::now(), volumes: Arc::new(Mutex::new(BTreeMap::new())) }
     }
 }
 
@@ -55,13 +55,24 @@ impl StatsRegistry {
     /// Client operations on `pool`'s volumes so far, every protocol and class: what tells a
     /// pool serving a database from one that only commits or rebuilds in the background.
     pub(crate) fn pool_ops(&self, pool: &str) -> u64 {
-        let v = self.volumes.lock().expect("volume stats");
-        v.iter().filter(|((p, _), _)| p == pool).flat_map(|(_, s)| s.in_use().map(|(_, ps)| ps.ops_total())).sum()
+        ops_of(&self.volumes, pool)
+    }
+
+    /// `pool_ops` of `pool` as a function that outlives a borrow of the registry (a scrub's
+    /// thread paces by it).
+    pub(crate) fn pool_ops_fn(&self, pool: &str) -> Box<dyn Fn() -> u64 + Send + Sync> {
+        let (volumes, pool) = (self.volumes.clone(), pool.to_string());
+        Box::new(move || ops_of(&volumes, &pool))
     }
 
     pub(crate) fn list(&self) -> Vec<(String, String, Arc<VolumeStats>)> {
         self.volumes.lock().expect("volume stats").iter().map(|((p, v), s)| (p.clone(), v.clone(), s.clone())).collect()
     }
+}
+
+fn ops_of(volumes: &Mutex<BTreeMap<(String, String), Arc<VolumeStats>>>, pool: &str) -> u64 {
+    let v = volumes.lock().expect("volume stats");
+    v.iter().filter(|((p, _), _)| p == pool).flat_map(|(_, s)| s.in_use().map(|(_, ps)| ps.ops_total())).sum()
 }
 
 /// One protocol of one volume, read once: what both /v1/stats and /metrics print.

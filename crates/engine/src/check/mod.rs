@@ -170,6 +170,41 @@ struct Checker<'a> {
     yielded: bool,
 }
 
+/// Data records verified at once (`Checker::verify_data`), by VERIFY_THREADS threads.
+const VERIFY_BATCH: usize = 128;
+const VERIFY_THREADS: usize = 4;
+
+/// `f` of every block of `batch`, in order, computed by up to VERIFY_THREADS threads.
+fn in_parallel<T: Send>(batch: &[(BlockPtr, u64)], f: impl Fn(&BlockPtr) -> T + Sync) -> Vec<T> {
+    if batch.len() < 2 {
+        return batch.iter().map(|(bp, _)| f(bp)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<T>> = batch.iter().map(|_| None).collect();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..VERIFY_THREADS.min(batch.len()))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut got = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((bp, _)) = batch.get(i) else { break };
+                        got.push((i, f(bp)));
+                    }
+                    got
+                })
+            })
+            .collect();
+        for w in workers {
+            // A panic in a verifying thread is the checker's own (as it was on one thread).
+            for (i, t) in w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)) {
+                out[i] = Some(t);
+            }
+        }
+    });
+    out.into_iter().map(|t| t.expect("every block verified")).collect()
+}
+
 #[derive(PartialEq, Eq)]
 enum Claim {
     /// First visit: verify it.
@@ -187,8 +222,18 @@ impl Checker<'_> {
         }
     }
 
-    /// Account for one block.
+    /// Account for one block and, the first time, verify it (a scrub: every copy).
     fn claim(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
+        let claim = self.claim_unread(bp, ctx);
+        if claim == Claim::New {
+            let copies = self.opts.all_copies.then(|| self.io.verify_copies(bp));
+            self.copies_checked(bp, ctx, copies);
+        }
+        claim
+    }
+
+    /// Account for one block without reading it (`claim` and `verify_data` read).
+    fn claim_unread(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
         if self.stopped {
             return Claim::Bad; // skip silently: the report says the scrub was stopped
         }
@@ -199,20 +244,51 @@ impl Checker<'_> {
             self.yielded = true;
             return Claim::Bad;
         }
-        let claim = self.claim_once(bp, ctx);
-        if claim == Claim::New && self.opts.all_copies {
-            if let Err(e) = self.io.verify_copies(bp) {
-                self.err(format!("{ctx}: block at {}: {e}", bp.addr));
-            } else {
-                self.report.copies_verified += 1;
+        self.claim_once(bp, ctx)
+    }
+
+    /// Record what verifying every copy of a newly claimed block found (`None`: not a
+    /// scrub), and tell the scrub's driver.
+    fn copies_checked(&mut self, bp: &BlockPtr, ctx: &str, copies: Option<Result<()>>) {
+        match copies {
+            Some(Err(e)) => self.err(format!("{ctx}: block at {}: {e}", bp.addr)),
+            Some(Ok(())) => self.report.copies_verified += 1,
+            None => {}
+        }
+        if let Some(c) = self.control {
+            self.stopped = !c.block_done(bp.psize as u64);
+        }
+    }
+
+    /// Verify newly claimed data records (`(pointer, record index)`), several reads at once:
+    /// one after the other, a scrub's reads of every copy of 8–16 KiB records ran at
+    /// ~57 MB/s on a mirror of loop devices. A record whose every copy verified and that is
+    /// stored raw is not read again for `verify_data` (its checksum covers its bytes).
+    fn verify_data(&mut self, batch: &[(BlockPtr, u64)], ctx: &str) {
+        let (all, data, io) = (self.opts.all_copies, self.opts.verify_data, self.io);
+        let results = in_parallel(batch, |bp| {
+            let copies = all.then(|| io.verify_copies(bp));
+            let raw_and_verified = matches!(copies, Some(Ok(()))) && bp.compression == Compression::None;
+            let read = match (data, raw_and_verified) {
+                (false, _) => None,
+                (true, true) => Some(Ok(bp.lsize as u64)),
+                (true, false) => Some(io.read_block(bp).map(|b| b.len() as u64)),
+            };
+            (copies, read)
+        });
+        for ((bp, first), (copies, read)) in batch.iter().zip(results) {
+            if self.stopped {
+                // The driver stopped the scrub within the batch: the rest were read for
+                // nothing and count as not verified, as if never reached.
+                break;
+            }
+            self.copies_checked(bp, ctx, copies);
+            match read {
+                Some(Ok(n)) => self.report.data_bytes_verified += n,
+                Some(Err(e)) => self.err(format!("{ctx}: record {first}: {e}")),
+                None => {}
             }
         }
-        if claim == Claim::New {
-            if let Some(c) = self.control {
-                self.stopped = !c.block_done(bp.psize as u64);
-            }
-        }
-        claim
     }
 
     fn claim_once(&mut self, bp: &BlockPtr, ctx: &str) -> Claim {
@@ -476,16 +552,19 @@ impl Checker<'_> {
             self.err(format!("{ctx}: block tree: {e}"));
         }
         let records = dn.size.div_ceil(dn.record_size as u64);
+        let mut batch = Vec::new();
         for (bp, level, first) in blocks {
             sectors += bp.sectors();
             if level == 0 {
                 data_sectors += bp.sectors();
             }
-            if self.claim(&bp, ctx) != Claim::New {
+            if level > 0 {
+                if self.claim(&bp, ctx) == Claim::New {
+                    self.report.metadata_blocks += 1;
+                }
                 continue;
             }
-            if level > 0 {
-                self.report.metadata_blocks += 1;
+            if self.claim_unread(&bp, ctx) != Claim::New {
                 continue;
             }
             self.report.data_blocks += 1;
@@ -507,13 +586,13 @@ impl Checker<'_> {
                     bp.lsize, dn.record_size
                 ));
             }
-            if self.opts.verify_data {
-                match self.io.read_block(&bp) {
-                    Ok(b) => self.report.data_bytes_verified += b.len() as u64,
-                    Err(e) => self.err(format!("{ctx}: record {first}: {e}")),
-                }
+            batch.push((bp, first));
+            if batch.len() >= VERIFY_BATCH {
+                self.verify_data(&batch, ctx);
+                batch.clear();
             }
         }
+        self.verify_data(&batch, ctx);
         if data_sectors != dn.data_sectors {
             self.err(format!(
                 "{ctx}: data records are charged {data_sectors} sectors, the dnode records {}",

@@ -33,9 +33,17 @@ impl Pool {
         let extents = {
             let p = self.lock();
             let geo = p.alloc.geometry();
+            // The fixed regions: labels, uberblock rings and space map in full; of the
+            // intent log region only what replay could read (`IntentLog::live_in_pool`) —
+            // on a 4 GiB device the region is 64 MiB, most of it stale blocks.
+            let log_live = (geo.log_offset, geo.log_offset + p.ilog.live_in_pool().min(geo.log_bytes));
+            let fixed = [(0, log_live.1), (geo.log_offset + geo.log_bytes, geo.data_offset)];
             let mut extents = Vec::new();
-            if start < geo.data_offset {
-                extents.push((start, end.min(geo.data_offset) - start));
+            for (lo, hi) in fixed {
+                let (lo, hi) = (lo.max(start), hi.min(end));
+                if lo < hi {
+                    extents.push((lo, hi - lo));
+                }
             }
             let data_end = geo.data_offset + geo.data_units * UNIT_SIZE;
             let lo = start.max(geo.data_offset);

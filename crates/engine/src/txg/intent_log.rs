@@ -499,6 +499,20 @@ impl IntentLog {
         true
     }
 
+    /// The bytes of the pool's own log region that replay could read now: from its start
+    /// to the head (the block in flight included), or 0 when the log is on a separate
+    /// device. Past the head the region holds only blocks of older bases or seqs, which end
+    /// a replay whatever they are — so a rebuild copies only this much of the region
+    /// (pool/rebuild.rs): blocks written later reach the member being rebuilt by their own
+    /// writes.
+    pub fn live_in_pool(&self) -> u64 {
+        if self.place.is_separate() {
+            0
+        } else {
+            self.head
+        }
+    }
+
     /// Where the log's blocks go (the device to write them to and flush).
     pub fn place(&self) -> &LogPlace {
         &self.place

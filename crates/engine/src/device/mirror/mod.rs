@@ -408,7 +408,11 @@ impl MirrorDevice {
                 notes.join("; ")
             )));
         }
-        if writable && !newly_stale.is_empty() {
+        // A member whose label is behind the set's (a power cut in the middle of `persist`,
+        // e.g. at the end of a rebuild) gets the set's again now: it may be the last member
+        // left one day, and its own label must then say what the set knows of it.
+        let behind = present.iter().any(|(_, l)| l.generation < mirror.generation());
+        if writable && (behind || !newly_stale.is_empty()) {
             mirror.persist(|cfg| {
                 for &i in &newly_stale {
                     if let Some(e) = cfg.members.get_mut(i) {

@@ -47,8 +47,9 @@ const PARITY_COPY_CHUNK: u64 = 4 << 20;
 #[derive(Default)]
 pub(super) struct RebuildState {
     pub active: Option<Rebuild>,
-    /// The range being copied now: writes overlapping it wait.
-    pub copying: Option<(u64, u64)>,
+    /// The ranges being copied now (a mirror's copy reads one while it writes the one
+    /// before): writes overlapping them wait.
+    pub copying: Vec<(u64, u64)>,
     /// Ranges of writes in flight (a copy waits for those overlapping it).
     pub in_flight: Vec<(u64, u64)>,
     /// Writes waiting for a copy of their range to finish.
@@ -107,7 +108,7 @@ impl Drop for WriteGuard<'_> {
         if let Some(i) = st.in_flight.iter().position(|r| *r == self.range) {
             st.in_flight.swap_remove(i);
         }
-        if st.copying.is_some() {
+        if !st.copying.is_empty() {
             self.mirror.rebuild_cv.notify_all();
         }
     }
@@ -118,7 +119,7 @@ impl MirrorDevice {
     pub(super) fn begin_write(&self, offset: u64, len: u64) -> WriteGuard<'_> {
         let range = (offset, offset.saturating_add(len));
         let mut st = lock(&self.rebuild);
-        while st.copying.is_some_and(|c| overlaps(c, range)) {
+        while st.copying.iter().any(|c| overlaps(*c, range)) {
             st.waiting += 1;
             st = self.rebuild_cv.wait(st).unwrap_or_else(crate::sync::PoisonError::into_inner);
             st.waiting -= 1;
@@ -262,17 +263,24 @@ impl MirrorDevice {
         let target = self.members.get(member).and_then(|m| m.written()).ok_or_else(|| {
             Error::io("rebuild", io::Error::other("the member being rebuilt failed; replace it again"))
         })?;
-        let mut copied = 0u64;
         let chunk = if self.rows.is_some() { PARITY_COPY_CHUNK } else { COPY_CHUNK };
-        let mut buf = vec![0u8; chunk as usize];
+        let mut chunks = Vec::new();
         for (offset, len) in merged(extents, MERGE_GAP) {
             let mut at = offset;
             while at < offset + len {
                 let n = (offset + len - at).min(chunk);
-                self.copy_range(member, &target, at, &mut buf[..n as usize])?;
+                chunks.push((at, n));
                 at += n;
-                copied += n;
             }
+        }
+        let copied = chunks.iter().map(|c| c.1).sum::<u64>();
+        if self.rows.is_some() {
+            let mut buf = vec![0u8; chunk as usize];
+            for &(at, n) in &chunks {
+                self.copy_range(member, &target, at, &mut buf[..n as usize])?;
+            }
+        } else {
+            self.copy_pipelined(member, &target, &chunks)?;
         }
         let persist_now = {
             let mut st = lock(&self.rebuild);
@@ -305,13 +313,7 @@ impl MirrorDevice {
             }
         }
         let range = (at, at + buf.len() as u64);
-        {
-            let mut st = lock(&self.rebuild);
-            st.copying = Some(range);
-            while st.in_flight.iter().any(|w| overlaps(*w, range)) {
-                st = self.rebuild_cv.wait(st).unwrap_or_else(crate::sync::PoisonError::into_inner);
-            }
-        }
+        self.hold(range);
         let result = self
             .read_at(buf, at)
             .map_err(|e| Error::io("rebuild read", e))
@@ -322,9 +324,78 @@ impl MirrorDevice {
                     Error::io("rebuild write", e)
                 })
             });
-        lock(&self.rebuild).copying = None;
-        self.rebuild_cv.notify_all();
+        self.release(range);
         result
+    }
+
+    /// Copy a mirror's `chunks` (ascending (offset, length), at most COPY_CHUNK each) to the
+    /// member being rebuilt, reading the next chunk while the one before is written (a
+    /// writer thread, two buffers): the source's reads and the target's writes overlap, as
+    /// `btrfs replace` does. Each chunk's range is held against writes from before its read
+    /// until its write has landed.
+    fn copy_pipelined(&self, member: usize, target: &Arc<dyn BlockDevice>, chunks: &[(u64, u64)]) -> Result<()> {
+        use std::sync::mpsc::sync_channel;
+        let (full_tx, full_rx) = sync_channel::<(u64, Vec<u8>)>(1);
+        let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(2);
+        for _ in 0..2 {
+            let _ = empty_tx.send(Vec::with_capacity(COPY_CHUNK as usize));
+        }
+        std::thread::scope(|s| {
+            let writer = s.spawn(move || -> Result<()> {
+                for (at, buf) in full_rx {
+                    let range = (at, at + buf.len() as u64);
+                    let r = self.failpoints.hit(crate::failpoint::MIRROR_REBUILD_COPY).and_then(|()| {
+                        target.write_at(&buf, at + MEMBER_AREA_BYTES).map_err(|e| {
+                            self.write_error(member, "rebuild write", &e);
+                            Error::io("rebuild write", e)
+                        })
+                    });
+                    self.release(range);
+                    r?;
+                    let _ = empty_tx.send(buf);
+                }
+                Ok(())
+            });
+            let mut read = Ok(());
+            for &(at, n) in chunks {
+                // No buffer back: the writer stopped (its error is below).
+                let Ok(mut buf) = empty_rx.recv() else { break };
+                buf.resize(n as usize, 0);
+                let range = (at, at + n);
+                self.hold(range);
+                if let Err(e) = self.read_at(&mut buf, at) {
+                    self.release(range);
+                    read = Err(Error::io("rebuild read", e));
+                    break;
+                }
+                if let Err(back) = full_tx.send((at, buf)) {
+                    self.release((back.0 .0, back.0 .0 + back.0 .1.len() as u64));
+                    break;
+                }
+            }
+            drop(full_tx);
+            let written = writer.join().unwrap_or_else(|_| Err(Error::invalid("the rebuild's writer panicked")));
+            read.and(written)
+        })
+    }
+
+    /// Hold `range` against new writes and wait for those in flight there to finish.
+    fn hold(&self, range: (u64, u64)) {
+        let mut st = lock(&self.rebuild);
+        st.copying.push(range);
+        while st.in_flight.iter().any(|w| overlaps(*w, range)) {
+            st = self.rebuild_cv.wait(st).unwrap_or_else(crate::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Let writes to `range` go on.
+    fn release(&self, range: (u64, u64)) {
+        let mut st = lock(&self.rebuild);
+        if let Some(i) = st.copying.iter().position(|r| *r == range) {
+            st.copying.swap_remove(i);
+        }
+        drop(st);
+        self.rebuild_cv.notify_all();
     }
 
     /// Flush the member being rebuilt and record the cursor (and, at the end, the member
@@ -341,7 +412,7 @@ impl MirrorDevice {
                 *lock(&m.note) = None;
             }
         }
-        self.persist(|cfg| {
+        let failed = self.persist(|cfg| {
             if let Some(e) = cfg.members.get_mut(member) {
                 e.state = if done { MemberPhysState::Online } else { MemberPhysState::Rebuilding };
                 e.rebuild_cursor = if done { 0 } else { cursor };
@@ -356,7 +427,12 @@ impl MirrorDevice {
         } else if let Some(r) = st.active.as_mut() {
             r.unpersisted = 0;
         }
-        Ok(())
+        // A member whose label could not be written is faulted (persist); the step says so
+        // (the copy itself stands: a restart resumes at the cursor the labels hold).
+        match failed {
+            Some(e) => Err(Error::io("record the rebuild cursor in the labels", e)),
+            None => Ok(()),
+        }
     }
 }
 
