@@ -179,15 +179,16 @@ fn in_parallel<T: Send>(batch: &[(BlockPtr, u64)], f: impl Fn(&BlockPtr) -> T + 
     if batch.len() < 2 {
         return batch.iter().map(|(bp, _)| f(bp)).collect();
     }
-    let next = std::sync::atomic::AtomicUsize::new(0);
+    let next = crate::sync::atomic::AtomicUsize::new(0);
     let mut out: Vec<Option<T>> = batch.iter().map(|_| None).collect();
-    std::thread::scope(|s| {
+    // The engine's threads (crate::sync): the simulator schedules them.
+    crate::sync::thread::scope(|s| {
         let workers: Vec<_> = (0..VERIFY_THREADS.min(batch.len()))
             .map(|_| {
                 s.spawn(|| {
                     let mut got = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let i = next.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
                         let Some((bp, _)) = batch.get(i) else { break };
                         got.push((i, f(bp)));
                     }

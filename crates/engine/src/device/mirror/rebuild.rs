@@ -330,20 +330,36 @@ impl MirrorDevice {
 
     /// Copy a mirror's `chunks` (ascending (offset, length), at most COPY_CHUNK each) to the
     /// member being rebuilt, reading the next chunk while the one before is written (a
-    /// writer thread, two buffers): the source's reads and the target's writes overlap, as
-    /// `btrfs replace` does. Each chunk's range is held against writes from before its read
-    /// until its write has landed.
+    /// thread per chunk write, two buffers): the source's reads and the target's writes
+    /// overlap, as `btrfs replace`'s do. Each chunk's range is held against writes from
+    /// before its read until its write has landed. Threads come from crate::sync (the
+    /// simulator schedules them).
     fn copy_pipelined(&self, member: usize, target: &Arc<dyn BlockDevice>, chunks: &[(u64, u64)]) -> Result<()> {
-        use std::sync::mpsc::sync_channel;
-        let (full_tx, full_rx) = sync_channel::<(u64, Vec<u8>)>(1);
-        let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(2);
-        for _ in 0..2 {
-            let _ = empty_tx.send(Vec::with_capacity(COPY_CHUNK as usize));
-        }
-        std::thread::scope(|s| {
-            let writer = s.spawn(move || -> Result<()> {
-                for (at, buf) in full_rx {
-                    let range = (at, at + buf.len() as u64);
+        crate::sync::thread::scope(|s| {
+            let mut spare: Vec<u8> = Vec::new();
+            let mut writing: Option<crate::sync::thread::ScopedJoinHandle<'_, (Result<()>, Vec<u8>)>> = None;
+            let mut result = Ok(());
+            for &(at, n) in chunks {
+                let mut buf = std::mem::take(&mut spare);
+                buf.resize(n as usize, 0);
+                let range = (at, at + n);
+                self.hold(range);
+                if let Err(e) = self.read_at(&mut buf, at) {
+                    self.release(range);
+                    result = Err(Error::io("rebuild read", e));
+                    break;
+                }
+                if let Some(w) = writing.take() {
+                    let (written, back): (Result<()>, Vec<u8>) =
+                        w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    spare = back;
+                    if let Err(e) = written {
+                        self.release(range);
+                        result = Err(e);
+                        break;
+                    }
+                }
+                writing = Some(s.spawn(move || {
                     let r = self.failpoints.hit(crate::failpoint::MIRROR_REBUILD_COPY).and_then(|()| {
                         target.write_at(&buf, at + MEMBER_AREA_BYTES).map_err(|e| {
                             self.write_error(member, "rebuild write", &e);
@@ -351,31 +367,14 @@ impl MirrorDevice {
                         })
                     });
                     self.release(range);
-                    r?;
-                    let _ = empty_tx.send(buf);
-                }
-                Ok(())
-            });
-            let mut read = Ok(());
-            for &(at, n) in chunks {
-                // No buffer back: the writer stopped (its error is below).
-                let Ok(mut buf) = empty_rx.recv() else { break };
-                buf.resize(n as usize, 0);
-                let range = (at, at + n);
-                self.hold(range);
-                if let Err(e) = self.read_at(&mut buf, at) {
-                    self.release(range);
-                    read = Err(Error::io("rebuild read", e));
-                    break;
-                }
-                if let Err(back) = full_tx.send((at, buf)) {
-                    self.release((back.0 .0, back.0 .0 + back.0 .1.len() as u64));
-                    break;
-                }
+                    (r, buf)
+                }));
             }
-            drop(full_tx);
-            let written = writer.join().unwrap_or_else(|_| Err(Error::invalid("the rebuild's writer panicked")));
-            read.and(written)
+            if let Some(w) = writing {
+                let (written, _) = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                result = result.and(written);
+            }
+            result
         })
     }
 
