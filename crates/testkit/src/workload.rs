@@ -1,9 +1,9 @@
 //! Random workloads shared by the property, crash and fault tests: each operation is
 //! applied to the pool and, only if the pool accepted it, to the model.
 
-use crate::model::{ObjectModel, VolumeModel};
+use crate::model::{ObjectModel, PoolModel, VolumeModel};
 use crate::SimRng;
-use strata_engine::{CompressionPolicy, ObjectId, Pool, Result, VolumeId};
+use strata_engine::{CompressionPolicy, ObjectId, Pool, Result, VolumeId, VolumeOptions};
 
 /// Bytes that compress (to roughly a third with lz4): a short random phrase repeated, with
 /// a random byte here and there, so compressed records of every size occur.
@@ -16,6 +16,21 @@ pub fn compressible(rng: &mut SimRng, len: usize) -> Vec<u8> {
         v[at] = rng.next_u64() as u8;
     }
     v
+}
+
+/// The crash tests' start: volumes "a" and "b" with a record size picked from
+/// `record_sizes` and a random compression policy each, committed; their model.
+pub fn two_volumes(rng: &mut SimRng, pool: &Pool, record_sizes: &[u32]) -> (PoolModel, Vec<(String, VolumeId)>) {
+    let mut model = PoolModel::default();
+    let mut vols = Vec::new();
+    for name in ["a", "b"] {
+        let rs = *rng.pick(record_sizes);
+        let opts = VolumeOptions { record_size: rs, compression: random_policy(rng), ..Default::default() };
+        vols.push((name.to_string(), pool.create_volume(name, &opts).expect("create a volume")));
+        model.volumes.insert(name.into(), VolumeModel { record_size: rs, ..Default::default() });
+    }
+    pool.commit().expect("commit the volumes");
+    (model, vols)
 }
 
 /// A random compression policy (off included), for tests that mix them.

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use strata_engine::{BlockDevice, CheckOptions, ObjectId, Pool, VolumeId, VolumeOptions};
-use strata_testkit::model::{capture, ObjectModel, PoolModel, VolumeModel};
-use strata_testkit::workload::{object_op, random_policy};
+use strata_testkit::model::{capture, ObjectModel, PoolModel};
+use strata_testkit::workload::{object_op, two_volumes};
 use strata_testkit::{
     iters_from_env, seed_from_env, test_create_options, test_pool_options, CrashMode, SimDisk, SimRng,
 };
@@ -212,15 +212,7 @@ fn run(seed: u64, replays: &AtomicU64, by_reference: &AtomicU64) {
     let mut rng = SimRng::new(seed);
     let disk = Arc::new(SimDisk::new(32 << 20, SECTOR));
     let pool = Pool::create(disk.clone(), test_create_options(seed), test_pool_options()).unwrap();
-    let mut model = PoolModel::default();
-    let mut vols = Vec::new();
-    for name in ["a", "b"] {
-        let rs = *rng.pick(&[4096u32, 16384]);
-        let opts = VolumeOptions { record_size: rs, compression: random_policy(&mut rng), ..Default::default() };
-        vols.push((name.to_string(), pool.create_volume(name, &opts).unwrap()));
-        model.volumes.insert(name.into(), VolumeModel { record_size: rs, ..Default::default() });
-    }
-    pool.commit().unwrap();
+    let (mut model, vols) = two_volumes(&mut rng, &pool, &[4096u32, 16384]);
     // history[i]: the model after i operations; bounds: the operation count each object
     // (and, for None, everything shared) is known durable at.
     let mut history = vec![model.clone()];

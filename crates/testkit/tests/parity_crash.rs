@@ -11,10 +11,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use strata_engine::format::member::{Layout, MEMBER_AREA_BYTES};
-use strata_engine::{BlockDevice, Pool, VolumeOptions};
+use strata_engine::{BlockDevice, Pool};
 use strata_testkit::devset::{check_reopened_set, sync_or_work, SimMirror};
-use strata_testkit::model::{PoolModel, VolumeModel};
-use strata_testkit::workload::random_policy;
+use strata_testkit::workload::two_volumes;
 use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, SimDisk, SimRng};
 
 const SECTOR: usize = 512;
@@ -37,15 +36,7 @@ fn parity2_survives_two_member_faults_and_power_loss() {
         let members = *rng.pick(&[4usize, 5, 6]);
         let m = SimMirror::create_set(Layout::Parity2, members, SIZE, SECTOR, seed);
         let pool = Pool::create(m.device(), test_create_options(seed), test_pool_options()).unwrap();
-        let mut model = PoolModel::default();
-        let mut vols = Vec::new();
-        for name in ["a", "b"] {
-            let rs = *rng.pick(&[4096u32, 8192, 16384]);
-            let opts = VolumeOptions { record_size: rs, compression: random_policy(&mut rng), ..Default::default() };
-            vols.push((name.to_string(), pool.create_volume(name, &opts).unwrap()));
-            model.volumes.insert(name.into(), VolumeModel { record_size: rs, ..Default::default() });
-        }
-        pool.commit().unwrap();
+        let (mut model, vols) = two_volumes(&mut rng, &pool, &[4096u32, 8192, 16384]);
         let mut synced = vec![model.clone()];
         let mut acked = 0usize;
         let ops = rng.range(20, 120);
