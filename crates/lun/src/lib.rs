@@ -13,6 +13,7 @@
 
 mod file;
 mod volume;
+pub mod work;
 
 pub use file::FileLun;
 pub use strata_fs::SharedBytes;

@@ -36,10 +36,10 @@ use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use strata_lun::work::{self, Receiver, Sender};
 
 /// Connections served at once; one more is closed at accept (each costs a thread and up to
 /// `max_in_flight_bytes` of memory).
@@ -56,8 +56,9 @@ pub const DEFAULT_POLL: Duration = Duration::from_micros(50);
 pub struct ServerConfig {
     pub bind: SocketAddr,
     /// Worker threads. Requests block on the engine (device reads, intent-log flushes), so
-    /// there are more workers than cores: 16 keeps a queue depth of 16 busy on one
-    /// connection, and costs 16 idle threads otherwise.
+    /// there are more workers than cores: 8 keeps a queue depth of 8 busy on two cores (as
+    /// the iSCSI target). 16 ran a queue depth of 16 slower on two vCPUs (a context switch
+    /// on nearly every request: docs/benchmarks/block-luns.md, "Eight workers and one wake-up per request").
     pub workers: usize,
     /// Requests queued or running per connection. 64 is above what clients keep in flight
     /// (qemu: 16 per connection, nbdcopy: 64) and bounds the work one client queues.
@@ -84,7 +85,7 @@ impl ServerConfig {
     pub fn new(bind: SocketAddr) -> ServerConfig {
         ServerConfig {
             bind,
-            workers: 16,
+            workers: 8,
             max_in_flight: 64,
             max_in_flight_bytes: 64 << 20,
             tls: None,
@@ -110,6 +111,7 @@ struct Shared {
     max_in_flight: usize,
     max_in_flight_bytes: usize,
     poll: Duration,
+    spares: Arc<Spares>,
 }
 
 /// A connection in its transmission phase.
@@ -120,6 +122,49 @@ struct Conn {
     in_flight: Mutex<InFlight>,
     /// Signalled when a request finishes and the reader waits for one.
     done: Condvar,
+    /// WRITE payload buffers of finished requests, the server's (see [`Spares`]).
+    spares: Arc<Spares>,
+}
+
+/// WRITE payload buffers of finished requests, kept for the next ones: a fresh buffer is
+/// zeroed and, past a few hundred KiB, faulted in page by page (a 1 MiB write paid a
+/// memset and 256 page faults before its first byte was read). At most `SPARE_BYTES` for
+/// the whole server, whatever the number of connections.
+#[derive(Default)]
+struct Spares {
+    bufs: Mutex<(Vec<Vec<u8>>, usize)>,
+}
+
+const SPARE_BYTES: usize = 16 << 20;
+
+impl Spares {
+    /// A buffer of at least `len` bytes (its contents are stale).
+    fn take(&self, len: usize) -> Vec<u8> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let mut g = self.bufs.lock().unwrap_or_else(|p| p.into_inner());
+        let (bufs, bytes) = &mut *g;
+        // The smallest that fits: a 4 KiB write does not take a 1 MiB write's buffer.
+        let fit = bufs.iter().enumerate().filter(|(_, b)| b.len() >= len).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
+        match fit {
+            Some(i) => {
+                let b = bufs.swap_remove(i);
+                *bytes -= b.len();
+                b
+            }
+            None => vec![0u8; len],
+        }
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut g = self.bufs.lock().unwrap_or_else(|p| p.into_inner());
+        let (bufs, bytes) = &mut *g;
+        if !buf.is_empty() && *bytes + buf.len() <= SPARE_BYTES {
+            *bytes += buf.len();
+            bufs.push(buf);
+        }
+    }
 }
 
 /// Requests queued or running on a connection, and whether its reader waits for one to
@@ -168,7 +213,9 @@ impl Conn {
 struct Job {
     conn: Arc<Conn>,
     header: RequestHeader,
-    payload: Vec<u8>,
+    /// The payload is `buf[..len]` (a reused buffer may be longer).
+    buf: Vec<u8>,
+    len: usize,
     cost: usize,
 }
 
@@ -214,9 +261,9 @@ impl NbdServer {
             max_in_flight: config.max_in_flight,
             max_in_flight_bytes: config.max_in_flight_bytes,
             poll: config.poll,
+            spares: Arc::default(),
         });
-        let (tx, rx) = sync_channel::<Job>(config.workers * 4);
-        let rx = Arc::new(Mutex::new(rx));
+        let (tx, rx) = work::queue::<Job>(config.workers * 4);
         let mut workers = Vec::new();
         for i in 0..config.workers {
             let rx = rx.clone();
@@ -274,7 +321,7 @@ impl NbdServer {
     }
 }
 
-fn accept(listener: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
+fn accept(listener: TcpListener, tx: Sender<Job>, shared: Arc<Shared>) {
     for s in listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
@@ -352,7 +399,7 @@ fn reap(shared: &Shared) {
 /// How often the reaper looks for connections of removed exports.
 const REAP_INTERVAL: Duration = Duration::from_millis(200);
 
-fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSender<Job>, id: u64) -> Ended {
+fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: Sender<Job>, id: u64) -> Ended {
     let split = || -> io::Result<(LinkReader, LinkWriter)> {
         Ok((LinkReader::plain(stream.try_clone()?, shared.poll), LinkWriter::Plain(stream.try_clone()?)))
     };
@@ -394,7 +441,14 @@ fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSend
     let _ = stream.set_read_timeout(None);
     tracing::debug!(client = %peer, export = %n.entry.name, tls = tls_active, structured = n.structured, flags = n.flags,
         "NBD connection entered transmission");
-    let conn = Arc::new(Conn { peer, n, writer: Mutex::new(w), in_flight: Mutex::default(), done: Condvar::new() });
+    let conn = Arc::new(Conn {
+        peer,
+        n,
+        writer: Mutex::new(w),
+        in_flight: Mutex::default(),
+        done: Condvar::new(),
+        spares: shared.spares.clone(),
+    });
     let why = read_requests(shared, &conn, &mut r, &tx);
     // Answer everything queued before closing (DISC: "handle all outstanding requests").
     drop(conn.wait_until(conn.in_flight.lock().expect("in-flight count"), |f| f.requests == 0));
@@ -402,7 +456,7 @@ fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: SyncSend
     why
 }
 
-fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &SyncSender<Job>) -> Ended {
+fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Sender<Job>) -> Ended {
     loop {
         let header = match transmission::read_header(r) {
             Ok(h) => h,
@@ -426,8 +480,8 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Syn
             g.requests == 1
         };
         // The whole payload before anything runs: a client gone mid-WRITE changes nothing.
-        let mut payload = vec![0u8; len];
-        if let Err(e) = r.read_exact(&mut payload) {
+        let mut buf = conn.spares.take(len);
+        if let Err(e) = r.read_exact(&mut buf[..len]) {
             conn.finish(cost);
             return Ended::Io(e);
         }
@@ -437,7 +491,7 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Syn
             tracing::info!(client = %conn.peer, export = %conn.n.entry.name, "NBD connection ended: export removed or server stopping");
             return Ended::Client;
         }
-        let job = Job { conn: conn.clone(), header, payload, cost };
+        let job = Job { conn: conn.clone(), header, buf, len, cost };
         // A request that arrived alone (nothing of this connection running, nothing more
         // waiting on the socket: a client at queue depth 1) is run here, saving the hand-off
         // to a worker and back (the NFS server does the same).
@@ -458,24 +512,20 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Syn
 /// Run one request and send its reply. A panic ends this request (answered EIO), not the
 /// thread: DESIGN.md's failure policy.
 fn run(job: Job) {
-    let Job { conn, header, payload, cost } = job;
+    let Job { conn, header, buf, len, cost } = job;
     let reply =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transmission::execute(&conn.n, &header, &payload)))
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transmission::execute(&conn.n, &header, &buf[..len])))
             .unwrap_or_else(|_| {
                 tracing::error!(client = %conn.peer, kind = header.kind, "NBD request panicked; answered EIO");
                 Reply::error(&conn.n, &header, crate::proto::EIO, "internal error")
             });
-    drop(payload);
+    conn.spares.give_back(buf);
     conn.send(&reply);
     conn.finish(cost);
 }
 
-fn worker(rx: Arc<Mutex<Receiver<Job>>>) {
-    loop {
-        let job = match rx.lock().expect("job queue").recv() {
-            Ok(j) => j,
-            Err(_) => return,
-        };
+fn worker(rx: Receiver<Job>) {
+    while let Some(job) = rx.recv() {
         run(job);
     }
 }
