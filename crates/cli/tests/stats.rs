@@ -232,13 +232,19 @@ fn fio_writes_are_counted_one_by_one() {
     assert_eq!(ops, N, "one FUSE WRITE per O_DIRECT block");
     let ours = histogram(a).since(&histogram(b));
     let fio_us = |p: &str| job["clat_ns"]["percentile"][p].as_u64().unwrap_or_else(|| panic!("no p{p}: {job}")) / 1000;
-    let (fio50, fio99) = (fio_us("50.000000"), fio_us("99.000000"));
+    let (fio1, fio50, fio99) = (fio_us("1.000000"), fio_us("50.000000"), fio_us("99.000000"));
     let (our50, our99) = (ours.quantile(P50), ours.quantile(P99));
-    println!("write latency p50/p99: fio (whole round trip) {fio50}/{fio99} us, daemon {our50}/{our99} us");
+    println!(
+        "write latency p1/p50/p99: fio (whole round trip) {fio1}/{fio50}/{fio99} us, daemon p50/p99 {our50}/{our99} us"
+    );
     // Ours is part of fio's (plus a bucket's rounding); and not a tiny part: the daemon's
-    // work is most of a 4 KiB direct write through FUSE.
+    // work is a good part of a 4 KiB direct write through FUSE. Against fio's fastest
+    // writes (p1), not its median: on a loaded machine (the suite runs tests in parallel)
+    // fio's median grows with the scheduling delays of its round trip through the kernel
+    // (CI saw 14 us against fio's 288 us p50), which the daemon's own part does not have.
+    // A timer around nothing reads 1 us here against fio's p1 of 12 us: caught.
     assert!(our50 <= fio50 + fio50 / 32 + 1, "daemon p50 {our50} us above fio's {fio50} us");
-    assert!(our50 * 20 >= fio50, "daemon p50 {our50} us is not within 20x of fio's {fio50} us");
+    assert!(our50 * 4 >= fio1, "daemon p50 {our50} us is not within 4x of fio's fastest (p1) {fio1} us");
     assert!(our99 <= fio99 * 2 + 100, "daemon p99 {our99} us far above fio's {fio99} us");
     d.ok(&["unmount", mnt.to_str().unwrap()]);
 }
