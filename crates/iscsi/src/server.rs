@@ -20,10 +20,10 @@ use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use strata_lun::work::{self, Receiver, Sender};
 
 pub const MAX_CONNECTIONS: usize = 256;
 pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -148,8 +148,7 @@ impl IscsiServer {
             refusals: Mutex::new(HashSet::new()),
             serving: Mutex::new(HashMap::new()),
         });
-        let (tx, rx) = sync_channel::<Job>(config.workers * 4);
-        let rx = Arc::new(Mutex::new(rx));
+        let (tx, rx) = work::queue::<Job>(config.workers * 4);
         let mut workers = Vec::new();
         for i in 0..config.workers {
             let rx = rx.clone();
@@ -206,12 +205,8 @@ impl Drop for IscsiServer {
     }
 }
 
-fn worker(rx: Arc<Mutex<Receiver<Job>>>) {
-    loop {
-        let job = match rx.lock().expect("job queue").recv() {
-            Ok(j) => j,
-            Err(_) => return,
-        };
+fn worker(rx: Receiver<Job>) {
+    while let Some(job) = rx.recv() {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.conn.run(&job.cmd, &job.data_out)));
         if r.is_err() {
             // The failure policy: the command's panic ends its connection, not the server.
@@ -221,7 +216,7 @@ fn worker(rx: Arc<Mutex<Receiver<Job>>>) {
     }
 }
 
-fn acceptor(l: TcpListener, tx: SyncSender<Job>, shared: Arc<Shared>) {
+fn acceptor(l: TcpListener, tx: Sender<Job>, shared: Arc<Shared>) {
     for s in l.incoming() {
         if shared.stopping() {
             return;
@@ -292,7 +287,7 @@ fn keepalive(s: &TcpStream) {
     }
 }
 
-fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: SyncSender<Job>, shared: Arc<Shared>) {
+fn connection(mut s: TcpStream, peer: SocketAddr, id: u64, tx: Sender<Job>, shared: Arc<Shared>) {
     let _ = s.set_nodelay(true);
     keepalive(&s);
     let _ = s.set_read_timeout(Some(LOGIN_TIMEOUT));

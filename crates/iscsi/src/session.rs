@@ -30,8 +30,8 @@ use std::collections::{HashMap, HashSet};
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex};
+use strata_lun::work::Sender;
 
 /// A command ready to run, for the worker pool.
 pub struct Job {
@@ -304,7 +304,7 @@ struct Gathering {
 pub struct Reader<'a> {
     pub conn: Arc<Conn>,
     pub shared: &'a Shared,
-    pub jobs: SyncSender<Job>,
+    pub jobs: Sender<Job>,
     gathering: HashMap<u32, Gathering>,
     next_ttt: u32,
     /// A text response longer than the initiator takes in one PDU: (ITT, TTT, the rest),
@@ -318,7 +318,7 @@ enum Flow {
 }
 
 impl<'a> Reader<'a> {
-    pub fn new(conn: Arc<Conn>, shared: &'a Shared, jobs: SyncSender<Job>) -> Reader<'a> {
+    pub fn new(conn: Arc<Conn>, shared: &'a Shared, jobs: Sender<Job>) -> Reader<'a> {
         Reader { conn, shared, jobs, gathering: HashMap::new(), next_ttt: 1, text_rest: None }
     }
 
