@@ -4,8 +4,9 @@
 //! Why not `std::sync::mpsc` behind a mutex: its receiver cannot be shared, so the workers
 //! queued on a mutex around it — the holder slept in `recv` while the others slept on the
 //! mutex, and every job woke two threads (the holder, then the next in line for the
-//! mutex). On two vCPUs and 16 workers those wake-ups were most of the context switches
-//! of a queue depth of 16 (`perf record -e sched:sched_switch`, docs/benchmarks/block-luns.md).
+//! mutex). At 1 MiB writes, queue depth 4, on two vCPUs, most of the workers' context
+//! switches were in that mutex and in `recv` (`perf record -e sched:sched_switch --call-graph
+//! dwarf`, docs/benchmarks/block-luns.md).
 //! Here a job wakes at most one idle worker, and none when a worker is already awake to
 //! take it.
 

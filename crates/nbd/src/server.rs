@@ -57,8 +57,9 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// Worker threads. Requests block on the engine (device reads, intent-log flushes), so
     /// there are more workers than cores: 8 keeps a queue depth of 8 busy on two cores (as
-    /// the iSCSI target). 16 ran a queue depth of 16 slower on two vCPUs (a context switch
-    /// on nearly every request: docs/benchmarks/block-luns.md, "Eight workers and one wake-up per request").
+    /// the iSCSI target). In quick runs at queue depth 16 on two vCPUs, 8 did no worse than
+    /// 16 and often better, inside a wide spread (docs/benchmarks/block-luns.md, "Eight
+    /// workers and one wake-up per request").
     pub workers: usize,
     /// Requests queued or running per connection. 64 is above what clients keep in flight
     /// (qemu: 16 per connection, nbdcopy: 64) and bounds the work one client queues.
@@ -127,8 +128,9 @@ struct Conn {
 }
 
 /// WRITE payload buffers of finished requests, kept for the next ones: a fresh buffer is
-/// zeroed and, past a few hundred KiB, faulted in page by page (a 1 MiB write paid a
-/// memset and 256 page faults before its first byte was read). At most `SPARE_BYTES` for
+/// zeroed (a 1 MiB write paid a memset before its first byte was read: 3.5 % of the
+/// daemon's CPU at 1 MiB writes) and, when the allocator hands out fresh memory, faulted in
+/// page by page. At most `SPARE_BYTES` for
 /// the whole server, whatever the number of connections.
 #[derive(Default)]
 struct Spares {
