@@ -32,6 +32,12 @@ pub enum Fault {
     Flush(u64),
     /// The n-th read fails.
     Read(u64),
+    /// The n-th write makes the device disappear: it and every later I/O fail with ENODEV
+    /// (a pulled disk; only device-set members get it).
+    Gone(u64),
+    /// Writes n to n + k - 1 each land with one bit flipped, durably (silent corruption of
+    /// what was just written: data, log or metadata; only device-set members get it).
+    Rot(u64, u64),
 }
 
 pub struct SimDevice {
@@ -69,7 +75,12 @@ impl SimDevice {
         self.armed.store(true, Ordering::SeqCst);
     }
 
-    /// Errors injected so far.
+    /// The fault this device was given.
+    pub fn fault(&self) -> Fault {
+        self.fault
+    }
+
+    /// Faults injected so far (errors, the disappearance, flipped bits).
     pub fn injected(&self) -> u64 {
         self.injected.load(Ordering::SeqCst)
     }
@@ -91,11 +102,36 @@ impl SimDevice {
             (Fault::Write(k), b'w') | (Fault::Flush(k), b'f') | (Fault::Read(k), b'r') => Some(k),
             _ => None,
         };
-        if fails && nth == Some(n) && self.armed.load(Ordering::SeqCst) && !self.disk.has_crashed() {
+        if fails && nth == Some(n) && self.armed() {
             self.injected.fetch_add(1, Ordering::SeqCst);
             return Err(io::Error::other(InjectedFault));
         }
+        if let (Fault::Gone(k), b'w') = (self.fault, kind) {
+            if n == k && self.armed() {
+                self.injected.fetch_add(1, Ordering::SeqCst);
+                self.disk.set_gone(true);
+            }
+        }
         Ok(())
+    }
+
+    /// Faults count from `arm`, and none is injected once the power is off.
+    fn armed(&self) -> bool {
+        self.armed.load(Ordering::SeqCst) && !self.disk.has_crashed()
+    }
+
+    /// After write `n` (counted from `arm`) of `len` bytes at `offset` landed: flip one of
+    /// its bits if the run's fault says so. The bit is drawn from the I/O sequence's
+    /// fingerprint (the same seed flips the same bit).
+    fn after_write(&self, offset: u64, len: usize) {
+        let Fault::Rot(first, count) = self.fault else { return };
+        let n = self.writes.load(Ordering::SeqCst);
+        if !(first..first + count).contains(&n) || !self.armed() || len == 0 {
+            return;
+        }
+        let h = self.fingerprint.load(Ordering::SeqCst);
+        self.disk.rot(offset + h % len as u64, (h >> 32) as u8 % 8);
+        self.injected.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -109,7 +145,9 @@ impl BlockDevice for SimDevice {
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.before(b'w', offset, buf.len(), &self.writes, true)?;
-        self.disk.write_at(buf, offset)
+        self.disk.write_at(buf, offset)?;
+        self.after_write(offset, buf.len());
+        Ok(())
     }
     fn flush(&self) -> io::Result<()> {
         self.before(b'f', 0, 0, &self.flushes, true)?;

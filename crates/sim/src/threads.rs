@@ -1,8 +1,9 @@
 //! The simulated threads of the mixed run: writers, a committer, and what they share.
 
-use crate::disk::{InjectedFault, SimDevice};
+use crate::disk::InjectedFault;
 use crate::history::{digest_object, digest_value, Clock, Line};
 use crate::ops::{read_and_verify, ObjOp};
+use crate::rig::Rig;
 use std::sync::Arc;
 use strata_engine::sync::atomic::{AtomicBool, Ordering};
 use strata_engine::{Error, ObjectId, Pool, VolumeId};
@@ -13,7 +14,8 @@ use strata_testkit::{is_power_failure, SimRng};
 pub struct Ctx {
     pub seed: u64,
     pub pool: Pool,
-    pub dev: Arc<SimDevice>,
+    /// The pool's devices.
+    pub rig: Rig,
     pub clock: Clock,
     /// The writers' volume.
     pub w: VolumeId,
@@ -25,30 +27,36 @@ pub struct Ctx {
 impl Ctx {
     /// An operation failed: that must be the run's power failure or one of its injected
     /// faults, or the pool's read-only latch after one of them. Anything else fails the
-    /// run.
+    /// run. On a device set, a member's fault is never acceptable: the layout tolerates it.
     pub fn expect_failure(&self, e: &Error, doing: &str) {
-        let injected = |e: &Error| {
-            matches!(e, Error::Io { source, .. } if source.get_ref().is_some_and(|s| s.is::<InjectedFault>()))
-                || strata_engine::failpoint::is_injected(e)
-        };
+        let masked = self.rig.layout.is_some();
+        let device_fault = |e: &Error| matches!(e, Error::Io { source, .. } if source.get_ref().is_some_and(|s| s.is::<InjectedFault>()));
+        let injected = |e: &Error| (!masked && device_fault(e)) || strata_engine::failpoint::is_injected(e);
         // A later error names the one it follows from: the pool's read-only latch carries
         // the error that latched it, a prewrite batch that failed says why to every later
         // caller.
+        let causes: &[&str] = if masked {
+            &["device lost power", "injected at failpoint"]
+        } else {
+            &["device lost power", "injected by the simulator", "injected at failpoint"]
+        };
         let follows_from_one = |e: &Error| {
             let m = e.to_string();
-            matches!(e, Error::ReadOnly(_) | Error::Io { .. })
-                && ["device lost power", "injected by the simulator", "injected at failpoint"]
-                    .iter()
-                    .any(|s| m.contains(s))
+            matches!(e, Error::ReadOnly(_) | Error::Io { .. }) && causes.iter().any(|s| m.contains(s))
         };
         let ok = is_power_failure(e) || injected(e) || follows_from_one(e);
-        assert!(ok, "seed {}: {doing} failed, and not by the run's power failure or injected fault: {e}", self.seed);
+        assert!(
+            ok,
+            "seed {}: {doing} failed, and not by the run's power failure or injected fault: {e}{}",
+            self.seed,
+            if masked {
+                format!(" (devices: {}; {:?})", self.rig.describe(), self.pool.status().devices)
+            } else {
+                String::new()
+            }
+        );
         if is_power_failure(e) {
-            assert!(
-                self.dev.disk.refused_ios() > 0,
-                "seed {}: {doing}: a power failure the disk never produced",
-                self.seed
-            );
+            assert!(self.rig.refused_ios() > 0, "seed {}: {doing}: a power failure the disk never produced", self.seed);
         }
     }
 

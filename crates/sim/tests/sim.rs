@@ -70,10 +70,14 @@ fn simulator() {
         outcomes.push(o);
     }
     eprintln!("seeds {SHORT_BASE}..{} passed in {:?}", SHORT_BASE + n, start.elapsed());
-    // The range must have exercised what it claims: both scenarios, and power lost in the
+    // The range must have exercised what it claims: every scenario, and power lost in the
     // middle of runs (not only after them).
     if n >= 16 {
-        assert!(outcomes.iter().any(|o| o.scenario == "syncs") && outcomes.iter().any(|o| o.scenario == "mixed"));
+        for s in ["syncs", "mixed", "set"] {
+            assert!(outcomes.iter().any(|o| o.scenario == s), "no {s} run in {n} seeds");
+        }
+        let set_faults = outcomes.iter().filter(|o| o.scenario == "set" && o.injected).count();
+        assert!(set_faults > 0, "no member fault hit in the set runs of {n} seeds");
         assert!(outcomes.iter().any(|o| o.injected), "no injected fault hit in {n} seeds");
         let mid = outcomes.iter().filter(|o| o.crashed_in_workload).count();
         assert!(mid * 3 >= outcomes.len(), "the power failed mid-workload in only {mid} of {n} seeds");
@@ -85,7 +89,7 @@ fn simulator() {
 #[cfg(strata_sim)]
 #[test]
 fn a_seed_replays_the_same_run() {
-    for seed in [SHORT_BASE + 1, SHORT_BASE + 2, SHORT_BASE + 7] {
+    for seed in [SHORT_BASE + 1, SHORT_BASE + 2, SHORT_BASE + 3, SHORT_BASE + 7] {
         let (a, b) = (strata_sim::simulate(seed), strata_sim::simulate(seed));
         assert_eq!(a, b, "seed {seed} ran differently twice");
     }

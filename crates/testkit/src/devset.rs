@@ -105,7 +105,7 @@ pub fn check_reopened_set(
     assert_eq!(again, 0, "seed {seed}: a second scrub found damage the first left: {set:?}");
     let mut model = PoolModel::clone(&capture(pool).expect("capture"));
     for _ in 0..20 {
-        let name = if rng.chance(2) { "a" } else { "b" };
+        let name = if rng.chance(50) { "a" } else { "b" };
         let vol = pool.volume_id(name).expect("volume");
         object_op(rng, pool, vol, model.volumes.get_mut(name).expect("modelled")).expect("work after the reopen");
     }

@@ -22,6 +22,7 @@ impl SimRng {
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo)
     }
+    /// True `percent` times in a hundred (`chance(50)`: half the time; not "1 in n").
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }

@@ -196,6 +196,11 @@ fn losing_every_member_fails_io_clearly() {
     let e = pool.write(vol, objs[0], 0, b"nowhere to go").and_then(|_| pool.commit()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert_eq!(pool.status().devices.unwrap().health, SetHealth::Suspended);
+    // An I/O that finds the set suspended says why the last member went (not only that
+    // none is left).
+    let mut buf = vec![0u8; 4096];
+    let e = m.dev.read_at(&mut buf, 0).unwrap_err().to_string();
+    assert!(e.contains("pool suspended; the last member out: member") && e.contains("No such device"), "{e}");
     // Reads never return wrong bytes: an error (or the cached truth).
     match pool.read(vol, objs[1], 20 * 16384, 100) {
         Ok(b) => assert_eq!(b, expected(1, 20 * 16384, 100)),

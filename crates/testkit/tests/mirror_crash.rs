@@ -72,10 +72,10 @@ fn mirrors_survive_member_faults_and_power_loss() {
         drop(pool);
         if failed {
             SEEN[1].fetch_add(1, Ordering::Relaxed);
-            if matches!(fault, Fault::Gone) && rng.chance(2) {
+            if matches!(fault, Fault::Gone) && rng.chance(50) {
                 images[victim] = None; // and it stays away
             }
-        } else if rng.chance(3) {
+        } else if rng.chance(33) {
             // Nothing failed: any member may be left out (after rot, only the rotten one:
             // the others hold the only good copies).
             let out = if matches!(fault, Fault::Rot) { victim } else { rng.below(ways as u64) as usize };

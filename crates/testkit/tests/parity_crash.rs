@@ -45,7 +45,7 @@ fn parity2_survives_two_member_faults_and_power_loss() {
         let victims: Vec<usize> = {
             let a = rng.below(members as u64) as usize;
             let b = (a + 1 + rng.below(members as u64 - 1) as usize) % members;
-            if rng.chance(2) {
+            if rng.chance(50) {
                 vec![a, b]
             } else {
                 vec![a]
@@ -90,7 +90,7 @@ fn parity2_survives_two_member_faults_and_power_loss() {
             SEEN[1].fetch_add(1, Ordering::Relaxed);
         }
         for (v, (_, f)) in victims.iter().zip(&faults) {
-            if *f == Fault::Gone && rng.chance(2) {
+            if *f == Fault::Gone && rng.chance(50) {
                 images[*v] = None;
             }
         }

@@ -94,7 +94,7 @@ fn rebuild_crashes(name: &str, layout: Layout, sizes: &[usize], first_seed: u64,
                         break;
                     }
                 }
-                let r = if rng.chance(2) {
+                let r = if rng.chance(50) {
                     m.dev.online(victim)
                 } else {
                     let fresh = Arc::new(SimDisk::new(SIZE, SECTOR));

@@ -28,6 +28,7 @@
 use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
 use super::BlockDevice;
 
+mod open_rows;
 mod parity;
 mod rebuild;
 use crate::error::{Corruption, Error, Result};
@@ -110,6 +111,10 @@ pub struct MirrorDevice {
     /// Rows being written, repaired or rebuilt (parity.rs `lock_rows`).
     row_locks: Mutex<Vec<(u64, u64)>>,
     row_cv: Condvar,
+    /// Why the member taken out of use last was (member index and reason).
+    last_fault: Mutex<Option<String>>,
+    /// Parity2: the data units last written to rows written in part (open_rows.rs).
+    open_rows: Mutex<open_rows::OpenRows>,
     members: Vec<Member>,
     /// The rebuild in progress and the writes in flight (rebuild.rs).
     rebuild: Mutex<rebuild::RebuildState>,
@@ -128,10 +133,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The error of a mirror with no member left in use.
-fn suspended(what: &str) -> io::Error {
+/// The error of a mirror with no member left in use; `cause`: why the last member in use
+/// was taken out (the power went, say: the error an I/O that found the set suspended
+/// reports, as the one that suspended it did).
+fn suspended_because(what: &str, cause: Option<&str>) -> io::Error {
+    let cause = cause.map(|c| format!("; the last member out: {c}")).unwrap_or_default();
     io::Error::other(format!(
-        "{what}: no device of the mirror is in use (pool suspended); bring a device back and reopen the pool"
+        "{what}: no device of the mirror is in use (pool suspended{cause}); bring a device back and reopen the pool"
     ))
 }
 
@@ -154,24 +162,32 @@ fn keep(last: Option<io::Error>, new: Option<io::Error>) -> Option<io::Error> {
 }
 
 /// The errors the members met in one call that writes to several of them, and the one to
-/// return: the error most members met (the power went: every member says so) over one only
-/// a member met (its own failure, which the set absorbs), a gone device's last; among
-/// equals, the latest.
+/// return. A gone device explains only itself: any other error is returned over it. A
+/// member's own failure is absorbed while the set is usable; if the call fails, the set
+/// stopped being usable when recording a fault failed (the label writes to the other
+/// members: the power went, say), so that error is returned over the members' own. Then
+/// the error most members met over one only a member met; among equals, the latest.
 #[derive(Default)]
-struct Causes(Vec<io::Error>);
+struct Causes(Vec<(io::Error, bool)>);
 
 impl Causes {
+    /// A member's own error in the call.
     fn add(&mut self, e: Option<io::Error>) {
-        self.0.extend(e);
+        self.0.extend(e.map(|e| (e, false)));
+    }
+
+    /// An error met while recording a member's fault in the other members' labels.
+    fn add_recording(&mut self, e: Option<io::Error>) {
+        self.0.extend(e.map(|e| (e, true)));
     }
 
     fn take(self) -> Option<io::Error> {
-        let rank = |e: &io::Error| {
-            let same = self.0.iter().filter(|o| o.kind() == e.kind() && o.to_string() == e.to_string()).count();
-            (!is_gone(e), same)
+        let rank = |(e, recording): &(io::Error, bool)| {
+            let same = self.0.iter().filter(|(o, _)| o.kind() == e.kind() && o.to_string() == e.to_string()).count();
+            (!is_gone(e), *recording, same)
         };
         let best = (0..self.0.len()).max_by_key(|&i| (rank(&self.0[i]), i))?;
-        self.0.into_iter().nth(best)
+        self.0.into_iter().nth(best).map(|(e, _)| e)
     }
 }
 
@@ -272,6 +288,8 @@ impl MirrorDevice {
             rows,
             row_locks: Mutex::new(Vec::new()),
             row_cv: Condvar::new(),
+            open_rows: Default::default(),
+            last_fault: Mutex::new(None),
             members,
             rebuild: Mutex::new(rebuild::RebuildState::default()),
             rebuild_cv: Condvar::new(),
@@ -390,6 +408,8 @@ impl MirrorDevice {
             rows: rows_of(&config),
             row_locks: Mutex::new(Vec::new()),
             row_cv: Condvar::new(),
+            open_rows: Default::default(),
+            last_fault: Mutex::new(None),
             rebuild: Mutex::new(rebuild::RebuildState { active: rebuilding, ..Default::default() }),
             rebuild_cv: Condvar::new(),
             failpoints: Default::default(),
@@ -453,14 +473,18 @@ impl MirrorDevice {
                 let Some(dev) = m.written() else { continue };
                 if let Err(e) = write_label(dev.as_ref(), &cfg, i) {
                     m.write_errors.fetch_add(1, Ordering::Relaxed);
-                    m.state.store(MemberState::Faulted.to_usize(), Ordering::Release);
+                    let state = if is_gone(&e) { MemberState::Removed } else { MemberState::Faulted };
+                    m.state.store(state.to_usize(), Ordering::Release);
                     m.set_note(format!("label write failed: {e}"));
+                    *lock(&self.last_fault) = Some(format!("member {i}: label write failed: {e}"));
                     if let Some(entry) = cfg.members.get_mut(i) {
                         entry.state = MemberPhysState::Faulted;
                         entry.since_txg = self.txg.load(Ordering::Relaxed);
                     }
                     failed = true;
-                    last = Some(e);
+                    // A gone device explains only itself: another member's error (the
+                    // power went) is the one to report.
+                    last = keep(last, Some(e));
                 }
             }
             if !failed {
@@ -485,6 +509,7 @@ impl MirrorDevice {
                 Err(now) => cur = now,
             }
         }
+        *lock(&self.last_fault) = Some(format!("member {i}: {why}"));
         m.set_note(why);
         if MemberState::from_usize(cur) == MemberState::Rebuilding {
             lock(&self.rebuild).active = None;
@@ -555,6 +580,11 @@ impl MirrorDevice {
     }
 
     /// Whether enough members are in use to serve every byte.
+    /// The error of an I/O that found no member in use (see `suspended_because`).
+    fn suspended(&self, what: &str) -> io::Error {
+        suspended_because(what, lock(&self.last_fault).as_deref())
+    }
+
     fn usable(&self) -> bool {
         self.members.iter().filter(|m| m.in_use().is_some()).count() >= self.min_in_use()
     }
@@ -618,7 +648,7 @@ impl MirrorDevice {
                 Err(e) => {
                     let later = self.write_error(i, what, &e);
                     causes.add(Some(e));
-                    causes.add(later);
+                    causes.add_recording(later);
                 }
             }
         }
@@ -629,7 +659,7 @@ impl MirrorDevice {
             return Ok(());
         }
         // The member's own error, unwrapped: callers look at its kind and source.
-        Err(last.unwrap_or_else(|| suspended(what)))
+        Err(last.unwrap_or_else(|| self.suspended(what)))
     }
 }
 
@@ -732,7 +762,7 @@ impl MirrorDevice {
                 }
             }
         }
-        Err(last.unwrap_or_else(|| suspended("read")))
+        Err(last.unwrap_or_else(|| self.suspended("read")))
     }
 
     fn mirror_write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -785,7 +815,7 @@ impl MirrorDevice {
                 buf.copy_from_slice(&first);
                 Ok(false)
             }
-            None => Err(last.unwrap_or_else(|| suspended("read"))),
+            None => Err(last.unwrap_or_else(|| self.suspended("read"))),
         }
     }
 
@@ -818,7 +848,7 @@ impl MirrorDevice {
                     }
                 }
             }
-            return Err(last.unwrap_or_else(|| suspended("scrub read")));
+            return Err(last.unwrap_or_else(|| self.suspended("scrub read")));
         };
         let (_, _, good_copy) = copies.swap_remove(good);
         for (i, r, copy) in copies {
@@ -856,7 +886,7 @@ impl MirrorDevice {
         // The highest score; the first copy read among equals.
         let Some(best) = copies.iter().enumerate().max_by_key(|(k, c)| (c.1, std::cmp::Reverse(*k))).map(|(k, _)| k)
         else {
-            return Err(last.unwrap_or_else(|| suspended("read")));
+            return Err(last.unwrap_or_else(|| self.suspended("read")));
         };
         let (_, best_score, best_copy) = copies.swap_remove(best);
         buf.copy_from_slice(&best_copy);

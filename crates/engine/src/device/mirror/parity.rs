@@ -25,7 +25,7 @@
 //! are rewritten with the reconstructed units (self-healing). A scrub also checks each
 //! row's parity against its data: a parity unit that alone disagrees is rewritten.
 
-use super::{keep, lock, suspended, Causes, MirrorDevice};
+use super::{keep, lock, Causes, MirrorDevice};
 use crate::format::member::MEMBER_AREA_BYTES;
 use crate::format::UNIT_SIZE;
 use std::collections::BTreeMap;
@@ -401,7 +401,7 @@ impl MirrorDevice {
         let (first, count) = Self::span(rows, off, buf.len());
         let mut set = self.read_rows(rows, first, count, &[]);
         if !self.reconstruct(rows, &mut set, &[])? {
-            return Err(keep(failure, set.error.take()).unwrap_or_else(|| suspended("read")));
+            return Err(keep(failure, set.error.take()).unwrap_or_else(|| self.suspended("read")));
         }
         Self::gather(rows, &set, buf, off);
         Ok(())
@@ -419,7 +419,7 @@ impl MirrorDevice {
         let mut old = if partial {
             let mut s = self.read_rows(rows, first, count, &[]);
             if !self.reconstruct(rows, &mut s, &[])? {
-                return Err(s.error.take().unwrap_or_else(|| suspended("write")));
+                return Err(s.error.take().unwrap_or_else(|| self.suspended("write")));
             }
             Some(s)
         } else {
@@ -432,7 +432,11 @@ impl MirrorDevice {
             changed[m] = Some(changed[m].map_or((i, i), |(a, b)| (a.min(i), b.max(i))));
         };
         // The rows' data units by position (shard k: unit k of every row), encoded at once.
+        // A unit this write does not cover: the bytes this set last wrote there if it
+        // remembers them (open_rows.rs: never bytes that went bad on a member since),
+        // else as read.
         let mut shards: Vec<Vec<u8>> = (0..rows.data).map(|_| vec![0u8; count * U]).collect();
+        let mut open_rows = lock(&self.open_rows);
         for i in 0..count {
             let r = first + i as u64;
             let row_off = rows.row_offset(r);
@@ -444,11 +448,21 @@ impl MirrorDevice {
                     let s = (u_off - off) as usize;
                     dst.copy_from_slice(&buf[s..s + U]);
                     note(m, i);
-                } else if let Some(u) = old.as_ref().and_then(|o| o.unit(m, i)) {
+                } else if let Some(u) = open_rows.unit(r, k).or_else(|| old.as_ref().and_then(|o| o.unit(m, i))) {
                     dst.copy_from_slice(u);
                 }
             }
+            // A row written in part may be written in part again (the open row of a txg):
+            // remember what its parity covers now. One written whole is done.
+            let whole = row_off >= off && rows.row_offset(r + 1) <= end;
+            if whole {
+                open_rows.forget(r);
+            } else {
+                let units = shards.iter().map(|sh| Some(sh[i * U..(i + 1) * U].to_vec().into_boxed_slice())).collect();
+                open_rows.remember(r, units);
+            }
         }
+        drop(open_rows);
         let parity = encode(&shards.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
         for i in 0..count {
             let r = first + i as u64;
@@ -502,13 +516,13 @@ impl MirrorDevice {
             if let Err(e) = r {
                 let later = self.write_error(m, "write", &e);
                 causes.add(Some(e));
-                causes.add(later);
+                causes.add_recording(later);
             }
         }
         if self.usable() {
             return Ok(());
         }
-        Err(causes.take().unwrap_or_else(|| suspended("write")))
+        Err(causes.take().unwrap_or_else(|| self.suspended("write")))
     }
 
     /// `read_verified` and `scrub_read` in the rows: the data as read if it verifies;
@@ -538,7 +552,10 @@ impl MirrorDevice {
         let _held = self.lock_rows(first, first + count as u64 - 1);
         let set = self.read_rows(rows, first, count, &[]);
         let missing: Vec<usize> = (0..rows.members).filter(|&m| set.units[m].is_none()).collect();
-        // Members holding data units of the request: the suspects.
+        // The suspects: first the members holding data units of the request, then every
+        // other member of the rows — a reconstruction reads the rows' parity and other
+        // blocks' units too, and one of those may be the bad one (a rotted parity unit with
+        // a member missing: found by the simulator, seed 85590291).
         let mut suspects: Vec<usize> = Vec::new();
         let mut at = 0usize;
         while at < buf.len() {
@@ -548,6 +565,11 @@ impl MirrorDevice {
                 suspects.push(m);
             }
             at += U;
+        }
+        for m in 0..rows.members {
+            if !suspects.contains(&m) && !missing.contains(&m) {
+                suspects.push(m);
+            }
         }
         let mut hypotheses: Vec<Vec<usize>> = vec![Vec::new()];
         hypotheses.extend(suspects.iter().map(|&m| vec![m]));
@@ -572,7 +594,7 @@ impl MirrorDevice {
         let Some((bad, good)) = found else {
             // Nothing verifies: the caller reports the damage (the bytes as the members hold them).
             if missing.len() > 2 {
-                return Err(set.error.unwrap_or_else(|| suspended("read")));
+                return Err(set.error.unwrap_or_else(|| self.suspended("read")));
             }
             self.parity_read(rows, buf, off)?;
             return Ok(false);
@@ -679,10 +701,10 @@ impl MirrorDevice {
         let _held = self.lock_rows(first, first + count as u64 - 1);
         let mut set = self.read_rows(rows, first, count, &[m]);
         if !self.reconstruct(rows, &mut set, &[m])? {
-            return Err(set.error.take().unwrap_or_else(|| suspended("rebuild read")));
+            return Err(set.error.take().unwrap_or_else(|| self.suspended("rebuild read")));
         }
-        let target = self.members.get(m).and_then(|x| x.written()).ok_or_else(|| suspended("rebuild write"))?;
-        let units = set.units.get(m).and_then(|u| u.as_deref()).ok_or_else(|| suspended("rebuild"))?;
+        let target = self.members.get(m).and_then(|x| x.written()).ok_or_else(|| self.suspended("rebuild write"))?;
+        let units = set.units.get(m).and_then(|u| u.as_deref()).ok_or_else(|| self.suspended("rebuild"))?;
         target.write_at(units, rows.dev_offset(first)).inspect_err(|e| {
             self.write_error(m, "rebuild write", e);
         })
