@@ -137,3 +137,80 @@ fn a_scrub_schedule_starts_scrubs_and_survives_a_restart() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(scheduled(&d).len(), n, "a scrub after the schedule was stopped");
 }
+
+fn state_progress(dir: &std::path::Path) -> Value {
+    let s: Value = serde_json::from_slice(&std::fs::read(dir.join("data/strata.json")).unwrap()).unwrap();
+    s["pools"].as_array().unwrap().iter().find(|p| p["name"] == "default").unwrap()["scrub_progress"].clone()
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A scrub survives restarts of the daemon: paused and stopped (SIGTERM), it comes back
+/// paused from its bookmark (the state file); resumed, it verifies only what it had not
+/// (fewer blocks than a whole scrub); killed (-9) mid-way it resumes from the last bookmark
+/// the watch loop saved. A finished scrub leaves nothing to resume. Fails when the daemon
+/// drops the progress at shutdown (nothing to resume) or the walk ignores the bookmark
+/// (as many blocks as a whole scrub).
+#[test]
+fn a_scrub_resumes_after_the_daemon_restarts() {
+    let dir = temp_dir("scrub-resume");
+    let mut d = Daemon::start(&dir);
+    d.stop();
+    d.spawn_with(&["--scrub-rate", "2M"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["volume", "create", "default/data"]);
+    d.ok(&["mount", "default/data", mnt.to_str().unwrap()]);
+    for f in 0..12u32 {
+        let blob: Vec<u8> = (0..2u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 ^ f as u8).collect();
+        std::fs::write(mnt.join(format!("f{f}")), &blob).unwrap();
+    }
+    d.ok(&["unmount", mnt.to_str().unwrap()]);
+    // A whole scrub's count, for comparison.
+    d.stop();
+    d.spawn();
+    let whole = d.json(&["pool", "scrub", "default"])["blocks_verified"].as_u64().unwrap();
+    assert!(state_progress(&dir).is_null(), "a finished scrub leaves nothing to resume");
+    d.stop();
+
+    // Slowly, to a bookmark in the state file; paused; stopped.
+    d.spawn_with(&["--scrub-rate", "2M"]);
+    scrub(&d, &["--no-wait"]);
+    wait_for("a bookmark in the state file", || state_progress(&dir)["bookmark"].is_array());
+    scrub(&d, &["--pause"]);
+    d.stop();
+    let saved = state_progress(&dir);
+    assert_eq!(saved["paused"], true, "{saved}");
+    assert!(d.log().contains("scrub interrupted"), "{}", d.log());
+
+    // Back paused, from the bookmark; resumed at full speed, it verifies the rest only.
+    d.spawn();
+    let s = wait_state(&d, "paused");
+    assert!(s["message"].as_str().unwrap().contains("resumed after a restart"), "{s}");
+    assert!(d.log().contains("scrub resumed after the restart, from object"), "{}", d.log());
+    scrub(&d, &["--resume"]);
+    let s = wait_state(&d, "finished");
+    let resumed = s["report"]["blocks_verified"].as_u64().unwrap();
+    assert!(resumed < whole, "the resumed scrub read everything again: {resumed} of {whole} blocks");
+    assert_eq!(s["report"]["check"]["clean"], true, "{s}");
+    assert_eq!(s["percent"], 100.0, "{s}");
+    wait_for("the finished scrub's record dropped", || state_progress(&dir).is_null());
+
+    // Killed mid-way: it resumes from the bookmark the watch loop saved last.
+    d.stop();
+    d.spawn_with(&["--scrub-rate", "2M"]);
+    scrub(&d, &["--no-wait"]);
+    wait_for("a bookmark in the state file", || state_progress(&dir)["bookmark"].is_array());
+    d.kill9();
+    d.spawn();
+    let s = wait_state(&d, "finished");
+    assert!(s["report"]["blocks_verified"].as_u64().unwrap() < whole, "{s}");
+    let jobs = d.json(&["job", "list"]);
+    assert!(jobs.as_array().unwrap().iter().any(|j| j["kind"] == "scrub" && j["caller"] == "restart"), "{jobs}");
+    d.stop();
+}

@@ -44,7 +44,7 @@ pub use format::uberblock::HostState;
 pub use format::ChecksumAlgo;
 pub use pipeline::compress::CompressionPolicy;
 pub use pool::clone::SplitStats;
-pub use pool::control::WalkControl;
+pub use pool::control::{WalkBookmark, WalkControl};
 pub use pool::guard::{PoolGuard, SpaceInfo};
 pub use pool::host_state::{read_pool_identity, PoolIdentity};
 pub use pool::log_device::LogDeviceSpec;

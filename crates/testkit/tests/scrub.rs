@@ -184,3 +184,65 @@ fn a_stopped_scrub_reports_what_it_verified_and_no_false_damage() {
     assert_eq!(out.report.copies_verified, 10);
     assert_eq!(pool.reads_in_flight(), 0);
 }
+
+/// Records where a walk reached, stops at block `stop_at`, and resumes after `resume`.
+struct Resumable {
+    blocks: AtomicU64,
+    stop_at: u64,
+    resume: Option<strata_engine::WalkBookmark>,
+    reached: Mutex<Option<strata_engine::WalkBookmark>>,
+    skipped: AtomicU64,
+}
+
+impl WalkControl for Resumable {
+    fn begin(&self, _total_bytes: u64) {}
+    fn block_done(&self, _bytes: u64) -> bool {
+        self.blocks.fetch_add(1, Ordering::Relaxed) + 1 < self.stop_at
+    }
+    fn resume_after(&self) -> Option<strata_engine::WalkBookmark> {
+        self.resume
+    }
+    fn block_skipped(&self, bytes: u64) {
+        self.skipped.fetch_add(bytes, Ordering::Relaxed);
+    }
+    fn reached(&self, at: strata_engine::WalkBookmark) {
+        let mut r = self.reached.lock().unwrap();
+        assert!(r.is_none_or(|b| b < at), "bookmarks go forward: {r:?} then {at:?}");
+        *r = Some(at);
+    }
+}
+
+fn resumable(stop_at: u64, resume: Option<strata_engine::WalkBookmark>) -> Resumable {
+    Resumable { blocks: AtomicU64::new(0), stop_at, resume, reached: Mutex::new(None), skipped: AtomicU64::new(0) }
+}
+
+/// A scrub stopped part way (the daemon restarting) resumes after the last position it
+/// reported: the records before it are not read again (rot there is left for the next
+/// whole scrub), those after it are (rot there is repaired). Fails when the walk ignores
+/// `resume_after` (the first rot is found too) or skips past it (the second is not).
+#[test]
+fn a_stopped_scrub_resumes_after_its_bookmark() {
+    let (m, pool, vol, objs) = pool_with_data();
+    let first = resumable(60, None);
+    let out = pool.scrub(&first).unwrap();
+    assert!(out.stopped);
+    let mark = first.reached.lock().unwrap().expect("a position was reached");
+    assert_eq!(mark.object, objs[0].0, "the first object's 40 records are one batch: {mark:?}");
+    assert_eq!(mark.record, 39);
+    // Rot a record before the bookmark and one after it, on member 1.
+    let before_mark = strata_testkit::devset::data_block(&m, &pool, vol, objs[0], 7);
+    let after_mark = strata_testkit::devset::data_block(&m, &pool, vol, objs[2], 7);
+    m.disks[1].rot(member_offset(before_mark.addr + 100), 2);
+    m.disks[1].rot(member_offset(after_mark.addr + 100), 2);
+    let errors = |pool: &Pool| pool.status().devices.unwrap().members[1].checksum_errors;
+    let e0 = errors(&pool);
+    let second = resumable(u64::MAX, Some(mark));
+    let out = pool.scrub(&second).unwrap();
+    assert!(!out.stopped && out.report.is_clean(), "{out:?}");
+    assert_eq!(errors(&pool), e0 + 1, "only the rot after the bookmark is found");
+    assert_eq!(second.skipped.load(Ordering::Relaxed), 40 * before_mark.psize as u64, "object 0 not read again");
+    // A whole scrub finds the other.
+    let out = pool.scrub(&resumable(u64::MAX, None)).unwrap();
+    assert!(out.report.is_clean(), "{out:?}");
+    assert_eq!(errors(&pool), e0 + 2);
+}

@@ -356,6 +356,7 @@ impl Daemon {
             log_device: req.log_device.clone(),
             spares: Vec::new(),
             scrub_schedule: None,
+            scrub_progress: None,
         };
         tracing::info!(pool = %name, guid = %c.guid, device = %c.device.display(), txg = pool.status().txg, "pool imported");
         self.pools.lock().expect("pools").insert(

@@ -270,6 +270,11 @@ impl Daemon {
         blockexports::BlockService::start(&d, state.block_exports.clone())?;
         d.mirrors.load(state.mirrors.clone());
         d.peers.load(state.peers.clone());
+        for p in &state.pools {
+            if let Some(progress) = p.scrub_progress {
+                d.resume_scrub(&p.name, progress);
+            }
+        }
         if forgot_log {
             // A discarded log device is no longer the pool's: do not ask for it again.
             d.save_state().map_err(|e| e.message)?;
@@ -294,6 +299,7 @@ impl Daemon {
                 log_device: e.log_device.clone(),
                 spares: e.spares.clone(),
                 scrub_schedule: e.scrub_schedule,
+                scrub_progress: self.scrubs.progress(n),
             })
             .collect();
         pools.extend(self.unavailable.lock().expect("unavailable").values().map(|u| u.record.clone()));
@@ -389,7 +395,9 @@ impl Daemon {
     /// Unmount everything and close the pools (committing). The clean way out (SIGTERM).
     pub fn shutdown(&self) {
         self.stopping.store(true, Ordering::Relaxed);
-        self.scrubs.cancel_all();
+        // Interrupted, not cancelled: their progress is saved below, and the next start
+        // resumes them.
+        self.scrubs.interrupt_all();
         self.nfs.stop();
         self.blocks.stop();
         let paths: Vec<PathBuf> = self.mounts.lock().expect("mounts").keys().cloned().collect();

@@ -25,6 +25,21 @@ pub struct PoolRecord {
     /// The pool's scrub schedule; absent when it has none (and in older state files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub_schedule: Option<ScrubSchedule>,
+    /// A scrub under way when the state was saved: the next start of the daemon resumes it
+    /// (service/scrub.rs); absent when none was (and in older state files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub_progress: Option<ScrubProgress>,
+}
+
+/// How far a scrub got: every data record up to `bookmark` (tree id, object id, record;
+/// engine `WalkBookmark`) is verified; `None`: none yet (it starts over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubProgress {
+    pub bookmark: Option<(u64, u64, u64)>,
+    /// Paused by an administrator: it comes back paused.
+    pub paused: bool,
+    /// When the scrub first started (wall clock, ns): kept across its resumptions.
+    pub started_ns: u64,
 }
 
 /// A pool scrubbed every `every_seconds`; the next scrub is due at `next_ns` (wall clock),

@@ -82,6 +82,13 @@ impl Daemon {
     }
 
     fn watch_once(&self, w: &mut Watch) {
+        // How far running scrubs got, into the state file (a restart resumes them there).
+        if self.scrubs.progress_due() {
+            match self.save_state() {
+                Ok(()) => self.scrubs.progress_saved(),
+                Err(e) => tracing::warn!("saving the scrubs' progress: {}", e.message),
+            }
+        }
         let pools: Vec<(String, std::sync::Arc<strata_engine::Pool>)> =
             self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
         w.level.retain(|n, _| pools.iter().any(|(p, _)| p == n));

@@ -43,7 +43,7 @@ use crate::pool::Pool;
 use crate::tree::blocktree;
 use std::collections::{BTreeMap, HashMap};
 
-use crate::pool::control::WalkControl;
+use crate::pool::control::{WalkBookmark, WalkControl};
 
 mod copies;
 mod destroy;
@@ -289,6 +289,14 @@ impl Checker<'_> {
                 Some(Err(e)) => self.err(format!("{ctx}: record {first}: {e}")),
                 None => {}
             }
+        }
+    }
+
+    /// `verify_data`, then tell the driver how far every record is verified.
+    fn verify_batch(&mut self, batch: &[(BlockPtr, u64)], ctx: &str, (tree, object): (u64, u64)) {
+        self.verify_data(batch, ctx);
+        if let (Some(c), Some((_, last)), false) = (self.control, batch.last(), self.stopped) {
+            c.reached(WalkBookmark { tree, object, record: *last });
         }
     }
 
@@ -541,7 +549,7 @@ impl Checker<'_> {
     }
 
     /// Returns the sectors the object's blocks are charged.
-    fn object(&mut self, ctx: &str, dn: &DnodePhys) -> u64 {
+    fn object(&mut self, ctx: &str, dn: &DnodePhys, (tree, object): (u64, u64)) -> u64 {
         let mut sectors = 0;
         let mut data_sectors = 0;
         let mut blocks: Vec<(BlockPtr, u8, u64)> = Vec::new();
@@ -587,13 +595,18 @@ impl Checker<'_> {
                     bp.lsize, dn.record_size
                 ));
             }
+            let at = WalkBookmark { tree, object, record: first };
+            if let Some(c) = self.control.filter(|c| c.resume_after().is_some_and(|b| at <= b)) {
+                c.block_skipped(bp.psize as u64);
+                continue;
+            }
             batch.push((bp, first));
             if batch.len() >= VERIFY_BATCH {
-                self.verify_data(&batch, ctx);
+                self.verify_batch(&batch, ctx, (tree, object));
                 batch.clear();
             }
         }
-        self.verify_data(&batch, ctx);
+        self.verify_batch(&batch, ctx, (tree, object));
         if data_sectors != dn.data_sectors {
             self.err(format!(
                 "{ctx}: data records are charged {data_sectors} sectors, the dnode records {}",
@@ -622,7 +635,7 @@ impl Checker<'_> {
     }
 
     /// Walk one volume tree (a head or a snapshot).
-    fn volume_tree(&mut self, ctx: &str, root: &BlockPtr, next_object_id: u64) {
+    fn volume_tree(&mut self, tree: u64, ctx: &str, root: &BlockPtr, next_object_id: u64) {
         let mut objects = 0;
         let mut max_id = 0;
         self.btree(root, ctx, &mut |c: &mut Self, k: &[u8], v: &[u8]| {
@@ -637,7 +650,7 @@ impl Checker<'_> {
             objects += 1;
             match DnodePhys::decode(v) {
                 Ok(dn) => {
-                    c.object(&format!("{ctx} object {id}"), &dn);
+                    c.object(&format!("{ctx} object {id}"), &dn, (tree, id));
                 }
                 Err(e) => c.err(format!("{ctx} object {id}: {e}")),
             }
@@ -802,11 +815,17 @@ impl Pool {
         if ids.windows(2).any(|w| w[0] == w[1]) {
             c.err("two volumes or snapshots share an id".into());
         }
-        for (name, rec) in &vols {
-            c.volume_tree(&format!("volume {name}"), &rec.tree_root, rec.next_object_id);
-        }
-        for (name, rec) in &snaps {
-            c.volume_tree(&format!("snapshot {}@{name}", rec.volume), &rec.tree_root, rec.next_object_id);
+        // By id: the order of a scrub's bookmarks (pool/control.rs).
+        let mut trees: Vec<(u64, String, BlockPtr, u64)> = vols
+            .iter()
+            .map(|(name, rec)| (rec.id, format!("volume {name}"), rec.tree_root, rec.next_object_id))
+            .chain(snaps.iter().map(|(name, rec)| {
+                (rec.id, format!("snapshot {}@{name}", rec.volume), rec.tree_root, rec.next_object_id)
+            }))
+            .collect();
+        trees.sort_by_key(|t| t.0);
+        for (id, ctx, root, next_object_id) in &trees {
+            c.volume_tree(*id, ctx, root, *next_object_id);
         }
         let (destroy_sectors, queued_deadlists) = c.destroy_queue(&destroy_queue, features.ro_compat);
         if c.stopped {

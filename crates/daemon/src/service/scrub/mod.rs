@@ -5,17 +5,27 @@
 //! pool serves and commits meanwhile; this driver paces it while the pool serves I/O (at
 //! most `SCRUB_BYTES_PER_SECOND`, full speed when idle), holds it while paused, and stops it
 //! when cancelled. The engine stops it by itself when writers run short of the space its pin
-//! holds back ("yielded": start it again later). A scrub does not survive a restart of the
-//! daemon (it starts over when asked again).
+//! holds back ("yielded": start it again later).
+//!
+//! A scrub survives a restart of the daemon: the engine reports how far every data record
+//! is verified (`WalkControl::reached`), the watch loop writes that bookmark to the state
+//! file every few seconds (`PoolRecord::scrub_progress`), a shutdown interrupts the scrub
+//! (not a cancel) and saves its last bookmark, and the next start resumes it — paused if it
+//! was — without reading the records before the bookmark again (the metadata is walked and
+//! verified whole each time).
 
 use super::jobs::{Job, JobSpec};
+use super::state::ScrubProgress;
+use resume::ProgressBook;
+
+mod resume;
 use super::{devset, ApiError, Daemon};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use strata_api::{ScrubReport, ScrubStatus};
-use strata_engine::{Pool, PoolStatus, WalkControl};
+use strata_engine::{Pool, PoolStatus, WalkBookmark, WalkControl};
 
 /// Bytes a scrub verifies per second at most while the pool serves I/O.
 pub(crate) const SCRUB_BYTES_PER_SECOND: u64 = 256 << 20;
@@ -23,6 +33,7 @@ pub(crate) const SCRUB_BYTES_PER_SECOND: u64 = 256 << 20;
 #[derive(Default)]
 pub(crate) struct Scrubs {
     jobs: Mutex<BTreeMap<String, Arc<ScrubJob>>>,
+    book: Arc<Mutex<ProgressBook>>,
 }
 
 struct ScrubJob {
@@ -45,6 +56,17 @@ struct ScrubJob {
     paced_us: AtomicU64,
     /// Client operations on the pool's volumes so far (StatsRegistry::pool_ops).
     client_ops: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Its pool's name (the key of `book`).
+    pool_name: String,
+    /// Resumed after a restart: the data records at or before this were verified then.
+    resume: Option<WalkBookmark>,
+    /// Every data record up to here is verified.
+    reached: Mutex<Option<WalkBookmark>>,
+    /// Stopped by the daemon's shutdown, not cancelled: the next start resumes it.
+    interrupted: AtomicBool,
+    /// When it first started (wall clock), kept across resumptions.
+    started_ns: u64,
+    book: Arc<Mutex<ProgressBook>>,
 }
 
 struct Pace {
@@ -72,6 +94,19 @@ impl WalkControl for ScrubJob {
         drop(paused);
         self.pace(bytes);
         !self.cancelled()
+    }
+
+    fn resume_after(&self) -> Option<WalkBookmark> {
+        self.resume
+    }
+
+    fn block_skipped(&self, bytes: u64) {
+        self.done.fetch_add(bytes, Ordering::Relaxed);
+        self.job.add(bytes);
+    }
+
+    fn reached(&self, at: WalkBookmark) {
+        *self.reached.lock().expect("scrub bookmark") = Some(at);
     }
 }
 
@@ -124,10 +159,16 @@ impl ScrubJob {
         let seconds = ended.as_ref().map(|e| e.3).unwrap_or_else(|| self.started.elapsed().as_secs_f64());
         let rate = if seconds > 0.0 { done as f64 / seconds } else { 0.0 };
         let paused = *self.paused.lock().expect("scrub pause");
+        let resumed = self.resume.map(|b| {
+            format!(
+                "resumed after a restart of the daemon: the data records before object {} of tree {} were verified before it",
+                b.object, b.tree
+            )
+        });
         let (state, report, message) = match ended {
             Some((s, r, m, _)) => (s, r, m),
-            None if paused => ("paused".to_string(), None, None),
-            None => ("running".to_string(), None, None),
+            None if paused => ("paused".to_string(), None, resumed),
+            None => ("running".to_string(), None, resumed),
         };
         let running = state == "running";
         ScrubStatus {
@@ -170,12 +211,25 @@ impl Scrubs {
         if let Some(j) = job {
             Self::cancel_and_wait(&[j]);
         }
+        let mut book = self.book.lock().expect("scrub book");
+        if book.pools.remove(pool).is_some() {
+            book.unsaved = true;
+        }
     }
 
-    /// Cancel every scrub and wait (a little) for them to end: the daemon is stopping.
-    pub(crate) fn cancel_all(&self) {
+    /// Stop every scrub and wait (a little) for them to end, keeping their progress for
+    /// the next start: the daemon is stopping.
+    pub(crate) fn interrupt_all(&self) {
         let jobs: Vec<Arc<ScrubJob>> = self.jobs.lock().expect("scrubs").values().cloned().collect();
-        Self::cancel_and_wait(&jobs);
+        let running: Vec<Arc<ScrubJob>> =
+            jobs.into_iter().filter(|j| j.ended.lock().expect("scrub end").is_none()).collect();
+        for j in &running {
+            j.interrupted.store(true, Ordering::Relaxed);
+        }
+        Self::cancel_and_wait(&running);
+        for j in &running {
+            j.note_progress();
+        }
         self.jobs.lock().expect("scrubs").clear();
     }
 
@@ -217,63 +271,7 @@ impl Daemon {
                         "restart the daemon once the devices are healthy, then scrub",
                     ));
                 }
-                let spec = JobSpec { kind: "scrub", pool: name, target: None, caller, cancellable: true };
-                let job = Arc::new(ScrubJob {
-                    pool: pool.clone(),
-                    job: self.jobs.start(spec),
-                    limit: self.opts.scrub_bytes_per_second,
-                    started: Instant::now(),
-                    done: AtomicU64::new(0),
-                    total: AtomicU64::new(0),
-                    cancel: AtomicBool::new(false),
-                    paused: Mutex::new(false),
-                    wake: Condvar::new(),
-                    ended: Mutex::new(None),
-                    pace: Mutex::new(Pace {
-                        window_start: Instant::now(),
-                        window_bytes: 0,
-                        activity: (self.stats.pool_ops(name), pool.io_activity().2),
-                        busy: false,
-                    }),
-                    client_ops: self.stats.pool_ops_fn(name),
-                    paced_us: AtomicU64::new(0),
-                });
-                self.scrubs.jobs.lock().expect("scrubs").insert(name.to_string(), job.clone());
-                let pool_name = name.to_string();
-                let (events, jobs) = (self.events.clone(), self.jobs.clone());
-                std::thread::Builder::new()
-                    .name(format!("scrub {name}"))
-                    .spawn(move || {
-                        run(&pool_name, &job);
-                        let end = job.ended.lock().expect("scrub end").clone();
-                        if let Some((state, report, message, seconds)) = end {
-                            let status = job.status();
-                            jobs.end(
-                                &job.job,
-                                match state.as_str() {
-                                    "cancelled" => {
-                                        job.job.request_cancel();
-                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
-                                    }
-                                    "finished" => {
-                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
-                                    }
-                                    _ => Err(ApiError::conflict(
-                                        format!("scrub {state}: {}", message.clone().unwrap_or_default()),
-                                        "start it again (`strata pool scrub POOL`)",
-                                    )),
-                                },
-                            );
-                            let (severity, text) = match &report {
-                                Some(r) if !r.check.clean => ("error", format!("scrub {state} in {seconds:.1} s: damage no copy could repair: {}", r.check.errors.join("; "))),
-                                Some(r) => ("info", format!("scrub {state} in {seconds:.1} s: {} blocks verified, {} damaged copies found, {} bytes repaired", r.blocks_verified, r.checksum_errors, r.repaired_bytes)),
-                                None => ("warning", format!("scrub {state}: {}", message.unwrap_or_default())),
-                            };
-                            let kind = if report.is_some() { "scrub.finished" } else { "scrub.failed" };
-                            events.record(severity, kind, Some(&pool_name), None, text);
-                        }
-                    })
-                    .map_err(|e| ApiError::internal(format!("start the scrub thread: {e}")))?;
+                self.launch_scrub(name, pool, caller, None)?;
                 tracing::info!(pool = name, "scrub started");
             }
             "pause" | "resume" => {
@@ -293,6 +291,100 @@ impl Daemon {
             }
         }
         Ok(self.scrubs.status(name).expect("a scrub was recorded"))
+    }
+
+    /// Start pool `name`'s scrub (`resumed`: where one stopped before a restart).
+    pub(super) fn launch_scrub(
+        &self,
+        name: &str,
+        pool: Arc<Pool>,
+        caller: &str,
+        resumed: Option<ScrubProgress>,
+    ) -> Result<(), ApiError> {
+        let spec = JobSpec { kind: "scrub", pool: name, target: None, caller, cancellable: true };
+        let job = Arc::new(ScrubJob {
+            pool: pool.clone(),
+            pool_name: name.to_string(),
+            resume: resumed.and_then(|p| p.bookmark).map(|(tree, object, record)| WalkBookmark {
+                tree,
+                object,
+                record,
+            }),
+            reached: Mutex::new(None),
+            interrupted: AtomicBool::new(false),
+            started_ns: resumed.map_or_else(super::jobs::now_ns, |p| p.started_ns),
+            book: self.scrubs.book.clone(),
+            job: self.jobs.start(spec),
+            limit: self.opts.scrub_bytes_per_second,
+            started: Instant::now(),
+            done: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            cancel: AtomicBool::new(false),
+            paused: Mutex::new(resumed.is_some_and(|p| p.paused)),
+            wake: Condvar::new(),
+            ended: Mutex::new(None),
+            pace: Mutex::new(Pace {
+                window_start: Instant::now(),
+                window_bytes: 0,
+                activity: (self.stats.pool_ops(name), pool.io_activity().2),
+                busy: false,
+            }),
+            client_ops: self.stats.pool_ops_fn(name),
+            paced_us: AtomicU64::new(0),
+        });
+        self.scrubs.jobs.lock().expect("scrubs").insert(name.to_string(), job.clone());
+        let pool_name = name.to_string();
+        let (events, jobs) = (self.events.clone(), self.jobs.clone());
+        std::thread::Builder::new()
+                    .name(format!("scrub {name}"))
+                    .spawn(move || {
+                        run(&pool_name, &job);
+                        let end = job.ended.lock().expect("scrub end").clone();
+                        if !job.interrupted.load(Ordering::Relaxed) {
+                            job.drop_progress();
+                        }
+                        if let Some((state, report, message, seconds)) = end {
+                            let status = job.status();
+                            jobs.end(
+                                &job.job,
+                                match state.as_str() {
+                                    "cancelled" => {
+                                        job.job.request_cancel();
+                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
+                                    }
+                                    "finished" => {
+                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
+                                    }
+                                    "interrupted" => Err(ApiError::conflict(
+                                        format!("scrub interrupted at {:.1}% by the daemon's stop", status.percent),
+                                        "it resumes where it stopped when the daemon starts again",
+                                    )),
+                                    _ => Err(ApiError::conflict(
+                                        format!("scrub {state}: {}", message.clone().unwrap_or_default()),
+                                        "start it again (`strata pool scrub POOL`)",
+                                    )),
+                                },
+                            );
+                            let (severity, text) = match &report {
+                                _ if state == "interrupted" => ("info", format!("scrub interrupted by the daemon's stop after {seconds:.1} s: it resumes at the next start")),
+                                Some(r) if !r.check.clean => ("error", format!("scrub {state} in {seconds:.1} s: damage no copy could repair: {}", r.check.errors.join("; "))),
+                                Some(r) => ("info", format!("scrub {state} in {seconds:.1} s: {} blocks verified, {} damaged copies found, {} bytes repaired", r.blocks_verified, r.checksum_errors, r.repaired_bytes)),
+                                None => ("warning", format!("scrub {state}: {}", message.unwrap_or_default())),
+                            };
+                            let kind = match (&report, state.as_str()) {
+                                (_, "interrupted") => "scrub.interrupted",
+                                (Some(_), _) => "scrub.finished",
+                                (None, _) => "scrub.failed",
+                            };
+                            events.record(severity, kind, Some(&pool_name), None, text);
+                        }
+                    })
+                    .map_err(|e| ApiError::internal(format!("start the scrub thread: {e}")))?;
+        if resumed.is_none() {
+            // Recorded at once: a restart from here on resumes it.
+            resume::job_progress_now(self, name);
+        }
+        Ok(())
     }
 
     /// `GET /v1/pools/{pool}/scrub`.
@@ -325,6 +417,8 @@ fn run(name: &str, job: &ScrubJob) {
         Ok(o) => {
             let state = if !o.stopped {
                 "finished"
+            } else if job.interrupted.load(Ordering::Relaxed) {
+                "interrupted"
             } else if o.yielded_for_space {
                 "yielded"
             } else {
