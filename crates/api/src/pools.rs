@@ -294,8 +294,17 @@ pub struct ImportScanQuery {
 pub struct ImportCandidate {
     pub name: String,
     pub guid: String,
+    /// Its device; for a device set (mirror, parity2), its first member found.
     #[schema(value_type = String)]
     pub device: PathBuf,
+    /// A device set's members found (by member index); empty for a pool on one device. A
+    /// set with members missing imports DEGRADED, as long as its layout tolerates it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<String>)]
+    pub members: Vec<PathBuf>,
+    /// A device set's member count (its labels'), 0 for a pool on one device.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub set_members: u32,
     /// Its separate log device, by guid (hex), if it has one.
     pub log_device_guid: Option<String>,
     pub txg: u64,
@@ -421,4 +430,8 @@ pub struct ScrubStatus {
     /// Its job (`GET /v1/jobs/{id}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<u64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

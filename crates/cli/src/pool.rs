@@ -352,7 +352,19 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                             println!("no pools found");
                         }
                         for p in found {
-                            println!("pool {} (guid {}) on {}", p.name, p.guid, p.device.display());
+                            if p.members.is_empty() {
+                                println!("pool {} (guid {}) on {}", p.name, p.guid, p.device.display());
+                            } else {
+                                let names: Vec<String> = p.members.iter().map(|m| m.display().to_string()).collect();
+                                println!(
+                                    "pool {} (guid {}) on a set of {} devices, {} found: {}",
+                                    p.name,
+                                    p.guid,
+                                    p.set_members,
+                                    p.members.len(),
+                                    names.join(", ")
+                                );
+                            }
                             println!(
                                 "  txg {}, {} by host {}{}",
                                 p.txg,

@@ -8,12 +8,13 @@
 //!   or guid; refuse one whose newest root says another host has it open, unless forced.
 
 use super::state::PoolRecord;
-use super::{open_device, pool_options, ApiError, Daemon, PoolEntry};
+use super::{devset, open_device, pool_options, ApiError, Daemon, PoolEntry};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strata_api::{Done, ErrorKind, ImportCandidate, ImportPoolRequest, PoolInfo};
-use strata_engine::{read_pool_identity, HostState, Pool};
+use strata_engine::{read_member_identity, read_pool_identity, HostState, MemberIdentity, Pool};
 
 /// How long export and destroy wait for requests still using the pool to finish.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -145,12 +146,6 @@ impl Daemon {
                 "unmount and unexport them, or give --force to do it as part of the export",
             ));
         }
-        if self.pool(name)?.status().devices.is_some() {
-            return Err(ApiError::conflict(
-                format!("pool {name} is a mirror: export and import of mirrors are not built yet"),
-                "keep it in this daemon; to move it, copy its volumes (clone, or `strata mirror` once built)",
-            ));
-        }
         self.release_pool_users(name)?;
         let (pool, devices, _) = self.take_pool(name)?;
         let device = devices.first().cloned().unwrap_or_default();
@@ -246,41 +241,95 @@ impl Daemon {
             .map(|(n, e)| (n.clone(), format!("{:016x}", e.pool.status().pool_guid)))
             .collect();
         let mut out = Vec::new();
+        // Members of device sets, by (pool, set), with their member labels.
+        let mut sets: BTreeMap<(u64, u64), Vec<(MemberIdentity, PathBuf)>> = BTreeMap::new();
         for path in paths {
-            let ident =
-                open_device(&path, None).and_then(|dev| read_pool_identity(dev.as_ref()).map_err(ApiError::from));
-            let id = match ident {
-                Ok(id) => id,
+            let dev = match open_device(&path, None) {
+                Ok(d) => d,
                 Err(e) if device.is_some() => return Err(e),
-                Err(_) => continue, // not a pool: a directory holds other files too
+                Err(_) => continue, // not a device we can open: a directory holds other files too
             };
-            let guid = format!("{:016x}", id.pool_guid);
-            let imported_as = served.iter().find(|(_, g)| *g == guid).map(|(n, _)| n.clone());
-            let this_host = id.host_id == self.host_id;
-            let refusal = if let Some(n) = &imported_as {
-                Some(format!("already imported here as {n}"))
-            } else if id.state == HostState::Active && id.host_id != 0 && !this_host {
-                Some(format!(
-                    "host {:016x} has it open (or stopped without exporting it): import it only if that host no longer uses it (--force)",
-                    id.host_id
-                ))
-            } else {
-                None
+            let id = match read_pool_identity(dev.as_ref()) {
+                Ok(id) => id,
+                Err(e) => match read_member_identity(dev.as_ref()) {
+                    Ok(m) if device.is_some() => {
+                        return Err(ApiError::bad_request(
+                            format!(
+                                "{} is member {} of a device set of {} (pool {:016x}): its pool is on all of them",
+                                path.display(),
+                                m.member_index,
+                                m.members,
+                                m.pool_guid
+                            ),
+                            "look with --dir DIR, a directory holding the set's members (links will do)",
+                        ))
+                    }
+                    Ok(m) => {
+                        sets.entry((m.pool_guid, m.set_guid)).or_default().push((m, path));
+                        continue;
+                    }
+                    Err(_) if device.is_some() => return Err(e.into()),
+                    Err(_) => continue, // not a pool
+                },
             };
-            out.push(ImportCandidate {
-                name: id.name,
-                guid,
-                device: path,
-                log_device_guid: (id.log_device_guid != 0).then(|| format!("{:016x}", id.log_device_guid)),
-                txg: id.txg,
-                pool_state: state_name(id.state).into(),
-                host_id: format!("{:016x}", id.host_id),
-                this_host,
-                imported: imported_as.is_some(),
-                refusal,
-            });
+            out.push(self.candidate(id, path, Vec::new(), 0, &served));
+        }
+        for (_, mut members) in sets {
+            // The newest label names the set's members: a device replaced since (an older
+            // label, its guid no longer listed) is left out.
+            let newest = members.iter().map(|(m, _)| m).max_by_key(|m| m.generation).cloned().expect("a member");
+            members.retain(|(m, _)| newest.member_guids.contains(&m.member_guid));
+            members.sort_by_key(|(m, _)| m.member_index);
+            let set_size = newest.members;
+            let paths: Vec<PathBuf> = members.into_iter().map(|(_, p)| p).collect();
+            // Read-only: a scan changes no label.
+            let id = devset::open_recorded_devices(&paths[0], &paths, true)
+                .map_err(|e| e.to_string())
+                .and_then(|(dev, _)| read_pool_identity(dev.as_ref()).map_err(|e| e.to_string()));
+            match id {
+                Ok(id) => out.push(self.candidate(id, paths[0].clone(), paths, set_size, &served)),
+                Err(e) => tracing::warn!(devices = ?paths, "members of a device set, but no pool opens on them: {e}"),
+            }
         }
         Ok(out)
+    }
+
+    /// The scan's entry for pool `id` found on `device` (a set's: its `members`).
+    fn candidate(
+        &self,
+        id: strata_engine::PoolIdentity,
+        device: PathBuf,
+        members: Vec<PathBuf>,
+        set_members: u32,
+        served: &[(String, String)],
+    ) -> ImportCandidate {
+        let guid = format!("{:016x}", id.pool_guid);
+        let imported_as = served.iter().find(|(_, g)| *g == guid).map(|(n, _)| n.clone());
+        let this_host = id.host_id == self.host_id;
+        let refusal = if let Some(n) = &imported_as {
+            Some(format!("already imported here as {n}"))
+        } else if id.state == HostState::Active && id.host_id != 0 && !this_host {
+            Some(format!(
+                "host {:016x} has it open (or stopped without exporting it): import it only if that host no longer uses it (--force)",
+                id.host_id
+            ))
+        } else {
+            None
+        };
+        ImportCandidate {
+            name: id.name,
+            guid,
+            device,
+            members,
+            set_members,
+            log_device_guid: (id.log_device_guid != 0).then(|| format!("{:016x}", id.log_device_guid)),
+            txg: id.txg,
+            pool_state: state_name(id.state).into(),
+            host_id: format!("{:016x}", id.host_id),
+            this_host,
+            imported: imported_as.is_some(),
+            refusal,
+        }
     }
 
     pub(crate) fn import_pool(&self, req: &ImportPoolRequest) -> Result<PoolInfo, ApiError> {
@@ -346,13 +395,26 @@ impl Daemon {
                 "give that device with --log-device",
             ));
         }
-        let dev = open_device(&c.device, None)?;
+        let dev = if c.members.is_empty() {
+            open_device(&c.device, None)?
+        } else {
+            let (dev, notes) = devset::open_recorded_devices(&c.device, &c.members, false).map_err(|e| {
+                ApiError::conflict(
+                    format!("pool {} ({}): its device set does not open: {e}", c.name, c.guid),
+                    "bring back its missing members (see `strata pool import --dir DIR`)",
+                )
+            })?;
+            for n in notes {
+                tracing::warn!(pool = %name, "{n}");
+            }
+            dev
+        };
         let log = req.log_device.as_deref().map(|l| open_device(l, None)).transpose()?;
         let pool = Pool::open_with_log(dev, log, pool_options())?;
         let record = PoolRecord {
             name: name.clone(),
             device: c.device.clone(),
-            members: Vec::new(),
+            members: c.members.clone(),
             log_device: req.log_device.clone(),
             spares: Vec::new(),
             scrub_schedule: None,
@@ -364,7 +426,7 @@ impl Daemon {
             PoolEntry {
                 pool: Arc::new(pool),
                 device: record.device,
-                members: Vec::new(),
+                members: record.members,
                 log_device: record.log_device,
                 spares: Vec::new(),
                 scrub_schedule: None,

@@ -12,7 +12,7 @@ mod status;
 
 pub use aligned::AlignedBuf;
 pub use file::{FileDevice, FileDeviceOptions};
-pub use mirror::{MirrorDevice, RebuildStatus, Rows, PARITY2_MEMBERS};
+pub use mirror::{read_member_identity, MemberIdentity, MirrorDevice, RebuildStatus, Rows, PARITY2_MEMBERS};
 pub use probe::{
     probe_foreign_data, probe_reader, probe_window, ForeignData, Signature, StrataLabel, PROBE_WINDOW_BYTES,
 };

@@ -191,6 +191,36 @@ impl Causes {
     }
 }
 
+/// What a device set's member says of itself (its member label): which pool and set it
+/// belongs to, its place, and the set's configuration generation. For a scan of devices
+/// (`strata pool import --dir`): members of one set share `set_guid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberIdentity {
+    pub pool_guid: u64,
+    pub set_guid: u64,
+    pub member_guid: u64,
+    pub member_index: u32,
+    pub members: u32,
+    pub generation: u64,
+    /// The members of the set as this label knows them (by guid; a replaced device is not
+    /// among those of a newer generation).
+    pub member_guids: Vec<u64>,
+}
+
+/// `dev`'s member label, if it is a member of a device set (an error otherwise).
+pub fn read_member_identity(dev: &dyn BlockDevice) -> Result<MemberIdentity> {
+    let l = read_member_label(dev)?;
+    Ok(MemberIdentity {
+        pool_guid: l.pool_guid,
+        set_guid: l.set_guid,
+        member_guid: l.member_guid,
+        member_index: l.member_index,
+        members: l.members.len() as u32,
+        generation: l.generation,
+        member_guids: l.members.iter().map(|m| m.guid).collect(),
+    })
+}
+
 /// Read both copies of a device's member label; the valid one with the higher generation.
 fn read_member_label(dev: &dyn BlockDevice) -> Result<MemberLabelPhys> {
     let mut best: Option<MemberLabelPhys> = None;
