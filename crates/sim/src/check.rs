@@ -164,7 +164,8 @@ pub fn verify_set_images(rig: &Rig, exp: &Expect, seed: u64, rng: &mut SimRng) -
                 .iter()
                 .map(|m| format!("{}: {:?} {}", m.index, m.state, m.note.as_deref().unwrap_or("")))
                 .collect();
-            states.join("; ")
+            let st = pool.status();
+            format!("{}; opened at txg {}, {:?}", states.join("; "), st.txg, st.open_notes)
         };
         let report = pool.check(CheckOptions::default()).expect("the checker runs");
         assert!(report.is_clean(), "seed {seed}: checker on {what} (members {}): {:#?}", members(), report.errors);
