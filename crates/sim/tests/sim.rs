@@ -17,8 +17,10 @@ const SHORT_BASE: u64 = 0x51A_0000;
 /// it only while the engine's scheduling points stay as they were; kept as a check all the
 /// same): 117679260893890 — a sync woken inside a quiescing commit logged the next txg's
 /// groups under the old base (pool/quiesce.rs `wait_log_done`); 117679239331892 — a device
-/// fault injected during the setup (the harness's, `SimDevice::arm`).
-const REGRESSION_SEEDS: [u64; 2] = [117679260893890, 117679239331892];
+/// fault injected during the setup (the harness's, `SimDevice::arm`); 200001139 — a mirror's
+/// members tore the intent log's first block differently and the replay took an older
+/// block from one under the header of the other (pool/replay.rs).
+const REGRESSION_SEEDS: [u64; 3] = [117679260893890, 117679239331892, 200001139];
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))

@@ -477,3 +477,45 @@ fn a_member_whose_label_cannot_be_read_at_open_is_left_out() {
     assert_eq!(pool.status().devices.unwrap().health, SetHealth::Degraded);
     assert_eq!(pool.read(vol, objs[1], 0, 100).unwrap(), expected(1, 0, 100));
 }
+
+/// After a crash each member tears its unflushed writes its own way: at the log's start one
+/// member may hold a new block's header unit (base B+1) over the rest of an older block,
+/// the other the older block whole (base B, a valid block of its own). The replay takes
+/// the header from one member and the block from another: the old block must not pass
+/// for the new one — its records (a write that a commit has since overwritten) would be
+/// replayed over the newer state. Found by the simulator (soak seed 200001139); fails
+/// without the whole block's verification (pool/replay.rs) in one of the two arrangements.
+#[test]
+fn an_older_log_block_on_one_member_is_not_replayed_under_a_newer_header() {
+    for torn in [0usize, 1] {
+        let m = SimMirror::create(2, 32 << 20, 4096, SEED);
+        let pool = Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap();
+        let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+        let o = pool.create_object(vol, b"o").unwrap();
+        pool.commit().unwrap();
+        let (log_off, _, _) = strata_engine::format::fixed_regions(m.dev.size_bytes());
+        let at = member_offset(log_off) as usize;
+        // Block X (base B): a write of 'A's, synced.
+        pool.write(vol, o, 0, &[b'A'; 5000]).unwrap();
+        pool.sync_log().unwrap();
+        let old: Vec<u8> = m.disks[0].current_image()[at..at + 16384].to_vec();
+        // Overwritten with 'B's and committed (base B+1); then block Y, larger than X (so
+        // that X fits whole in what Y's header says to read), at the same place.
+        pool.write(vol, o, 0, &[b'B'; 5000]).unwrap();
+        pool.commit().unwrap();
+        pool.write(vol, o, 20000, &[b'C'; 10000]).unwrap();
+        pool.sync_log().unwrap();
+        // The crash: the images as they are now (what the pool does at drop is not in them).
+        let mut images: Vec<Vec<u8>> = m.disks.iter().map(|d| d.current_image()).collect();
+        drop(pool);
+        assert_ne!(images[0][at..at + 4096], old[..4096], "block Y was written over X");
+        // Member `torn`: Y's header unit over the rest of X; the other: X whole.
+        images[torn][at + 4096..at + 16384].copy_from_slice(&old[4096..]);
+        images[1 - torn][at..at + 16384].copy_from_slice(&old);
+        let disks = images.into_iter().map(|i| Some(Arc::new(SimDisk::from_image(i, 4096)))).collect();
+        let (_m, pool, _) = reopen(disks);
+        let got = pool.read(vol, o, 0, 5000).unwrap();
+        assert!(got.iter().all(|b| *b == b'B'), "arrangement {torn}: the older block's write was replayed");
+        assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+    }
+}

@@ -35,8 +35,13 @@ impl IntentLog {
                     guid == pool_guid && base == root_txg && s == seq && units != 0
                 })
             };
-            dev.read_verified(&mut first, log_offset + at, 0..UNIT_SIZE as usize, &header_ok)
-                .map_err(|e| Error::io("read intent log", e))?;
+            // No copy that continues the log: it ends here (a set returns some copy then).
+            if !dev
+                .read_verified(&mut first, log_offset + at, 0..UNIT_SIZE as usize, &header_ok)
+                .map_err(|e| Error::io("read intent log", e))?
+            {
+                break;
+            }
             let Some((guid, base, s, _len, units)) = LogBlockPhys::header(&first) else { break };
             let size = units as u64 * UNIT_SIZE;
             if guid != pool_guid || base != root_txg || s != seq || units == 0 || at + size > log_bytes {
@@ -44,8 +49,17 @@ impl IntentLog {
             }
             let mut buf = vec![0u8; size as usize];
             let block_ok = |b: &[u8]| header_ok(b) && LogBlockPhys::decode(b).is_some();
-            dev.read_verified(&mut buf, log_offset + at, 0..size as usize, &block_ok)
-                .map_err(|e| Error::io("read intent log", e))?;
+            // The whole block is verified again, header included: a device set may take it
+            // from another member than the header, and a member's copy that is a whole,
+            // valid block of an older base (the new one's write never reached it) must not
+            // pass for the continuation — seed 200001139 of the simulator replayed an old
+            // truncate that way, under a header read from the other member.
+            if !dev
+                .read_verified(&mut buf, log_offset + at, 0..size as usize, &block_ok)
+                .map_err(|e| Error::io("read intent log", e))?
+            {
+                break;
+            }
             let Some(block) = LogBlockPhys::decode(&buf) else { break };
             debug_assert!(block.payload.len() + LOG_HEADER <= buf.len());
             let records = LogRecord::decode_all(&block.payload)?;
