@@ -333,57 +333,20 @@ impl Daemon {
             paced_us: AtomicU64::new(0),
         });
         self.scrubs.jobs.lock().expect("scrubs").insert(name.to_string(), job.clone());
+        if resumed.is_none() {
+            // In the book at once (a restart from here on resumes it), and before its thread
+            // runs: one that ends at once drops it again, not the other way round.
+            job.note_progress();
+        }
         let pool_name = name.to_string();
         let (events, jobs) = (self.events.clone(), self.jobs.clone());
         std::thread::Builder::new()
-                    .name(format!("scrub {name}"))
-                    .spawn(move || {
-                        run(&pool_name, &job);
-                        let end = job.ended.lock().expect("scrub end").clone();
-                        if !job.interrupted.load(Ordering::Relaxed) {
-                            job.drop_progress();
-                        }
-                        if let Some((state, report, message, seconds)) = end {
-                            let status = job.status();
-                            jobs.end(
-                                &job.job,
-                                match state.as_str() {
-                                    "cancelled" => {
-                                        job.job.request_cancel();
-                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
-                                    }
-                                    "finished" => {
-                                        Ok(serde_json::to_value(&status).expect("statuses serialise"))
-                                    }
-                                    "interrupted" => Err(ApiError::conflict(
-                                        format!("scrub interrupted at {:.1}% by the daemon's stop", status.percent),
-                                        "it resumes where it stopped when the daemon starts again",
-                                    )),
-                                    _ => Err(ApiError::conflict(
-                                        format!("scrub {state}: {}", message.clone().unwrap_or_default()),
-                                        "start it again (`strata pool scrub POOL`)",
-                                    )),
-                                },
-                            );
-                            let (severity, text) = match &report {
-                                _ if state == "interrupted" => ("info", format!("scrub interrupted by the daemon's stop after {seconds:.1} s: it resumes at the next start")),
-                                Some(r) if !r.check.clean => ("error", format!("scrub {state} in {seconds:.1} s: damage no copy could repair: {}", r.check.errors.join("; "))),
-                                Some(r) => ("info", format!("scrub {state} in {seconds:.1} s: {} blocks verified, {} damaged copies found, {} bytes repaired", r.blocks_verified, r.checksum_errors, r.repaired_bytes)),
-                                None => ("warning", format!("scrub {state}: {}", message.unwrap_or_default())),
-                            };
-                            let kind = match (&report, state.as_str()) {
-                                (_, "interrupted") => "scrub.interrupted",
-                                (Some(_), _) => "scrub.finished",
-                                (None, _) => "scrub.failed",
-                            };
-                            events.record(severity, kind, Some(&pool_name), None, text);
-                        }
-                    })
-                    .map_err(|e| ApiError::internal(format!("start the scrub thread: {e}")))?;
-        if resumed.is_none() {
-            // Recorded at once: a restart from here on resumes it.
-            resume::job_progress_now(self, name);
-        }
+            .name(format!("scrub {name}"))
+            .spawn(move || {
+                run(&pool_name, &job);
+                end_scrub(&pool_name, &job, &events, &jobs);
+            })
+            .map_err(|e| ApiError::internal(format!("start the scrub thread: {e}")))?;
         Ok(())
     }
 
@@ -407,6 +370,60 @@ impl Daemon {
 }
 
 /// The scrub thread: run the engine's scrub under this job's control, then record the end.
+/// After `run`: drop the scrub's progress unless a shutdown interrupted it, end its job,
+/// and record the event.
+fn end_scrub(pool_name: &str, job: &Arc<ScrubJob>, events: &super::events::EventLog, jobs: &super::jobs::Jobs) {
+    let end = job.ended.lock().expect("scrub end").clone();
+    if !job.interrupted.load(Ordering::Relaxed) {
+        job.drop_progress();
+    }
+    if let Some((state, report, message, seconds)) = end {
+        let status = job.status();
+        jobs.end(
+            &job.job,
+            match state.as_str() {
+                "cancelled" => {
+                    job.job.request_cancel();
+                    Ok(serde_json::to_value(&status).expect("statuses serialise"))
+                }
+                "finished" => Ok(serde_json::to_value(&status).expect("statuses serialise")),
+                "interrupted" => Err(ApiError::conflict(
+                    format!("scrub interrupted at {:.1}% by the daemon's stop", status.percent),
+                    "it resumes where it stopped when the daemon starts again",
+                )),
+                _ => Err(ApiError::conflict(
+                    format!("scrub {state}: {}", message.clone().unwrap_or_default()),
+                    "start it again (`strata pool scrub POOL`)",
+                )),
+            },
+        );
+        let (severity, text) = match &report {
+            _ if state == "interrupted" => (
+                "info",
+                format!("scrub interrupted by the daemon's stop after {seconds:.1} s: it resumes at the next start"),
+            ),
+            Some(r) if !r.check.clean => (
+                "error",
+                format!("scrub {state} in {seconds:.1} s: damage no copy could repair: {}", r.check.errors.join("; ")),
+            ),
+            Some(r) => (
+                "info",
+                format!(
+                    "scrub {state} in {seconds:.1} s: {} blocks verified, {} damaged copies found, {} bytes repaired",
+                    r.blocks_verified, r.checksum_errors, r.repaired_bytes
+                ),
+            ),
+            None => ("warning", format!("scrub {state}: {}", message.unwrap_or_default())),
+        };
+        let kind = match (&report, state.as_str()) {
+            (_, "interrupted") => "scrub.interrupted",
+            (Some(_), _) => "scrub.finished",
+            (None, _) => "scrub.failed",
+        };
+        events.record(severity, kind, Some(pool_name), None, text);
+    }
+}
+
 fn run(name: &str, job: &ScrubJob) {
     let before = sums(&job.pool.status());
     let out = job.pool.scrub(job);

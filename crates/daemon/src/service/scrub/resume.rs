@@ -112,10 +112,3 @@ impl Daemon {
         }
     }
 }
-
-/// Record pool `name`'s new scrub in the book at once.
-pub(super) fn job_progress_now(d: &Daemon, name: &str) {
-    if let Some(j) = d.scrubs.jobs.lock().expect("scrubs").get(name) {
-        j.note_progress();
-    }
-}
