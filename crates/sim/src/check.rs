@@ -78,19 +78,23 @@ pub fn verify_images(disk: &SimDisk, exp: &Expect, seed: u64, rng: &mut SimRng, 
             Err(e) => panic!("seed {seed}: reading the {mode:?} image failed: {e}"),
         }
         if i == 0 {
-            // Life goes on after recovery.
-            let v = pool.volume_id(&exp.w_name).expect("verified above");
-            let obj = pool.create_object(v, b"after").expect("a write after recovery");
-            pool.write(v, obj, 0, &rng.bytes(20_000)).expect("a write after recovery");
-            pool.commit().expect("a commit after recovery");
-            let report = pool.check(CheckOptions::default()).expect("the checker runs");
-            assert!(report.is_clean(), "seed {seed}: checker after recovery and a commit: {:#?}", report.errors);
+            life_goes_on(&pool, exp, rng, seed);
         }
     }
     if rot {
         verify_rotted(disk, exp, seed, rng);
     }
     modes.len() + usize::from(rot)
+}
+
+/// After recovery the pool takes a write and a commit, and the checker stays clean.
+fn life_goes_on(pool: &Pool, exp: &Expect, rng: &mut SimRng, seed: u64) {
+    let v = pool.volume_id(&exp.w_name).expect("verified above");
+    let obj = pool.create_object(v, b"after").expect("a write after recovery");
+    pool.write(v, obj, 0, &rng.bytes(20_000)).expect("a write after recovery");
+    pool.commit().expect("a commit after recovery");
+    let report = pool.check(CheckOptions::default()).expect("the checker runs");
+    assert!(report.is_clean(), "seed {seed}: checker after recovery and a commit: {:#?}", report.errors);
 }
 
 /// A bit flipped in a written sector of the data area of the flushed image, once it has
@@ -177,10 +181,7 @@ pub fn verify_set_images(rig: &Rig, exp: &Expect, seed: u64, rng: &mut SimRng) -
             Err(e) => panic!("seed {seed}: reading {what} failed: {e}"),
         }
         if i == 0 {
-            let v = pool.volume_id(&exp.w_name).expect("verified above");
-            let obj = pool.create_object(v, b"after").expect("a write after recovery");
-            pool.write(v, obj, 0, &rng.bytes(20_000)).expect("a write after recovery");
-            pool.commit().expect("a commit after recovery");
+            life_goes_on(&pool, exp, rng, seed);
         }
         let scrub = pool.check(CheckOptions { all_copies: true, ..Default::default() }).expect("the scrub runs");
         assert!(scrub.is_clean(), "seed {seed}: scrub of {what}: {:#?}", scrub.errors);
