@@ -119,6 +119,38 @@ impl VolumeState {
         Ok(obj)
     }
 
+    /// Create object `obj`, as a logged create names it: the replay of the intent log
+    /// (pool/replay.rs) and of a sync mirror's journal (repl/journal.rs), on a volume whose
+    /// id counter may have moved past it (a restore keeps the counter: restore.rs). The
+    /// counter moves past `obj`. Refused if the object exists: the log does not belong on
+    /// this volume's state.
+    pub fn create_object_at(&mut self, io: &BlockIo, obj: ObjectId, attr: &[u8]) -> Result<()> {
+        if attr.len() > ATTR_MAX {
+            return Err(Error::invalid(format!("attribute of {} bytes (limit {ATTR_MAX})", attr.len())));
+        }
+        let next = obj.0.checked_add(1).ok_or_else(|| Error::invalid(format!("object id {}", obj.0)))?;
+        if self.exists(io, obj)? || self.dirty.has_records(obj) {
+            return Err(Corruption::new(
+                "volume",
+                None,
+                format!("volume {}: a logged create of object {} finds it in use", self.record.name, obj.0),
+            )
+            .into());
+        }
+        let dnode = DnodePhys {
+            size: 0,
+            record_size: self.record.phys.record_size,
+            levels: 0,
+            root: BlockPtr::HOLE,
+            data_sectors: 0,
+            attr: attr.to_vec(),
+        };
+        self.objset.objects.insert(obj, ObjState { dnode, dirty: true });
+        self.record.phys.next_object_id = self.record.phys.next_object_id.max(next);
+        self.dirty.changed = true;
+        Ok(())
+    }
+
     /// Make object `obj` exist with `record_size`, `attr` and `size`, as a received stream
     /// describes it (repl/receive.rs): created at that id if absent (the id counter moves
     /// past it), recreated empty if its record size differs, else its attribute replaced

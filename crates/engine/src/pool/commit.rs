@@ -94,6 +94,8 @@ impl PoolInner {
     /// recorded after `frozen_lsn`.
     pub(crate) fn freeze(&mut self) {
         assert!(self.txg.frozen_lsn.is_none(), "one commit at a time");
+        // A guard that commits inside: its operations so far are in this txg.
+        self.tap_end_frame();
         self.txg.frozen_lsn = Some(self.ilog.appended);
         for v in self.catalog.volumes.values_mut().filter(|v| v.dirty.changed) {
             v.freeze();

@@ -42,6 +42,7 @@ impl Drop for PoolGuard<'_> {
     fn drop(&mut self) {
         // The operations of this PoolGuard form one group of the intent log.
         self.p.ilog.end_group();
+        self.p.tap_end_frame();
     }
 }
 
@@ -52,6 +53,7 @@ impl<'a> PoolGuard<'a> {
 
     fn log(&mut self, r: LogRecord) {
         self.p.ilog.record(&r);
+        self.p.tap_record(&r);
     }
 
     pub(crate) fn inner(&mut self) -> &mut PoolInner {
@@ -151,6 +153,16 @@ impl<'a> PoolGuard<'a> {
         Ok(obj)
     }
 
+    /// Create object `obj` (a sync mirror's journal replayed: repl/journal.rs); refused if
+    /// it exists.
+    pub fn create_object_at(&mut self, vol: VolumeId, obj: ObjectId, attr: &[u8]) -> Result<()> {
+        self.settled()?;
+        let (v, io, _) = self.vol_mut(vol, true)?;
+        v.create_object_at(io, obj, attr)?;
+        self.log(LogRecord::CreateObject { vol: vol.0, obj: obj.0, attr: attr.to_vec() });
+        Ok(())
+    }
+
     pub fn delete_object(&mut self, vol: VolumeId, obj: ObjectId) -> Result<()> {
         self.settled()?;
         let (v, io, _) = self.vol_mut(vol, true)?;
@@ -197,6 +209,7 @@ impl<'a> PoolGuard<'a> {
         let (v, io, alloc) = self.vol_mut(vol, true)?;
         v.write(io, alloc, obj, offset, data)?;
         self.p.ilog.record_write(vol.0, obj.0, offset, data.len());
+        self.p.tap_write(vol.0, obj.0, offset, data);
         Ok(())
     }
 

@@ -22,10 +22,24 @@ impl Pool {
         self.sync_target(SyncTarget::Object { vol: vol.0, obj: obj.0 })
     }
 
+    /// The local sync, then the wait for a synchronous mirror that holds the target's
+    /// operations (sync_tap.rs): only frames pushed before the sync began are waited for.
+    fn sync_target(&self, target: SyncTarget) -> Result<()> {
+        let tap = {
+            let p = self.lock();
+            p.tap_wait_point(match target {
+                SyncTarget::All => None,
+                SyncTarget::Object { vol, .. } => Some(vol),
+            })
+        };
+        self.sync_local(target)?;
+        self.wait_for_tap(tap)
+    }
+
     /// Waits for a block in flight, then writes what the sync needs (and what syncers of
     /// the same target recorded meanwhile: group commit) as one block and flushes, outside
     /// the lock.
-    fn sync_target(&self, target: SyncTarget) -> Result<()> {
+    fn sync_local(&self, target: SyncTarget) -> Result<()> {
         let mut p = self.lock();
         p.writable()?;
         p.ilog.end_group();

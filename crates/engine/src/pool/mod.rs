@@ -50,6 +50,7 @@ pub mod restore;
 pub mod snapshot;
 pub mod space;
 pub mod status;
+pub mod sync_tap;
 pub mod transfer;
 
 use crate::alloc::Allocator;
@@ -244,6 +245,8 @@ pub struct PoolInner {
     pub(crate) host_id: u64,
     /// Reads planned under the lock and reading outside it (read_pin.rs).
     pub(crate) read_pins: Arc<read_pin::ReadPins>,
+    /// The sync tap of a synchronous mirror, if one is installed (sync_tap.rs).
+    pub(crate) tap: Option<sync_tap::TapState>,
 }
 
 /// Whether the pool may change, and what opening it met.

@@ -149,18 +149,7 @@ fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord, refs: &crate::pool::log_
         LogRecord::Truncate { obj, size, .. } => v.truncate(io, alloc, ObjectId(*obj), *size),
         LogRecord::Punch { obj, offset, len, .. } => v.punch_hole(io, alloc, ObjectId(*obj), *offset, *len),
         LogRecord::SetAttr { obj, attr, .. } => v.set_attr(io, ObjectId(*obj), attr),
-        LogRecord::CreateObject { obj, attr, .. } => {
-            let got = v.create_object(attr)?;
-            if got.0 != *obj {
-                return Err(Corruption::new(
-                    "intent log",
-                    None,
-                    format!("replayed create made object {} where the log recorded {obj}", got.0),
-                )
-                .into());
-            }
-            Ok(())
-        }
+        LogRecord::CreateObject { obj, attr, .. } => v.create_object_at(io, ObjectId(*obj), attr),
         LogRecord::DeleteObject { obj, .. } => v.delete_object(io, ObjectId(*obj)),
         LogRecord::KvPut { key, value, .. } => v.kv_put(io, key, value).map(|_| ()),
         LogRecord::KvDelete { key, .. } => v.kv_delete(io, key).map(|_| ()),

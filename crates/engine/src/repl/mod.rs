@@ -12,6 +12,7 @@
 //! operations (pool/transfer.rs).
 
 mod diff;
+pub mod journal;
 pub mod receive;
 pub mod send;
 pub mod stream;
