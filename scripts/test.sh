@@ -99,6 +99,9 @@ scripts/e2e/replication-postgres.sh
 echo "== the same, mirrored to a second pool of the same daemon"
 REPL_TARGET=pool scripts/e2e/replication-postgres.sh
 
+echo "== PostgreSQL data + WAL in a synchronous mirror (--sync) under pgbench; kill -9, the source pool's image lost; break: every acknowledged commit on the target"
+scripts/e2e/sync-mirror-postgres.sh
+
 echo "== MariaDB mirrored to a second daemon every 2 s under sysbench; break, mariadbd recovers on the target = the source's snapshot"
 scripts/e2e/replication-mariadb.sh
 

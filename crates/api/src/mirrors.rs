@@ -26,6 +26,11 @@ pub struct CreateMirror {
     /// Send at most this many record bytes per second (none: as fast as the pools go).
     #[serde(default)]
     pub limit_bytes_per_second: Option<u64>,
+    /// Synchronous: `on` (an fsync of a source volume returns once the target's journal
+    /// holds it; if the target fails, the mirror falls back to asynchronous and catches up
+    /// by itself) or `strict` (the fsync fails instead). Targets in this daemon only.
+    #[serde(default)]
+    pub sync: Option<String>,
 }
 
 /// `POST /v1/mirrors/{pool}/{volume}`: `update` (transfer now), `break` (make the target
@@ -90,4 +95,26 @@ pub struct MirrorInfo {
     /// The daemon the mirror goes to, on its source (the mirror is then named PEER:POOL/VOL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dest_peer: Option<String>,
+    /// A synchronous mirror's link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<MirrorSync>,
+}
+
+/// The link of a synchronous mirror (`mirror create --sync`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MirrorSync {
+    /// `on` or `strict`.
+    pub mode: String,
+    /// `catching-up` (a transfer brings the target's journal back to complete; syncs do
+    /// not wait yet, strict ones fail), `in-sync` (every sync waits for the target),
+    /// `degraded` (the target failed; the mirror is being armed again), or `off` (broken
+    /// or paused).
+    pub state: String,
+    /// Why it is degraded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Frames (groups of operations) and their bytes journaled on the target since the
+    /// link was armed.
+    pub frames: u64,
+    pub bytes: u64,
 }

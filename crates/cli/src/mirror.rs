@@ -27,6 +27,11 @@ pub enum MirrorCmd {
         /// Bandwidth limit in bytes per second of record data (e.g. 50M).
         #[arg(long)]
         limit: Option<String>,
+        /// Synchronous: every fsync of a source volume waits until the target pool's
+        /// journal holds it. `on` falls back to asynchronous if the target fails (and
+        /// catches up by itself); `strict` fails the fsync instead. Targets in this daemon.
+        #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = ["on", "strict"])]
+        sync: Option<String>,
         #[arg(long)]
         no_wait: bool,
     },
@@ -144,6 +149,16 @@ fn print_info(m: &MirrorInfo) {
             t.eta_seconds.map_or(String::new(), |e| format!(", {} to go", age(e)))
         );
     }
+    if let Some(s) = &m.sync {
+        println!(
+            "  sync:     {} ({}), {} frames ({}) journaled on the target{}",
+            s.state,
+            s.mode,
+            s.frames,
+            human(s.bytes),
+            s.message.as_deref().map_or(String::new(), |w| format!("; {w}"))
+        );
+    }
     if let Some(msg) = &m.message {
         println!("  error:    {msg}");
     }
@@ -179,7 +194,7 @@ fn wait(c: &Client, p: &str, mut m: MirrorInfo) -> Result<MirrorInfo, Failure> {
 
 pub fn run(c: &Client, out: &Out, cmd: MirrorCmd) -> Result<(), Failure> {
     match cmd {
-        MirrorCmd::Create { source, dest_pool, group, every, keep, limit, no_wait } => {
+        MirrorCmd::Create { source, dest_pool, group, every, keep, limit, sync, no_wait } => {
             let limit = limit
                 .as_deref()
                 .map(|l| crate::units::parse_size(l).map_err(|e| Failure::usage(format!("--limit {l}: {e}"))))
@@ -191,6 +206,7 @@ pub fn run(c: &Client, out: &Out, cmd: MirrorCmd) -> Result<(), Failure> {
                 every_seconds: every.as_deref().map(parse_every).transpose()?,
                 keep,
                 limit_bytes_per_second: limit,
+                sync,
             };
             let mut m: MirrorInfo = c.send("POST", "/v1/mirrors", &req)?;
             if !no_wait {

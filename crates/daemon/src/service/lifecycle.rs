@@ -87,6 +87,9 @@ impl Daemon {
             self.remove_export(id)?;
         }
         self.policies.lock().expect("policies").retain(|k, _| !k.starts_with(&prefix));
+        // A synchronous mirror from or to the pool goes on without its link (asynchronous
+        // until the pool is back and the daemon restarts).
+        self.disarm_sync_for_pool(pool);
         Ok(())
     }
 

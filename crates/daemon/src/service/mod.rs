@@ -269,6 +269,15 @@ impl Daemon {
         exports::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
         blockexports::BlockService::start(&d, state.block_exports.clone())?;
         d.mirrors.load(state.mirrors.clone());
+        // Synchronous mirrors start catching up: what the source did while no link was
+        // armed reaches the target with a transfer (mirrors/sync.rs).
+        for m in d.mirrors.records() {
+            if m.sync.is_some() && m.state != "broken" && m.state != "paused" {
+                if let Err(e) = d.arm_sync(&m.name(), "restart") {
+                    tracing::warn!(mirror = %m.name(), "sync mirror not armed: {} ({})", e.message, e.hint);
+                }
+            }
+        }
         d.peers.load(state.peers.clone());
         for p in &state.pools {
             if let Some(progress) = p.scrub_progress {

@@ -175,6 +175,7 @@ pub(crate) fn restore(d: &Daemon, pool: &str, vols: &[String], snapshot: &str) -
         d.mount(&format!("{pool}/{vol}"), path, false)?;
     }
     r?;
+    d.sync_source_changed(pool, vols);
     tracing::info!(pool, volumes = ?vols, snapshot, "restored");
     vols.iter().map(|vol| d.volume(pool, vol)).collect()
 }
@@ -208,6 +209,8 @@ pub(crate) fn restore_file(
             }
         }
     }
+    // Blocks shared from the snapshot are not operations the sync tap sees.
+    d.sync_source_changed(pool, &[vol.to_string()]);
     tracing::info!(pool, volume = vol, snapshot, file, ms = t0.elapsed().as_secs_f64() * 1e3, stats = ?r.stats, "file restored");
     Ok(RestoredFile {
         volume: format!("{pool}/{vol}"),

@@ -20,6 +20,7 @@
 //! written on the target meanwhile as a snapshot (`resync-…`) instead of destroying it.
 
 mod remote;
+pub(crate) mod sync;
 mod transfer;
 
 use super::{ApiError, Daemon};
@@ -65,6 +66,13 @@ pub struct MirrorRecord {
     /// On the target of a mirror from another daemon: that daemon; the source pool is its.
     #[serde(default)]
     pub source_peer: Option<String>,
+    /// A synchronous mirror: `on` or `strict` (sync.rs).
+    #[serde(default)]
+    pub sync: Option<String>,
+    /// The source volumes' ids, in `volumes` order: what the journal's frames name (a
+    /// break replays them with the source pool gone).
+    #[serde(default)]
+    pub source_volume_ids: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +108,11 @@ impl MirrorRecord {
 pub(crate) struct Mirrors {
     pub(crate) records: Mutex<BTreeMap<String, MirrorRecord>>,
     pub(crate) jobs: Mutex<BTreeMap<String, Arc<TransferJob>>>,
+    /// Armed synchronous mirrors, by name (sync.rs).
+    pub(crate) links: Mutex<BTreeMap<String, Arc<sync::SyncLink>>>,
+    /// Held while a link is armed, and by a break from its disarm to the state change (so
+    /// that the mirror loop cannot arm a mirror being broken).
+    pub(crate) arming: Mutex<()>,
 }
 
 impl Mirrors {
@@ -173,7 +186,31 @@ impl Daemon {
                 "keep 1 to 1000 transferred snapshots; a schedule of at least 1 s; a limit above 0",
             ));
         }
+        if let Some(mode) = &req.sync {
+            if mode != "on" && mode != "strict" {
+                return Err(ApiError::bad_request(format!("sync mode {mode:?}"), "use --sync on, or --sync strict"));
+            }
+            if remote::split_remote(&req.dest_pool).is_some() {
+                return Err(ApiError::bad_request(
+                    format!("a synchronous mirror to {} (another daemon)", req.dest_pool),
+                    "synchronous mirrors go to a pool of this daemon for now; mirror to the other daemon asynchronously (--every)",
+                ));
+            }
+        }
         let _g = self.admin.lock().expect("admin");
+        if req.sync.is_some() {
+            if let Some(other) = self
+                .mirrors
+                .records()
+                .iter()
+                .find(|r| r.sync.is_some() && r.source_pool == src_pool && r.state != "broken")
+            {
+                return Err(ApiError::conflict(
+                    format!("pool {src_pool} is already the source of synchronous mirror {}", other.name()),
+                    "add the volume to that mirror's group (delete it and create it with --group), or mirror this one asynchronously",
+                ));
+            }
+        }
         let src = self.pool(src_pool)?;
         for v in &volumes {
             src.volume_id(v)?;
@@ -237,12 +274,28 @@ impl Daemon {
             pending: None,
             dest_peer: None,
             source_peer: None,
+            sync: req.sync.clone(),
+            source_volume_ids: Vec::new(),
         };
+        let sync = rec.sync.is_some();
         self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
         self.save_state()?;
-        tracing::info!(mirror = %name, source = %req.source, "mirror created");
+        tracing::info!(mirror = %name, source = %req.source, sync = ?req.sync, "mirror created");
         drop(_g);
-        self.start_transfer(&name, caller)?;
+        if sync {
+            // The link goes in before the first snapshot: that transfer brings it in sync.
+            if let Err(e) = self.arm_sync(&name, caller) {
+                self.mirrors.records.lock().expect("mirrors").remove(&name);
+                self.drop_sync_journal(&req.dest_pool, first);
+                for c in &created {
+                    let _ = dst.delete_volume(c);
+                }
+                self.save_state()?;
+                return Err(e);
+            }
+        } else {
+            self.start_transfer(&name, caller)?;
+        }
         self.mirror_info(&name)
     }
 
@@ -288,6 +341,20 @@ impl Daemon {
             message: failed,
             source_peer: r.source_peer.clone(),
             dest_peer: r.dest_peer.clone(),
+            sync: r.sync.as_ref().map(|mode| {
+                let link = self.sync_link(name);
+                let phase = link.as_ref().map(|l| l.phase());
+                strata_api::MirrorSync {
+                    mode: mode.clone(),
+                    state: phase.as_ref().map_or("off", |p| p.label()).to_string(),
+                    message: match phase {
+                        Some(sync::Phase::Degraded(why)) => Some(why),
+                        _ => None,
+                    },
+                    frames: link.as_ref().map_or(0, |l| l.frames.load(std::sync::atomic::Ordering::Relaxed)),
+                    bytes: link.as_ref().map_or(0, |l| l.bytes.load(std::sync::atomic::Ordering::Relaxed)),
+                }
+            }),
         })
     }
 
@@ -341,6 +408,7 @@ impl Daemon {
                     return Err(ApiError::conflict(format!("mirror {name} is broken"), "resync it, or delete it"));
                 }
                 self.mirrors.update(name, |m| m.state = "paused".into());
+                self.disarm_sync(name);
                 if let Some(j) = running {
                     j.stop();
                     j.wait();
@@ -357,7 +425,9 @@ impl Daemon {
                 let state = if r.common.is_some() { "mirrored" } else { "uninitialized" };
                 self.mirrors.update(name, |m| m.state = state.into());
                 self.save_state()?;
-                if r.pending.is_some() {
+                if r.sync.is_some() {
+                    self.arm_sync(name, caller)?;
+                } else if r.pending.is_some() {
                     self.start_transfer(name, caller)?;
                 }
             }
@@ -380,18 +450,25 @@ impl Daemon {
                 let common = r.common.clone().expect("checked above");
                 let list: Vec<(&str, &str)> = r.volumes.iter().map(|v| (v.as_str(), common.as_str())).collect();
                 dst.restore_volumes(&list)?;
+                // A synchronous mirror's target then gets every acknowledged write since.
+                let arming = self.mirrors.arming.lock().expect("sync arming");
+                let replayed = self.sync_replay(name, &common)?;
                 self.mirrors.update(name, |m| {
                     m.state = "broken".into();
                     m.pending = None;
                 });
+                drop(arming);
                 self.save_state()?;
-                tracing::info!(mirror = name, snapshot = %common, "mirror broken: target volumes writable");
+                tracing::info!(mirror = name, snapshot = %common, replayed = ?replayed, "mirror broken: target volumes writable");
                 self.events.record(
                     "warning",
                     "mirror.break",
                     Some(&r.dest_pool),
                     Some(name),
-                    format!("broken: the target volumes are writable, at {common}"),
+                    match &replayed {
+                        Some(what) => format!("broken: the target volumes are writable, at {common}; {what}"),
+                        None => format!("broken: the target volumes are writable, at {common}"),
+                    },
                 );
             }
             "resync" | "reverse" => {
@@ -421,6 +498,11 @@ impl Daemon {
                 }
                 let pool = self.pool(&target_pool)?;
                 let common = r.common.clone().expect("a broken mirror has a common snapshot");
+                // A new journal comes with the next arm (on the new target, for a reverse).
+                if r.sync.is_some() {
+                    self.drop_sync_journal(&r.dest_pool, &r.volumes[0]);
+                    self.drop_sync_journal(&r.source_pool, &r.volumes[0]);
+                }
                 // Keep what was written on that side since the common snapshot, as a snapshot.
                 let saved = format!("{action}-{}", crate::utc_compact(now_ns() / 1_000_000_000));
                 let vols: Vec<&str> = r.volumes.iter().map(String::as_str).collect();
@@ -459,6 +541,9 @@ impl Daemon {
                     },
                 );
                 drop(_g);
+                if r.sync.is_some() {
+                    self.arm_sync(&new_name, caller)?;
+                }
                 return self.mirror_info(&new_name);
             }
             other => {
@@ -477,7 +562,11 @@ impl Daemon {
             return Err(ApiError::conflict(format!("mirror {name} is transferring"), "pause it first"));
         }
         let _g = self.admin.lock().expect("admin");
+        self.disarm_sync(name);
         let removed = self.mirrors.records.lock().expect("mirrors").remove(name);
+        if let Some(r) = removed.as_ref().filter(|r| r.sync.is_some()) {
+            self.drop_sync_journal(&r.dest_pool, &r.volumes[0]);
+        }
         self.mirrors.jobs.lock().expect("mirror jobs").remove(name);
         if let Some(r) = &removed {
             self.delete_remote_target(r);
@@ -498,7 +587,8 @@ impl Daemon {
                 r.state != "broken"
                     && r.dest_peer.is_none()
                     && r.dest_pool == pool
-                    && r.volumes.iter().any(|v| v == vol)
+                    && (r.volumes.iter().any(|v| v == vol)
+                        || r.sync.is_some() && vol == sync::journal_volume(&r.volumes[0]))
             })
             .map(|(n, _)| n.clone())
     }
@@ -555,6 +645,7 @@ impl Daemon {
         use std::sync::atomic::Ordering;
         while !self.stopping.load(Ordering::Relaxed) {
             std::thread::sleep(std::time::Duration::from_secs(1));
+            self.sync_watch();
             let now = now_ns();
             for r in self.mirrors.records() {
                 let name = r.name();

@@ -118,6 +118,8 @@ impl Daemon {
             pending: None,
             dest_peer: Some(peer.to_string()),
             source_peer: None,
+            sync: None,
+            source_volume_ids: Vec::new(),
         };
         self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
         self.save_state()?;
@@ -327,6 +329,8 @@ impl Daemon {
                     pending: None,
                     dest_peer: None,
                     source_peer: Some(peer.name.clone()),
+                    sync: None,
+                    source_volume_ids: Vec::new(),
                 };
                 self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
                 self.save_state()?;

@@ -247,6 +247,11 @@ impl Daemon {
                     snap = format!("{snap}-{}", now_ns() % 1_000_000);
                 }
                 let taken = src.create_snapshots(&vols, &snap)?;
+                // A synchronous mirror's journal learns the snapshot's txg first: a break
+                // after it lands replays only the frames it does not hold.
+                if let Some(t) = taken.first() {
+                    self.sync_note_snapshot(name, &snap, t.txg)?;
+                }
                 let p = PendingTransfer {
                     snapshot: snap,
                     base: rec.common.clone(),
@@ -315,6 +320,9 @@ impl Daemon {
             seconds = started.elapsed().as_secs_f64(),
             "mirror transfer done"
         );
+        if let Ok(s) = src.snapshot(&rec.volumes[0], &pending.snapshot) {
+            self.sync_transferred(name, s.txg)?;
+        }
         let rec = self.mirrors.get(name)?;
         let mut sides = vec![(&src, "source")];
         if let Some(d) = &dst {

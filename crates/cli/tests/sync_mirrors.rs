@@ -1,0 +1,80 @@
+//! Synchronous mirrors through the daemon and the CLI (`mirror create --sync`): the link
+//! arms, catches up with the first transfer and goes in sync; fsynced writes reach the
+//! target pool's journal with no transfer; the daemon is killed with `kill -9` and the
+//! source pool's image taken away (the source's storage is lost); after the restart the
+//! mirror is broken, and the target holds every write that was fsynced, replayed from the
+//! journal (the daemon's log and the break's event say so). Needs root and /dev/fuse.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn show(d: &Daemon, m: &str) -> Value {
+    d.json(&["mirror", "show", m])
+}
+
+#[test]
+fn a_sync_mirror_holds_every_fsynced_write_after_the_source_is_lost() {
+    let dir = temp_dir("sync-mirrors");
+    let mut d = Daemon::start(&dir);
+    let (img1, img2) = (dir.join("p1.img"), dir.join("p2.img"));
+    d.ok(&["pool", "create", "p1", "--device", img1.to_str().unwrap(), "--size", "512M"]);
+    d.ok(&["pool", "create", "p2", "--device", img2.to_str().unwrap(), "--size", "512M"]);
+    d.ok(&["volume", "create", "p1/db"]);
+    let m1 = dir.join("m1");
+    std::fs::create_dir_all(&m1).unwrap();
+    d.ok(&["mount", "p1/db", m1.to_str().unwrap()]);
+    let base = write_file(&m1.join("base"), 1, 1 << 20);
+
+    // Bad requests: each a clear refusal.
+    d.fails(&["mirror", "create", "p1/db", "p2", "--sync", "sometimes"], "possible values");
+    d.fails(&["mirror", "create", "p1/db", "peer:p2", "--sync"], "pool of this daemon");
+
+    let m = d.json(&["mirror", "create", "p1/db", "p2", "--sync"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    assert_eq!(m["sync"]["mode"], "on", "{m}");
+    let start = Instant::now();
+    while show(&d, "p2/db")["sync"]["state"] != "in-sync" {
+        assert!(start.elapsed() < Duration::from_secs(30), "never in sync: {}", show(&d, "p2/db"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    d.fails(&["volume", "delete", "p2/db.sync-journal"], "target of mirror p2/db");
+    d.fails(&["mirror", "create", "p1/db", "default", "--sync"], "already the source of synchronous mirror");
+    let common = show(&d, "p2/db")["common_snapshot"].as_str().unwrap().to_string();
+
+    // Writes after the last transfer: fsynced ones are on the target once fsync returns.
+    let acked = write_file(&m1.join("acked"), 2, 3 << 20);
+    let small = write_file(&m1.join("small"), 3, 100);
+    std::fs::rename(m1.join("small"), m1.join("renamed")).unwrap();
+    std::fs::File::open(&m1).unwrap().sync_all().unwrap();
+    let s = show(&d, "p2/db");
+    assert_eq!(s["common_snapshot"], common.as_str(), "no transfer ran meanwhile: {s}");
+    assert!(s["sync"]["bytes"].as_u64().unwrap() >= 3 << 20, "the writes were journaled: {s}");
+
+    // The source's storage is lost with the daemon.
+    d.kill9();
+    std::fs::rename(&img1, dir.join("p1.lost")).unwrap();
+    d.spawn();
+    let log = d.log();
+    assert!(log.contains("sync mirror in sync"), "the link went in sync before the crash: {log}");
+    let s = show(&d, "p2/db");
+    assert_eq!(s["sync"]["state"], "off", "no link without the source pool: {s}");
+
+    let b = d.json(&["mirror", "break", "p2/db"]);
+    assert_eq!(b["state"], "broken", "{b}");
+    let log = d.log();
+    let line = log.lines().find(|l| l.contains("sync journal replayed")).unwrap_or_else(|| panic!("no replay: {log}"));
+    assert!(!line.contains("frames=0 "), "the break replayed frames: {line}");
+    let events = d.ok(&["events"]);
+    assert!(events.contains("of synchronous writes replayed"), "{events}");
+
+    let m2 = dir.join("m2");
+    std::fs::create_dir_all(&m2).unwrap();
+    d.ok(&["mount", "p2/db", m2.to_str().unwrap()]);
+    assert_eq!(std::fs::read(m2.join("base")).unwrap(), base);
+    assert_eq!(std::fs::read(m2.join("acked")).unwrap(), acked, "an fsynced file after the last transfer");
+    assert_eq!(std::fs::read(m2.join("renamed")).unwrap(), small, "a rename made durable by a directory fsync");
+    assert!(!m2.join("small").exists());
+    d.ok(&["unmount", m2.to_str().unwrap()]);
+}

@@ -1,0 +1,526 @@
+//! Synchronous mirrors between pools of this daemon (`mirror create --sync [strict]`):
+//! every operation on the source volumes goes, as a frame of the engine's sync tap
+//! (engine pool/sync_tap.rs), into a journal on the target pool (engine repl/journal.rs,
+//! in the volume `<first volume>.sync-journal`), and an fsync, O_DSYNC write, NFS COMMIT or
+//! NBD/iSCSI flush of a source volume returns only once the frames it depends on are
+//! durable there. A break restores the target volumes to the common snapshot and replays
+//! the journal's frames after it: the target then holds every acknowledged write.
+//!
+//! Phases of a link (one per armed mirror, `SyncLink`):
+//! - *catching up*: armed (at create, at daemon start, after a fall-back): the journal has
+//!   a gap (frames before the tap went in are missing) until a transfer of a snapshot
+//!   taken after the tap went in lands; syncs are not yet protected (strict mode fails
+//!   them).
+//! - *in sync*: every sync waits for the journal.
+//! - *degraded*: writing the journal failed, or the target fell `QUEUE_MAX_BYTES` behind;
+//!   frames are dropped, syncs return after the local write (strict: fail), and the
+//!   mirror loop arms a new link, which catches up by itself.
+//!
+//! Frames queue in memory when they are recorded (under the source pool's lock: never
+//! blocking); a syncer appends everything queued (group commit: the journal's lock
+//! serialises appends, and a syncer whose frames a previous append covered returns at
+//! once), and a flusher thread appends every 20 ms or past `FLUSH_BYTES`, so a sync waits
+//! for little more than its own frames.
+
+use crate::service::{ApiError, Daemon};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use strata_engine::pool::sync_tap::{SyncTap, TapFrame};
+use strata_engine::repl::journal::Journal;
+use strata_engine::{Error, Pool, VolumeOptions};
+
+/// The journal volume of a sync mirror in its target pool: `<first volume>` + this.
+pub(crate) const JOURNAL_SUFFIX: &str = ".sync-journal";
+/// Queued frame bytes that wake the flusher.
+const FLUSH_BYTES: u64 = 8 << 20;
+/// Queued frame bytes beyond which the mirror falls back to asynchronous.
+const QUEUE_MAX_BYTES: u64 = 256 << 20;
+
+pub(crate) fn journal_volume(first: &str) -> String {
+    format!("{first}{JOURNAL_SUFFIX}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    CatchingUp { from_txg: u64 },
+    InSync,
+    Degraded(String),
+}
+
+impl Phase {
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Phase::CatchingUp { .. } => "catching-up",
+            Phase::InSync => "in-sync",
+            Phase::Degraded(_) => "degraded",
+        }
+    }
+}
+
+struct Queue {
+    frames: Vec<TapFrame>,
+    bytes: u64,
+}
+
+/// One armed sync mirror: the source pool's tap.
+pub(crate) struct SyncLink {
+    strict: bool,
+    vols: Vec<u64>,
+    dst: Arc<Pool>,
+    journal: Mutex<Journal>,
+    queue: Mutex<Queue>,
+    kick: Condvar,
+    /// The tap's last frame durable in the journal.
+    durable: AtomicU64,
+    phase: Mutex<Phase>,
+    stop: AtomicBool,
+    /// The fall-back was reported (by the mirror loop).
+    pub(crate) reported: AtomicBool,
+    pub(crate) frames: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+}
+
+impl SyncLink {
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase.lock().expect("sync phase").clone()
+    }
+
+    fn degrade(&self, why: String) {
+        let mut p = self.phase.lock().expect("sync phase");
+        if !matches!(*p, Phase::Degraded(_)) {
+            *p = Phase::Degraded(why);
+        }
+    }
+
+    /// Append everything queued to the journal. Errors degrade the link.
+    fn flush(&self) -> Result<(), String> {
+        let mut journal = self.journal.lock().expect("sync journal");
+        let frames = {
+            let mut q = self.queue.lock().expect("sync queue");
+            q.bytes = 0;
+            std::mem::take(&mut q.frames)
+        };
+        let Some(last) = frames.last().map(|f| f.seq) else { return Ok(()) };
+        if self.stop.load(Ordering::Relaxed) || matches!(self.phase(), Phase::Degraded(_)) {
+            return Ok(());
+        }
+        match journal.append(&self.dst, &frames) {
+            Ok(()) => {
+                self.frames.fetch_add(frames.len() as u64, Ordering::Relaxed);
+                self.bytes.fetch_add(frames.iter().map(|f| f.records.len() as u64).sum(), Ordering::Relaxed);
+                self.durable.fetch_max(last, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!("writing the target's journal failed: {e}");
+                self.degrade(why.clone());
+                Err(why)
+            }
+        }
+    }
+
+    fn flusher(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Relaxed) {
+            {
+                let q = self.queue.lock().expect("sync queue");
+                let (_q, _) = self
+                    .kick
+                    .wait_timeout_while(q, Duration::from_millis(20), |q| q.bytes < FLUSH_BYTES)
+                    .expect("sync queue");
+            }
+            let _ = self.flush();
+        }
+    }
+
+    /// Take the journal's frames and its sequence, for a break (the link is stopped first).
+    pub(crate) fn finish(&self) -> Result<(), String> {
+        let r = self.flush();
+        self.stop.store(true, Ordering::Relaxed);
+        self.kick.notify_all();
+        r
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.kick.notify_all();
+    }
+}
+
+fn strict_error(what: String) -> Error {
+    Error::Io {
+        context: "make the write durable on the synchronous mirror",
+        source: std::io::Error::other(format!("{what} (the mirror is strict: writes fail rather than go unmirrored)")),
+    }
+}
+
+impl SyncTap for SyncLink {
+    fn wants(&self, vol: u64) -> bool {
+        self.vols.contains(&vol)
+    }
+
+    fn push(&self, frame: TapFrame) {
+        if self.stop.load(Ordering::Relaxed) || matches!(self.phase(), Phase::Degraded(_)) {
+            return;
+        }
+        let mut q = self.queue.lock().expect("sync queue");
+        q.bytes += frame.records.len() as u64;
+        q.frames.push(frame);
+        if q.bytes > QUEUE_MAX_BYTES {
+            let mb = q.bytes >> 20;
+            q.frames.clear();
+            q.bytes = 0;
+            drop(q);
+            self.degrade(format!("the target fell {mb} MiB behind"));
+        } else if q.bytes >= FLUSH_BYTES {
+            self.kick.notify_one();
+        }
+    }
+
+    fn wait(&self, seq: u64) -> strata_engine::Result<()> {
+        // Two rounds settle it: after one append under the journal's lock, the frames up
+        // to `seq` are durable, or were dropped by a fall-back or a stop (said below).
+        for _ in 0..3 {
+            if self.durable.load(Ordering::Acquire) >= seq {
+                return Ok(());
+            }
+            let why = match self.phase() {
+                Phase::Degraded(why) => Some(why),
+                Phase::CatchingUp { .. } if self.strict => {
+                    Some("the mirror is catching up (a transfer brings its journal back to complete)".into())
+                }
+                _ if self.stop.load(Ordering::Relaxed) => Some("the mirror was stopped".into()),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return if self.strict { Err(strict_error(why)) } else { Ok(()) };
+            }
+            if let Err(why) = self.flush() {
+                return if self.strict { Err(strict_error(why)) } else { Ok(()) };
+            }
+        }
+        self.degrade(format!("frames up to {seq} were neither queued nor journaled"));
+        if self.strict {
+            Err(strict_error("frames of this sync went missing".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Daemon {
+    /// Arm sync mirror `name`: its journal (made if missing, a gap marked), a new link as
+    /// the source pool's tap, and a transfer to catch up.
+    pub(crate) fn arm_sync(self: &Arc<Self>, name: &str, caller: &str) -> Result<(), ApiError> {
+        let _arming = self.mirrors.arming.lock().expect("sync arming");
+        let rec = self.mirrors.get(name)?;
+        let Some(mode) = rec.sync.clone() else { return Ok(()) };
+        if rec.state == "broken" || rec.state == "paused" {
+            return Ok(());
+        }
+        self.disarm_sync(name);
+        let src = self.pool(&rec.source_pool)?;
+        let dst = self.pool(&rec.dest_pool)?;
+        let jname = journal_volume(&rec.volumes[0]);
+        let journal = match dst.volume_id(&jname) {
+            Ok(id) => Journal::open(&dst, id)?,
+            Err(_) => {
+                let id = dst.create_volume(&jname, &VolumeOptions::default())?;
+                Journal::create(&dst, id)?
+            }
+        };
+        journal.mark_gap(&dst)?;
+        let mut vols = Vec::new();
+        for v in &rec.volumes {
+            vols.push(src.volume_id(v)?.0);
+        }
+        if rec.source_volume_ids != vols {
+            let ids = vols.clone();
+            self.mirrors.update(name, |m| m.source_volume_ids = ids);
+            self.save_state()?;
+        }
+        let link = Arc::new(SyncLink {
+            strict: mode == "strict",
+            vols,
+            dst: dst.clone(),
+            journal: Mutex::new(journal),
+            queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0 }),
+            kick: Condvar::new(),
+            durable: AtomicU64::new(0),
+            phase: Mutex::new(Phase::CatchingUp { from_txg: u64::MAX }),
+            stop: AtomicBool::new(false),
+            reported: AtomicBool::new(false),
+            frames: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        });
+        let from_txg = src.set_sync_tap(Some(link.clone()));
+        *link.phase.lock().expect("sync phase") = Phase::CatchingUp { from_txg };
+        let l = link.clone();
+        std::thread::Builder::new()
+            .name("sync-mirror".into())
+            .spawn(move || l.flusher())
+            .map_err(|e| ApiError::internal(format!("start a sync mirror's flusher: {e}")))?;
+        self.mirrors.links.lock().expect("sync links").insert(name.to_string(), link);
+        tracing::info!(mirror = name, from_txg, caller, "sync mirror armed: catching up");
+        // A transfer in flight was snapshotted before the tap went in: the one after it
+        // brings the journal back to complete.
+        match self.mirrors.running(name) {
+            Some(j) if j.update_requested() => Ok(()),
+            _ => self.start_transfer(name, caller),
+        }
+    }
+
+    /// Take the link of mirror `name` off its source pool.
+    pub(crate) fn disarm_sync(&self, name: &str) -> Option<Arc<SyncLink>> {
+        let link = self.mirrors.links.lock().expect("sync links").remove(name)?;
+        if let Ok(rec) = self.mirrors.get(name) {
+            if let Ok(src) = self.pool(&rec.source_pool) {
+                src.set_sync_tap(None);
+            }
+        }
+        link.stop();
+        Some(link)
+    }
+
+    /// Take every link from or to `pool` off (an export, a destroy).
+    pub(crate) fn disarm_sync_for_pool(&self, pool: &str) {
+        for r in self.mirrors.records() {
+            if r.sync.is_some() && (r.source_pool == pool || r.dest_pool == pool) {
+                self.disarm_sync(&r.name());
+            }
+        }
+    }
+
+    /// Source volumes of `pool` changed outside the tap (a restore): their sync mirror's
+    /// journal no longer follows on; its link falls back and is armed again.
+    pub(crate) fn sync_source_changed(&self, pool: &str, volumes: &[String]) {
+        for r in self.mirrors.records() {
+            if r.sync.is_some() && r.source_pool == pool && r.volumes.iter().any(|v| volumes.contains(v)) {
+                if let Some(link) = self.sync_link(&r.name()) {
+                    link.degrade("a source volume was restored: the journal starts again after a transfer".into());
+                }
+            }
+        }
+    }
+
+    pub(crate) fn sync_link(&self, name: &str) -> Option<Arc<SyncLink>> {
+        self.mirrors.links.lock().expect("sync links").get(name).cloned()
+    }
+
+    /// A new common snapshot of source txg `txg` landed: retire what it holds; out of
+    /// catching up if it was taken after the link's tap went in.
+    pub(crate) fn sync_transferred(&self, name: &str, txg: u64) -> Result<(), ApiError> {
+        let Some(link) = self.sync_link(name) else { return Ok(()) };
+        let mut journal = link.journal.lock().expect("sync journal");
+        journal.retire(&link.dst, txg)?;
+        let caught_up = matches!(link.phase(), Phase::CatchingUp { from_txg } if txg + 1 >= from_txg);
+        if caught_up {
+            journal.clear_gap(&link.dst)?;
+            *link.phase.lock().expect("sync phase") = Phase::InSync;
+            drop(journal);
+            tracing::info!(mirror = name, "sync mirror in sync");
+            let rec = self.mirrors.get(name)?;
+            self.events.record(
+                "info",
+                "mirror.sync",
+                Some(&rec.source_pool),
+                Some(name),
+                "in sync: every fsync of the source volumes now waits for the target's journal".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Before a transfer of snapshot `snap` (source txg `txg`): note it in the journal.
+    pub(crate) fn sync_note_snapshot(&self, name: &str, snap: &str, txg: u64) -> Result<(), ApiError> {
+        let Some(link) = self.sync_link(name) else { return Ok(()) };
+        let journal = link.journal.lock().expect("sync journal");
+        journal.note_snapshot(&link.dst, snap, txg)?;
+        Ok(())
+    }
+
+    /// At a break: the journal's frames after the common snapshot, applied to the target
+    /// volumes (already restored to it). Returns what it says in the event.
+    pub(crate) fn sync_replay(&self, name: &str, common: &str) -> Result<Option<String>, ApiError> {
+        let rec = self.mirrors.get(name)?;
+        if rec.sync.is_none() {
+            return Ok(None);
+        }
+        if let Some(link) = self.disarm_sync(name) {
+            if let Err(why) = link.finish() {
+                tracing::warn!(mirror = name, "last frames before the break not journaled: {why}");
+            }
+        }
+        let dst = self.pool(&rec.dest_pool)?;
+        let Ok(jvol) = dst.volume_id(&journal_volume(&rec.volumes[0])) else {
+            return Ok(Some("no sync journal on the target: nothing replayed".into()));
+        };
+        let journal = Journal::open(&dst, jvol)?;
+        let Some(txg) = journal.snapshot_txg(&dst, common)? else {
+            return Ok(Some(format!("the journal has no record of {common}: nothing replayed")));
+        };
+        let mut map = Vec::new();
+        for (v, src_id) in rec.volumes.iter().zip(&rec.source_volume_ids) {
+            map.push((*src_id, dst.volume_id(v)?));
+        }
+        let gap = journal.gap(&dst)?;
+        let done = journal.replay(&dst, txg, &|v| map.iter().find(|(s, _)| *s == v).map(|(_, d)| *d))?;
+        tracing::info!(
+            mirror = name,
+            common,
+            frames = done.frames,
+            operations = done.operations,
+            gap = ?gap,
+            "sync journal replayed"
+        );
+        Ok(Some(format!(
+            "{} frames ({} operations) of synchronous writes replayed on top of {common}{}",
+            done.frames,
+            done.operations,
+            if gap.is_some() {
+                " (the mirror was catching up: writes after its fall-back were not replayed)"
+            } else {
+                ""
+            }
+        )))
+    }
+
+    /// Drop mirror `name`'s journal volume (resync, reverse, delete): a new one starts
+    /// with the next arm.
+    pub(crate) fn drop_sync_journal(&self, pool: &str, first: &str) {
+        if let Ok(p) = self.pool(pool) {
+            let j = journal_volume(first);
+            if p.volume_id(&j).is_ok() {
+                if let Err(e) = p.delete_volume(&j) {
+                    tracing::warn!(pool, volume = %j, "deleting a sync journal: {e}");
+                }
+            }
+        }
+    }
+
+    /// From the mirror loop: report fall-backs and arm their mirrors again once no
+    /// transfer runs.
+    pub(crate) fn sync_watch(self: &Arc<Self>) {
+        let links: Vec<(String, Arc<SyncLink>)> =
+            self.mirrors.links.lock().expect("sync links").iter().map(|(n, l)| (n.clone(), l.clone())).collect();
+        for (name, link) in links {
+            let Phase::Degraded(why) = link.phase() else { continue };
+            if !link.reported.swap(true, Ordering::Relaxed) {
+                tracing::warn!(mirror = %name, "sync mirror fell back to asynchronous: {why}");
+                if let Ok(rec) = self.mirrors.get(&name) {
+                    self.events.record(
+                        "warning",
+                        "mirror.sync_degraded",
+                        Some(&rec.source_pool),
+                        Some(&name),
+                        format!(
+                            "{why}; syncs no longer wait for the target{} until it catches up",
+                            match link.strict {
+                                true => " (strict: they fail)",
+                                false => "",
+                            }
+                        ),
+                    );
+                }
+            }
+            if self.mirrors.running(&name).is_none() {
+                if let Err(e) = self.arm_sync(&name, "sync fall-back") {
+                    tracing::warn!(mirror = %name, "sync mirror not armed again: {}", e.message);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The link against two real pools on image files: frames journaled by syncs replay
+    //! onto the target; a target whose log write fails makes a strict link fail the sync
+    //! and an `on` link fall back (the sync returns, the link says why).
+
+    use super::*;
+    use strata_engine::failpoint::LOG_WRITE_UNLOCKED;
+    use strata_engine::{ChecksumAlgo, CreateOptions, ObjectId, PoolOptions};
+    use strata_engine::{FileDevice, FileDeviceOptions};
+
+    fn pool(dir: &std::path::Path, name: &str, guid: u64) -> Arc<Pool> {
+        let opts = FileDeviceOptions { direct: false, create_size: Some(64 << 20) };
+        let dev = Arc::new(FileDevice::open(&dir.join(format!("{name}.img")), &opts).unwrap());
+        let create =
+            CreateOptions { name: name.into(), pool_guid: guid, device_guid: guid + 1, checksum: ChecksumAlgo::Blake3 };
+        Arc::new(Pool::create(dev, create, PoolOptions::new(Arc::new(crate::SystemClock))).unwrap())
+    }
+
+    fn link(src: &Pool, dst: &Arc<Pool>, vol: u64, strict: bool) -> Arc<SyncLink> {
+        let jvol = dst.create_volume("j", &VolumeOptions::default()).unwrap();
+        let link = Arc::new(SyncLink {
+            strict,
+            vols: vec![vol],
+            dst: dst.clone(),
+            journal: Mutex::new(Journal::create(dst, jvol).unwrap()),
+            queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0 }),
+            kick: Condvar::new(),
+            durable: AtomicU64::new(0),
+            phase: Mutex::new(Phase::InSync),
+            stop: AtomicBool::new(false),
+            reported: AtomicBool::new(false),
+            frames: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        });
+        src.set_sync_tap(Some(link.clone()));
+        link
+    }
+
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("strata-sync-link-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn synced_writes_are_journaled_and_replay_onto_the_target() {
+        let d = dir("replay");
+        let (src, dst) = (pool(&d, "src", 10), pool(&d, "dst", 20));
+        let vol = src.create_volume("db", &VolumeOptions::default()).unwrap();
+        let target = dst.create_volume("db", &VolumeOptions::default()).unwrap();
+        let link = link(&src, &dst, vol.0, true);
+        let obj = src.create_object(vol, b"f").unwrap();
+        src.write(vol, obj, 0, b"acknowledged").unwrap();
+        src.sync_object(vol, obj).unwrap();
+        assert_eq!(link.frames.load(Ordering::Relaxed), 2, "the create and the write");
+        let journal = link.journal.lock().unwrap().clone();
+        let done = journal.replay(&dst, 0, &|v| (v == vol.0).then_some(target)).unwrap();
+        assert_eq!(done.operations, 2);
+        assert_eq!(dst.read(target, ObjectId(obj.0), 0, 64).unwrap(), b"acknowledged");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_failing_target_fails_a_strict_sync_and_degrades_an_on_link() {
+        let d = dir("fail");
+        for strict in [true, false] {
+            let (src, dst) = (pool(&d, &format!("src{strict}"), 30), pool(&d, &format!("dst{strict}"), 40));
+            let vol = src.create_volume("db", &VolumeOptions::default()).unwrap();
+            let link = link(&src, &dst, vol.0, strict);
+            let obj = src.create_object(vol, b"f").unwrap();
+            src.write(vol, obj, 0, b"x").unwrap();
+            dst.failpoints().fail(LOG_WRITE_UNLOCKED, 0, 1);
+            let r = src.sync_object(vol, obj);
+            match strict {
+                true => {
+                    let e = r.expect_err("a strict sync fails when the target cannot journal it");
+                    assert!(e.to_string().contains("strict"), "{e}");
+                }
+                false => r.expect("an `on` sync returns after the local write"),
+            }
+            let Phase::Degraded(why) = link.phase() else { panic!("the link did not fall back: {:?}", link.phase()) };
+            assert!(why.contains("journal"), "{why}");
+            // Later syncs: strict ones keep failing, others return at once.
+            src.write(vol, obj, 0, b"y").unwrap();
+            assert_eq!(src.sync_object(vol, obj).is_err(), strict);
+            src.set_sync_tap(None);
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
