@@ -32,6 +32,7 @@ impl Pool {
                 SyncTarget::Object { vol, .. } => Some(vol),
             })
         };
+        Pool::prepare_tap(&tap);
         self.sync_local(target)?;
         self.wait_for_tap(tap)
     }

@@ -40,6 +40,9 @@ pub trait SyncTap: Send + Sync {
     fn wants(&self, vol: u64) -> bool;
     /// A frame, in recording order. Called under the pool's lock: queue it, never block.
     fn push(&self, frame: TapFrame);
+    /// A sync will wait for frames up to `seq` once its local log write is done: start
+    /// shipping them now, so that the two writes overlap. Must not block.
+    fn prepare(&self, _seq: u64) {}
     /// Return once every frame up to `seq` is durable on the mirror — or fail the sync
     /// (a strict mirror that cannot reach its target), or return Ok having given up on
     /// the mirror (it falls back to asynchronous and says so itself).
@@ -145,6 +148,12 @@ impl Pool {
 
     /// After a sync made `target` durable locally: wait for the tap's mirror (outside the
     /// lock), if the tap holds the target's operations.
+    pub(crate) fn prepare_tap(point: &Option<(Arc<dyn SyncTap>, u64)>) {
+        if let Some((tap, seq)) = point {
+            tap.prepare(*seq);
+        }
+    }
+
     pub(crate) fn wait_for_tap(&self, point: Option<(Arc<dyn SyncTap>, u64)>) -> Result<()> {
         match point {
             Some((tap, seq)) => tap.wait(seq),

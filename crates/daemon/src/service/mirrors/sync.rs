@@ -61,6 +61,8 @@ impl Phase {
 struct Queue {
     frames: Vec<TapFrame>,
     bytes: u64,
+    /// A sync is about to wait: append now (`SyncTap::prepare`).
+    urgent: bool,
 }
 
 /// One armed sync mirror: the source pool's tap.
@@ -99,6 +101,7 @@ impl SyncLink {
         let frames = {
             let mut q = self.queue.lock().expect("sync queue");
             q.bytes = 0;
+            q.urgent = false;
             std::mem::take(&mut q.frames)
         };
         let Some(last) = frames.last().map(|f| f.seq) else { return Ok(()) };
@@ -126,7 +129,7 @@ impl SyncLink {
                 let q = self.queue.lock().expect("sync queue");
                 let (_q, _) = self
                     .kick
-                    .wait_timeout_while(q, Duration::from_millis(20), |q| q.bytes < FLUSH_BYTES)
+                    .wait_timeout_while(q, Duration::from_millis(20), |q| q.bytes < FLUSH_BYTES && !q.urgent)
                     .expect("sync queue");
             }
             let _ = self.flush();
@@ -173,6 +176,17 @@ impl SyncTap for SyncLink {
             drop(q);
             self.degrade(format!("the target fell {mb} MiB behind"));
         } else if q.bytes >= FLUSH_BYTES {
+            self.kick.notify_one();
+        }
+    }
+
+    fn prepare(&self, seq: u64) {
+        if self.durable.load(Ordering::Acquire) >= seq {
+            return;
+        }
+        let mut q = self.queue.lock().expect("sync queue");
+        if !q.frames.is_empty() {
+            q.urgent = true;
             self.kick.notify_one();
         }
     }
@@ -244,7 +258,7 @@ impl Daemon {
             vols,
             dst: dst.clone(),
             journal: Mutex::new(journal),
-            queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0 }),
+            queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),
             kick: Condvar::new(),
             durable: AtomicU64::new(0),
             phase: Mutex::new(Phase::CatchingUp { from_txg: u64::MAX }),
@@ -458,7 +472,7 @@ mod tests {
             vols: vec![vol],
             dst: dst.clone(),
             journal: Mutex::new(Journal::create(dst, jvol).unwrap()),
-            queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0 }),
+            queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),
             kick: Condvar::new(),
             durable: AtomicU64::new(0),
             phase: Mutex::new(Phase::InSync),
