@@ -170,12 +170,14 @@ pub(crate) fn restore(d: &Daemon, pool: &str, vols: &[String], snapshot: &str) -
         d.unmount(path, false)?;
     }
     let list: Vec<(&str, &str)> = vols.iter().map(|v| (v.as_str(), snapshot)).collect();
+    // A sync mirror of these volumes stops journaling first: no frame of the restored
+    // state may follow the frames of the old one (it is armed again afterwards).
+    d.sync_source_changed(pool, vols);
     let r = p.restore_volumes(&list);
     for (vol, path) in &mounted {
         d.mount(&format!("{pool}/{vol}"), path, false)?;
     }
     r?;
-    d.sync_source_changed(pool, vols);
     tracing::info!(pool, volumes = ?vols, snapshot, "restored");
     vols.iter().map(|vol| d.volume(pool, vol)).collect()
 }
@@ -194,6 +196,9 @@ pub(crate) fn restore_file(
         flush_mount(path)?; // so no cached write lands on the file after the restore
     }
     let fs = d.filesystems.get(pool, vol, p.clone())?;
+    // Blocks shared from the snapshot are not operations the sync tap sees: a sync mirror
+    // of the volume stops journaling first (and is armed again afterwards).
+    d.sync_source_changed(pool, &[vol.to_string()]);
     let t0 = std::time::Instant::now();
     let r = fs.restore_file(snapshot, file.as_bytes()).map_err(|e| {
         ApiError::bad_request(
@@ -209,8 +214,6 @@ pub(crate) fn restore_file(
             }
         }
     }
-    // Blocks shared from the snapshot are not operations the sync tap sees.
-    d.sync_source_changed(pool, &[vol.to_string()]);
     tracing::info!(pool, volume = vol, snapshot, file, ms = t0.elapsed().as_secs_f64() * 1e3, stats = ?r.stats, "file restored");
     Ok(RestoredFile {
         volume: format!("{pool}/{vol}"),

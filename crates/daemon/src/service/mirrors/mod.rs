@@ -113,6 +113,8 @@ pub(crate) struct Mirrors {
     /// Held while a link is armed, and by a break from its disarm to the state change (so
     /// that the mirror loop cannot arm a mirror being broken).
     pub(crate) arming: Mutex<()>,
+    /// When arming a sync mirror last failed (the mirror loop retries after 30 s).
+    pub(crate) arm_retry: Mutex<BTreeMap<String, std::time::Instant>>,
 }
 
 impl Mirrors {
@@ -426,7 +428,7 @@ impl Daemon {
                 self.mirrors.update(name, |m| m.state = state.into());
                 self.save_state()?;
                 if r.sync.is_some() {
-                    self.arm_sync(name, caller)?;
+                    self.arm_sync_or_later(name, caller);
                 } else if r.pending.is_some() {
                     self.start_transfer(name, caller)?;
                 }
@@ -542,7 +544,7 @@ impl Daemon {
                 );
                 drop(_g);
                 if r.sync.is_some() {
-                    self.arm_sync(&new_name, caller)?;
+                    self.arm_sync_or_later(&new_name, caller);
                 }
                 return self.mirror_info(&new_name);
             }

@@ -136,7 +136,7 @@ impl SyncLink {
         }
     }
 
-    /// Take the journal's frames and its sequence, for a break (the link is stopped first).
+    /// Append what is queued, then stop (a break with the source alive).
     pub(crate) fn finish(&self) -> Result<(), String> {
         let r = self.flush();
         self.stop.store(true, Ordering::Relaxed);
@@ -293,6 +293,9 @@ impl Daemon {
             }
         }
         link.stop();
+        // An append in flight finishes before anyone opens the journal again (a flush
+        // checks `stop` under the journal's lock, so none starts after this).
+        drop(link.journal.lock().expect("sync journal"));
         Some(link)
     }
 
@@ -360,11 +363,14 @@ impl Daemon {
         if rec.sync.is_none() {
             return Ok(None);
         }
-        if let Some(link) = self.disarm_sync(name) {
+        // What the source queued goes to the journal first (with the source alive), then
+        // the link comes off.
+        if let Some(link) = self.sync_link(name) {
             if let Err(why) = link.finish() {
                 tracing::warn!(mirror = name, "last frames before the break not journaled: {why}");
             }
         }
+        self.disarm_sync(name);
         let dst = self.pool(&rec.dest_pool)?;
         let Ok(jvol) = dst.volume_id(&journal_volume(&rec.volumes[0])) else {
             return Ok(Some("no sync journal on the target: nothing replayed".into()));
@@ -442,6 +448,44 @@ impl Daemon {
                     tracing::warn!(mirror = %name, "sync mirror not armed again: {}", e.message);
                 }
             }
+        }
+        // Mirrors left without a link (a pool exported and imported again, an arm that
+        // failed): armed once both pools are served, at most every 30 s per mirror.
+        for r in self.mirrors.records() {
+            let name = r.name();
+            if r.sync.is_none()
+                || matches!(r.state.as_str(), "broken" | "paused")
+                || self.sync_link(&name).is_some()
+                || self.mirrors.running(&name).is_some()
+                || self.pool(&r.source_pool).is_err()
+                || self.pool(&r.dest_pool).is_err()
+            {
+                continue;
+            }
+            {
+                let retry = self.mirrors.arm_retry.lock().expect("sync retry");
+                if retry.get(&name).is_some_and(|t| t.elapsed() < Duration::from_secs(30)) {
+                    continue;
+                }
+            }
+            match self.arm_sync(&name, "sync re-arm") {
+                Ok(()) => {
+                    self.mirrors.arm_retry.lock().expect("sync retry").remove(&name);
+                }
+                Err(e) => {
+                    tracing::warn!(mirror = %name, "sync mirror not armed: {} ({}); retried in 30 s", e.message, e.hint);
+                    self.mirrors.arm_retry.lock().expect("sync retry").insert(name, std::time::Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Arm after an action that made the mirror a mirror again; a failure is logged (the
+    /// mirror loop tries again) rather than failing the action that succeeded.
+    pub(crate) fn arm_sync_or_later(self: &Arc<Self>, name: &str, caller: &str) {
+        if let Err(e) = self.arm_sync(name, caller) {
+            tracing::warn!(mirror = name, "sync mirror not armed yet: {} ({})", e.message, e.hint);
+            self.mirrors.arm_retry.lock().expect("sync retry").insert(name.to_string(), std::time::Instant::now());
         }
     }
 }
