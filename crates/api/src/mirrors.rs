@@ -28,7 +28,8 @@ pub struct CreateMirror {
     pub limit_bytes_per_second: Option<u64>,
     /// Synchronous: `on` (an fsync of a source volume returns once the target's journal
     /// holds it; if the target fails, the mirror falls back to asynchronous and catches up
-    /// by itself) or `strict` (the fsync fails instead). Targets in this daemon only.
+    /// by itself) or `strict` (the fsync fails instead). To a pool of this daemon or of a
+    /// paired peer (the journal is kept there).
     #[serde(default)]
     pub sync: Option<String>,
 }

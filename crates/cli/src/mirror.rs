@@ -29,7 +29,8 @@ pub enum MirrorCmd {
         limit: Option<String>,
         /// Synchronous: every fsync of a source volume waits until the target pool's
         /// journal holds it. `on` falls back to asynchronous if the target fails (and
-        /// catches up by itself); `strict` fails the fsync instead. Targets in this daemon.
+        /// catches up by itself); `strict` fails the fsync instead. The target may be a pool
+        /// of this daemon or PEER:POOL.
         #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = ["on", "strict"])]
         sync: Option<String>,
         #[arg(long)]

@@ -29,7 +29,7 @@ fn a_sync_mirror_holds_every_fsynced_write_after_the_source_is_lost() {
 
     // Bad requests: each a clear refusal.
     d.fails(&["mirror", "create", "p1/db", "p2", "--sync", "sometimes"], "possible values");
-    d.fails(&["mirror", "create", "p1/db", "peer:p2", "--sync"], "pool of this daemon");
+    d.fails(&["mirror", "create", "p1/db", "nobody:p2", "--sync"], "no peer nobody");
 
     let m = d.json(&["mirror", "create", "p1/db", "p2", "--sync"]);
     assert_eq!(m["state"], "mirrored", "{m}");

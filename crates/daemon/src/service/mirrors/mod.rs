@@ -21,6 +21,7 @@
 
 mod remote;
 pub(crate) mod sync;
+mod sync_remote;
 mod transfer;
 
 use super::{ApiError, Daemon};
@@ -115,6 +116,9 @@ pub(crate) struct Mirrors {
     pub(crate) arming: Mutex<()>,
     /// When arming a sync mirror last failed (the mirror loop retries after 30 s).
     pub(crate) arm_retry: Mutex<BTreeMap<String, std::time::Instant>>,
+    /// On the target of a sync mirror from a peer: its journal, by mirror name
+    /// (sync_remote.rs).
+    pub(crate) journals: Mutex<BTreeMap<String, Arc<Mutex<sync_remote::RemoteJournal>>>>,
 }
 
 impl Mirrors {
@@ -192,12 +196,6 @@ impl Daemon {
             if mode != "on" && mode != "strict" {
                 return Err(ApiError::bad_request(format!("sync mode {mode:?}"), "use --sync on, or --sync strict"));
             }
-            if remote::split_remote(&req.dest_pool).is_some() {
-                return Err(ApiError::bad_request(
-                    format!("a synchronous mirror to {} (another daemon)", req.dest_pool),
-                    "synchronous mirrors go to a pool of this daemon for now; mirror to the other daemon asynchronously (--every)",
-                ));
-            }
         }
         let _g = self.admin.lock().expect("admin");
         if req.sync.is_some() {
@@ -232,9 +230,14 @@ impl Daemon {
                 keep,
                 req.every_seconds,
                 req.limit_bytes_per_second,
+                req.sync.clone(),
             )?;
             drop(_g);
-            self.start_transfer(&name, caller)?;
+            if req.sync.is_some() {
+                self.arm_sync_or_later(&name, caller);
+            } else {
+                self.start_transfer(&name, caller)?;
+            }
             return self.mirror_info(&name);
         }
         let dst = self.pool(&req.dest_pool)?;
@@ -502,8 +505,11 @@ impl Daemon {
                 let common = r.common.clone().expect("a broken mirror has a common snapshot");
                 // A new journal comes with the next arm (on the new target, for a reverse).
                 if r.sync.is_some() {
+                    self.mirrors.journals.lock().expect("sync journals").remove(name);
                     self.drop_sync_journal(&r.dest_pool, &r.volumes[0]);
-                    self.drop_sync_journal(&r.source_pool, &r.volumes[0]);
+                    if r.source_peer.is_none() {
+                        self.drop_sync_journal(&r.source_pool, &r.volumes[0]);
+                    }
                 }
                 // Keep what was written on that side since the common snapshot, as a snapshot.
                 let saved = format!("{action}-{}", crate::utc_compact(now_ns() / 1_000_000_000));
@@ -566,7 +572,8 @@ impl Daemon {
         let _g = self.admin.lock().expect("admin");
         self.disarm_sync(name);
         let removed = self.mirrors.records.lock().expect("mirrors").remove(name);
-        if let Some(r) = removed.as_ref().filter(|r| r.sync.is_some()) {
+        if let Some(r) = removed.as_ref().filter(|r| r.sync.is_some() && r.dest_peer.is_none()) {
+            self.mirrors.journals.lock().expect("sync journals").remove(name);
             self.drop_sync_journal(&r.dest_pool, &r.volumes[0]);
         }
         self.mirrors.jobs.lock().expect("mirror jobs").remove(name);

@@ -43,14 +43,60 @@ pub(crate) struct VolumeShape {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum MirrorMsg {
-    Create { source_pool: String, dest_pool: String, volumes: Vec<VolumeShape>, keep: u32 },
-    Receive { name: String, volume: String, snapshot: String, base: Option<String> },
-    Commit { name: String, snapshot: String, created_ns: u64, bytes: u64, seconds: f64 },
-    Status { name: String },
-    Delete { name: String },
+    Create {
+        source_pool: String,
+        dest_pool: String,
+        volumes: Vec<VolumeShape>,
+        keep: u32,
+    },
+    Receive {
+        name: String,
+        volume: String,
+        snapshot: String,
+        base: Option<String>,
+    },
+    Commit {
+        name: String,
+        snapshot: String,
+        created_ns: u64,
+        bytes: u64,
+        seconds: f64,
+    },
+    Status {
+        name: String,
+    },
+    Delete {
+        name: String,
+    },
+    /// A sync mirror's link is armed (sync.rs): the target opens or makes the journal,
+    /// marks a gap, and records what a break there needs (sync_remote.rs).
+    SyncArm {
+        name: String,
+        mode: String,
+        source_volume_ids: Vec<u64>,
+    },
+    /// `frames` tap frames follow as raw bytes (`bytes` in all) once the target answers
+    /// `ready`; answered when they are durable in the journal.
+    SyncAppend {
+        name: String,
+        frames: u32,
+        bytes: u64,
+    },
+    /// Before a transfer: the snapshot's source txg.
+    SyncNote {
+        name: String,
+        snapshot: String,
+        txg: u64,
+    },
+    /// After a transfer: retire the frames it holds; end the gap if it caught up.
+    SyncRetire {
+        name: String,
+        txg: u64,
+        clear_gap: bool,
+    },
 }
 
-fn request(conn: &mut PeerConnection, msg: &MirrorMsg) -> Result<serde_json::Value, ApiError> {
+pub(super) fn request(conn: &mut PeerConnection, msg: &MirrorMsg) -> Result<serde_json::Value, ApiError> {
     let v = serde_json::to_value(msg).expect("mirror messages serialise");
     match conn.request(&PeerRequest::Mirror(v))? {
         PeerResponse::Mirror(v) => Ok(v),
@@ -67,6 +113,7 @@ pub(crate) fn split_remote(dest: &str) -> Option<(&str, &str)> {
 impl Daemon {
     /// Source side of `mirror create POOL/VOL PEER:POOL`: the target makes its volumes and
     /// record, then this daemon records the mirror and starts the first transfer.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_remote_mirror(
         self: &Arc<Self>,
         src_pool: &str,
@@ -76,6 +123,7 @@ impl Daemon {
         keep: u32,
         every_seconds: Option<u64>,
         limit: Option<u64>,
+        sync: Option<String>,
     ) -> Result<String, ApiError> {
         let src = self.pool(src_pool)?;
         let mut shapes = Vec::new();
@@ -118,7 +166,7 @@ impl Daemon {
             pending: None,
             dest_peer: Some(peer.to_string()),
             source_peer: None,
-            sync: None,
+            sync,
             source_volume_ids: Vec::new(),
         };
         self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
@@ -280,6 +328,10 @@ impl Daemon {
             ApiError::bad_request(format!("mirror message: {e}"), "the peers run different versions: upgrade one")
         })?;
         match msg {
+            MirrorMsg::SyncArm { .. }
+            | MirrorMsg::SyncAppend { .. }
+            | MirrorMsg::SyncNote { .. }
+            | MirrorMsg::SyncRetire { .. } => self.handle_sync_msg(peer, msg, conn),
             MirrorMsg::Create { source_pool, dest_pool, volumes, keep } => {
                 self.peer_granted(peer, &dest_pool)?;
                 let _g = self.admin.lock().expect("admin");
@@ -422,8 +474,12 @@ impl Daemon {
                 conn.reply(&PeerResponse::Mirror(serde_json::to_value(info).expect("serialises")))
             }
             MirrorMsg::Delete { name } => {
-                self.incoming(peer, &name)?;
+                let rec = self.incoming(peer, &name)?;
                 self.mirrors.records.lock().expect("mirrors").remove(&name);
+                if rec.sync.is_some() {
+                    self.mirrors.journals.lock().expect("sync journals").remove(&name);
+                    self.drop_sync_journal(&rec.dest_pool, &rec.volumes[0]);
+                }
                 self.save_state()?;
                 tracing::info!(mirror = %name, peer = %peer.name, "mirror from a peer deleted: its volumes stay, writable");
                 conn.reply(&PeerResponse::Ok)
@@ -443,7 +499,7 @@ impl Daemon {
     }
 
     /// The target's record of mirror `name` coming from `peer`, ready to receive.
-    fn incoming(&self, peer: &PeerIdentity, name: &str) -> Result<MirrorRecord, ApiError> {
+    pub(super) fn incoming(&self, peer: &PeerIdentity, name: &str) -> Result<MirrorRecord, ApiError> {
         let rec = self.mirrors.get(name)?;
         if rec.source_peer.as_deref() != Some(peer.name.as_str()) {
             return Err(ApiError::new(

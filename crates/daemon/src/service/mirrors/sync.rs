@@ -22,6 +22,8 @@
 //! once), and a flusher thread appends every 20 ms or past `FLUSH_BYTES`, so a sync waits
 //! for little more than its own frames.
 
+use super::remote::MirrorMsg;
+use crate::peer_net::{PeerClient, PeerConnection};
 use crate::service::{ApiError, Daemon};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -39,6 +41,19 @@ const QUEUE_MAX_BYTES: u64 = 256 << 20;
 
 pub(crate) fn journal_volume(first: &str) -> String {
     format!("{first}{JOURNAL_SUFFIX}")
+}
+
+/// The journal of the mirror whose first volume is `first`, in the target pool `dst`:
+/// opened, or made with its volume.
+pub(crate) fn open_journal(dst: &Pool, first: &str) -> Result<Journal, ApiError> {
+    let jname = journal_volume(first);
+    Ok(match dst.volume_id(&jname) {
+        Ok(id) => Journal::open(dst, id)?,
+        Err(_) => {
+            let id = dst.create_volume(&jname, &VolumeOptions::default())?;
+            Journal::create(dst, id)?
+        }
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,12 +80,104 @@ struct Queue {
     urgent: bool,
 }
 
+/// Where a link's frames go: the journal in a pool of this daemon, or the one a paired
+/// daemon keeps for the mirror (remote.rs's `Sync*` messages, sync_remote.rs there).
+pub(crate) enum Sink {
+    Local { dst: Arc<Pool>, journal: Journal },
+    Remote { daemon: std::sync::Weak<Daemon>, peer: String, target: String, conn: Option<Box<PeerConnection>> },
+}
+
+impl Sink {
+    /// The peer connection, made again if it was dropped (an idle session the target
+    /// closed, a cut): frames are sent again whole and the target skips the ones it has.
+    fn remote_conn(
+        daemon: &std::sync::Weak<Daemon>,
+        peer: &str,
+        conn: &mut Option<Box<PeerConnection>>,
+    ) -> Result<(), ApiError> {
+        if conn.is_none() {
+            let d = daemon.upgrade().ok_or_else(|| ApiError::unavailable("the daemon is stopping", "-"))?;
+            let mut c = PeerClient::connect(&d, peer)?;
+            c.set_timeout(Some(REMOTE_TIMEOUT))?;
+            *conn = Some(Box::new(c));
+        }
+        Ok(())
+    }
+
+    /// `f` on the peer connection, once more on a new one if the first failed.
+    fn with_remote<T>(
+        daemon: &std::sync::Weak<Daemon>,
+        peer: &str,
+        conn: &mut Option<Box<PeerConnection>>,
+        mut f: impl FnMut(&mut PeerConnection) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let mut last = None;
+        for _ in 0..2 {
+            Sink::remote_conn(daemon, peer, conn)?;
+            match f(conn.as_mut().expect("connected above")) {
+                Ok(v) => return Ok(v),
+                // A refusal is an answer; anything else leaves the session unusable.
+                Err(e)
+                    if matches!(e.kind, strata_api::ErrorKind::Conflict | strata_api::ErrorKind::PermissionDenied) =>
+                {
+                    return Err(e)
+                }
+                Err(e) => {
+                    *conn = None;
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("two attempts failed"))
+    }
+}
+
+impl Sink {
+    fn append(&mut self, frames: &[TapFrame]) -> Result<(), ApiError> {
+        match self {
+            Sink::Local { dst, journal } => Ok(journal.append(dst, frames)?),
+            Sink::Remote { daemon, peer, target, conn } => {
+                Sink::with_remote(daemon, peer, conn, |c| super::sync_remote::send_frames(c, target, frames))
+            }
+        }
+    }
+
+    fn note_snapshot(&mut self, snapshot: &str, txg: u64) -> Result<(), ApiError> {
+        match self {
+            Sink::Local { dst, journal } => Ok(journal.note_snapshot(dst, snapshot, txg)?),
+            Sink::Remote { daemon, peer, target, conn } => {
+                let msg = MirrorMsg::SyncNote { name: target.clone(), snapshot: snapshot.into(), txg };
+                Sink::with_remote(daemon, peer, conn, |c| super::remote::request(c, &msg).map(|_| ()))
+            }
+        }
+    }
+
+    fn retire(&mut self, txg: u64, clear_gap: bool) -> Result<(), ApiError> {
+        match self {
+            Sink::Local { dst, journal } => {
+                journal.retire(dst, txg)?;
+                if clear_gap {
+                    journal.clear_gap(dst)?;
+                }
+                Ok(())
+            }
+            Sink::Remote { daemon, peer, target, conn } => {
+                let msg = MirrorMsg::SyncRetire { name: target.clone(), txg, clear_gap };
+                Sink::with_remote(daemon, peer, conn, |c| super::remote::request(c, &msg).map(|_| ()))
+            }
+        }
+    }
+}
+
+/// How long a remote journal append may take before the link falls back.
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// One armed sync mirror: the source pool's tap.
 pub(crate) struct SyncLink {
     strict: bool,
     vols: Vec<u64>,
-    dst: Arc<Pool>,
-    journal: Mutex<Journal>,
+    /// The journal's lock: one append (or note, or retire) at a time, in order.
+    sink: Mutex<Sink>,
     queue: Mutex<Queue>,
     kick: Condvar,
     /// The tap's last frame durable in the journal.
@@ -97,7 +204,7 @@ impl SyncLink {
 
     /// Append everything queued to the journal. Errors degrade the link.
     fn flush(&self) -> Result<(), String> {
-        let mut journal = self.journal.lock().expect("sync journal");
+        let mut sink = self.sink.lock().expect("sync journal");
         let frames = {
             let mut q = self.queue.lock().expect("sync queue");
             q.bytes = 0;
@@ -108,7 +215,7 @@ impl SyncLink {
         if self.stop.load(Ordering::Relaxed) || matches!(self.phase(), Phase::Degraded(_)) {
             return Ok(());
         }
-        match journal.append(&self.dst, &frames) {
+        match sink.append(&frames) {
             Ok(()) => {
                 self.frames.fetch_add(frames.len() as u64, Ordering::Relaxed);
                 self.bytes.fetch_add(frames.iter().map(|f| f.records.len() as u64).sum(), Ordering::Relaxed);
@@ -116,7 +223,7 @@ impl SyncLink {
                 Ok(())
             }
             Err(e) => {
-                let why = format!("writing the target's journal failed: {e}");
+                let why = format!("writing the target's journal failed: {}", e.message);
                 self.degrade(why.clone());
                 Err(why)
             }
@@ -229,21 +336,12 @@ impl Daemon {
         let _arming = self.mirrors.arming.lock().expect("sync arming");
         let rec = self.mirrors.get(name)?;
         let Some(mode) = rec.sync.clone() else { return Ok(()) };
-        if rec.state == "broken" || rec.state == "paused" {
+        // The source daemon arms; a target's record only keeps the journal (sync_remote.rs).
+        if rec.state == "broken" || rec.state == "paused" || rec.source_peer.is_some() {
             return Ok(());
         }
         self.disarm_sync(name);
         let src = self.pool(&rec.source_pool)?;
-        let dst = self.pool(&rec.dest_pool)?;
-        let jname = journal_volume(&rec.volumes[0]);
-        let journal = match dst.volume_id(&jname) {
-            Ok(id) => Journal::open(&dst, id)?,
-            Err(_) => {
-                let id = dst.create_volume(&jname, &VolumeOptions::default())?;
-                Journal::create(&dst, id)?
-            }
-        };
-        journal.mark_gap(&dst)?;
         let mut vols = Vec::new();
         for v in &rec.volumes {
             vols.push(src.volume_id(v)?.0);
@@ -253,11 +351,28 @@ impl Daemon {
             self.mirrors.update(name, |m| m.source_volume_ids = ids);
             self.save_state()?;
         }
+        let sink = match &rec.dest_peer {
+            None => {
+                let dst = self.pool(&rec.dest_pool)?;
+                let journal = open_journal(&dst, &rec.volumes[0])?;
+                journal.mark_gap(&dst)?;
+                Sink::Local { dst, journal }
+            }
+            Some(peer) => {
+                // The target daemon opens (or makes) the journal and marks the gap.
+                let target = format!("{}/{}", rec.dest_pool, rec.volumes[0]);
+                let mut conn = PeerClient::connect(self, peer)?;
+                conn.set_timeout(Some(REMOTE_TIMEOUT))?;
+                let arm =
+                    MirrorMsg::SyncArm { name: target.clone(), mode: mode.clone(), source_volume_ids: vols.clone() };
+                super::remote::request(&mut conn, &arm)?;
+                Sink::Remote { daemon: Arc::downgrade(self), peer: peer.clone(), target, conn: Some(Box::new(conn)) }
+            }
+        };
         let link = Arc::new(SyncLink {
             strict: mode == "strict",
             vols,
-            dst: dst.clone(),
-            journal: Mutex::new(journal),
+            sink: Mutex::new(sink),
             queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),
             kick: Condvar::new(),
             durable: AtomicU64::new(0),
@@ -295,15 +410,18 @@ impl Daemon {
         link.stop();
         // An append in flight finishes before anyone opens the journal again (a flush
         // checks `stop` under the journal's lock, so none starts after this).
-        drop(link.journal.lock().expect("sync journal"));
+        drop(link.sink.lock().expect("sync journal"));
         Some(link)
     }
 
     /// Take every link from or to `pool` off (an export, a destroy).
     pub(crate) fn disarm_sync_for_pool(&self, pool: &str) {
         for r in self.mirrors.records() {
-            if r.sync.is_some() && (r.source_pool == pool || r.dest_pool == pool) {
+            let here_source = r.source_peer.is_none() && r.source_pool == pool;
+            let here_target = r.dest_peer.is_none() && r.dest_pool == pool;
+            if r.sync.is_some() && (here_source || here_target) {
                 self.disarm_sync(&r.name());
+                self.mirrors.journals.lock().expect("sync journals").remove(&r.name());
             }
         }
     }
@@ -328,13 +446,16 @@ impl Daemon {
     /// catching up if it was taken after the link's tap went in.
     pub(crate) fn sync_transferred(&self, name: &str, txg: u64) -> Result<(), ApiError> {
         let Some(link) = self.sync_link(name) else { return Ok(()) };
-        let mut journal = link.journal.lock().expect("sync journal");
-        journal.retire(&link.dst, txg)?;
+        let mut sink = link.sink.lock().expect("sync journal");
         let caught_up = matches!(link.phase(), Phase::CatchingUp { from_txg } if txg + 1 >= from_txg);
+        if let Err(e) = sink.retire(txg, caught_up) {
+            drop(sink);
+            link.degrade(format!("retiring the journal's transferred frames failed: {}", e.message));
+            return Err(e);
+        }
         if caught_up {
-            journal.clear_gap(&link.dst)?;
             *link.phase.lock().expect("sync phase") = Phase::InSync;
-            drop(journal);
+            drop(sink);
             tracing::info!(mirror = name, "sync mirror in sync");
             let rec = self.mirrors.get(name)?;
             self.events.record(
@@ -351,9 +472,8 @@ impl Daemon {
     /// Before a transfer of snapshot `snap` (source txg `txg`): note it in the journal.
     pub(crate) fn sync_note_snapshot(&self, name: &str, snap: &str, txg: u64) -> Result<(), ApiError> {
         let Some(link) = self.sync_link(name) else { return Ok(()) };
-        let journal = link.journal.lock().expect("sync journal");
-        journal.note_snapshot(&link.dst, snap, txg)?;
-        Ok(())
+        let mut sink = link.sink.lock().expect("sync journal");
+        sink.note_snapshot(snap, txg)
     }
 
     /// At a break: the journal's frames after the common snapshot, applied to the target
@@ -371,6 +491,8 @@ impl Daemon {
             }
         }
         self.disarm_sync(name);
+        // On the target of a mirror from a peer: its journal stops taking frames.
+        self.mirrors.journals.lock().expect("sync journals").remove(name);
         let dst = self.pool(&rec.dest_pool)?;
         let Ok(jvol) = dst.volume_id(&journal_volume(&rec.volumes[0])) else {
             return Ok(Some("no sync journal on the target: nothing replayed".into()));
@@ -454,6 +576,7 @@ impl Daemon {
         for r in self.mirrors.records() {
             let name = r.name();
             if r.sync.is_none()
+                || r.source_peer.is_some()
                 || matches!(r.state.as_str(), "broken" | "paused")
                 || self.sync_link(&name).is_some()
                 || self.mirrors.running(&name).is_some()
@@ -514,8 +637,7 @@ mod tests {
         let link = Arc::new(SyncLink {
             strict,
             vols: vec![vol],
-            dst: dst.clone(),
-            journal: Mutex::new(Journal::create(dst, jvol).unwrap()),
+            sink: Mutex::new(Sink::Local { dst: dst.clone(), journal: Journal::create(dst, jvol).unwrap() }),
             queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),
             kick: Condvar::new(),
             durable: AtomicU64::new(0),
@@ -547,7 +669,8 @@ mod tests {
         src.write(vol, obj, 0, b"acknowledged").unwrap();
         src.sync_object(vol, obj).unwrap();
         assert_eq!(link.frames.load(Ordering::Relaxed), 2, "the create and the write");
-        let journal = link.journal.lock().unwrap().clone();
+        let Sink::Local { journal, .. } = &*link.sink.lock().unwrap() else { unreachable!() };
+        let journal = journal.clone();
         let done = journal.replay(&dst, 0, &|v| (v == vol.0).then_some(target)).unwrap();
         assert_eq!(done.operations, 2);
         assert_eq!(dst.read(target, ObjectId(obj.0), 0, 64).unwrap(), b"acknowledged");

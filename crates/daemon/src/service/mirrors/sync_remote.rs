@@ -1,0 +1,234 @@
+//! Synchronous mirrors to a paired daemon: the journal lives on the target daemon, and the
+//! source's link (sync.rs, `Sink::Remote`) drives it over the peer connection with the
+//! `Sync*` mirror messages (remote.rs):
+//! - `sync_arm`: the target opens or makes `<first volume>.sync-journal` in its pool, marks
+//!   a gap, and records the mode and the source's volume ids in its own record (what a break
+//!   there needs to replay the journal without the source);
+//! - `sync_append`: answered `ready`, then the frames as raw bytes — per frame `seq u64,
+//!   txg u64, len u32` (little-endian) and `len` bytes of records — then answered once
+//!   they are durable in the journal (or with an `error`, which ends the connection);
+//! - `sync_note` / `sync_retire`: as the local link does (sync.rs).
+//!
+//! Only the peer a mirror comes from reaches its journal (`incoming`: the record names the
+//! peer, the pool must be granted, the mirror must not be broken there). The connection is
+//! TLS with pinned certificates on both sides (peer_net/); the journal adds its own BLAKE3
+//! per frame.
+
+use super::remote::MirrorMsg;
+use super::sync::open_journal;
+use crate::peer_net::{PeerConnection, PeerIdentity, PeerResponse, ServerConnection};
+use crate::service::{ApiError, Daemon};
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use strata_api::ErrorKind;
+use strata_engine::pool::sync_tap::TapFrame;
+
+/// A journal kept for a peer's sync mirror: and the last tap frame it holds of the link
+/// armed last (a link's frames count from 1).
+pub(crate) struct RemoteJournal {
+    pub(crate) journal: strata_engine::repl::journal::Journal,
+    pub(crate) last_seq: u64,
+}
+
+/// Frame header on the wire: seq, txg, length.
+const WIRE_HEADER: usize = 20;
+/// Most bytes one append may carry (the link's queue falls back at 256 MiB).
+const APPEND_MAX_BYTES: u64 = 512 << 20;
+
+/// Source side: append `frames` to the journal of mirror `target` on the peer.
+pub(super) fn send_frames(conn: &mut PeerConnection, target: &str, frames: &[TapFrame]) -> Result<(), ApiError> {
+    let bytes: u64 = frames.iter().map(|f| (WIRE_HEADER + f.records.len()) as u64).sum();
+    let msg = MirrorMsg::SyncAppend { name: target.into(), frames: frames.len() as u32, bytes };
+    super::remote::request(conn, &msg)?;
+    let mut buf = Vec::with_capacity(bytes as usize);
+    for f in frames {
+        buf.extend_from_slice(&f.seq.to_le_bytes());
+        buf.extend_from_slice(&f.txg.to_le_bytes());
+        buf.extend_from_slice(&(f.records.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&f.records);
+    }
+    let io = |e: std::io::Error| {
+        ApiError::new(ErrorKind::Io, format!("sending sync frames to {}: {e}", conn_name(target)), "the link re-arms")
+    };
+    let s = conn.stream();
+    s.write_all(&buf).map_err(io)?;
+    s.flush().map_err(io)?;
+    match conn.read_response()? {
+        PeerResponse::Mirror(v) if v["error"].is_string() => Err(ApiError::new(
+            ErrorKind::Io,
+            format!("the target's journal refused the frames: {}", v["error"].as_str().unwrap_or_default()),
+            v["hint"].as_str().unwrap_or("see the target daemon's log").to_string(),
+        )),
+        PeerResponse::Mirror(_) | PeerResponse::Ok => Ok(()),
+        other => Err(ApiError::internal(format!("the target answered {other:?} to sync frames"))),
+    }
+}
+
+fn conn_name(target: &str) -> String {
+    format!("the journal of {target}")
+}
+
+/// Read `n` frames of `bytes` in all from the stream.
+fn read_frames(r: &mut impl Read, n: u32, bytes: u64) -> Result<Vec<TapFrame>, ApiError> {
+    let bad = |what: String| ApiError::bad_request(what, "the peers run different versions, or the stream was damaged");
+    let io = |e: std::io::Error| ApiError::new(ErrorKind::Io, format!("reading sync frames: {e}"), "the link re-arms");
+    let mut left = bytes;
+    let mut frames = Vec::with_capacity(n.min(1 << 16) as usize);
+    for _ in 0..n {
+        let mut h = [0u8; WIRE_HEADER];
+        if left < WIRE_HEADER as u64 {
+            return Err(bad(format!("{n} frames announced in {bytes} bytes")));
+        }
+        r.read_exact(&mut h).map_err(io)?;
+        let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(h[16..20].try_into().expect("4 bytes")) as u64;
+        left -= WIRE_HEADER as u64;
+        if len > left {
+            return Err(bad(format!("a frame of {len} bytes with {left} announced bytes left")));
+        }
+        let mut records = vec![0u8; len as usize];
+        r.read_exact(&mut records).map_err(io)?;
+        left -= len;
+        frames.push(TapFrame { seq: u64_at(0), txg: u64_at(8), records });
+    }
+    if left != 0 {
+        return Err(bad(format!("{left} announced bytes after the last frame")));
+    }
+    Ok(frames)
+}
+
+impl Daemon {
+    /// Target side: a `Sync*` mirror message from `peer`.
+    pub(super) fn handle_sync_msg(
+        &self,
+        peer: &PeerIdentity,
+        msg: MirrorMsg,
+        conn: &mut ServerConnection,
+    ) -> Result<(), ApiError> {
+        match msg {
+            MirrorMsg::SyncArm { name, mode, source_volume_ids } => {
+                let rec = self.incoming(peer, &name)?;
+                if mode != "on" && mode != "strict" {
+                    return Err(ApiError::bad_request(format!("sync mode {mode:?}"), "on or strict"));
+                }
+                if source_volume_ids.len() != rec.volumes.len() {
+                    return Err(ApiError::bad_request(
+                        format!("{} source volume ids for {} volumes", source_volume_ids.len(), rec.volumes.len()),
+                        "-",
+                    ));
+                }
+                let dst = self.pool(&rec.dest_pool)?;
+                let journal = open_journal(&dst, &rec.volumes[0])?;
+                journal.mark_gap(&dst)?;
+                let j = RemoteJournal { journal, last_seq: 0 };
+                self.mirrors.journals.lock().expect("sync journals").insert(name.clone(), Arc::new(Mutex::new(j)));
+                self.mirrors.update(&name, |m| {
+                    m.sync = Some(mode.clone());
+                    m.source_volume_ids = source_volume_ids.clone();
+                });
+                self.save_state()?;
+                tracing::info!(mirror = %name, peer = %peer.name, mode = %mode, "sync mirror from a peer armed: journal open");
+                conn.reply(&PeerResponse::Ok)
+            }
+            MirrorMsg::SyncAppend { name, frames, bytes } => {
+                let rec = self.incoming(peer, &name)?;
+                if bytes > APPEND_MAX_BYTES {
+                    return Err(ApiError::bad_request(
+                        format!("an append of {bytes} bytes"),
+                        "at most 512 MiB per append",
+                    ));
+                }
+                let journal = self.journals_of(&name)?;
+                let dst = self.pool(&rec.dest_pool)?;
+                conn.reply(&PeerResponse::Mirror(serde_json::json!({"ready": true})))?;
+                let r = read_frames(conn.stream(), frames, bytes).and_then(|f| {
+                    let mut j = journal.lock().expect("sync journal");
+                    // Frames sent again after a lost answer: the ones already durable are skipped.
+                    let new: Vec<TapFrame> = f.into_iter().filter(|f| f.seq > j.last_seq).collect();
+                    let Some(last) = new.last().map(|f| f.seq) else { return Ok(()) };
+                    let dst_journal = &mut j.journal;
+                    dst_journal.append(&dst, &new).map_err(ApiError::from)?;
+                    j.last_seq = last;
+                    Ok(())
+                });
+                match r {
+                    Ok(()) => conn.reply(&PeerResponse::Mirror(serde_json::json!({"durable": frames}))),
+                    Err(e) => {
+                        tracing::warn!(mirror = %name, peer = %peer.name, "sync frames not journaled: {} ({})", e.message, e.hint);
+                        let _ =
+                            conn.reply(&PeerResponse::Mirror(serde_json::json!({"error": e.message, "hint": e.hint})));
+                        Err(e)
+                    }
+                }
+            }
+            MirrorMsg::SyncNote { name, snapshot, txg } => {
+                let rec = self.incoming(peer, &name)?;
+                let dst = self.pool(&rec.dest_pool)?;
+                self.journals_of(&name)?.lock().expect("sync journal").journal.note_snapshot(&dst, &snapshot, txg)?;
+                conn.reply(&PeerResponse::Ok)
+            }
+            MirrorMsg::SyncRetire { name, txg, clear_gap } => {
+                let rec = self.incoming(peer, &name)?;
+                let dst = self.pool(&rec.dest_pool)?;
+                let journal = self.journals_of(&name)?;
+                let mut j = journal.lock().expect("sync journal");
+                j.journal.retire(&dst, txg)?;
+                if clear_gap {
+                    j.journal.clear_gap(&dst)?;
+                }
+                conn.reply(&PeerResponse::Ok)
+            }
+            _ => Err(ApiError::internal("a mirror message that is not a sync one, in the sync handler")),
+        }
+    }
+
+    /// The journal a `sync_arm` opened for mirror `name`.
+    fn journals_of(&self, name: &str) -> Result<Arc<Mutex<RemoteJournal>>, ApiError> {
+        self.mirrors.journals.lock().expect("sync journals").get(name).cloned().ok_or_else(|| {
+            ApiError::conflict(
+                format!("the sync journal of mirror {name} is not open on the target"),
+                "the source re-arms the link (it does so by itself within seconds)",
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(frames: &[(u64, u64, &[u8])]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (seq, txg, r) in frames {
+            b.extend_from_slice(&seq.to_le_bytes());
+            b.extend_from_slice(&txg.to_le_bytes());
+            b.extend_from_slice(&(r.len() as u32).to_le_bytes());
+            b.extend_from_slice(r);
+        }
+        b
+    }
+
+    #[test]
+    fn frames_are_read_as_announced_and_lies_are_refused() {
+        let b = wire(&[(1, 7, b"abc"), (2, 8, b"")]);
+        let f = read_frames(&mut &b[..], 2, b.len() as u64).unwrap();
+        assert_eq!(
+            f,
+            vec![
+                TapFrame { seq: 1, txg: 7, records: b"abc".to_vec() },
+                TapFrame { seq: 2, txg: 8, records: Vec::new() }
+            ]
+        );
+        // More bytes announced than the frames hold, fewer, a frame longer than what is
+        // left, more frames than bytes: each refused before anything is appended.
+        for (n, bytes) in [(2, b.len() as u64 + 1), (2, b.len() as u64 - 1), (3, b.len() as u64), (1, 10)] {
+            let e = read_frames(&mut &b[..], n, bytes).expect_err("a lie about the frames");
+            assert_eq!(e.kind, ErrorKind::InvalidArgument, "{n} frames in {bytes} bytes: {e:?}");
+        }
+        // A frame whose length runs past the stream's end: an I/O error, no panic.
+        let mut short = wire(&[(1, 1, b"abcdef")]);
+        short.truncate(WIRE_HEADER + 2);
+        let e = read_frames(&mut &short[..], 1, (WIRE_HEADER + 6) as u64).expect_err("a cut stream");
+        assert_eq!(e.kind, ErrorKind::Io);
+    }
+}
