@@ -4,9 +4,11 @@
 //! - `sync_arm`: the target opens or makes `<first volume>.sync-journal` in its pool, marks
 //!   a gap, and records the mode and the source's volume ids in its own record (what a break
 //!   there needs to replay the journal without the source);
-//! - `sync_append`: answered `ready`, then the frames as raw bytes — per frame `seq u64,
-//!   txg u64, len u32` (little-endian) and `len` bytes of records — then answered once
-//!   they are durable in the journal (or with an `error`, which ends the connection);
+//! - `sync_append`: the frames follow the request at once as raw bytes — per frame `seq
+//!   u64, txg u64, len u32` (little-endian) and `len` bytes of records — and the one answer
+//!   comes once they are durable in the journal (one round trip per append). The target
+//!   reads every announced byte before it looks at the request, so a refusal leaves the
+//!   session in step; an announcement over `APPEND_MAX_BYTES` is refused and ends it.
 //! - `sync_note` / `sync_retire`: as the local link does (sync.rs).
 //!
 //! Only the peer a mirror comes from reaches its journal (`incoming`: the record names the
@@ -39,7 +41,8 @@ const APPEND_MAX_BYTES: u64 = 512 << 20;
 pub(super) fn send_frames(conn: &mut PeerConnection, target: &str, frames: &[TapFrame]) -> Result<(), ApiError> {
     let bytes: u64 = frames.iter().map(|f| (WIRE_HEADER + f.records.len()) as u64).sum();
     let msg = MirrorMsg::SyncAppend { name: target.into(), frames: frames.len() as u32, bytes };
-    super::remote::request(conn, &msg)?;
+    let v = serde_json::to_value(&msg).expect("mirror messages serialise");
+    conn.send_request(&crate::peer_net::PeerRequest::Mirror(v))?;
     let mut buf = Vec::with_capacity(bytes as usize);
     for f in frames {
         buf.extend_from_slice(&f.seq.to_le_bytes());
@@ -54,8 +57,9 @@ pub(super) fn send_frames(conn: &mut PeerConnection, target: &str, frames: &[Tap
     s.write_all(&buf).map_err(io)?;
     s.flush().map_err(io)?;
     match conn.read_response()? {
+        // A refusal is an answer (the session is in step): not retried on a new one.
         PeerResponse::Mirror(v) if v["error"].is_string() => Err(ApiError::new(
-            ErrorKind::Io,
+            ErrorKind::Conflict,
             format!("the target's journal refused the frames: {}", v["error"].as_str().unwrap_or_default()),
             v["hint"].as_str().unwrap_or("see the target daemon's log").to_string(),
         )),
@@ -131,23 +135,24 @@ impl Daemon {
                 conn.reply(&PeerResponse::Ok)
             }
             MirrorMsg::SyncAppend { name, frames, bytes } => {
-                let rec = self.incoming(peer, &name)?;
                 if bytes > APPEND_MAX_BYTES {
-                    return Err(ApiError::bad_request(
-                        format!("an append of {bytes} bytes"),
-                        "at most 512 MiB per append",
-                    ));
+                    // The bytes are not read: the session cannot go on (Err after a reply).
+                    let e = ApiError::bad_request(format!("an append of {bytes} bytes"), "at most 512 MiB per append");
+                    conn.reply(&PeerResponse::Mirror(serde_json::json!({"error": e.message, "hint": e.hint})))?;
+                    return Err(e);
                 }
-                let journal = self.journals_of(&name)?;
-                let dst = self.pool(&rec.dest_pool)?;
-                conn.reply(&PeerResponse::Mirror(serde_json::json!({"ready": true})))?;
-                let r = read_frames(conn.stream(), frames, bytes).and_then(|f| {
+                let f = read_frames(conn.stream(), frames, bytes);
+                // A stream that failed mid-way cannot go on; one read whole can.
+                let in_step = f.is_ok();
+                let r = self.incoming(peer, &name).and_then(|rec| {
+                    let journal = self.journals_of(&name)?;
+                    let dst = self.pool(&rec.dest_pool)?;
+                    let f = f?;
                     let mut j = journal.lock().expect("sync journal");
                     // Frames sent again after a lost answer: the ones already durable are skipped.
                     let new: Vec<TapFrame> = f.into_iter().filter(|f| f.seq > j.last_seq).collect();
                     let Some(last) = new.last().map(|f| f.seq) else { return Ok(()) };
-                    let dst_journal = &mut j.journal;
-                    dst_journal.append(&dst, &new).map_err(ApiError::from)?;
+                    j.journal.append(&dst, &new).map_err(ApiError::from)?;
                     j.last_seq = last;
                     Ok(())
                 });
@@ -155,9 +160,13 @@ impl Daemon {
                     Ok(()) => conn.reply(&PeerResponse::Mirror(serde_json::json!({"durable": frames}))),
                     Err(e) => {
                         tracing::warn!(mirror = %name, peer = %peer.name, "sync frames not journaled: {} ({})", e.message, e.hint);
-                        let _ =
-                            conn.reply(&PeerResponse::Mirror(serde_json::json!({"error": e.message, "hint": e.hint})));
-                        Err(e)
+                        let answer = serde_json::json!({"error": e.message, "hint": e.hint});
+                        let sent = conn.reply(&PeerResponse::Mirror(answer));
+                        if in_step {
+                            sent
+                        } else {
+                            Err(e)
+                        }
                     }
                 }
             }
