@@ -102,6 +102,9 @@ REPL_TARGET=pool scripts/e2e/replication-postgres.sh
 echo "== PostgreSQL data + WAL in a synchronous mirror (--sync) under pgbench; kill -9, the source pool's image lost; break: every acknowledged commit on the target"
 scripts/e2e/sync-mirror-postgres.sh
 
+echo "== MariaDB under sysbench in a synchronous mirror to a second daemon (paired peer); kill -9 of the source daemon; break there: every acknowledged commit, CHECK TABLE clean"
+scripts/e2e/sync-mirror-mariadb.sh
+
 echo "== MariaDB mirrored to a second daemon every 2 s under sysbench; break, mariadbd recovers on the target = the source's snapshot"
 scripts/e2e/replication-mariadb.sh
 
