@@ -26,14 +26,20 @@ content() { # PORT -> a digest of everything pgbench and the test wrote
 }
 amcheck() { bounded "$PG_BIN/pg_amcheck" -h "$WORK/sock" -p "$1" -U postgres --all --install-missing --heapallindexed --rootdescend >/dev/null ||
   die "pg_amcheck found corruption on port $1"; }
-# source_db: PostgreSQL with its data on default/pgdata ($M/data) and its WAL on
-# default/pgwal ($M/wal), started on $PORT, a pgbench database `bench` of scale $SCALE and
-# the test's own table `marks`.
+# source_db [POOL]: PostgreSQL with its data on default/pgdata ($M/data) and its WAL on
+# default/pgwal ($M/wal) — or on POOL/pgdata and POOL/pgwal, which must exist — started on
+# $PORT, a pgbench database `bench` of scale $SCALE and the test's own table `marks`.
 source_db() {
-  strata_mount pgdata "$M/data"
-  strata_mount pgwal "$M/wal"
+  local pool="${1:-default}"
+  if [ -n "${1:-}" ]; then
+    "$STRATA_BIN" mount "$pool/pgdata" "$M/data"
+    "$STRATA_BIN" mount "$pool/pgwal" "$M/wal"
+  else
+    strata_mount pgdata "$M/data"
+    strata_mount pgwal "$M/wal"
+  fi
   install -d -o postgres -g postgres -m 700 "$M/data/pgdata" "$M/wal/pg_wal"
-  log "initdb: data on default/pgdata, WAL on default/pgwal"
+  log "initdb: data on $pool/pgdata, WAL on $pool/pgwal"
   pg initdb -D "$M/data/pgdata" --waldir="$M/wal/pg_wal" --data-checksums --auth=trust -U postgres >"$WORK/initdb.log"
   cat >>"$M/data/pgdata/postgresql.conf" <<CONF
 fsync = on

@@ -63,20 +63,7 @@ strata_start
 "$STRATA_BIN" pool create dst --device "$STRATA_E2E_DIR/dst.img" --size 4G
 "$STRATA_BIN" volume create src/pgdata --record-size 8K
 "$STRATA_BIN" volume create src/pgwal
-"$STRATA_BIN" mount src/pgdata "$M/data"
-"$STRATA_BIN" mount src/pgwal "$M/wal"
-install -d -o postgres -g postgres -m 700 "$M/data/pgdata" "$M/wal/pg_wal"
-pg initdb -D "$M/data/pgdata" --waldir="$M/wal/pg_wal" --data-checksums --auth=trust -U postgres >"$WORK/initdb.log"
-cat >>"$M/data/pgdata/postgresql.conf" <<CONF
-fsync = on
-synchronous_commit = on
-full_page_writes = on
-shared_buffers = 64MB
-checkpoint_timeout = 30s
-CONF
-start "$M/data/pgdata" "$PORT" "$WORK/source.log"
-q "$PORT" -d postgres -c "create database bench"
-bounded "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -i -q -s "$SCALE" bench >"$WORK/init.log" 2>&1
+source_db src
 q "$PORT" -c "create table acks (id int primary key)"
 
 log "mirror src/pgdata + pgwal to dst, synchronous, transfers every 5 s"

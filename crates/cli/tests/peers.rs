@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 
 /// A daemon in `dir/tag`, with a replication listener unless `repl` is false.
 fn daemon(dir: &Path, tag: &str, repl: bool) -> (Daemon, u16) {
+    if repl {
+        return start_with_repl(dir, tag);
+    }
     let d_dir = dir.join(tag);
     std::fs::create_dir_all(&d_dir).unwrap();
-    let port = free_port();
     let mut d = Daemon { child: None, socket: d_dir.join("strata.sock"), dir: d_dir };
-    let p = port.to_string();
-    let args = ["--repl-port", p.as_str()];
-    d.spawn_with(if repl { &args } else { &[] });
-    (d, port)
+    d.spawn_with(&[]);
+    (d, free_port())
 }
 
 /// `strata peer invite` on `d`, as JSON (token, fingerprint, ...).

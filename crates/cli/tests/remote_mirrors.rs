@@ -13,13 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn daemon(dir: &Path, tag: &str) -> (Daemon, u16) {
-    let d_dir = dir.join(tag);
-    std::fs::create_dir_all(&d_dir).unwrap();
-    let port = free_port();
-    let mut d = Daemon { child: None, socket: d_dir.join("strata.sock"), dir: d_dir };
-    let p = port.to_string();
-    d.spawn_with(&["--repl-port", p.as_str()]);
-    (d, port)
+    start_with_repl(dir, tag)
 }
 
 #[test]

@@ -166,6 +166,17 @@ impl Drop for Daemon {
     }
 }
 
+/// A daemon in `dir/tag` with a replication listener on a free port (for the peer and
+/// remote-mirror tests), and that port.
+pub fn start_with_repl(dir: &Path, tag: &str) -> (Daemon, u16) {
+    let d_dir = dir.join(tag);
+    std::fs::create_dir_all(&d_dir).unwrap();
+    let port = free_port();
+    let mut d = Daemon { child: None, socket: d_dir.join("strata.sock"), dir: d_dir };
+    d.spawn_with(&["--repl-port", port.to_string().as_str()]);
+    (d, port)
+}
+
 /// Write `len` bytes derived from `seed` to `path` and fsync them (through the page cache to
 /// the daemon: a snapshot taken next holds them). The bytes written.
 pub fn write_file(path: &Path, seed: u32, len: usize) -> Vec<u8> {

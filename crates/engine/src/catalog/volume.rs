@@ -90,6 +90,18 @@ impl VolumeState {
         self.objset.dnode(io, obj)?.ok_or_else(|| Error::NotFound(format!("object {} in volume {}", obj.0, name)))
     }
 
+    /// A new, empty object's dnode: the volume's record size, `attr`.
+    fn empty_dnode(&self, attr: &[u8]) -> DnodePhys {
+        DnodePhys {
+            size: 0,
+            record_size: self.record.phys.record_size,
+            levels: 0,
+            root: BlockPtr::HOLE,
+            data_sectors: 0,
+            attr: attr.to_vec(),
+        }
+    }
+
     pub fn create_object(&mut self, attr: &[u8]) -> Result<ObjectId> {
         if attr.len() > ATTR_MAX {
             return Err(Error::invalid(format!("attribute of {} bytes (limit {ATTR_MAX})", attr.len())));
@@ -106,14 +118,7 @@ impl VolumeState {
                 format!("volume {}: next object id {} is in use or out of range", self.record.name, obj.0),
             )
         })?;
-        let dnode = DnodePhys {
-            size: 0,
-            record_size: self.record.phys.record_size,
-            levels: 0,
-            root: BlockPtr::HOLE,
-            data_sectors: 0,
-            attr: attr.to_vec(),
-        };
+        let dnode = self.empty_dnode(attr);
         self.objset.objects.insert(obj, ObjState { dnode, dirty: true });
         self.dirty.changed = true;
         Ok(obj)
@@ -137,14 +142,7 @@ impl VolumeState {
             )
             .into());
         }
-        let dnode = DnodePhys {
-            size: 0,
-            record_size: self.record.phys.record_size,
-            levels: 0,
-            root: BlockPtr::HOLE,
-            data_sectors: 0,
-            attr: attr.to_vec(),
-        };
+        let dnode = self.empty_dnode(attr);
         self.objset.objects.insert(obj, ObjState { dnode, dirty: true });
         self.record.phys.next_object_id = self.record.phys.next_object_id.max(next);
         self.dirty.changed = true;

@@ -60,6 +60,22 @@ pub enum LogRecord {
 }
 
 impl LogRecord {
+    /// The volume the record changes (None for `GroupEnd`).
+    pub fn volume(&self) -> Option<u64> {
+        match self {
+            LogRecord::Write { vol, .. }
+            | LogRecord::Truncate { vol, .. }
+            | LogRecord::Punch { vol, .. }
+            | LogRecord::SetAttr { vol, .. }
+            | LogRecord::CreateObject { vol, .. }
+            | LogRecord::DeleteObject { vol, .. }
+            | LogRecord::KvPut { vol, .. }
+            | LogRecord::KvDelete { vol, .. }
+            | LogRecord::WriteRef { vol, .. } => Some(*vol),
+            LogRecord::GroupEnd => None,
+        }
+    }
+
     /// A Write record's bytes up to its data (`WRITE_HEADER` bytes); `len` data bytes follow.
     pub fn encode_write_header(w: &mut Writer, vol: u64, obj: u64, offset: u64, len: usize) {
         w.u8(1).u64(vol).u64(obj).u64(offset).u32(len as u32);

@@ -128,19 +128,7 @@ fn apply(p: &mut crate::pool::PoolInner, r: &LogRecord, refs: &crate::pool::log_
     use crate::catalog::volume::ObjectId;
     use crate::pool::{PoolInner, VolumeId};
     let PoolInner { io, alloc, catalog: crate::catalog::Catalog { volumes, .. }, .. } = p;
-    let vol_of = |r: &LogRecord| match r {
-        LogRecord::Write { vol, .. }
-        | LogRecord::Truncate { vol, .. }
-        | LogRecord::Punch { vol, .. }
-        | LogRecord::SetAttr { vol, .. }
-        | LogRecord::CreateObject { vol, .. }
-        | LogRecord::DeleteObject { vol, .. }
-        | LogRecord::KvPut { vol, .. }
-        | LogRecord::KvDelete { vol, .. }
-        | LogRecord::WriteRef { vol, .. } => *vol,
-        LogRecord::GroupEnd => 0,
-    };
-    let vol = vol_of(r);
+    let vol = r.volume().unwrap_or(0);
     let v = volumes
         .get_mut(&VolumeId(vol))
         .ok_or_else(|| Corruption::new("intent log", None, format!("record for unknown volume {vol}")))?;

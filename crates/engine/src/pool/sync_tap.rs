@@ -80,18 +80,7 @@ impl PoolInner {
 
     /// Record `r` for the tap if it wants its volume.
     pub(crate) fn tap_record(&mut self, r: &LogRecord) {
-        let vol = match r {
-            LogRecord::Write { vol, .. }
-            | LogRecord::Truncate { vol, .. }
-            | LogRecord::Punch { vol, .. }
-            | LogRecord::SetAttr { vol, .. }
-            | LogRecord::CreateObject { vol, .. }
-            | LogRecord::DeleteObject { vol, .. }
-            | LogRecord::KvPut { vol, .. }
-            | LogRecord::KvDelete { vol, .. }
-            | LogRecord::WriteRef { vol, .. } => *vol,
-            LogRecord::GroupEnd => return,
-        };
+        let Some(vol) = r.volume() else { return };
         if let Some(w) = self.tap_frame_for(vol) {
             r.encode_into(w);
         }
