@@ -31,7 +31,8 @@ fn a_sync_mirror_to_a_peer_holds_every_fsynced_write_after_the_source_daemon_die
     assert_eq!(code, 0, "{err}");
     a.json(&["peer", "add", "site-b", &format!("127.0.0.1:{b_port}"), "--invitation", token.trim()]);
 
-    let src = dir.join("src");
+    // Under the source daemon's directory: its Drop unmounts it after the kill -9.
+    let src = a.dir.join("src");
     std::fs::create_dir_all(&src).unwrap();
     a.ok(&["volume", "create", "default/db"]);
     a.ok(&["mount", "default/db", src.to_str().unwrap()]);
