@@ -36,6 +36,7 @@ esac
 need=()
 command -v cc >/dev/null || need+=(build-essential)
 command -v fusermount3 >/dev/null || need+=(fuse3)
+command -v protoc >/dev/null || need+=(protobuf-compiler)  # the etcd client's build
 if [ ${#need[@]} -gt 0 ]; then
   if [ -n "$destdir" ] || [ "$(id -u)" -ne 0 ]; then
     echo "install.sh: missing ${need[*]}; install them first (apt-get install ${need[*]})" >&2

@@ -14,6 +14,7 @@ unset STRATA_API
 need=()
 command -v cc >/dev/null || need+=(build-essential)
 command -v fusermount3 >/dev/null || need+=(fuse3)
+command -v protoc >/dev/null || need+=(protobuf-compiler)  # the etcd client's build
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
 fi

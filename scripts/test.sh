@@ -17,6 +17,11 @@ command -v sysbench >/dev/null || need+=(sysbench)
 python3 -m pytest --version >/dev/null 2>&1 || need+=(python3-pytest)
 command -v nfs-ls >/dev/null || need+=(libnfs-utils libnfs-dev python3-venv python3-dev)
 command -v openssl >/dev/null || need+=(openssl)
+# The daemon's etcd client (failover of sync mirrors) is generated from etcd's protobuf
+# files at build time; the failover tests run a real etcd and use etcdctl.
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v etcdctl >/dev/null || need+=(etcd-client)
 # strata-nbd: its tests drive real NBD clients (crates/nbd/tests: nbdinfo, nbdcopy, nbdsh, qemu-io/qemu-img).
 command -v nbdinfo >/dev/null || need+=(libnbd-bin)
 command -v nbdsh >/dev/null || need+=(python3-libnbd)

@@ -32,6 +32,25 @@ pub struct CreateMirror {
     /// paired peer (the journal is kept there).
     #[serde(default)]
     pub sync: Option<String>,
+    /// Failover of a synchronous mirror to a peer through an etcd lease: the daemon that
+    /// holds the lease serves the volumes; the target takes over once the source's lease
+    /// has run out (docs/mirrors.md, "Failover").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<CreateFailover>,
+}
+
+/// `mirror create --etcd URL[,URL] [--failover-ttl SECONDS] [--failover-mount DIR]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct CreateFailover {
+    /// etcd endpoints, e.g. `http://10.0.0.5:2379`.
+    pub etcd: Vec<String>,
+    /// The lease's time to live (default 10 s, 2 to 300): a source that cannot renew it
+    /// stops acknowledging syncs after half of it; the target takes over after all of it.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// On the target: after a takeover, mount each volume at DIR/VOLUME.
+    #[serde(default)]
+    pub mount_dir: Option<String>,
 }
 
 /// `POST /v1/mirrors/{pool}/{volume}`: `update` (transfer now), `break` (make the target
@@ -99,6 +118,31 @@ pub struct MirrorInfo {
     /// A synchronous mirror's link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<MirrorSync>,
+    /// Failover through an etcd lease (`mirror create --etcd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<MirrorFailover>,
+}
+
+/// The failover lease of a synchronous mirror, as this daemon sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MirrorFailover {
+    pub etcd: Vec<String>,
+    /// The owner key in etcd.
+    pub key: String,
+    pub ttl_seconds: u64,
+    /// This daemon's part: `serving` (it holds the lease and acknowledges syncs),
+    /// `acquiring` (it should serve but does not hold the lease: syncs are refused),
+    /// `standby` (the target: takes over when the lease runs out), `fenced` (another
+    /// daemon took over: this one does not serve the volumes), or `off`.
+    pub role: String,
+    /// Who holds the lease, as last seen in etcd.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// When this daemon took the volumes over (ns since 1970).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_over_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The link of a synchronous mirror (`mirror create --sync`).

@@ -5,7 +5,7 @@ use crate::client::{seg, Client, Failure};
 use crate::units::human;
 use crate::Out;
 use clap::Subcommand;
-use strata_api::{CreateMirror, Done, MirrorAction, MirrorInfo};
+use strata_api::{CreateFailover, CreateMirror, Done, MirrorAction, MirrorInfo};
 
 #[derive(Subcommand)]
 pub enum MirrorCmd {
@@ -33,6 +33,18 @@ pub enum MirrorCmd {
         /// of this daemon or PEER:POOL.
         #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = ["on", "strict"])]
         sync: Option<String>,
+        /// Failover through etcd (with --sync, to PEER:POOL): the daemon holding the lease
+        /// serves the volumes; when the source's lease runs out the target takes over
+        /// (breaks the mirror, replays its journal, mounts the volumes). Endpoints, e.g.
+        /// http://10.0.0.5:2379 (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        etcd: Vec<String>,
+        /// The failover lease's time to live: 10s by default (2s to 5m).
+        #[arg(long, requires = "etcd")]
+        failover_ttl: Option<String>,
+        /// On the target, after a takeover: mount each volume at DIR/VOLUME.
+        #[arg(long, requires = "etcd")]
+        failover_mount: Option<String>,
         #[arg(long)]
         no_wait: bool,
     },
@@ -160,6 +172,17 @@ fn print_info(m: &MirrorInfo) {
             s.message.as_deref().map_or(String::new(), |w| format!("; {w}"))
         );
     }
+    if let Some(f) = &m.failover {
+        println!(
+            "  failover: {} (lease {} in etcd {}, {} s; owner {}){}",
+            f.role,
+            f.key,
+            f.etcd.join(","),
+            f.ttl_seconds,
+            f.owner.as_deref().unwrap_or("none"),
+            f.message.as_deref().map_or(String::new(), |w| format!("; {w}"))
+        );
+    }
     if let Some(msg) = &m.message {
         println!("  error:    {msg}");
     }
@@ -195,7 +218,19 @@ fn wait(c: &Client, p: &str, mut m: MirrorInfo) -> Result<MirrorInfo, Failure> {
 
 pub fn run(c: &Client, out: &Out, cmd: MirrorCmd) -> Result<(), Failure> {
     match cmd {
-        MirrorCmd::Create { source, dest_pool, group, every, keep, limit, sync, no_wait } => {
+        MirrorCmd::Create {
+            source,
+            dest_pool,
+            group,
+            every,
+            keep,
+            limit,
+            sync,
+            etcd,
+            failover_ttl,
+            failover_mount,
+            no_wait,
+        } => {
             let limit = limit
                 .as_deref()
                 .map(|l| crate::units::parse_size(l).map_err(|e| Failure::usage(format!("--limit {l}: {e}"))))
@@ -208,6 +243,20 @@ pub fn run(c: &Client, out: &Out, cmd: MirrorCmd) -> Result<(), Failure> {
                 keep,
                 limit_bytes_per_second: limit,
                 sync,
+                failover: match etcd.is_empty() {
+                    true => None,
+                    false => Some(CreateFailover {
+                        etcd,
+                        ttl_seconds: failover_ttl
+                            .as_deref()
+                            .map(|t| {
+                                crate::units::parse_interval(t)
+                                    .map_err(|e| Failure::usage(format!("--failover-ttl {e}")))
+                            })
+                            .transpose()?,
+                        mount_dir: failover_mount,
+                    }),
+                },
             };
             let mut m: MirrorInfo = c.send("POST", "/v1/mirrors", &req)?;
             if !no_wait {

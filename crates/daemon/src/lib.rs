@@ -212,6 +212,13 @@ pub fn serve(opts: ServeOptions) -> Result<(), String> {
     }
     {
         let d = d.clone();
+        std::thread::Builder::new()
+            .name("failover".into())
+            .spawn(move || d.failover_loop())
+            .map_err(|e| e.to_string())?;
+    }
+    {
+        let d = d.clone();
         std::thread::Builder::new().name("watch".into()).spawn(move || d.watch_loop()).map_err(|e| e.to_string())?;
     }
     // The API's runtime: two workers (the API is light; handlers run on its blocking pool).

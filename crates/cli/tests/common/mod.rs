@@ -198,3 +198,95 @@ pub fn read_snapshot_file(d: &Daemon, dir: &Path, pool: &str, vol: &str, snap: &
     d.ok(&["volume", "delete", &clone]);
     data
 }
+
+/// A one-member etcd cluster (Debian's etcd-server) on free loopback ports, for the
+/// failover tests; killed when dropped.
+pub struct Etcd {
+    pub child: Option<Child>,
+    pub url: String,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl Etcd {
+    pub fn start(dir: &Path) -> Etcd {
+        let bin = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("etcd is not installed: apt-get install etcd-server (scripts/test.sh does)");
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let dir = dir.join("etcd");
+        std::fs::create_dir_all(&dir).unwrap();
+        let args: Vec<String> = vec![
+            bin.into(),
+            "--name".into(),
+            "t".into(),
+            "--data-dir".into(),
+            dir.join("data").display().to_string(),
+            "--listen-client-urls".into(),
+            url.clone(),
+            "--advertise-client-urls".into(),
+            url.clone(),
+            "--listen-peer-urls".into(),
+            peer_url.clone(),
+            "--initial-advertise-peer-urls".into(),
+            peer_url.clone(),
+            "--initial-cluster".into(),
+            format!("t={peer_url}"),
+        ];
+        let mut e = Etcd { child: None, url, dir, args };
+        e.spawn();
+        e
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("etcd.log")).unwrap();
+        self.child =
+            Some(Command::new(&self.args[0]).args(&self.args[1..]).stdout(Stdio::null()).stderr(log).spawn().unwrap());
+        let start = Instant::now();
+        loop {
+            let ok = Command::new("etcdctl")
+                .args(["--endpoints", &self.url, "endpoint", "health"])
+                .env("ETCDCTL_API", "3")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "etcd did not come up: {}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+    }
+
+    /// Send `sig` to etcd (SIGSTOP: an etcd that does not answer; SIGCONT: back).
+    pub fn signal(&self, sig: i32) {
+        unsafe { libc_kill(self.child.as_ref().unwrap().id() as i32, sig) };
+    }
+
+    /// `etcdctl get KEY` (the value, if the key exists).
+    pub fn get(&self, key: &str) -> Option<String> {
+        let out = Command::new("etcdctl")
+            .args(["--endpoints", &self.url, "get", key, "--print-value-only"])
+            .env("ETCDCTL_API", "3")
+            .output()
+            .unwrap();
+        let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (!v.is_empty()).then_some(v)
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc_kill(c.id() as i32, 18) };
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -351,7 +351,10 @@ impl Daemon {
         pool.volume_id(vol_name)?;
         match snap {
             Some(s) => drop(pool.snapshot(vol_name, s)?),
-            None => self.refuse_mirror_target(pool_name, vol_name, "an export")?,
+            None => {
+                self.refuse_mirror_target(pool_name, vol_name, "an export")?;
+                self.refuse_fenced(pool_name, vol_name, "an export")?;
+            }
         }
         if self.lun_info(pool_name, &pool, vol_name).is_none() {
             return Err(ApiError::bad_request(

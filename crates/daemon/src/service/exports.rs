@@ -262,6 +262,7 @@ impl Daemon {
         let (pool_name, vol_name) = split_volume(&b.volume)?;
         self.pool(pool_name)?.volume_id(vol_name).map_err(ApiError::from)?;
         self.refuse_mirror_target(pool_name, vol_name, "an export")?;
+        self.refuse_fenced(pool_name, vol_name, "an export")?;
         let clients = b.clients.unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
         if clients.is_empty() {
             return Err(ApiError::bad_request(

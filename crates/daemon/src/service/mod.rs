@@ -253,6 +253,11 @@ impl Daemon {
         }
         *d.policies.lock().expect("policies") =
             state.policies.iter().map(|p| (p.volume.clone(), p.schedules.clone())).collect();
+        d.mirrors.load(state.mirrors.clone());
+        d.peers.load(state.peers.clone());
+        // Volumes under a failover lease: gated, and known to be taken over (not remounted)
+        // before their mounts come back (mirrors/failover.rs).
+        d.failover_start();
         for m in &state.mounts {
             let pool_name = m.volume.split('/').next().unwrap_or("");
             if d.unavailable.lock().expect("unavailable").contains_key(pool_name) {
@@ -268,7 +273,6 @@ impl Daemon {
         }
         exports::NfsService::start(&d, state.exports.clone(), state.next_export_id)?;
         blockexports::BlockService::start(&d, state.block_exports.clone())?;
-        d.mirrors.load(state.mirrors.clone());
         // Synchronous mirrors start catching up: what the source did while no link was
         // armed reaches the target with a transfer (mirrors/sync.rs).
         for m in d.mirrors.records() {
@@ -278,7 +282,6 @@ impl Daemon {
                 }
             }
         }
-        d.peers.load(state.peers.clone());
         for p in &state.pools {
             if let Some(progress) = p.scrub_progress {
                 d.resume_scrub(&p.name, progress);

@@ -25,6 +25,7 @@ impl Daemon {
         let pool = self.pool(pool_name)?;
         pool.volume_id(vol_name).map_err(ApiError::from)?;
         self.refuse_mirror_target(pool_name, vol_name, "a mount")?;
+        self.refuse_fenced(pool_name, vol_name, "a mount")?;
         if !path.is_absolute() {
             return Err(ApiError::bad_request(
                 format!("mount point {} is not absolute", path.display()),

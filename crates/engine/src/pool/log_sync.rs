@@ -24,17 +24,22 @@ impl Pool {
 
     /// The local sync, then the wait for a synchronous mirror that holds the target's
     /// operations (sync_tap.rs): only frames pushed before the sync began are waited for.
+    /// A gated pool (sync_gate.rs) asks its gate before and after: no sync is acknowledged
+    /// once the gate has closed.
     fn sync_target(&self, target: SyncTarget) -> Result<()> {
-        let tap = {
-            let p = self.lock();
-            p.tap_wait_point(match target {
-                SyncTarget::All => None,
-                SyncTarget::Object { vol, .. } => Some(vol),
-            })
+        let vol = match target {
+            SyncTarget::All => None,
+            SyncTarget::Object { vol, .. } => Some(vol),
         };
+        let (tap, gate) = {
+            let p = self.lock();
+            (p.tap_wait_point(vol), p.gate.clone())
+        };
+        Pool::check_gate(&gate, vol)?;
         Pool::prepare_tap(&tap);
         self.sync_local(target)?;
-        self.wait_for_tap(tap)
+        self.wait_for_tap(tap)?;
+        Pool::check_gate(&gate, vol)
     }
 
     /// Waits for a block in flight, then writes what the sync needs (and what syncers of

@@ -50,6 +50,7 @@ pub mod restore;
 pub mod snapshot;
 pub mod space;
 pub mod status;
+pub mod sync_gate;
 pub mod sync_tap;
 pub mod transfer;
 
@@ -247,6 +248,8 @@ pub struct PoolInner {
     pub(crate) read_pins: Arc<read_pin::ReadPins>,
     /// The sync tap of a synchronous mirror, if one is installed (sync_tap.rs).
     pub(crate) tap: Option<sync_tap::TapState>,
+    /// Whoever may refuse to acknowledge syncs (a failover lease; sync_gate.rs).
+    pub(crate) gate: Option<std::sync::Arc<dyn sync_gate::SyncGate>>,
 }
 
 /// Whether the pool may change, and what opening it met.

@@ -182,6 +182,7 @@ impl Pool {
             ilog: IntentLog::new(place, 0),
             retired_log: Default::default(),
             tap: None,
+            gate: None,
             catalog: Catalog { dirty: true, ..Catalog::new(BTree::new(), 1) },
             destroying: BTreeMap::new(),
             health: Health::default(),
@@ -321,6 +322,7 @@ impl Pool {
                         ilog: IntentLog::new(place, ub.txg),
                         retired_log: Default::default(),
                         tap: None,
+                        gate: None,
                         catalog: Catalog { volumes, by_name, snapshots, ..Catalog::new(catalog, ub.next_volume_id) },
                         destroying,
                         health: Health {

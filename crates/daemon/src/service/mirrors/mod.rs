@@ -19,6 +19,8 @@
 //! first). `break` lifts the rules for the target; `resync` puts them back, keeping what was
 //! written on the target meanwhile as a snapshot (`resync-…`) instead of destroying it.
 
+mod etcd;
+pub(crate) mod failover;
 mod remote;
 pub(crate) mod sync;
 mod sync_remote;
@@ -74,6 +76,9 @@ pub struct MirrorRecord {
     /// break replays them with the source pool gone).
     #[serde(default)]
     pub source_volume_ids: Vec<u64>,
+    /// Failover through an etcd lease (failover.rs).
+    #[serde(default)]
+    pub failover: Option<failover::FailoverRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -103,6 +108,12 @@ impl MirrorRecord {
             None => format!("{}/{}", self.dest_pool, self.volumes[0]),
         }
     }
+
+    /// Another daemon took the volumes over (failover.rs): this side neither serves nor
+    /// mirrors them.
+    pub fn fenced(&self) -> bool {
+        self.failover.as_ref().is_some_and(|f| f.fenced_by.is_some())
+    }
 }
 
 #[derive(Default)]
@@ -119,6 +130,13 @@ pub(crate) struct Mirrors {
     /// On the target of a sync mirror from a peer: its journal, by mirror name
     /// (sync_remote.rs).
     pub(crate) journals: Mutex<BTreeMap<String, Arc<Mutex<sync_remote::RemoteJournal>>>>,
+    /// Failover (failover.rs): this daemon's leases by mirror, the sync gates by pool, an
+    /// etcd client per mirror, the owner a standby last saw, and why it does not take over.
+    pub(crate) leases: Mutex<BTreeMap<String, Arc<failover::Lease>>>,
+    pub(crate) gates: Mutex<BTreeMap<String, Arc<failover::PoolGate>>>,
+    pub(crate) etcd: Mutex<BTreeMap<String, etcd::Etcd>>,
+    pub(crate) owners: Mutex<BTreeMap<String, String>>,
+    pub(crate) standby_notes: Mutex<BTreeMap<String, String>>,
 }
 
 impl Mirrors {
@@ -221,7 +239,17 @@ impl Daemon {
                 ));
             }
         }
+        let failover = match &req.failover {
+            Some(fo) => Some(self.failover_for_create(
+                fo,
+                remote::split_remote(&req.dest_pool).is_some(),
+                req.sync.is_some(),
+            )?),
+            None => None,
+        };
         if let Some((peer, dest_pool)) = remote::split_remote(&req.dest_pool) {
+            // The lease is the source's before the target can take anything over.
+            let claimed = failover.as_ref().map(|f| self.failover_claim_new(f)).transpose()?;
             let name = self.create_remote_mirror(
                 src_pool,
                 volumes,
@@ -231,7 +259,11 @@ impl Daemon {
                 req.every_seconds,
                 req.limit_bytes_per_second,
                 req.sync.clone(),
+                failover,
             )?;
+            if let Some(c) = claimed {
+                self.failover_adopt(&name, c);
+            }
             drop(_g);
             if req.sync.is_some() {
                 self.arm_sync_or_later(&name, caller);
@@ -281,6 +313,7 @@ impl Daemon {
             source_peer: None,
             sync: req.sync.clone(),
             source_volume_ids: Vec::new(),
+            failover: None,
         };
         let sync = rec.sync.is_some();
         self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
@@ -317,6 +350,7 @@ impl Daemon {
         let state = match (&failed, running) {
             (_, true) => "transferring".to_string(),
             (Some(_), false) if r.state != "broken" && r.state != "paused" => "failed".to_string(),
+            _ if r.fenced() => "fenced".to_string(),
             _ => r.state.clone(),
         };
         Ok(MirrorInfo {
@@ -360,6 +394,7 @@ impl Daemon {
                     bytes: link.as_ref().map_or(0, |l| l.bytes.load(std::sync::atomic::Ordering::Relaxed)),
                 }
             }),
+            failover: self.failover_info(name, &r),
         })
     }
 
@@ -375,6 +410,12 @@ impl Daemon {
     ) -> Result<MirrorInfo, ApiError> {
         let r = self.mirrors.get(name)?;
         let running = self.mirrors.running(name);
+        if r.fenced() {
+            return Err(ApiError::conflict(
+                format!("mirror {name}: {}", self.fenced_why(&r)),
+                "the volumes are served where they were taken over; `strata mirror delete` here ends the mirror",
+            ));
+        }
         if let Some(peer) = &r.source_peer {
             if !matches!(action, "break" | "resync") {
                 return Err(ApiError::conflict(
@@ -449,32 +490,11 @@ impl Daemon {
                         "update it first, or delete it",
                     ));
                 }
-                // The target's live volumes return to the common snapshot, so a database
-                // started on them sees exactly the last transferred state.
-                let dst = self.pool(&r.dest_pool)?;
-                let common = r.common.clone().expect("checked above");
-                let list: Vec<(&str, &str)> = r.volumes.iter().map(|v| (v.as_str(), common.as_str())).collect();
-                dst.restore_volumes(&list)?;
-                // A synchronous mirror's target then gets every acknowledged write since.
-                let arming = self.mirrors.arming.lock().expect("sync arming");
-                let replayed = self.sync_replay(name, &common)?;
-                self.mirrors.update(name, |m| {
-                    m.state = "broken".into();
-                    m.pending = None;
-                });
-                drop(arming);
-                self.save_state()?;
-                tracing::info!(mirror = name, snapshot = %common, replayed = ?replayed, "mirror broken: target volumes writable");
-                self.events.record(
-                    "warning",
-                    "mirror.break",
-                    Some(&r.dest_pool),
-                    Some(name),
-                    match &replayed {
-                        Some(what) => format!("broken: the target volumes are writable, at {common}; {what}"),
-                        None => format!("broken: the target volumes are writable, at {common}"),
-                    },
-                );
+                if r.state == "broken" {
+                    return Err(ApiError::conflict(format!("mirror {name} is already broken"), "nothing to do"));
+                }
+                self.failover_before_break(name, &r)?;
+                self.break_mirror(name, caller)?;
             }
             "resync" | "reverse" => {
                 if r.state != "broken" {
@@ -525,8 +545,15 @@ impl Daemon {
                 }
                 let list: Vec<(&str, &str)> = vols.iter().map(|v| (*v, common.as_str())).collect();
                 pool.restore_volumes(&list)?;
+                // A target that took over gives the failover lease back: it is a mirror again.
+                if r.failover.as_ref().is_some_and(|f| f.took_over_ns.is_some()) {
+                    self.failover_delete(name, &r);
+                }
                 let mut recs = self.mirrors.records.lock().expect("mirrors");
                 let mut m = recs.remove(name).expect("looked up above");
+                if let Some(f) = m.failover.as_mut() {
+                    f.took_over_ns = None;
+                }
                 if reverse {
                     std::mem::swap(&mut m.source_pool, &mut m.dest_pool);
                 }
@@ -564,6 +591,45 @@ impl Daemon {
         self.mirror_info(name)
     }
 
+    /// Break mirror `name` here, on its target: the target volumes return to the common
+    /// snapshot (a database started on them sees exactly the last transferred state), a
+    /// synchronous mirror's journal is replayed on top, and they take clients. `caller`
+    /// says who (an operator, a failover).
+    pub(crate) fn break_mirror(&self, name: &str, caller: &str) -> Result<(), ApiError> {
+        let r = self.mirrors.get(name)?;
+        let Some(common) = r.common.clone() else {
+            return Err(ApiError::conflict(
+                format!("mirror {name} has transferred nothing yet"),
+                "update it first, or delete it",
+            ));
+        };
+        let dst = self.pool(&r.dest_pool)?;
+        // started on them sees exactly the last transferred state.
+        let list: Vec<(&str, &str)> = r.volumes.iter().map(|v| (v.as_str(), common.as_str())).collect();
+        dst.restore_volumes(&list)?;
+        // A synchronous mirror's target then gets every acknowledged write since.
+        let arming = self.mirrors.arming.lock().expect("sync arming");
+        let replayed = self.sync_replay(name, &common)?;
+        self.mirrors.update(name, |m| {
+            m.state = "broken".into();
+            m.pending = None;
+        });
+        drop(arming);
+        self.save_state()?;
+        tracing::info!(mirror = name, snapshot = %common, replayed = ?replayed, caller, "mirror broken: target volumes writable");
+        self.events.record(
+            "warning",
+            "mirror.break",
+            Some(&r.dest_pool),
+            Some(name),
+            match &replayed {
+                Some(what) => format!("broken: the target volumes are writable, at {common}; {what}"),
+                None => format!("broken: the target volumes are writable, at {common}"),
+            },
+        );
+        Ok(())
+    }
+
     pub(crate) fn delete_mirror(&self, name: &str) -> Result<(), ApiError> {
         self.mirrors.get(name)?;
         if self.mirrors.running(name).is_some() {
@@ -572,6 +638,9 @@ impl Daemon {
         let _g = self.admin.lock().expect("admin");
         self.disarm_sync(name);
         let removed = self.mirrors.records.lock().expect("mirrors").remove(name);
+        if let Some(r) = &removed {
+            self.failover_delete(name, r);
+        }
         if let Some(r) = removed.as_ref().filter(|r| r.sync.is_some() && r.dest_peer.is_none()) {
             self.mirrors.journals.lock().expect("sync journals").remove(name);
             self.drop_sync_journal(&r.dest_pool, &r.volumes[0]);
@@ -660,6 +729,7 @@ impl Daemon {
                 let name = r.name();
                 if r.state == "broken"
                     || r.state == "paused"
+                    || r.fenced()
                     || self.mirrors.jobs.lock().expect("mirror jobs").contains_key(&name)
                         && self.mirrors.running(&name).is_some()
                 {

@@ -74,6 +74,9 @@ pub(crate) enum MirrorMsg {
         name: String,
         mode: String,
         source_volume_ids: Vec<u64>,
+        /// Failover settings (failover.rs); absent from older sources.
+        #[serde(default)]
+        failover: Option<super::failover::FailoverRecord>,
     },
     /// `frames` tap frames follow as raw bytes (`bytes` in all) once the target answers
     /// `ready`; answered when they are durable in the journal.
@@ -124,6 +127,7 @@ impl Daemon {
         every_seconds: Option<u64>,
         limit: Option<u64>,
         sync: Option<String>,
+        failover: Option<super::failover::FailoverRecord>,
     ) -> Result<String, ApiError> {
         let src = self.pool(src_pool)?;
         let mut shapes = Vec::new();
@@ -168,6 +172,7 @@ impl Daemon {
             source_peer: None,
             sync,
             source_volume_ids: Vec::new(),
+            failover,
         };
         self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
         self.save_state()?;
@@ -383,6 +388,7 @@ impl Daemon {
                     source_peer: Some(peer.name.clone()),
                     sync: None,
                     source_volume_ids: Vec::new(),
+                    failover: None,
                 };
                 self.mirrors.records.lock().expect("mirrors").insert(name.clone(), rec);
                 self.save_state()?;
@@ -476,6 +482,7 @@ impl Daemon {
             MirrorMsg::Delete { name } => {
                 let rec = self.incoming(peer, &name)?;
                 self.mirrors.records.lock().expect("mirrors").remove(&name);
+                self.failover_delete(&name, &rec);
                 if rec.sync.is_some() {
                     self.mirrors.journals.lock().expect("sync journals").remove(&name);
                     self.drop_sync_journal(&rec.dest_pool, &rec.volumes[0]);

@@ -175,6 +175,8 @@ const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One armed sync mirror: the source pool's tap.
 pub(crate) struct SyncLink {
     strict: bool,
+    /// The failover lease of the volumes (failover.rs): told when the link is lost.
+    lease: Option<Arc<super::failover::Lease>>,
     vols: Vec<u64>,
     /// The journal's lock: one append (or note, or retire) at a time, in order.
     sink: Mutex<Sink>,
@@ -196,6 +198,11 @@ impl SyncLink {
     }
 
     fn degrade(&self, why: String) {
+        // Before any sync can return without the target: the failover gate holds syncs
+        // until etcd knows the target may lack them.
+        if let Some(l) = &self.lease {
+            l.link_lost();
+        }
         let mut p = self.phase.lock().expect("sync phase");
         if !matches!(*p, Phase::Degraded(_)) {
             *p = Phase::Degraded(why);
@@ -337,10 +344,14 @@ impl Daemon {
         let rec = self.mirrors.get(name)?;
         let Some(mode) = rec.sync.clone() else { return Ok(()) };
         // The source daemon arms; a target's record only keeps the journal (sync_remote.rs).
-        if rec.state == "broken" || rec.state == "paused" || rec.source_peer.is_some() {
+        if rec.state == "broken" || rec.state == "paused" || rec.source_peer.is_some() || rec.fenced() {
             return Ok(());
         }
         self.disarm_sync(name);
+        let lease = match super::failover::role(&rec) {
+            super::failover::Role::Holder { pool } => self.failover_lease(name, &rec, &pool),
+            _ => None,
+        };
         let src = self.pool(&rec.source_pool)?;
         let mut vols = Vec::new();
         for v in &rec.volumes {
@@ -363,14 +374,25 @@ impl Daemon {
                 let target = format!("{}/{}", rec.dest_pool, rec.volumes[0]);
                 let mut conn = PeerClient::connect(self, peer)?;
                 conn.set_timeout(Some(REMOTE_TIMEOUT))?;
-                let arm =
-                    MirrorMsg::SyncArm { name: target.clone(), mode: mode.clone(), source_volume_ids: vols.clone() };
+                // The target learns the failover settings (not this side's history).
+                let failover = rec.failover.clone().map(|mut f| {
+                    f.took_over_ns = None;
+                    f.fenced_by = None;
+                    f
+                });
+                let arm = MirrorMsg::SyncArm {
+                    name: target.clone(),
+                    mode: mode.clone(),
+                    source_volume_ids: vols.clone(),
+                    failover,
+                };
                 super::remote::request(&mut conn, &arm)?;
                 Sink::Remote { daemon: Arc::downgrade(self), peer: peer.clone(), target, conn: Some(Box::new(conn)) }
             }
         };
         let link = Arc::new(SyncLink {
             strict: mode == "strict",
+            lease: lease.clone(),
             vols,
             sink: Mutex::new(sink),
             queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),
@@ -384,6 +406,9 @@ impl Daemon {
         });
         let from_txg = src.set_sync_tap(Some(link.clone()));
         *link.phase.lock().expect("sync phase") = Phase::CatchingUp { from_txg };
+        if let Some(l) = &lease {
+            l.link_armed();
+        }
         let l = link.clone();
         std::thread::Builder::new()
             .name("sync-mirror".into())
@@ -402,6 +427,9 @@ impl Daemon {
     /// Take the link of mirror `name` off its source pool.
     pub(crate) fn disarm_sync(&self, name: &str) -> Option<Arc<SyncLink>> {
         let link = self.mirrors.links.lock().expect("sync links").remove(name)?;
+        if let Some(l) = &link.lease {
+            l.link_lost();
+        }
         if let Ok(rec) = self.mirrors.get(name) {
             if let Ok(src) = self.pool(&rec.source_pool) {
                 src.set_sync_tap(None);
@@ -577,6 +605,7 @@ impl Daemon {
             let name = r.name();
             if r.sync.is_none()
                 || r.source_peer.is_some()
+                || r.fenced()
                 || matches!(r.state.as_str(), "broken" | "paused")
                 || self.sync_link(&name).is_some()
                 || self.mirrors.running(&name).is_some()
@@ -636,6 +665,7 @@ mod tests {
         let jvol = dst.create_volume("j", &VolumeOptions::default()).unwrap();
         let link = Arc::new(SyncLink {
             strict,
+            lease: None,
             vols: vec![vol],
             sink: Mutex::new(Sink::Local { dst: dst.clone(), journal: Journal::create(dst, jvol).unwrap() }),
             queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),

@@ -110,7 +110,7 @@ impl Daemon {
         conn: &mut ServerConnection,
     ) -> Result<(), ApiError> {
         match msg {
-            MirrorMsg::SyncArm { name, mode, source_volume_ids } => {
+            MirrorMsg::SyncArm { name, mode, source_volume_ids, failover } => {
                 let rec = self.incoming(peer, &name)?;
                 if mode != "on" && mode != "strict" {
                     return Err(ApiError::bad_request(format!("sync mode {mode:?}"), "on or strict"));
@@ -129,6 +129,14 @@ impl Daemon {
                 self.mirrors.update(&name, |m| {
                     m.sync = Some(mode.clone());
                     m.source_volume_ids = source_volume_ids.clone();
+                    // The settings from the source; what this side did stays.
+                    m.failover = failover.clone().map(|mut f| {
+                        if let Some(mine) = &m.failover {
+                            f.took_over_ns = mine.took_over_ns;
+                            f.fenced_by = mine.fenced_by.clone();
+                        }
+                        f
+                    });
                 });
                 self.save_state()?;
                 tracing::info!(mirror = %name, peer = %peer.name, mode = %mode, "sync mirror from a peer armed: journal open");
