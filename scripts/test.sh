@@ -110,6 +110,12 @@ scripts/e2e/sync-mirror-postgres.sh
 echo "== MariaDB under sysbench in a synchronous mirror to a second daemon (paired peer); kill -9 of the source daemon; break there: every acknowledged commit, CHECK TABLE clean"
 scripts/e2e/sync-mirror-mariadb.sh
 
+echo "== failover through etcd: PostgreSQL data + WAL in a sync mirror to a second daemon; kill -9 of the source daemon under pgbench; the target takes over by itself (lease expiry), every acknowledged commit there; the old source comes back fenced"
+scripts/e2e/failover-postgres.sh
+
+echo "== the same with MariaDB under sysbench (FAILOVER=1)"
+FAILOVER=1 scripts/e2e/sync-mirror-mariadb.sh
+
 echo "== MariaDB mirrored to a second daemon every 2 s under sysbench; break, mariadbd recovers on the target = the source's snapshot"
 scripts/e2e/replication-mariadb.sh
 

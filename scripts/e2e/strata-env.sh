@@ -188,6 +188,29 @@ strata_peer_log_clean() {
   fi
 }
 
+# etcd for the failover tests (Debian's etcd-server): one member on free loopback ports,
+# its data and log under $STRATA_E2E_DIR; sets ETCD_URL. etcd_stop kills it.
+etcd_start() {
+  local c p
+  command -v etcd >/dev/null || { echo "etcd is not installed: apt-get install etcd-server etcd-client"; return 1; }
+  c="$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  p="$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  ETCD_URL="http://127.0.0.1:$c"
+  etcd --name e2e --data-dir "$STRATA_E2E_DIR/etcd" --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
+    --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+    --initial-cluster "e2e=http://127.0.0.1:$p" >>"$STRATA_E2E_DIR/etcd.log" 2>&1 &
+  echo $! >"$STRATA_E2E_DIR/etcd.pid"
+  for _ in $(seq 1 200); do
+    ETCDCTL_API=3 etcdctl --endpoints "$ETCD_URL" endpoint health >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "etcd did not start:"; tail -20 "$STRATA_E2E_DIR/etcd.log"; return 1
+}
+etcd_stop() {
+  local pid; pid="$(cat "$STRATA_E2E_DIR/etcd.pid" 2>/dev/null)" || return 0
+  kill "$pid" 2>/dev/null || true
+}
+
 # A fresh working directory, with nothing mounted under it.
 strata_fresh() {
   strata_stop || true

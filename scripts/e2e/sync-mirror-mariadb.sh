@@ -12,11 +12,18 @@
 #     COMMIT returned — rows after the last transfer included; CHECK TABLE EXTENDED clean;
 #     `strata check` clean.
 #
+# FAILOVER=1: the mirror has failover through a real etcd (`--etcd`, a 5 s lease): nobody
+# breaks it — the second daemon takes over by itself once the source's lease ran out
+# (breaks, replays, mounts at --failover-mount; its log must say so), and the old source,
+# restarted, is fenced (its volume not mounted again).
+#
 #   bash scripts/e2e/sync-mirror-mariadb.sh      (root; installs mariadb-server, sysbench)
-#   LOAD_SECONDS (default 20)
+#   LOAD_SECONDS (default 20); FAILOVER=1 (installs etcd-server)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+FAILOVER="${FAILOVER:-0}"
 E2E_NAME=sync-mirror-mariadb
+[ "$FAILOVER" = 1 ] && E2E_NAME=failover-mariadb
 STEP_TIMEOUT="${STEP_TIMEOUT:-600}"
 # shellcheck source=scripts/e2e/db-common.sh
 . scripts/e2e/db-common.sh
@@ -27,6 +34,7 @@ LOAD_SECONDS="${LOAD_SECONDS:-20}"
 [ "$(id -u)" -eq 0 ] || die "run as root"
 ensure_pkgs /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/bin/mariadb /usr/bin/sysbench -- \
   mariadb-server mariadb-client sysbench
+[ "$FAILOVER" = 1 ] && ensure_pkgs /usr/bin/etcd /usr/bin/etcdctl -- etcd-server etcd-client
 
 strata_fresh
 M="$STRATA_E2E_DIR/mnt"
@@ -47,8 +55,10 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   [ "$rc" -eq 0 ] || print_failure_logs
   mountpoint -q "$M/target" && strata_peer unmount "$M/target" >/dev/null 2>&1
+  mountpoint -q "$M/served/mydata" && strata_peer unmount "$M/served/mydata" >/dev/null 2>&1
   strata_peer_stop
   strata_stop
+  [ "$FAILOVER" = 1 ] && etcd_stop
   exit "$rc"
 }
 trap cleanup EXIT
@@ -56,13 +66,20 @@ trap cleanup EXIT
 . scripts/e2e/maria-common.sh
 mj() { "$STRATA_BIN" --json mirror show site-b:default/mydata | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
+tj() { strata_peer --json mirror show default/mydata | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+
+failover_args=()
+if [ "$FAILOVER" = 1 ]; then
+  etcd_start
+  failover_args=(--etcd "$ETCD_URL" --failover-ttl 5s --failover-mount "$M/served")
+fi
 strata_start
 strata_peer_start
 source_db 33326
 sql "$SRC" -e "create table sbtest.acks (id int primary key) engine=innodb"
 
-log "mirror default/mydata to site-b:default, synchronous, transfers every 5 s"
-"$STRATA_BIN" mirror create default/mydata site-b:default --sync --every 5s
+log "mirror default/mydata to site-b:default, synchronous, transfers every 5 s ${failover_args[*]}"
+"$STRATA_BIN" mirror create default/mydata site-b:default --sync --every 5s "${failover_args[@]}"
 for _ in $(seq 1 150); do [ "$(mj "['sync']['state']")" = in-sync ] && break; sleep 0.2; done
 [ "$(mj "['sync']['state']")" = in-sync ] || die "the sync mirror never went in sync: $(mj "")"
 
@@ -79,7 +96,9 @@ ACK_PID=$!
 sleep "$LOAD_SECONDS"
 acked_before="$(grep -c '^ack ' "$RUN/acks.out" || true)"
 [ "$acked_before" -gt 50 ] || die "only $acked_before rows committed in $LOAD_SECONDS s"
+mark="$(wc -l <"$STRATA_E2E_DIR/b/daemon.log")"
 log "killing the source daemon under load ($acked_before rows acknowledged so far; last transfer $(mj "['common_snapshot']"))"
+killed="$(now_s)"
 strata_kill
 sleep 1
 kill "$BENCH_PID" 2>/dev/null || true
@@ -93,17 +112,30 @@ acked="$(grep '^ack ' "$RUN/acks.out" | tail -1 | cut -d' ' -f2)"
 [ -n "$acked" ] || die "no acknowledged row"
 log "the last acknowledged row: $acked"
 
-log "break the mirror on the second daemon: the last transfer, then the journal's frames"
-mark="$(wc -l <"$STRATA_E2E_DIR/b/daemon.log")"
-strata_peer mirror break default/mydata
+if [ "$FAILOVER" = 1 ]; then
+  log "waiting for the second daemon to take over (no break by hand)"
+  for _ in $(seq 1 300); do
+    [ "$(tj "['state']")" = broken ] && [ "$(tj "['failover']['role']")" = serving ] && break
+    sleep 0.2
+  done
+  [ "$(tj "['state']")" = broken ] || die "no takeover: $(tj "")"
+  tail -n +"$((mark + 1))" "$STRATA_E2E_DIR/b/daemon.log" | grep -q "taking over" || die "the target's log does not show the takeover"
+  log "taken over $(elapsed_since "$killed") s after the kill"
+  DB_DIR="$M/served/mydata"
+  mountpoint -q "$DB_DIR" || die "the target did not mount the volume at $DB_DIR"
+else
+  log "break the mirror on the second daemon: the last transfer, then the journal's frames"
+  strata_peer mirror break default/mydata
+  DB_DIR="$M/target"
+  strata_peer mount default/mydata "$DB_DIR"
+fi
 replayed="$(tail -n +"$((mark + 1))" "$STRATA_E2E_DIR/b/daemon.log" | grep 'sync journal replayed' | head -1)"
 [ -n "$replayed" ] || die "the break replayed no journal"
 frames="$(echo "$replayed" | grep -o 'frames=[0-9]*' | cut -d= -f2)"
 [ "${frames:-0}" -gt 0 ] || die "the break replayed no frame: $replayed"
 log "break: $frames frames replayed ($(echo "$replayed" | grep -o 'operations=[0-9]*'))"
 
-strata_peer mount default/mydata "$M/target"
-start_db "$M/target/mysql" "$RUN/target" 33327
+start_db "$DB_DIR/mysql" "$RUN/target" 33327
 TGT="$RUN/target/sock"
 have="$(sql "$TGT" -e "select count(*) from sbtest.acks where id <= $acked")"
 [ "$have" = "$acked" ] || die "the target holds $have of the $acked acknowledged rows"
@@ -114,7 +146,14 @@ fi
 mariadb-admin --no-defaults -S "$TGT" -u root shutdown
 for p in "${PIDS[@]}"; do wait_pid_gone "$p" 120 || die "mariadbd $p did not stop"; done
 PIDS=()
-strata_peer unmount "$M/target" >/dev/null
+strata_peer unmount "$DB_DIR" >/dev/null
+if [ "$FAILOVER" = 1 ]; then
+  log "the old source daemon comes back: fenced, not serving"
+  strata_start
+  [ "$(mj "['state']")" = fenced ] || die "the old source is not fenced: $(mj "")"
+  "$STRATA_BIN" mount | grep -q "default/mydata" && die "the old source mounted its volume again"
+  log "fenced: $(mj "['failover']['message']")"
+fi
 strata_peer check default
 strata_peer_log_clean
 log "PASS"

@@ -25,9 +25,11 @@
 //! - **The old source, when it returns**, finds the key held by the other daemon: its
 //!   mirror becomes `fenced` — the gate stays closed, its mounts of the volumes go, new
 //!   mounts and exports are refused — instead of serving stale data.
+//!
+//! The failover thread, the takeover and the fencing are in failover_run.rs.
 
 use super::etcd::{Claim, Etcd};
-use super::{now_ns, MirrorRecord};
+use super::MirrorRecord;
 use crate::service::{ApiError, Daemon};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -35,7 +37,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use strata_engine::pool::sync_gate::SyncGate;
-use strata_engine::repl::journal::Journal;
 
 pub(crate) const TTL_DEFAULT: u64 = 10;
 const KEY_PREFIX: &str = "/strata/failover/";
@@ -59,11 +60,11 @@ pub struct FailoverRecord {
 }
 
 impl FailoverRecord {
-    fn marker(&self) -> String {
+    pub(super) fn marker(&self) -> String {
         format!("{}/unmirrored", self.key)
     }
 
-    fn ttl(&self) -> Duration {
+    pub(super) fn ttl(&self) -> Duration {
         Duration::from_secs(self.ttl_seconds)
     }
 }
@@ -98,37 +99,37 @@ pub(crate) fn role(r: &MirrorRecord) -> Role {
 
 /// This daemon's lease on one mirror's volumes, as the sync gate of their pool sees it.
 pub(crate) struct Lease {
-    vols: Vec<u64>,
-    ttl: Duration,
-    state: Mutex<LeaseState>,
+    pub(super) vols: Vec<u64>,
+    pub(super) ttl: Duration,
+    pub(super) state: Mutex<LeaseState>,
     /// Signalled when the marker is written.
-    marked: Condvar,
+    pub(super) marked: Condvar,
     /// Syncs would be acknowledged without the target holding them, and etcd does not say
     /// so yet: refused until the failover thread has written the marker.
-    unmirrored: AtomicBool,
+    pub(super) unmirrored: AtomicBool,
 }
 
 #[derive(Default)]
-struct LeaseState {
+pub(super) struct LeaseState {
     /// Syncs may be acknowledged until then.
-    until: Option<Instant>,
+    pub(super) until: Option<Instant>,
     /// The etcd lease.
-    id: Option<i64>,
-    next_keep_alive: Option<Instant>,
+    pub(super) id: Option<i64>,
+    pub(super) next_keep_alive: Option<Instant>,
     /// Why syncs are refused (once `until` has passed).
-    why: String,
+    pub(super) why: String,
     /// Who holds the key, as last seen.
-    owner: Option<String>,
+    pub(super) owner: Option<String>,
     /// The marker is in etcd.
-    marker: bool,
+    pub(super) marker: bool,
     /// Said in the log once (a standby's reason not to take over, an etcd error).
-    said: Option<String>,
+    pub(super) said: Option<String>,
 }
 
 impl Lease {
     /// Whether a sync may be acknowledged now. A sync that would go unmirrored waits (at
     /// most a third of the lease) for the failover thread to tell etcd so.
-    fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), String> {
         let deadline = Instant::now() + self.ttl / 3;
         let mut s = self.state.lock().expect("lease");
         loop {
@@ -160,7 +161,7 @@ impl Lease {
         self.unmirrored.store(false, Ordering::Release);
     }
 
-    fn close(&self, why: String) {
+    pub(super) fn close(&self, why: String) {
         let mut s = self.state.lock().expect("lease");
         s.until = None;
         s.id = None;
@@ -169,7 +170,7 @@ impl Lease {
 
     /// Etcd lease `id`, renewed at `sent`, is ours: syncs may be acknowledged until half
     /// its time to live from then.
-    fn hold(&self, id: i64, sent: Instant, ttl: Duration, me: String) -> bool {
+    pub(super) fn hold(&self, id: i64, sent: Instant, ttl: Duration, me: String) -> bool {
         let mut s = self.state.lock().expect("lease");
         let first = s.until.is_none();
         s.until = Some(sent + ttl / 2);
@@ -181,7 +182,7 @@ impl Lease {
         first
     }
 
-    fn say_once(&self, what: String) -> bool {
+    pub(super) fn say_once(&self, what: String) -> bool {
         let mut s = self.state.lock().expect("lease");
         if s.said.as_ref() == Some(&what) {
             return false;
@@ -218,12 +219,12 @@ fn config_error(what: String) -> ApiError {
 
 impl Daemon {
     /// This daemon in the owner key.
-    fn failover_me(&self) -> String {
+    pub(super) fn failover_me(&self) -> String {
         format!("strata {}", self.peers.identity.fingerprint)
     }
 
     /// A peer's name for an owner value, if it is a paired daemon.
-    fn owner_name(&self, value: &str) -> String {
+    pub(super) fn owner_name(&self, value: &str) -> String {
         let fp = value.strip_prefix("strata ").unwrap_or(value);
         if fp == self.peers.identity.fingerprint {
             return "this daemon".into();
@@ -297,7 +298,7 @@ impl Daemon {
         self.etcd_back(name, etcd);
     }
 
-    fn etcd_for(&self, name: &str, f: &FailoverRecord) -> Result<Etcd, String> {
+    pub(super) fn etcd_for(&self, name: &str, f: &FailoverRecord) -> Result<Etcd, String> {
         if let Some(e) = self.mirrors.etcd.lock().expect("etcd clients").remove(name) {
             return Ok(e);
         }
@@ -306,7 +307,7 @@ impl Daemon {
         Etcd::new(&f.endpoints, (f.ttl() / 3).max(Duration::from_millis(500)))
     }
 
-    fn etcd_back(&self, name: &str, e: Etcd) {
+    pub(super) fn etcd_back(&self, name: &str, e: Etcd) {
         self.mirrors.etcd.lock().expect("etcd clients").insert(name.to_string(), e);
     }
 
@@ -340,7 +341,7 @@ impl Daemon {
 
     /// Take mirror `name`'s lease off its pool's gate (the mirror is deleted, or this side
     /// no longer serves the volumes by the mirror's rules).
-    fn drop_failover_lease(&self, name: &str) {
+    pub(super) fn drop_failover_lease(&self, name: &str) {
         let Some(lease) = self.mirrors.leases.lock().expect("leases").remove(name) else { return };
         for gate in self.mirrors.gates.lock().expect("gates").values() {
             gate.leases.lock().expect("gate").retain(|l| !Arc::ptr_eq(l, &lease));
@@ -387,327 +388,6 @@ impl Daemon {
             }
         }
         Ok(())
-    }
-
-    /// The failover thread: every mirror with failover, every 200 ms.
-    pub(crate) fn failover_loop(self: &Arc<Self>) {
-        while !self.stopping.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(200));
-            for r in self.mirrors.records() {
-                let name = r.name();
-                match role(&r) {
-                    Role::Holder { pool } => {
-                        if let Some(lease) = self.failover_lease(&name, &r, &pool) {
-                            self.holder_step(&name, &r, &lease);
-                        }
-                    }
-                    Role::Standby => self.standby_step(&name, &r),
-                    Role::Fenced | Role::Off => {}
-                }
-            }
-        }
-    }
-
-    /// The serving side: claim the key, keep the lease alive, keep the marker true.
-    fn holder_step(&self, name: &str, r: &MirrorRecord, lease: &Arc<Lease>) {
-        let Some(f) = r.failover.clone() else { return };
-        let mut etcd = match self.etcd_for(name, &f) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(mirror = name, "failover: {e}");
-                return;
-            }
-        };
-        let me = self.failover_me();
-        let (id, due) = {
-            let s = lease.state.lock().expect("lease");
-            (s.id, s.next_keep_alive.is_none_or(|t| Instant::now() >= t))
-        };
-        let sent = Instant::now();
-        let result = match id {
-            None => etcd.grant(f.ttl_seconds).and_then(|id| etcd.claim(&f.key, &me, id).map(|c| (id, c))).map(Some),
-            Some(id) if due => etcd.keep_alive(id).map(|left| match left > 0 {
-                true => Some((id, Claim::Ours)),
-                false => None,
-            }),
-            Some(_) => Ok(Some((0, Claim::Ours))),
-        };
-        match result {
-            Ok(Some((0, Claim::Ours))) => {}
-            Ok(Some((id, Claim::Ours))) => {
-                if lease.hold(id, sent, f.ttl(), me.clone()) {
-                    tracing::info!(mirror = name, key = %f.key, lease = id, "failover lease held: serving the volumes");
-                }
-            }
-            Ok(Some((_, Claim::HeldBy(other)))) => {
-                lease.state.lock().expect("lease").owner = Some(other.clone());
-                if !other.starts_with('(') {
-                    self.fence(name, r, lease, &other);
-                }
-            }
-            Ok(None) => {
-                lease.close("the failover lease expired in etcd".into());
-                tracing::warn!(mirror = name, "failover lease expired in etcd: claiming it again");
-            }
-            Err(e) => {
-                if lease.say_once(e.clone()) {
-                    tracing::warn!(mirror = name, "failover: {e}; syncs are refused once the lease has run out");
-                }
-            }
-        }
-        // The marker: etcd says the target may lack acknowledged writes exactly when it
-        // might (source side only: a target that took over has no mirror to lag).
-        if r.source_peer.is_none() && f.fenced_by.is_none() {
-            if lease.unmirrored.load(Ordering::Acquire) {
-                match etcd.put(&f.marker(), &me) {
-                    Ok(()) => {
-                        let mut s = lease.state.lock().expect("lease");
-                        s.marker = true;
-                        lease.unmirrored.store(false, Ordering::Release);
-                        drop(s);
-                        lease.marked.notify_all();
-                        tracing::info!(
-                            mirror = name,
-                            "failover: etcd marked: the target may lack writes (no takeover)"
-                        );
-                    }
-                    Err(e) => tracing::warn!(mirror = name, "failover: marking the mirror unmirrored: {e}"),
-                }
-            } else if lease.state.lock().expect("lease").marker
-                && self.sync_link(name).is_some_and(|l| !matches!(l.phase(), super::sync::Phase::Degraded(_)))
-            {
-                lease.state.lock().expect("lease").marker = false;
-                if let Err(e) = etcd.delete(&f.marker()) {
-                    tracing::warn!(mirror = name, "failover: clearing the unmirrored marker: {e}");
-                    lease.state.lock().expect("lease").marker = true;
-                }
-            }
-        }
-        self.etcd_back(name, etcd);
-    }
-
-    /// Another daemon holds the key: stop serving the volumes.
-    fn fence(&self, name: &str, r: &MirrorRecord, lease: &Arc<Lease>, other: &str) {
-        self.mirrors.update(name, |m| {
-            if let Some(f) = m.failover.as_mut() {
-                f.fenced_by = Some(other.to_string());
-            }
-        });
-        let Ok(rec) = self.mirrors.get(name) else { return };
-        let why = self.fenced_why(&rec);
-        lease.close(why.clone());
-        self.disarm_sync(name);
-        let pool = if r.source_peer.is_none() { &r.source_pool } else { &r.dest_pool };
-        let paths: Vec<PathBuf> = self
-            .mounts
-            .lock()
-            .expect("mounts")
-            .iter()
-            .filter(|(_, m)| &m.pool == pool && r.volumes.contains(&m.volume))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for p in &paths {
-            if let Err(e) = self.unmount(p, false) {
-                tracing::warn!(mirror = name, path = %p.display(), "failover: unmount of a fenced volume: {}", e.message);
-            }
-        }
-        if let Err(e) = self.save_state() {
-            tracing::error!(mirror = name, "failover: saving the fenced state: {}", e.message);
-        }
-        tracing::warn!(mirror = name, unmounted = paths.len(), "failover: fenced: {why}");
-        self.events.record(
-            "error",
-            "mirror.fenced",
-            Some(pool),
-            Some(name),
-            format!("{why}; unmounted {} mounts", paths.len()),
-        );
-    }
-
-    /// The target of an unbroken sync mirror: take over once the key is gone.
-    fn standby_step(self: &Arc<Self>, name: &str, r: &MirrorRecord) {
-        let Some(f) = r.failover.clone() else { return };
-        let mut etcd = match self.etcd_for(name, &f) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(mirror = name, "failover: {e}");
-                return;
-            }
-        };
-        let r2 = self.standby_check(name, r, &f, &mut etcd);
-        self.etcd_back(name, etcd);
-        let note = |what: String| {
-            let mut m = self.mirrors.standby_notes.lock().expect("standby notes");
-            if m.get(name) != Some(&what) {
-                tracing::warn!(mirror = name, "failover: {what}");
-                m.insert(name.to_string(), what);
-            }
-        };
-        match r2 {
-            Ok(Some(id)) => {
-                self.mirrors.standby_notes.lock().expect("standby notes").remove(name);
-                if let Err(e) = self.take_over(name, id, "failover") {
-                    note(format!("taking over failed: {} ({})", e.message, e.hint));
-                }
-            }
-            Ok(None) => {}
-            Err(why) => note(why),
-        }
-    }
-
-    /// Whether to take over now: the etcd lease to take over on, if so.
-    fn standby_check(
-        &self,
-        name: &str,
-        r: &MirrorRecord,
-        f: &FailoverRecord,
-        etcd: &mut Etcd,
-    ) -> Result<Option<(i64, Instant)>, String> {
-        if let Some(owner) = etcd.owner(&f.key)? {
-            self.mirrors.owners.lock().expect("owners").insert(name.to_string(), owner);
-            self.mirrors.standby_notes.lock().expect("standby notes").remove(name);
-            return Ok(None);
-        }
-        self.mirrors.owners.lock().expect("owners").remove(name);
-        if etcd.owner(&f.marker())?.is_some() {
-            return Err("the lease is free, but the source said its mirror had fallen back to asynchronous: \
-                        not taking over (break by hand to serve the last transferred state)"
-                .into());
-        }
-        if r.common.is_none() {
-            return Err("the lease is free, but nothing was transferred yet: not taking over".into());
-        }
-        let dst = self.pool(&r.dest_pool).map_err(|e| e.message)?;
-        let jvol = dst
-            .volume_id(&super::sync::journal_volume(&r.volumes[0]))
-            .map_err(|_| "the lease is free, but there is no sync journal here: not taking over".to_string())?;
-        let journal = Journal::open(&dst, jvol).map_err(|e| e.to_string())?;
-        if let Some(txg) = journal.gap(&dst).map_err(|e| e.to_string())? {
-            return Err(format!(
-                "the lease is free, but the journal misses writes (it was catching up after source txg {txg}): \
-                 not taking over (break by hand to serve the last transferred state)"
-            ));
-        }
-        let sent = Instant::now();
-        let id = etcd.grant(f.ttl_seconds)?;
-        match etcd.claim(&f.key, &self.failover_me(), id)? {
-            Claim::Ours => Ok(Some((id, sent))),
-            Claim::HeldBy(_) => Ok(None),
-        }
-    }
-
-    /// This daemon holds etcd lease `id` on mirror `name`'s key: serve its volumes — break
-    /// the mirror (the journal replayed), mount them.
-    fn take_over(self: &Arc<Self>, name: &str, (id, sent): (i64, Instant), caller: &str) -> Result<(), ApiError> {
-        let r = self.mirrors.get(name)?;
-        let f = r.failover.clone().expect("a mirror with failover");
-        self.mirrors.update(name, |m| {
-            if let Some(f) = m.failover.as_mut() {
-                f.took_over_ns = Some(now_ns());
-            }
-        });
-        let lease = self
-            .failover_lease(name, &r, &r.dest_pool)
-            .ok_or_else(|| ApiError::unavailable(format!("pool {}", r.dest_pool), "bring the target pool back"))?;
-        lease.hold(id, sent, f.ttl(), self.failover_me());
-        tracing::warn!(mirror = name, key = %f.key, caller, "failover: the source's lease ran out: taking over");
-        if let Err(e) = self.break_mirror(name, caller) {
-            // Not served: give the key back, so that someone else (or the source) can.
-            self.mirrors.update(name, |m| {
-                if let Some(f) = m.failover.as_mut() {
-                    f.took_over_ns = None;
-                }
-            });
-            self.drop_failover_lease(name);
-            if let Ok(mut etcd) = self.etcd_for(name, &f) {
-                let _ = etcd.release(&f.key, &self.failover_me());
-                self.etcd_back(name, etcd);
-            }
-            return Err(e);
-        }
-        let mut mounted = Vec::new();
-        if let Some(dir) = &f.mount_dir {
-            for v in &r.volumes {
-                let at = dir.join(v);
-                match self.mount(&format!("{}/{v}", r.dest_pool), &at, false) {
-                    Ok(()) => mounted.push(at.display().to_string()),
-                    Err(e) => {
-                        tracing::error!(mirror = name, volume = %v, "failover: mount at {}: {}", at.display(), e.message)
-                    }
-                }
-            }
-        }
-        self.save_state()?;
-        tracing::warn!(mirror = name, mounted = ?mounted, "failover: took over: serving the volumes");
-        self.events.record(
-            "warning",
-            "mirror.failover",
-            Some(&r.dest_pool),
-            Some(name),
-            format!(
-                "took over from {} (its lease ran out): broken, journal replayed{}",
-                r.source_peer.as_deref().unwrap_or("the source"),
-                if mounted.is_empty() { String::new() } else { format!(", mounted at {}", mounted.join(", ")) }
-            ),
-        );
-        Ok(())
-    }
-
-    /// A break by hand of a mirror with failover, on its target: only with the lease (the
-    /// source must not be serving).
-    pub(crate) fn failover_before_break(&self, name: &str, r: &MirrorRecord) -> Result<(), ApiError> {
-        let Some(f) = r.failover.clone() else { return Ok(()) };
-        if r.source_peer.is_none() || f.took_over_ns.is_some() {
-            return Ok(());
-        }
-        let mut etcd = self.etcd_for(name, &f).map_err(|e| ApiError::unavailable(e, "-"))?;
-        let sent = Instant::now();
-        let claimed =
-            etcd.grant(f.ttl_seconds).and_then(|id| etcd.claim(&f.key, &self.failover_me(), id).map(|c| (id, c)));
-        self.etcd_back(name, etcd);
-        match claimed {
-            Ok((id, Claim::Ours)) => {
-                self.mirrors.update(name, |m| {
-                    if let Some(f) = m.failover.as_mut() {
-                        f.took_over_ns = Some(now_ns());
-                    }
-                });
-                let lease = self.failover_lease(name, r, &r.dest_pool).ok_or_else(|| {
-                    ApiError::unavailable(format!("pool {}", r.dest_pool), "bring the target pool back")
-                })?;
-                lease.hold(id, sent, f.ttl(), self.failover_me());
-                Ok(())
-            }
-            Ok((_, Claim::HeldBy(other))) => Err(ApiError::conflict(
-                format!("{} holds the failover lease of mirror {name}: it serves the volumes", self.owner_name(&other)),
-                "stop that daemon (this one takes over by itself once its lease runs out), or wait",
-            )),
-            Err(e) => Err(ApiError::unavailable(
-                format!("the failover lease cannot be taken: {e}"),
-                "bring etcd back: without the lease a break could leave two daemons serving the volumes \
-                 (`strata mirror delete` here ends the mirror without it)",
-            )),
-        }
-    }
-
-    /// The mirror is deleted (either side): release what this daemon holds; a source tells
-    /// etcd first that the target may not take over.
-    pub(crate) fn failover_delete(&self, name: &str, r: &MirrorRecord) {
-        let Some(f) = r.failover.clone() else { return };
-        let held = self.mirrors.leases.lock().expect("leases").get(name).is_some_and(|l| l.check().is_ok());
-        self.drop_failover_lease(name);
-        self.mirrors.owners.lock().expect("owners").remove(name);
-        let Ok(mut etcd) = self.etcd_for(name, &f) else { return };
-        if r.source_peer.is_none() && f.fenced_by.is_none() {
-            if let Err(e) = etcd.put(&f.marker(), &self.failover_me()) {
-                tracing::warn!(mirror = name, "failover: marking a deleted mirror: {e}");
-                return; // the key runs out on its own; the target's record goes with the mirror
-            }
-        }
-        if held {
-            let _ = etcd.release(&f.key, &self.failover_me());
-        }
-        // The client goes with the mirror.
     }
 
     pub(crate) fn failover_info(&self, name: &str, r: &MirrorRecord) -> Option<strata_api::MirrorFailover> {

@@ -21,6 +21,7 @@
 
 mod etcd;
 pub(crate) mod failover;
+mod failover_run;
 mod remote;
 pub(crate) mod sync;
 mod sync_remote;

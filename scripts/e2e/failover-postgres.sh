@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Failover end to end: PostgreSQL 15 with its data and WAL on two volumes of the first
+# daemon, mirrored as one group with `--sync` to a second daemon on this machine (paired
+# peers), with failover through a real etcd (`--etcd`, a 5 s lease, `--failover-mount`).
+# Under pgbench plus a client that inserts numbered rows one commit at a time and notes
+# each id once its COMMIT returned:
+#   - the source daemon is killed with kill -9 while PostgreSQL is committing;
+#   - nobody runs `mirror break`: the second daemon sees the lease run out, takes it, breaks
+#     the mirror, replays its journal and mounts the volumes by itself (its log must say
+#     so: the path under test), not before the source's lease could have run out;
+#   - PostgreSQL started on those mounts recovers and holds every row whose COMMIT
+#     returned; TPC-B invariants, pg_amcheck, `strata check` clean;
+#   - the old source daemon, restarted, finds the lease taken: its mirror is `fenced`, its
+#     volumes are not mounted again and a mount is refused.
+#
+#   bash scripts/e2e/failover-postgres.sh      (root; installs postgresql-15, etcd-server)
+#   LOAD_SECONDS (default 20): load before the kill; SCALE (default 5)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+E2E_NAME=failover-postgres
+STEP_TIMEOUT="${STEP_TIMEOUT:-600}"
+# shellcheck source=scripts/e2e/db-common.sh
+. scripts/e2e/db-common.sh
+# shellcheck source=scripts/e2e/strata-env.sh
+source scripts/e2e/strata-env.sh
+export STRATA_E2E_DIR="${STRATA_E2E_DIR%/}-failover-pg"
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+PORT="${PG_PORT:-55472}"
+TPORT=$((PORT + 1))
+SCALE="${SCALE:-5}"
+LOAD_SECONDS="${LOAD_SECONDS:-20}"
+TTL=5
+[ "$(id -u)" -eq 0 ] || die "run as root"
+ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" "$PG_BIN/pg_amcheck" \
+  /usr/share/postgresql/15/extension/amcheck.control /usr/bin/etcd /usr/bin/etcdctl -- \
+  postgresql-15 postgresql-contrib etcd-server etcd-client
+
+strata_fresh
+M="$STRATA_E2E_DIR/mnt"
+WORK="$STRATA_E2E_DIR/work"
+SERVED="$M/served"
+mkdir -p "$WORK/sock" "$M"/{data,wal} && chown -R postgres: "$WORK" && chmod 755 "$STRATA_E2E_DIR"
+add_failure_log "$WORK/source.log"
+add_failure_log "$WORK/target.log"
+add_failure_log "$STRATA_E2E_DIR/daemon.log"
+add_failure_log "$STRATA_E2E_DIR/b/daemon.log"
+BENCH_PID=""
+ACK_PID=""
+cleanup() {
+  local rc=$?
+  trap - EXIT ERR
+  set +e
+  for p in "$BENCH_PID" "$ACK_PID"; do [ -z "$p" ] || kill "$p" 2>/dev/null; done
+  for d in "$M/data/pgdata" "$SERVED/pgdata/pgdata"; do
+    [ -f "$d/postmaster.pid" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$d" -m immediate -w -t 30 >/dev/null 2>&1
+  done
+  pkill -9 -f "$PG_BIN/postgres -D $M/data/pgdata" 2>/dev/null || true
+  [ "$rc" -eq 0 ] || print_failure_logs
+  for m in "$SERVED/pgdata" "$SERVED/pgwal"; do mountpoint -q "$m" && strata_peer unmount "$m" >/dev/null 2>&1; done
+  strata_peer_stop
+  strata_stop
+  etcd_stop
+  exit "$rc"
+}
+trap cleanup EXIT
+# shellcheck source=scripts/e2e/pg-common.sh
+. scripts/e2e/pg-common.sh
+sj() { "$STRATA_BIN" --json mirror show site-b:default/pgdata | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+tj() { strata_peer --json mirror show default/pgdata | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+
+etcd_start
+strata_start
+strata_peer_start
+"$STRATA_BIN" volume create default/pgdata --record-size 8K
+"$STRATA_BIN" volume create default/pgwal
+source_db default
+q "$PORT" -c "create table acks (id int primary key)"
+
+log "mirror default/pgdata + pgwal to site-b:default, synchronous, failover through etcd ($ETCD_URL, ${TTL}s lease)"
+"$STRATA_BIN" mirror create default/pgdata site-b:default --group pgwal --sync --every 5s \
+  --etcd "$ETCD_URL" --failover-ttl "${TTL}s" --failover-mount "$SERVED"
+for _ in $(seq 1 150); do [ "$(sj "['sync']['state']")" = in-sync ] && break; sleep 0.2; done
+[ "$(sj "['sync']['state']")" = in-sync ] || die "the sync mirror never went in sync: $(sj "")"
+[ "$(sj "['failover']['role']")" = serving ] || die "the source does not serve: $(sj "['failover']")"
+for _ in $(seq 1 50); do [ "$(tj "['failover']['role']")" = standby ] && break; sleep 0.2; done
+[ "$(tj "['failover']['role']")" = standby ] || die "the target is not standing by: $(tj "['failover']")"
+key="$(sj "['failover']['key']")"
+log "the source holds $key: $(ETCDCTL_API=3 etcdctl --endpoints "$ETCD_URL" get "$key" --print-value-only)"
+
+log "pgbench (4 clients) and a client committing numbered rows, for $LOAD_SECONDS s"
+"$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -c 4 -j 2 -T 600 -n bench >"$WORK/bench.log" 2>&1 &
+BENCH_PID=$!
+# One psql session: each insert commits (autocommit), then "ack N" is printed — only after
+# the COMMIT returned (an ack psql kept buffered makes the check weaker, never wrong).
+/usr/bin/python3 -c "
+import sys
+for i in range(1, 10**7):
+    print(f'insert into acks values ({i});'); print(f'\\\\echo ack {i}')
+" | "$PG_BIN/psql" -X -q -At -h "$WORK/sock" -p "$PORT" -U postgres -d bench -v ON_ERROR_STOP=1 2>"$WORK/acks.err" |
+  cat >"$WORK/acks.out" &
+ACK_PID=$!
+sleep "$LOAD_SECONDS"
+acked_before="$(grep -c '^ack ' "$WORK/acks.out" || true)"
+[ "$acked_before" -gt 100 ] || die "only $acked_before rows committed in $LOAD_SECONDS s"
+mark="$(wc -l <"$STRATA_E2E_DIR/b/daemon.log")"
+log "killing the source daemon under load ($acked_before rows acknowledged so far; last transfer $(sj "['common_snapshot']"))"
+killed="$(now_s)"
+strata_kill
+sleep 1
+kill "$BENCH_PID" 2>/dev/null || true
+wait "$ACK_PID" 2>/dev/null || true
+BENCH_PID=""
+ACK_PID=""
+pkill -9 -f "$PG_BIN/postgres -D $M/data/pgdata" 2>/dev/null || true
+acked="$(grep '^ack ' "$WORK/acks.out" | tail -1 | cut -d' ' -f2)"
+[ -n "$acked" ] || die "no acknowledged row"
+log "the last acknowledged row: $acked"
+for m in "$M/data" "$M/wal"; do umount -l "$m" 2>/dev/null || true; done
+
+log "waiting for the second daemon to take over (no break by hand)"
+for _ in $(seq 1 300); do
+  [ "$(tj "['state']")" = broken ] && [ "$(tj "['failover']['role']")" = serving ] && break
+  sleep 0.2
+done
+[ "$(tj "['state']")" = broken ] || die "no takeover: $(tj "")"
+took="$(elapsed_since "$killed")"
+newlog="$(tail -n +"$((mark + 1))" "$STRATA_E2E_DIR/b/daemon.log")"
+echo "$newlog" | grep -q "taking over" || die "the target's log does not show the takeover"
+replayed="$(echo "$newlog" | grep 'sync journal replayed' | head -1)"
+frames="$(echo "$replayed" | grep -o 'frames=[0-9]*' | cut -d= -f2)"
+[ "${frames:-0}" -gt 0 ] || die "the takeover replayed no frame: $replayed"
+awk -v t="$took" -v min="$((TTL / 2))" 'BEGIN { exit !(t >= min) }' || die "taken over after $took s: before the source's lease could run out"
+log "taken over $took s after the kill: $frames frames replayed ($(echo "$replayed" | grep -o 'operations=[0-9]*'))"
+mountpoint -q "$SERVED/pgdata" && mountpoint -q "$SERVED/pgwal" || die "the target did not mount the volumes at $SERVED"
+
+ln -sfn "$SERVED/pgwal/pg_wal" "$SERVED/pgdata/pgdata/pg_wal"
+rm -f "$SERVED/pgdata/pgdata/postmaster.pid"
+start "$SERVED/pgdata/pgdata" "$TPORT" "$WORK/target.log"
+have="$(q "$TPORT" -c "select count(*) from acks where id <= $acked")"
+[ "$have" = "$acked" ] || die "the target holds $have of the $acked acknowledged rows"
+log "every acknowledged row is on the target ($acked; $(q "$TPORT" -c "select count(*) from acks") rows in all)"
+invariants "$TPORT"
+amcheck "$TPORT"
+q "$TPORT" -c "insert into acks values (-1)"  # the new side acknowledges commits
+
+log "the old source daemon comes back: fenced, not serving"
+strata_start
+[ "$(sj "['state']")" = fenced ] || die "the old source is not fenced: $(sj "")"
+"$STRATA_BIN" mount | grep -q "default/pgdata" && die "the old source mounted its volumes again"
+if "$STRATA_BIN" mount default/pgdata "$M/data" 2>"$WORK/mount.err"; then die "a mount of a fenced volume was allowed"; fi
+grep -q "took these volumes over" "$WORK/mount.err" || die "unexpected refusal: $(cat "$WORK/mount.err")"
+log "fenced: $(sj "['failover']['message']")"
+
+pg pg_ctl stop -D "$SERVED/pgdata/pgdata" -m fast -w >/dev/null
+strata_peer unmount "$SERVED/pgdata"
+strata_peer unmount "$SERVED/pgwal"
+strata_peer check default
+strata_peer_log_clean
+log "PASS"
