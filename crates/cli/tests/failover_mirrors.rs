@@ -2,8 +2,8 @@
 //! (`mirror create ... --sync --etcd URL`), against a real etcd (Debian's etcd-server):
 //! - the source daemon dies (kill -9): once its lease runs out the target takes over by
 //!   itself — breaks, replays its journal, mounts the volume — with every fsynced write;
-//!   the old source, restarted, finds the lease taken and stays fenced (no mount, no
-//!   serving);
+//!   the old source, restarted, finds the lease taken and stays fenced (no mount, its NFS
+//!   export not served);
 //! - etcd stops answering: the source refuses fsync (EIO) before its lease can run out,
 //!   and acknowledges again once etcd is back; the target does not take over;
 //! - the link fell back (target down) while the source acknowledged writes: the source
@@ -70,6 +70,7 @@ fn the_target_takes_over_when_the_source_dies_and_the_old_source_stays_fenced() 
     a.ok(&["volume", "create", "default/db"]);
     a.ok(&["mount", "default/db", src.to_str().unwrap()]);
     let base = write_file(&src.join("base"), 1, 1 << 20);
+    a.ok(&["export", "nfs", "default/db"]);
     let served = dir.join("served");
 
     a.fails(&["mirror", "create", "default/db", "site-b:backup", "--etcd", &etcd.url], "failover needs --sync");
@@ -146,6 +147,8 @@ fn the_target_takes_over_when_the_source_dies_and_the_old_source_stays_fenced() 
     a.fails(&["mirror", "update", "site-b:backup/db"], "took these volumes over");
     let alog = a.log();
     assert!(alog.contains("fenced"), "{alog}");
+    let not_served = alog.lines().find(|l| l.contains("NFS export not served")).unwrap_or_else(|| panic!("{alog}"));
+    assert!(not_served.contains("took these volumes over"), "{not_served}");
     b.ok(&["unmount", at.to_str().unwrap()]);
 }
 

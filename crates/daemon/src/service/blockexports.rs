@@ -191,6 +191,9 @@ impl BlockService {
 /// Open the record's LUN and put it in its server's table.
 fn activate(d: &Daemon, r: &BlockExportRecord) -> Result<(), ApiError> {
     let (pool_name, vol_name, snap) = r.parts()?;
+    if snap.is_none() {
+        d.refuse_fenced(pool_name, vol_name, "serving its export")?;
+    }
     let (lun, view): (Arc<dyn Lun>, _) = match snap {
         None => {
             let lun: Arc<dyn Lun> = d.open_lun(pool_name, vol_name)?;
@@ -451,6 +454,25 @@ impl Daemon {
 
     /// Take block export `id` out of service and out of the records; false if there is none
     /// (the caller saves the state).
+    /// Stop serving the block exports of `pool/vol` (it was taken over by another daemon:
+    /// mirrors/failover_run.rs); their records stay. How many.
+    pub(crate) fn withdraw_block_exports(&self, pool: &str, vol: &str) -> usize {
+        let spec = format!("{pool}/{vol}");
+        let records: Vec<BlockExportRecord> = self
+            .blocks
+            .records
+            .lock()
+            .expect("block export records")
+            .iter()
+            .filter(|r| r.volume == spec)
+            .cloned()
+            .collect();
+        for r in &records {
+            deactivate(self, r);
+        }
+        records.len()
+    }
+
     pub(crate) fn remove_block_export(&self, id: u32) -> bool {
         let removed = {
             let mut records = self.blocks.records.lock().expect("block export records");

@@ -139,6 +139,18 @@ impl NfsService {
         self.server.lock().expect("nfs server").as_ref().map(|s| s.local_addr().port())
     }
 
+    /// Stop serving the NFS exports of `pool/vol` (taken over by another daemon:
+    /// mirrors/failover_run.rs); their records stay. How many.
+    pub(crate) fn withdraw(&self, pool: &str, vol: &str) -> usize {
+        let spec = format!("{pool}/{vol}");
+        let ids: Vec<u32> =
+            self.records.lock().expect("export records").iter().filter(|r| r.volume == spec).map(|r| r.id).collect();
+        for id in &ids {
+            self.table.remove(*id);
+        }
+        ids.len()
+    }
+
     /// Is POOL/VOLUME exported? (A volume must not be deleted under its export.)
     pub(crate) fn exported(&self, pool: &str, vol: &str) -> Option<u32> {
         let spec = format!("{pool}/{vol}");
@@ -153,6 +165,7 @@ impl NfsService {
 /// Put an export record into the live table.
 fn activate(d: &Daemon, r: &ExportRecord) -> Result<(), ApiError> {
     let (pool_name, vol_name) = split_volume(&r.volume)?;
+    d.refuse_fenced(pool_name, vol_name, "serving its export")?;
     let pool = d.pool(pool_name)?;
     let policy = r.policy().map_err(|e| ApiError::bad_request(e, "fix the export's policy"))?;
     let fs = d.filesystems.get(pool_name, vol_name, pool.clone())?;

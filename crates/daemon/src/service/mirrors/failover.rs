@@ -250,9 +250,7 @@ impl Daemon {
         if !(2..=300).contains(&ttl) {
             return Err(config_error(format!("a failover lease of {ttl} s")));
         }
-        if req.etcd.is_empty()
-            || req.etcd.iter().any(|e| !(e.starts_with("http://") || e.starts_with("https://")) || e.len() > 256)
-        {
+        if req.etcd.is_empty() || req.etcd.iter().any(|e| !e.starts_with("http://") || e.len() > 256) {
             return Err(config_error(format!("etcd endpoints {:?}", req.etcd)));
         }
         let mount_dir = req.mount_dir.as_ref().map(PathBuf::from);

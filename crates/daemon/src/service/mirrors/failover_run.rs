@@ -138,16 +138,20 @@ impl Daemon {
                 tracing::warn!(mirror = name, path = %p.display(), "failover: unmount of a fenced volume: {}", e.message);
             }
         }
+        let mut withdrawn = 0;
+        for v in &r.volumes {
+            withdrawn += self.nfs.withdraw(pool, v) + self.withdraw_block_exports(pool, v);
+        }
         if let Err(e) = self.save_state() {
             tracing::error!(mirror = name, "failover: saving the fenced state: {}", e.message);
         }
-        tracing::warn!(mirror = name, unmounted = paths.len(), "failover: fenced: {why}");
+        tracing::warn!(mirror = name, unmounted = paths.len(), withdrawn, "failover: fenced: {why}");
         self.events.record(
             "error",
             "mirror.fenced",
             Some(pool),
             Some(name),
-            format!("{why}; unmounted {} mounts", paths.len()),
+            format!("{why}; {} mounts unmounted, {withdrawn} exports withdrawn", paths.len()),
         );
     }
 
