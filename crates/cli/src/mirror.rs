@@ -65,7 +65,9 @@ pub enum MirrorCmd {
     },
     /// Swap the roles of a broken mirror: the target becomes the source (the mirror takes the
     /// old source's pool as its name); what the old source wrote since the last transfer is
-    /// kept there as a snapshot `reverse-…`; the next update sends only what changed.
+    /// kept there as a snapshot `reverse-…`; the next update sends only what changed. For a
+    /// mirror to another daemon, run it here, on the old source (PEER:POOL/VOL), once the
+    /// mirror is broken there.
     Reverse {
         mirror: String,
     },

@@ -2,8 +2,10 @@
 //! (`mirror create ... --sync --etcd URL`), against a real etcd (Debian's etcd-server):
 //! - the source daemon dies (kill -9): once its lease runs out the target takes over by
 //!   itself — breaks, replays its journal, mounts the volume — with every fsynced write;
-//!   the old source, restarted, finds the lease taken and stays fenced (no mount, its NFS
-//!   export not served);
+//!   the old source, restarted, finds the lease taken: fenced (no mount, its NFS export not
+//!   served), then by itself the mirror of the new source (a reverse: an incremental
+//!   transfer); the new source dies in turn and the old one takes over back, with every
+//!   write fsynced on either side;
 //! - etcd stops answering: the source refuses fsync (EIO) before its lease can run out,
 //!   and acknowledges again once etcd is back; the target does not take over;
 //! - the link fell back (target down) while the source acknowledged writes: the source
@@ -31,6 +33,12 @@ fn paired(dir: &Path) -> (Daemon, Daemon, u16, u16) {
 
 fn show(d: &Daemon, m: &str) -> Value {
     d.json(&["mirror", "show", m])
+}
+
+/// The mirror, if it exists (under that name) now.
+fn try_show(d: &Daemon, m: &str) -> Option<Value> {
+    let (code, out, _) = d.cli(&["--json", "mirror", "show", m]);
+    (code == 0).then(|| serde_json::from_str(&out).expect("valid JSON"))
 }
 
 fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> Option<Value>, last: impl Fn() -> Value) {
@@ -61,7 +69,7 @@ fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
 }
 
 #[test]
-fn the_target_takes_over_when_the_source_dies_and_the_old_source_stays_fenced() {
+fn the_target_takes_over_and_the_old_source_comes_back_fenced_then_as_its_mirror() {
     let dir = temp_dir("failover");
     let etcd = Etcd::start(&dir);
     let (mut a, b, a_port, _) = paired(&dir);
@@ -136,20 +144,59 @@ fn the_target_takes_over_when_the_source_dies_and_the_old_source_stays_fenced() 
     assert_eq!(std::fs::read(at.join("renamed")).unwrap(), small, "a rename made durable by a directory fsync");
     write_synced(&at.join("after"), b"written on the new side").expect("the new side acknowledges syncs");
 
-    // The old source comes back: the key is the target's, so it does not serve.
+    // The old source comes back: the key is the target's, so it does not serve (decided
+    // before its mounts and exports come back) ...
     a.spawn_with(&["--repl-port", a_port.to_string().as_str()]);
-    let s = show(&a, "site-b:backup/db");
-    assert_eq!(s["state"], "fenced", "{s}");
-    assert_eq!(s["failover"]["role"], "fenced", "{s}");
-    assert!(s["failover"]["owner"].as_str().unwrap().contains("site-b"), "{s}");
     assert!(!a.ok(&["mount"]).contains("default/db"), "the fenced volume was not mounted again");
-    a.fails(&["mount", "default/db", src.to_str().unwrap()], "took these volumes over");
-    a.fails(&["mirror", "update", "site-b:backup/db"], "took these volumes over");
     let alog = a.log();
-    assert!(alog.contains("fenced"), "{alog}");
+    assert!(alog.contains("failover: fenced"), "{alog}");
     let not_served = alog.lines().find(|l| l.contains("NFS export not served")).unwrap_or_else(|| panic!("{alog}"));
     assert!(not_served.contains("took these volumes over"), "{not_served}");
-    b.ok(&["unmount", at.to_str().unwrap()]);
+    // ... and becomes the mirror of the daemon that took over, by itself: a reverse, so
+    // only what changed since the common snapshot travels.
+    wait_for(
+        "the old source a mirror of the new one",
+        60,
+        || try_show(&b, "site-a:default/db").filter(|s| s["state"] == "mirrored" && s["sync"]["state"] == "in-sync"),
+        || b.json(&["mirror", "list"]),
+    );
+    let s = show(&a, "default/db");
+    assert_eq!(s["failover"]["role"], "standby", "{s}");
+    assert_eq!(s["source_peer"], "site-b", "{s}");
+    let last = show(&b, "site-a:default/db")["last_transfer"].clone();
+    assert!(last["base"].is_string(), "an incremental transfer, not a full one: {last}");
+    a.fails(&["mount", "default/db", src.to_str().unwrap()], "target of mirror");
+    let kept = a.json(&["snapshot", "list", "default/db"]);
+    assert!(kept.to_string().contains("reverse-"), "what the old source had is kept: {kept}");
+
+    // The round trip: the new source's fsynced writes reach the old one, which takes over
+    // when the new one dies in turn (once the new source's link is armed, nothing in etcd
+    // says the mirror may lack writes: the marker the old source left is gone).
+    let marker = format!("{key}/unmirrored");
+    wait_for(
+        "the marker cleared",
+        10,
+        || etcd.get(&marker).is_none().then_some(Value::Null),
+        || etcd.get(&marker).into(),
+    );
+    let again = write_file(&at.join("again"), 5, 1 << 20);
+    std::fs::File::open(&at).unwrap().sync_all().unwrap();
+    let mut b = b;
+    b.kill9();
+    wait_for(
+        "the takeover back",
+        30,
+        || {
+            let s = show(&a, "default/db");
+            (s["state"] == "broken" && s["failover"]["role"] == "serving").then_some(s)
+        },
+        || show(&a, "default/db"),
+    );
+    for (f, want) in [("base", &base), ("acked", &acked), ("again", &again)] {
+        assert_eq!(&std::fs::read(at.join(f)).unwrap(), want, "{f} after the takeover back");
+    }
+    assert_eq!(std::fs::read(at.join("after")).unwrap(), b"written on the new side");
+    a.ok(&["unmount", at.to_str().unwrap()]);
 }
 
 #[test]
@@ -161,20 +208,20 @@ fn a_source_that_cannot_renew_its_lease_refuses_fsync_until_etcd_answers_again()
     std::fs::create_dir_all(&src).unwrap();
     a.ok(&["volume", "create", "default/db"]);
     a.ok(&["mount", "default/db", src.to_str().unwrap()]);
-    a.json(&["mirror", "create", "default/db", "site-b:backup", "--sync", "--etcd", &etcd.url, "--failover-ttl", "6s"]);
+    a.json(&["mirror", "create", "default/db", "site-b:backup", "--sync", "--etcd", &etcd.url, "--failover-ttl", "10s"]);
     wait_in_sync(&a);
     write_synced(&src.join("before"), b"acknowledged").expect("fsync with the lease held");
 
-    // etcd stops answering. Keep-alives go every 2 s, the gate closes 3 s after the last
-    // one was sent, and etcd would expire the lease 6 s after it got it: at 3.3 s the
-    // source must refuse, while the lease is still alive in etcd.
+    // etcd stops answering. Keep-alives go every 3.3 s, the gate closes 5 s after the last
+    // one was sent, and etcd would expire the lease 10 s after it got it (at least 6.7 s
+    // from now): at 5.3 s the source must refuse, while the lease is still alive in etcd.
     etcd.signal(19); // SIGSTOP
     let stopped = Instant::now();
-    std::thread::sleep(Duration::from_millis(3300));
+    std::thread::sleep(Duration::from_millis(5300));
     let r = write_synced(&src.join("fenced"), b"must not be acknowledged");
     let at = stopped.elapsed();
     etcd.signal(18); // SIGCONT
-    assert!(at < Duration::from_millis(3900), "the check ran late ({at:?}): the test proves nothing");
+    assert!(at < Duration::from_millis(6500), "the check ran late ({at:?}): the test proves nothing");
     let e = r.expect_err("an fsync without a renewed lease must fail");
     assert_eq!(e.raw_os_error(), Some(5), "EIO: {e}");
 
@@ -238,5 +285,53 @@ fn a_target_that_may_lack_acknowledged_writes_does_not_take_over_by_itself() {
     b.ok(&["mount", "backup/db", tgt.to_str().unwrap()]);
     assert_eq!(std::fs::read(tgt.join("base")).unwrap(), base);
     assert!(!tgt.join("unmirrored").exists(), "written while the target was down: not there");
+    b.ok(&["unmount", tgt.to_str().unwrap()]);
+}
+
+#[test]
+fn a_mirror_to_a_peer_is_reversed_by_hand_after_a_break_there() {
+    let dir = temp_dir("reverse-remote");
+    let (a, b, _, _) = paired(&dir);
+    let src = a.dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    a.ok(&["volume", "create", "default/db"]);
+    a.ok(&["mount", "default/db", src.to_str().unwrap()]);
+    let base = write_file(&src.join("base"), 1, 256 << 10);
+    a.json(&["mirror", "create", "default/db", "site-b:backup"]);
+    // Written on the source after the last transfer: kept there by the reverse.
+    let late = write_file(&src.join("late"), 2, 4096);
+    a.fails(&["mirror", "reverse", "site-b:backup/db"], "unmount the volumes that become the target");
+    a.ok(&["unmount", src.to_str().unwrap()]);
+    a.fails(&["mirror", "reverse", "site-b:backup/db"], "not broken");
+    assert!(
+        !a.json(&["snapshot", "list", "default/db"]).to_string().contains("reverse-"),
+        "a refused reverse changed nothing"
+    );
+
+    b.json(&["mirror", "break", "backup/db"]);
+    let tgt = dir.join("tgt");
+    std::fs::create_dir_all(&tgt).unwrap();
+    b.ok(&["mount", "backup/db", tgt.to_str().unwrap()]);
+    let there = write_file(&tgt.join("there"), 3, 512 << 10);
+
+    let r = a.json(&["mirror", "reverse", "site-b:backup/db"]);
+    assert_eq!(r["name"], "default/db", "{r}");
+    assert_eq!(r["source_peer"], "site-b", "{r}");
+    let snaps = a.json(&["snapshot", "list", "default/db"]).to_string();
+    assert!(snaps.contains("reverse-"), "the source's late write kept: {snaps}");
+    let m = b.json(&["mirror", "update", "site-a:default/db"]);
+    assert_eq!(m["state"], "mirrored", "{m}");
+    let last = &m["last_transfer"];
+    assert!(last["base"].is_string(), "incremental: {last}");
+    assert!(last["done_bytes"].as_u64().unwrap() < 2 << 20, "only what changed travelled: {last}");
+    let snap = m["common_snapshot"].as_str().unwrap();
+    assert_eq!(read_snapshot_file(&a, &dir, "default", "db", snap, "there").unwrap(), there);
+    assert_eq!(read_snapshot_file(&a, &dir, "default", "db", snap, "base").unwrap(), base);
+    assert!(
+        read_snapshot_file(&a, &dir, "default", "db", snap, "late").is_none(),
+        "the late write is not the mirror's"
+    );
+    let kept = snaps.split('"').find(|s| s.starts_with("reverse-")).unwrap().to_string();
+    assert_eq!(read_snapshot_file(&a, &dir, "default", "db", &kept, "late").unwrap(), late);
     b.ok(&["unmount", tgt.to_str().unwrap()]);
 }

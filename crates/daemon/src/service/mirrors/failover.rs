@@ -122,6 +122,9 @@ pub(super) struct LeaseState {
     pub(super) owner: Option<String>,
     /// The marker is in etcd.
     pub(super) marker: bool,
+    /// A marker may be in etcd that this daemon did not write (another daemon served the
+    /// volumes before): deleted once this side's link is armed.
+    pub(super) stale_marker: bool,
     /// Said in the log once (a standby's reason not to take over, an etcd error).
     pub(super) said: Option<String>,
 }
@@ -173,6 +176,7 @@ impl Lease {
     pub(super) fn hold(&self, id: i64, sent: Instant, ttl: Duration, me: String) -> bool {
         let mut s = self.state.lock().expect("lease");
         let first = s.until.is_none();
+        s.stale_marker |= first;
         s.until = Some(sent + ttl / 2);
         s.id = Some(id);
         s.next_keep_alive = Some(sent + ttl / 3);
@@ -335,6 +339,21 @@ impl Daemon {
         p.set_sync_gate(Some(gate));
         self.mirrors.leases.lock().expect("leases").insert(name.to_string(), lease.clone());
         Some(lease)
+    }
+
+    /// Mirror `old` is called `new` now (a reverse made this side the source): its lease
+    /// and etcd client follow. A source without a link yet: etcd hears it first.
+    pub(crate) fn rename_failover(&self, old: &str, new: &str) {
+        let lease = self.mirrors.leases.lock().expect("leases").remove(old);
+        if let Some(l) = lease {
+            l.state.lock().expect("lease").stale_marker = true;
+            l.link_lost();
+            self.mirrors.leases.lock().expect("leases").insert(new.to_string(), l);
+        }
+        let client = self.mirrors.etcd.lock().expect("etcd clients").remove(old);
+        if let Some(e) = client {
+            self.mirrors.etcd.lock().expect("etcd clients").insert(new.to_string(), e);
+        }
     }
 
     /// Take mirror `name`'s lease off its pool's gate (the mirror is deleted, or this side

@@ -29,6 +29,8 @@ impl Daemon {
                         }
                     }
                     Role::Standby => self.standby_step(&name, &r),
+                    // The old source becomes the mirror of the side that took over.
+                    Role::Fenced if r.source_peer.is_none() => self.reverse_after_failover(&name),
                     Role::Fenced | Role::Off => {}
                 }
             }
@@ -70,6 +72,8 @@ impl Daemon {
                 lease.state.lock().expect("lease").owner = Some(other.clone());
                 if !other.starts_with('(') {
                     self.fence(name, r, lease, &other);
+                    self.etcd_back(name, etcd);
+                    return;
                 }
             }
             Ok(None) => {
@@ -100,17 +104,47 @@ impl Daemon {
                     }
                     Err(e) => tracing::warn!(mirror = name, "failover: marking the mirror unmirrored: {e}"),
                 }
-            } else if lease.state.lock().expect("lease").marker
-                && self.sync_link(name).is_some_and(|l| !matches!(l.phase(), super::sync::Phase::Degraded(_)))
+            } else if {
+                let s = lease.state.lock().expect("lease");
+                (s.marker || s.stale_marker) && s.id.is_some()
+            } && self.sync_link(name).is_some_and(|l| !matches!(l.phase(), super::sync::Phase::Degraded(_)))
             {
-                lease.state.lock().expect("lease").marker = false;
+                // A link is armed (the target's journal has its gap until it caught up):
+                // the marker may go — ours, or one left by a daemon that served before.
+                {
+                    let mut s = lease.state.lock().expect("lease");
+                    s.marker = false;
+                    s.stale_marker = false;
+                }
                 if let Err(e) = etcd.delete(&f.marker()) {
                     tracing::warn!(mirror = name, "failover: clearing the unmirrored marker: {e}");
-                    lease.state.lock().expect("lease").marker = true;
+                    lease.state.lock().expect("lease").stale_marker = true;
                 }
             }
         }
         self.etcd_back(name, etcd);
+    }
+
+    /// A fenced old source: reverse the mirror (this side becomes the target of the daemon
+    /// that took over), at most every 30 s.
+    fn reverse_after_failover(self: &Arc<Self>, name: &str) {
+        {
+            let mut retry = self.mirrors.arm_retry.lock().expect("sync retry");
+            let key = format!("reverse {name}");
+            if retry.get(&key).is_some_and(|t| t.elapsed() < Duration::from_secs(30)) {
+                return;
+            }
+            retry.insert(key, Instant::now());
+        }
+        match self.reverse_remote(name, "failover") {
+            Ok(new_name) => {
+                self.mirrors.arm_retry.lock().expect("sync retry").remove(&format!("reverse {name}"));
+                tracing::warn!(mirror = %new_name, "failover: this daemon is the mirror of the one that took over");
+            }
+            Err(e) => {
+                tracing::warn!(mirror = name, "failover: not reversed yet: {} ({}); again in 30 s", e.message, e.hint)
+            }
+        }
     }
 
     /// Another daemon holds the key: stop serving the volumes.

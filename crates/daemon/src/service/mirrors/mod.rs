@@ -23,6 +23,7 @@ mod etcd;
 pub(crate) mod failover;
 mod failover_run;
 mod remote;
+mod reverse_remote;
 pub(crate) mod sync;
 mod sync_remote;
 mod transfer;
@@ -32,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use strata_api::{CreateMirror, MirrorInfo, MirrorTransfer};
+use strata_engine::Pool;
 pub(crate) use transfer::TransferJob;
 
 /// Transferred snapshots each side keeps by default: the common one and the one before
@@ -176,6 +178,25 @@ fn split(spec: &str) -> Result<(&str, &str), ApiError> {
     spec.split_once('/').filter(|(p, v)| !p.is_empty() && !v.is_empty() && !v.contains('/')).ok_or_else(|| {
         ApiError::bad_request(format!("{spec:?} is not POOL/VOLUME"), "name the mirror by its target, DEST_POOL/VOLUME")
     })
+}
+
+/// The side that becomes (again) a mirror's target: what its `volumes` got since
+/// `common` is kept as a snapshot `ACTION-<time>` (if anything was written), then they
+/// return to `common`. The snapshot's name, if one was taken.
+fn keep_and_restore(pool: &Pool, volumes: &[String], common: &str, action: &str) -> Result<Option<String>, ApiError> {
+    let saved = format!("{action}-{}", crate::utc_compact(now_ns() / 1_000_000_000));
+    let vols: Vec<&str> = volumes.iter().map(String::as_str).collect();
+    let mut written = false;
+    for v in &vols {
+        let info = pool.volume_info(pool.volume_id(v)?)?;
+        written |= info.written_bytes > 0 || info.parent_snapshot.as_deref() != Some(&format!("{v}@{common}"));
+    }
+    if written {
+        pool.create_snapshots(&vols, &saved)?;
+    }
+    let list: Vec<(&str, &str)> = vols.iter().map(|v| (*v, common)).collect();
+    pool.restore_volumes(&list)?;
+    Ok(written.then_some(saved))
 }
 
 fn now_ns() -> u64 {
@@ -411,6 +432,10 @@ impl Daemon {
     ) -> Result<MirrorInfo, ApiError> {
         let r = self.mirrors.get(name)?;
         let running = self.mirrors.running(name);
+        if action == "reverse" && r.dest_peer.is_some() {
+            let new_name = self.reverse_remote(name, caller)?;
+            return self.mirror_info(&new_name);
+        }
         if r.fenced() {
             return Err(ApiError::conflict(
                 format!("mirror {name}: {}", self.fenced_why(&r)),
@@ -429,7 +454,7 @@ impl Daemon {
             if matches!(action, "break" | "resync" | "reverse") {
                 return Err(ApiError::conflict(
                     format!("mirror {name} goes to peer {peer}"),
-                    "break and resync it on the target daemon (reverse between daemons is not there yet)",
+                    "break and resync it on the target daemon (reverse it here once it is broken there)",
                 ));
             }
         }
@@ -532,20 +557,7 @@ impl Daemon {
                         self.drop_sync_journal(&r.source_pool, &r.volumes[0]);
                     }
                 }
-                // Keep what was written on that side since the common snapshot, as a snapshot.
-                let saved = format!("{action}-{}", crate::utc_compact(now_ns() / 1_000_000_000));
-                let vols: Vec<&str> = r.volumes.iter().map(String::as_str).collect();
-                let mut written = false;
-                for v in &vols {
-                    let info = pool.volume_info(pool.volume_id(v)?)?;
-                    written |=
-                        info.written_bytes > 0 || info.parent_snapshot.as_deref() != Some(&format!("{v}@{common}"));
-                }
-                if written {
-                    pool.create_snapshots(&vols, &saved)?;
-                }
-                let list: Vec<(&str, &str)> = vols.iter().map(|v| (*v, common.as_str())).collect();
-                pool.restore_volumes(&list)?;
+                let kept = keep_and_restore(&pool, &r.volumes, &common, action)?;
                 // A target that took over gives the failover lease back: it is a mirror again.
                 if r.failover.as_ref().is_some_and(|f| f.took_over_ns.is_some()) {
                     self.failover_delete(name, &r);
@@ -565,15 +577,15 @@ impl Daemon {
                 drop(recs);
                 self.mirrors.jobs.lock().expect("mirror jobs").remove(name);
                 self.save_state()?;
-                tracing::info!(mirror = %new_name, kept = ?written.then_some(&saved), "mirror {action}d");
+                tracing::info!(mirror = %new_name, kept = ?kept, "mirror {action}d");
                 self.events.record(
                     "info",
                     &format!("mirror.{action}"),
                     Some(&target_pool),
                     Some(&new_name),
-                    match written {
-                        true => format!("{action}d from {common}; what was written since kept as {saved}"),
-                        false => format!("{action}d from {common}"),
+                    match &kept {
+                        Some(saved) => format!("{action}d from {common}; what was written since kept as {saved}"),
+                        None => format!("{action}d from {common}"),
                     },
                 );
                 drop(_g);

@@ -97,6 +97,15 @@ pub(crate) enum MirrorMsg {
         txg: u64,
         clear_gap: bool,
     },
+    /// The mirror's source asks its target (which broke it) to become the source of a
+    /// mirror into the asker's pool `dest_pool` (reverse_remote.rs).
+    Reverse {
+        name: String,
+        dest_pool: String,
+        /// Only say whether it would (before the asker changes anything).
+        #[serde(default)]
+        check: bool,
+    },
 }
 
 pub(super) fn request(conn: &mut PeerConnection, msg: &MirrorMsg) -> Result<serde_json::Value, ApiError> {
@@ -337,6 +346,7 @@ impl Daemon {
             | MirrorMsg::SyncAppend { .. }
             | MirrorMsg::SyncNote { .. }
             | MirrorMsg::SyncRetire { .. } => self.handle_sync_msg(peer, msg, conn),
+            MirrorMsg::Reverse { name, dest_pool, check } => self.handle_reverse(peer, &name, &dest_pool, check, conn),
             MirrorMsg::Create { source_pool, dest_pool, volumes, keep } => {
                 self.peer_granted(peer, &dest_pool)?;
                 let _g = self.admin.lock().expect("admin");

@@ -610,7 +610,7 @@ impl Daemon {
                 || self.sync_link(&name).is_some()
                 || self.mirrors.running(&name).is_some()
                 || self.pool(&r.source_pool).is_err()
-                || self.pool(&r.dest_pool).is_err()
+                || r.dest_peer.is_none() && self.pool(&r.dest_pool).is_err()
             {
                 continue;
             }

@@ -140,6 +140,26 @@ impl Peers {
             .ok_or_else(|| ApiError::not_found(format!("no peer {name}"), "see `strata peer list`"))
     }
 
+    /// Let peer `name` write to `pool` (it becomes the source of a mirror into it: a
+    /// reverse after a failover). Whether the grant is new.
+    pub fn grant(&self, name: &str, pool: &str) -> Result<bool, ApiError> {
+        let mut recs = self.records.lock().expect("peers");
+        let r = recs
+            .get_mut(name)
+            .ok_or_else(|| ApiError::not_found(format!("no peer {name}"), "see `strata peer list`"))?;
+        if r.grants.iter().any(|g| g == pool) {
+            return Ok(false);
+        }
+        r.grants.push(pool.to_string());
+        Ok(true)
+    }
+
+    pub fn revoke(&self, name: &str, pool: &str) {
+        if let Some(r) = self.records.lock().expect("peers").get_mut(name) {
+            r.grants.retain(|g| g != pool);
+        }
+    }
+
     fn by_fingerprint(&self, fp: &str) -> Option<PeerRecord> {
         self.records.lock().expect("peers").values().find(|r| r.fingerprint == fp).cloned()
     }
