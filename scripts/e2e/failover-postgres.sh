@@ -10,8 +10,10 @@
 #     so: the path under test), not before the source's lease could have run out;
 #   - PostgreSQL started on those mounts recovers and holds every row whose COMMIT
 #     returned; TPC-B invariants, pg_amcheck, `strata check` clean;
-#   - the old source daemon, restarted, finds the lease taken: its mirror is `fenced`, its
-#     volumes are not mounted again and a mount is refused.
+#   - the old source daemon, restarted, finds the lease taken: fenced (its volumes are not
+#     mounted again), then by itself the mirror of the new source — a reverse: only what
+#     changed since the common snapshot travels (an incremental transfer), while
+#     PostgreSQL keeps committing on the new source.
 #
 #   bash scripts/e2e/failover-postgres.sh      (root; installs postgresql-15, etcd-server)
 #   LOAD_SECONDS (default 20): load before the kill; SCALE (default 5)
@@ -69,6 +71,9 @@ sj() { "$STRATA_BIN" --json mirror show site-b:default/pgdata | /usr/bin/python3
 tj() { strata_peer --json mirror show default/pgdata | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
 etcd_start
+# A replication listener here too: after the failover the second daemon mirrors back to it.
+A_REPL_PORT="$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+export STRATA_SERVE_ARGS="--repl-port $A_REPL_PORT"
 strata_start
 strata_peer_start
 "$STRATA_BIN" volume create default/pgdata --record-size 8K
@@ -143,13 +148,28 @@ invariants "$TPORT"
 amcheck "$TPORT"
 q "$TPORT" -c "insert into acks values (-1)"  # the new side acknowledges commits
 
-log "the old source daemon comes back: fenced, not serving"
+log "the old source daemon comes back: fenced, then the mirror of the new source"
+amark="$(wc -l <"$STRATA_E2E_DIR/daemon.log")"
 strata_start
-[ "$(sj "['state']")" = fenced ] || die "the old source is not fenced: $(sj "")"
 "$STRATA_BIN" mount | grep -q "default/pgdata" && die "the old source mounted its volumes again"
-if "$STRATA_BIN" mount default/pgdata "$M/data" 2>"$WORK/mount.err"; then die "a mount of a fenced volume was allowed"; fi
-grep -q "took these volumes over" "$WORK/mount.err" || die "unexpected refusal: $(cat "$WORK/mount.err")"
-log "fenced: $(sj "['failover']['message']")"
+tail -n +"$((amark + 1))" "$STRATA_E2E_DIR/daemon.log" | grep -q "failover: fenced" || die "the old source did not fence itself"
+"$PG_BIN/pgbench" -h "$WORK/sock" -p "$TPORT" -U postgres -c 2 -j 2 -T 8 -n bench >"$WORK/bench2.log" 2>&1 &
+BENCH_PID=$!
+rj() { strata_peer --json mirror show site-a:default/pgdata 2>/dev/null | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+for _ in $(seq 1 300); do [ "$(rj "['sync']['state']" 2>/dev/null)" = in-sync ] && break; sleep 0.2; done
+[ "$(rj "['sync']['state']")" = in-sync ] || die "the old source did not become the mirror: $(strata_peer mirror list)"
+base="$(rj "['last_transfer']['base']")"
+sent="$(rj "['last_transfer']['done_bytes']")"
+[ "$base" != None ] || die "the reverse resent everything: $(rj "['last_transfer']")"
+# What the new source changed since the common snapshot (the journal's replay, recovery,
+# pgbench) must travel: megabytes, not nothing.
+[ "$sent" -gt 1000000 ] || die "the transfer after the reverse sent $sent bytes"
+grep -q "this snapshot was received already" "$STRATA_E2E_DIR/daemon.log" && die "a transfer ran on the target"
+log "reversed: the old source is the mirror now; first transfer $sent bytes from $base (incremental)"
+"$STRATA_BIN" snapshot list default/pgdata | grep -q "reverse-" || die "the old source's own writes were not kept"
+"$STRATA_BIN" mount default/pgdata "$M/data" 2>/dev/null && die "a mount of the mirror's target was allowed"
+wait "$BENCH_PID" || die "pgbench on the new source failed: $(tail -5 "$WORK/bench2.log")"
+BENCH_PID=""
 
 pg pg_ctl stop -D "$SERVED/pgdata/pgdata" -m fast -w >/dev/null
 strata_peer unmount "$SERVED/pgdata"

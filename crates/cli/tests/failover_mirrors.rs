@@ -208,7 +208,17 @@ fn a_source_that_cannot_renew_its_lease_refuses_fsync_until_etcd_answers_again()
     std::fs::create_dir_all(&src).unwrap();
     a.ok(&["volume", "create", "default/db"]);
     a.ok(&["mount", "default/db", src.to_str().unwrap()]);
-    a.json(&["mirror", "create", "default/db", "site-b:backup", "--sync", "--etcd", &etcd.url, "--failover-ttl", "10s"]);
+    a.json(&[
+        "mirror",
+        "create",
+        "default/db",
+        "site-b:backup",
+        "--sync",
+        "--etcd",
+        &etcd.url,
+        "--failover-ttl",
+        "10s",
+    ]);
     wait_in_sync(&a);
     write_synced(&src.join("before"), b"acknowledged").expect("fsync with the lease held");
 

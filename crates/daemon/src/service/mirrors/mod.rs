@@ -740,9 +740,11 @@ impl Daemon {
             let now = now_ns();
             for r in self.mirrors.records() {
                 let name = r.name();
+                // The source daemon drives a mirror from a peer: never a transfer here.
                 if r.state == "broken"
                     || r.state == "paused"
                     || r.fenced()
+                    || r.source_peer.is_some()
                     || self.mirrors.jobs.lock().expect("mirror jobs").contains_key(&name)
                         && self.mirrors.running(&name).is_some()
                 {

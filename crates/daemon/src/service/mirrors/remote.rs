@@ -102,6 +102,11 @@ pub(crate) enum MirrorMsg {
     Reverse {
         name: String,
         dest_pool: String,
+        /// The mirror's schedule and bandwidth limit, which the new source keeps.
+        #[serde(default)]
+        every_seconds: Option<u64>,
+        #[serde(default)]
+        limit_bytes_per_second: Option<u64>,
         /// Only say whether it would (before the asker changes anything).
         #[serde(default)]
         check: bool,
@@ -346,7 +351,9 @@ impl Daemon {
             | MirrorMsg::SyncAppend { .. }
             | MirrorMsg::SyncNote { .. }
             | MirrorMsg::SyncRetire { .. } => self.handle_sync_msg(peer, msg, conn),
-            MirrorMsg::Reverse { name, dest_pool, check } => self.handle_reverse(peer, &name, &dest_pool, check, conn),
+            MirrorMsg::Reverse { name, dest_pool, every_seconds, limit_bytes_per_second, check } => {
+                self.handle_reverse(peer, &name, &dest_pool, (every_seconds, limit_bytes_per_second), check, conn)
+            }
             MirrorMsg::Create { source_pool, dest_pool, volumes, keep } => {
                 self.peer_granted(peer, &dest_pool)?;
                 let _g = self.admin.lock().expect("admin");

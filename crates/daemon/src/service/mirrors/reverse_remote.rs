@@ -62,7 +62,13 @@ impl Daemon {
             )
         };
         let mut conn = PeerClient::connect(self, &peer)?;
-        let check = MirrorMsg::Reverse { name: target_name.clone(), dest_pool: pool_name.clone(), check: true };
+        let check = MirrorMsg::Reverse {
+            name: target_name.clone(),
+            dest_pool: pool_name.clone(),
+            every_seconds: r.every_seconds,
+            limit_bytes_per_second: r.limit_bytes_per_second,
+            check: true,
+        };
         request(&mut conn, &check).map_err(refused)?;
         self.disarm_sync(name);
         let kept = keep_and_restore(&pool, &r.volumes, &common, "reverse")?;
@@ -74,6 +80,9 @@ impl Daemon {
         m.state = "mirrored".into();
         m.pending = None;
         m.source_volume_ids = Vec::new();
+        // The source drives: its schedule and limit go with the message.
+        m.every_seconds = None;
+        m.limit_bytes_per_second = None;
         if let Some(f) = m.failover.as_mut() {
             f.fenced_by = None;
             f.took_over_ns = None;
@@ -87,7 +96,13 @@ impl Daemon {
         }
         self.mirrors.jobs.lock().expect("mirror jobs").remove(name);
         self.drop_failover_lease(name);
-        let msg = MirrorMsg::Reverse { name: target_name, dest_pool: pool_name.clone(), check: false };
+        let msg = MirrorMsg::Reverse {
+            name: target_name,
+            dest_pool: pool_name.clone(),
+            every_seconds: r.every_seconds,
+            limit_bytes_per_second: r.limit_bytes_per_second,
+            check: false,
+        };
         let asked = self.save_state().and_then(|()| request(&mut conn, &msg));
         if let Err(e) = asked {
             let mut recs = self.mirrors.records.lock().expect("mirrors");
@@ -121,6 +136,7 @@ impl Daemon {
         peer: &PeerIdentity,
         name: &str,
         dest_pool: &str,
+        (every_seconds, limit_bytes_per_second): (Option<u64>, Option<u64>),
         check: bool,
         conn: &mut ServerConnection,
     ) -> Result<(), ApiError> {
@@ -153,6 +169,8 @@ impl Daemon {
         m.dest_pool = dest_pool.to_string();
         m.source_peer = None;
         m.dest_peer = Some(peer.name.clone());
+        m.every_seconds = every_seconds;
+        m.limit_bytes_per_second = limit_bytes_per_second;
         m.state = "mirrored".into();
         m.pending = None;
         m.source_volume_ids = Vec::new();

@@ -130,12 +130,19 @@ impl Daemon {
         bring_up_to_date: bool,
         caller: &str,
     ) -> Result<(), ApiError> {
+        let rec = self.mirrors.get(name)?;
+        if let Some(peer) = &rec.source_peer {
+            return Err(ApiError::conflict(
+                format!("mirror {name} comes from peer {peer}: this daemon is its target"),
+                "transfers run on the source daemon",
+            ));
+        }
         let job = {
             let mut jobs = self.mirrors.jobs.lock().expect("mirror jobs");
             if jobs.get(name).is_some_and(|j| j.is_running()) {
                 return Ok(());
             }
-            let source = self.mirrors.get(name)?.source_pool;
+            let source = rec.source_pool;
             let spec =
                 JobSpec { kind: "mirror.transfer", pool: &source, target: Some(name), caller, cancellable: true };
             let job = Arc::new(TransferJob::new(self.jobs.start(spec)));
