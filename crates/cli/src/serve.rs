@@ -123,6 +123,16 @@ pub struct ServeArgs {
     /// network — it accepts paired peers only, whatever the address).
     #[arg(long, requires = "repl_port")]
     repl_bind: Option<IpAddr>,
+    /// CA certificate (PEM) that signed etcd's server certificate: failover leases are
+    /// then taken over TLS (`--etcd https://...` on `mirror create`).
+    #[arg(long)]
+    etcd_ca: Option<PathBuf>,
+    /// This daemon's client certificate (PEM) for etcd's --client-cert-auth.
+    #[arg(long, requires_all = ["etcd_key", "etcd_ca"])]
+    etcd_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
 }
 
 /// The options the daemon runs with, or a config error (exit 78).
@@ -242,6 +252,14 @@ pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, St
         poll,
     });
     o.repl = a.repl_port.map(|port| SocketAddr::new(a.repl_bind.unwrap_or(loopback), port));
+    let read = |flag: &str, p: &PathBuf| std::fs::read(p).map_err(|e| format!("--{flag} {}: {e}", p.display()));
+    if let Some(ca) = &a.etcd_ca {
+        let client = match (&a.etcd_cert, &a.etcd_key) {
+            (Some(c), Some(k)) => Some((read("etcd-cert", c)?, read("etcd-key", k)?)),
+            _ => None,
+        };
+        o.etcd_tls = Some(strata_daemon::EtcdTls { ca_pem: read("etcd-ca", ca)?, client });
+    }
     o.iscsi = a.iscsi_port.map(|port| BlockListen {
         bind: a.iscsi_bind.unwrap_or(loopback),
         port,

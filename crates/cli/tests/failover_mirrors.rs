@@ -345,3 +345,55 @@ fn a_mirror_to_a_peer_is_reversed_by_hand_after_a_break_there() {
     assert_eq!(read_snapshot_file(&a, &dir, "default", "db", &kept, "late").unwrap(), late);
     b.ok(&["unmount", tgt.to_str().unwrap()]);
 }
+
+#[test]
+fn failover_through_an_etcd_that_asks_for_tls_client_certificates() {
+    let dir = temp_dir("failover-tls");
+    let etcd = Etcd::start_tls(&dir);
+    let (ca, cert, key) = etcd.tls_files();
+    let tls =
+        ["--etcd-ca", ca.to_str().unwrap(), "--etcd-cert", cert.to_str().unwrap(), "--etcd-key", key.to_str().unwrap()];
+    let a_dir = dir.join("a");
+    std::fs::create_dir_all(&a_dir).unwrap();
+    let a_port = free_port();
+    let mut a = Daemon { child: None, socket: a_dir.join("strata.sock"), dir: a_dir };
+    let (mut b, b_port) = start_with_repl(&dir, "b");
+    // b restarted with the TLS files (it takes over through the same etcd).
+    b.stop();
+    let b_port_s = b_port.to_string();
+    let b_args = [&["--repl-port", b_port_s.as_str()][..], &tls[..]].concat();
+    b.spawn_with(&b_args);
+    // a without them first: an https etcd is refused with what to do.
+    a.spawn_with(&["--repl-port", a_port.to_string().as_str()]);
+    let img = dir.join("b").join("backup.img");
+    b.ok(&["pool", "create", "backup", "--device", img.to_str().unwrap(), "--size", "512M"]);
+    let (code, token, err) = b.cli(&["peer", "invite", "--name", "site-a", "--grant", "backup"]);
+    assert_eq!(code, 0, "{err}");
+    a.json(&["peer", "add", "site-b", &format!("127.0.0.1:{b_port}"), "--invitation", token.trim()]);
+    a.ok(&["volume", "create", "default/db"]);
+    let create =
+        ["mirror", "create", "default/db", "site-b:backup", "--sync", "--etcd", &etcd.url, "--failover-ttl", "2s"];
+    a.fails(&create, "--etcd-ca");
+    a.stop();
+    let a_port_s = a_port.to_string();
+    let a_args = [&["--repl-port", a_port_s.as_str()][..], &tls[..]].concat();
+    a.spawn_with(&a_args);
+    let m = a.json(&create);
+    assert_eq!(m["failover"]["role"], "serving", "{m}");
+    let key_name = m["failover"]["key"].as_str().unwrap().to_string();
+    assert!(etcd.get(&key_name).is_some_and(|v| v.starts_with("strata ")), "the lease is in the TLS etcd");
+    wait_in_sync(&a);
+    wait_for(
+        "the target standing by over TLS",
+        10,
+        || Some(show(&b, "backup/db")).filter(|s| s["failover"]["owner"] == "peer site-a"),
+        || show(&b, "backup/db"),
+    );
+    a.kill9();
+    wait_for(
+        "the takeover over TLS",
+        30,
+        || Some(show(&b, "backup/db")).filter(|s| s["state"] == "broken" && s["failover"]["role"] == "serving"),
+        || show(&b, "backup/db"),
+    );
+}

@@ -86,6 +86,17 @@ pub struct ServeOptions {
     /// The replication listener for peers (`serve --repl-port`, `--repl-bind`); None: off
     /// (this daemon can still connect to peers, but none can pair with it or reach it).
     pub repl: Option<std::net::SocketAddr>,
+    /// How this daemon reaches etcd for the failover of sync mirrors (`serve --etcd-ca`,
+    /// `--etcd-cert`, `--etcd-key`): TLS with these PEM files for `https://` endpoints.
+    pub etcd_tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: the CA that signed etcd's certificate, and this daemon's client
+/// certificate and key (etcd's `--client-cert-auth`), all PEM, read at start.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub ca_pem: Vec<u8>,
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl ServeOptions {
@@ -107,6 +118,7 @@ impl ServeOptions {
             discard_missing_log: Vec::new(),
             dedup_table_max: strata_engine::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT,
             repl: None,
+            etcd_tls: None,
         }
     }
 }

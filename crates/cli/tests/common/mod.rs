@@ -206,20 +206,76 @@ pub struct Etcd {
     pub url: String,
     dir: PathBuf,
     args: Vec<String>,
+    tls: bool,
 }
 
 impl Etcd {
     pub fn start(dir: &Path) -> Etcd {
+        Etcd::start_with(dir, None)
+    }
+
+    /// etcd serving https with a certificate of a test CA made here (openssl), asking
+    /// clients for a certificate of that CA. The PEM files: `dir/etcd/tls/{ca,client,client.key}.pem`.
+    pub fn start_tls(dir: &Path) -> Etcd {
+        let tls = dir.join("etcd").join("tls");
+        std::fs::create_dir_all(&tls).unwrap();
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(&tls).output().expect("openssl");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=strata-test-ca",
+        ]);
+        // X.509 v3 leaves (rustls takes no v1 certificate), each for its use.
+        std::fs::write(tls.join("server.ext"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n").unwrap();
+        std::fs::write(tls.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        for (name, cn) in [("server", "etcd"), ("client", "root")] {
+            let (key, csr, pem, ext) =
+                (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
+            let subj = format!("/CN={cn}");
+            run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &subj]);
+            run(&["x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"]
+                .into_iter()
+                .chain(["-out", &pem, "-days", "2", "-extfile", &ext])
+                .collect::<Vec<_>>());
+        }
+        let t = |f: &str| tls.join(f).display().to_string();
+        let extra = vec![
+            "--cert-file".into(),
+            t("server.pem"),
+            "--key-file".into(),
+            t("server.key"),
+            "--trusted-ca-file".into(),
+            t("ca.pem"),
+            "--client-cert-auth".into(),
+        ];
+        Etcd::start_with(dir, Some(extra))
+    }
+
+    fn start_with(dir: &Path, tls: Option<Vec<String>>) -> Etcd {
         let bin = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
             .into_iter()
             .find(|p| Path::new(p).exists())
             .expect("etcd is not installed: apt-get install etcd-server (scripts/test.sh does)");
         let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let dir = dir.join("etcd");
         std::fs::create_dir_all(&dir).unwrap();
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             bin.into(),
             "--name".into(),
             "t".into(),
@@ -236,9 +292,34 @@ impl Etcd {
             "--initial-cluster".into(),
             format!("t={peer_url}"),
         ];
-        let mut e = Etcd { child: None, url, dir, args };
+        let tls_args = tls.is_some();
+        args.extend(tls.unwrap_or_default());
+        let mut e = Etcd { child: None, url, dir, args, tls: tls_args };
         e.spawn();
         e
+    }
+
+    /// etcdctl's arguments for this etcd (its endpoint, and the test CA's files).
+    fn ctl(&self) -> Vec<String> {
+        let mut a = vec!["--endpoints".to_string(), self.url.clone()];
+        if self.tls {
+            let t = |f: &str| self.dir.join("tls").join(f).display().to_string();
+            a.extend([
+                "--cacert".into(),
+                t("ca.pem"),
+                "--cert".into(),
+                t("client.pem"),
+                "--key".into(),
+                t("client.key"),
+            ]);
+        }
+        a
+    }
+
+    /// The PEM files of `start_tls`: CA, client certificate, client key.
+    pub fn tls_files(&self) -> (PathBuf, PathBuf, PathBuf) {
+        let t = |f: &str| self.dir.join("tls").join(f);
+        (t("ca.pem"), t("client.pem"), t("client.key"))
     }
 
     pub fn spawn(&mut self) {
@@ -248,7 +329,8 @@ impl Etcd {
         let start = Instant::now();
         loop {
             let ok = Command::new("etcdctl")
-                .args(["--endpoints", &self.url, "endpoint", "health"])
+                .args(self.ctl())
+                .args(["endpoint", "health"])
                 .env("ETCDCTL_API", "3")
                 .output()
                 .is_ok_and(|o| o.status.success());
@@ -272,7 +354,8 @@ impl Etcd {
     /// `etcdctl get KEY` (the value, if the key exists).
     pub fn get(&self, key: &str) -> Option<String> {
         let out = Command::new("etcdctl")
-            .args(["--endpoints", &self.url, "get", key, "--print-value-only"])
+            .args(self.ctl())
+            .args(["get", key, "--print-value-only"])
             .env("ETCDCTL_API", "3")
             .output()
             .unwrap();

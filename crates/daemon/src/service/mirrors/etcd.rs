@@ -4,12 +4,16 @@
 //! answer is an error, never a hang: the lease then runs out on its own, which is the
 //! point).
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, PutOptions, TlsOptions, Txn, TxnOp,
+    TxnOpResponse,
+};
 use std::time::Duration;
 
 pub(crate) struct Etcd {
     rt: tokio::runtime::Runtime,
     endpoints: Vec<String>,
+    tls: Option<crate::EtcdTls>,
     client: Option<Client>,
     timeout: Duration,
     keeper: Option<(i64, etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
@@ -25,12 +29,31 @@ pub(crate) enum Claim {
 }
 
 impl Etcd {
-    pub(crate) fn new(endpoints: &[String], timeout: Duration) -> Result<Etcd, String> {
+    /// A client of `endpoints`; `https://` ones need `tls` (this daemon's `serve --etcd-ca`).
+    pub(crate) fn new(endpoints: &[String], tls: Option<crate::EtcdTls>, timeout: Duration) -> Result<Etcd, String> {
+        if endpoints.iter().any(|e| e.starts_with("https://")) && tls.is_none() {
+            return Err(format!(
+                "etcd at {} is https: start this daemon with --etcd-ca (and --etcd-cert/--etcd-key if etcd asks for client certificates)",
+                endpoints.join(",")
+            ));
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("start the etcd client's runtime: {e}"))?;
-        Ok(Etcd { rt, endpoints: endpoints.to_vec(), client: None, timeout, keeper: None })
+        Ok(Etcd { rt, endpoints: endpoints.to_vec(), tls, client: None, timeout, keeper: None })
+    }
+
+    fn options(&self) -> ConnectOptions {
+        let mut opts = ConnectOptions::new().with_connect_timeout(self.timeout).with_timeout(self.timeout);
+        if let Some(t) = &self.tls {
+            let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(&t.ca_pem));
+            if let Some((cert, key)) = &t.client {
+                tls = tls.identity(Identity::from_pem(cert, key));
+            }
+            opts = opts.with_tls(tls);
+        }
+        opts
     }
 
     fn call<T>(
@@ -38,24 +61,23 @@ impl Etcd {
         what: &str,
         f: impl AsyncFnOnce(&mut Client) -> Result<T, etcd_client::Error>,
     ) -> Result<T, String> {
-        let (timeout, endpoints) = (self.timeout, self.endpoints.clone());
+        let (timeout, endpoints, opts) = (self.timeout, self.endpoints.clone(), self.options());
         let mut client = self.client.take();
         let r = self.rt.block_on(async {
             let c = match client.as_mut() {
                 Some(c) => c,
                 None => {
-                    let opts = ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
                     let c = tokio::time::timeout(timeout, Client::connect(&endpoints, Some(opts)))
                         .await
                         .map_err(|_| format!("connecting to etcd at {} timed out", endpoints.join(",")))?
-                        .map_err(|e| format!("connecting to etcd at {}: {e}", endpoints.join(",")))?;
+                        .map_err(|e| format!("connecting to etcd at {}: {}", endpoints.join(","), causes(&e)))?;
                     client.insert(c)
                 }
             };
             tokio::time::timeout(timeout, f(c))
                 .await
                 .map_err(|_| format!("etcd {what}: no answer in {timeout:?}"))?
-                .map_err(|e| format!("etcd {what}: {e}"))
+                .map_err(|e| format!("etcd {what}: {}", causes(&e)))
         });
         if r.is_ok() {
             self.client = client;
@@ -150,8 +172,24 @@ impl Etcd {
                 Ok(resp.ttl())
             }
             Ok(Ok(None)) => Err("etcd closed the keep-alive stream".into()),
-            Ok(Err(e)) => Err(format!("etcd lease keep-alive: {e}")),
+            Ok(Err(e)) => Err(format!("etcd lease keep-alive: {}", causes(&e))),
             Err(_) => Err(format!("etcd lease keep-alive: no answer in {timeout:?}")),
         }
     }
+}
+
+/// An error and its causes ("transport error: invalid peer certificate: ..."): tonic's
+/// own message alone says little.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.ends_with(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
 }

@@ -217,7 +217,7 @@ impl SyncGate for PoolGate {
 fn config_error(what: String) -> ApiError {
     ApiError::bad_request(
         what,
-        "give --etcd http://HOST:2379 (comma-separated for a cluster) and --failover-ttl 2s to 5m",
+        "give --etcd http://HOST:2379 or https:// (with `serve --etcd-ca`), comma-separated for a cluster, and --failover-ttl 2s to 5m",
     )
 }
 
@@ -254,7 +254,9 @@ impl Daemon {
         if !(2..=300).contains(&ttl) {
             return Err(config_error(format!("a failover lease of {ttl} s")));
         }
-        if req.etcd.is_empty() || req.etcd.iter().any(|e| !e.starts_with("http://") || e.len() > 256) {
+        if req.etcd.is_empty()
+            || req.etcd.iter().any(|e| !(e.starts_with("http://") || e.starts_with("https://")) || e.len() > 256)
+        {
             return Err(config_error(format!("etcd endpoints {:?}", req.etcd)));
         }
         let mount_dir = req.mount_dir.as_ref().map(PathBuf::from);
@@ -279,7 +281,9 @@ impl Daemon {
         let unreachable = |e: String| {
             ApiError::unavailable(format!("failover: {e}"), "check --etcd: the endpoints must answer from this host")
         };
-        let mut etcd = Etcd::new(&f.endpoints, (f.ttl() / 3).max(Duration::from_millis(500))).map_err(unreachable)?;
+        let mut etcd =
+            Etcd::new(&f.endpoints, self.opts.etcd_tls.clone(), (f.ttl() / 3).max(Duration::from_millis(500)))
+                .map_err(unreachable)?;
         let sent = Instant::now();
         let id = etcd.grant(f.ttl_seconds).map_err(unreachable)?;
         match etcd.claim(&f.key, &self.failover_me(), id).map_err(unreachable)? {
@@ -306,7 +310,7 @@ impl Daemon {
         }
         // Calls answer within a third of the lease, so a keep-alive that fails leaves time
         // for another before the gate closes.
-        Etcd::new(&f.endpoints, (f.ttl() / 3).max(Duration::from_millis(500)))
+        Etcd::new(&f.endpoints, self.opts.etcd_tls.clone(), (f.ttl() / 3).max(Duration::from_millis(500)))
     }
 
     pub(super) fn etcd_back(&self, name: &str, e: Etcd) {
