@@ -130,8 +130,10 @@ done
 [ "$(tj "['state']")" = broken ] || die "no takeover: $(tj "")"
 took="$(elapsed_since "$killed")"
 newlog="$(tail -n +"$((mark + 1))" "$STRATA_E2E_DIR/b/daemon.log")"
-echo "$newlog" | grep -q "taking over" || die "the target's log does not show the takeover"
-replayed="$(echo "$newlog" | grep 'sync journal replayed' | head -1)"
+# Here-strings and captured outputs, not `cmd | grep -q`: grep -q quits at the first match,
+# and under pipefail the writer's SIGPIPE would fail the check (or hide a match).
+grep -q "taking over" <<<"$newlog" || die "the target's log does not show the takeover"
+replayed="$(grep -m1 'sync journal replayed' <<<"$newlog" || true)"
 frames="$(echo "$replayed" | grep -o 'frames=[0-9]*' | cut -d= -f2)"
 [ "${frames:-0}" -gt 0 ] || die "the takeover replayed no frame: $replayed"
 awk -v t="$took" -v min="$((TTL / 2))" 'BEGIN { exit !(t >= min) }' || die "taken over after $took s: before the source's lease could run out"
@@ -151,8 +153,10 @@ q "$TPORT" -c "insert into acks values (-1)"  # the new side acknowledges commit
 log "the old source daemon comes back: fenced, then the mirror of the new source"
 amark="$(wc -l <"$STRATA_E2E_DIR/daemon.log")"
 strata_start
-"$STRATA_BIN" mount | grep -q "default/pgdata" && die "the old source mounted its volumes again"
-tail -n +"$((amark + 1))" "$STRATA_E2E_DIR/daemon.log" | grep -q "failover: fenced" || die "the old source did not fence itself"
+mounts="$("$STRATA_BIN" mount)"
+grep -q "default/pgdata" <<<"$mounts" && die "the old source mounted its volumes again"
+alog="$(tail -n +"$((amark + 1))" "$STRATA_E2E_DIR/daemon.log")"
+grep -q "failover: fenced" <<<"$alog" || die "the old source did not fence itself"
 "$PG_BIN/pgbench" -h "$WORK/sock" -p "$TPORT" -U postgres -c 2 -j 2 -T 8 -n bench >"$WORK/bench2.log" 2>&1 &
 BENCH_PID=$!
 rj() { strata_peer --json mirror show site-a:default/pgdata 2>/dev/null | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
@@ -166,7 +170,8 @@ sent="$(rj "['last_transfer']['done_bytes']")"
 [ "$sent" -gt 1000000 ] || die "the transfer after the reverse sent $sent bytes"
 grep -q "this snapshot was received already" "$STRATA_E2E_DIR/daemon.log" && die "a transfer ran on the target"
 log "reversed: the old source is the mirror now; first transfer $sent bytes from $base (incremental)"
-"$STRATA_BIN" snapshot list default/pgdata | grep -q "reverse-" || die "the old source's own writes were not kept"
+snaps="$("$STRATA_BIN" snapshot list default/pgdata)"
+grep -q "reverse-" <<<"$snaps" || die "the old source's own writes were not kept: $snaps"
 "$STRATA_BIN" mount default/pgdata "$M/data" 2>/dev/null && die "a mount of the mirror's target was allowed"
 wait "$BENCH_PID" || die "pgbench on the new source failed: $(tail -5 "$WORK/bench2.log")"
 BENCH_PID=""

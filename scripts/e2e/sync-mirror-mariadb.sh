@@ -119,7 +119,8 @@ if [ "$FAILOVER" = 1 ]; then
     sleep 0.2
   done
   [ "$(tj "['state']")" = broken ] || die "no takeover: $(tj "")"
-  tail -n +"$((mark + 1))" "$STRATA_E2E_DIR/b/daemon.log" | grep -q "taking over" || die "the target's log does not show the takeover"
+  blog="$(tail -n +"$((mark + 1))" "$STRATA_E2E_DIR/b/daemon.log")"
+  grep -q "taking over" <<<"$blog" || die "the target's log does not show the takeover"
   log "taken over $(elapsed_since "$killed") s after the kill"
   DB_DIR="$M/served/mydata"
   mountpoint -q "$DB_DIR" || die "the target did not mount the volume at $DB_DIR"
@@ -151,7 +152,8 @@ if [ "$FAILOVER" = 1 ]; then
   log "the old source daemon comes back: fenced, not serving"
   strata_start
   [ "$(mj "['state']")" = fenced ] || die "the old source is not fenced: $(mj "")"
-  "$STRATA_BIN" mount | grep -q "default/mydata" && die "the old source mounted its volume again"
+  mounts="$("$STRATA_BIN" mount)"
+  grep -q "default/mydata" <<<"$mounts" && die "the old source mounted its volume again"
   log "fenced: $(mj "['failover']['message']")"
 fi
 strata_peer check default
