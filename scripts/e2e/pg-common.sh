@@ -53,3 +53,24 @@ CONF
   bounded "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -i -q -s "$SCALE" bench >"$WORK/init.log" 2>&1
   q "$PORT" -c "create table marks (id int primary key, note text)"
 }
+# acked_load SECONDS: pgbench (4 clients) on $PORT plus one psql session inserting numbered
+# rows into table acks, one commit each, printing "ack N" to $WORK/acks.out only after the
+# COMMIT returned (psql may buffer its output: an ack lost that way makes a check weaker,
+# never wrong; it flushes when the server's death ends it, ON_ERROR_STOP). Runs them in the
+# background (BENCH_PID, ACK_PID) for SECONDS, then requires 100 acknowledged rows.
+acked_load() {
+  log "pgbench (4 clients) and a client committing numbered rows, for $1 s"
+  "$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -c 4 -j 2 -T 600 -n bench >"$WORK/bench.log" 2>&1 &
+  # shellcheck disable=SC2034  # the caller's (it stops them)
+  BENCH_PID=$!
+  /usr/bin/python3 -c "
+for i in range(1, 10**7):
+    print(f'insert into acks values ({i});'); print(f'\\\\echo ack {i}')
+" | "$PG_BIN/psql" -X -q -At -h "$WORK/sock" -p "$PORT" -U postgres -d bench -v ON_ERROR_STOP=1 2>"$WORK/acks.err" |
+    cat >"$WORK/acks.out" &
+  # shellcheck disable=SC2034
+  ACK_PID=$!
+  sleep "$1"
+  local n; n="$(grep -c '^ack ' "$WORK/acks.out" || true)"
+  [ "$n" -gt 100 ] || die "only $n rows committed in $1 s"
+}

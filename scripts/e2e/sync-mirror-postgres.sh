@@ -72,22 +72,8 @@ mj() { "$STRATA_BIN" --json mirror show dst/pgdata | /usr/bin/python3 -c "import
 for _ in $(seq 1 100); do [ "$(mj "['sync']['state']")" = in-sync ] && break; sleep 0.2; done
 [ "$(mj "['sync']['state']")" = in-sync ] || die "the sync mirror never went in sync: $(mj "")"
 
-log "pgbench (4 clients) and a client committing numbered rows, for $LOAD_SECONDS s"
-"$PG_BIN/pgbench" -h "$WORK/sock" -p "$PORT" -U postgres -c 4 -j 2 -T 600 -n bench >"$WORK/bench.log" 2>&1 &
-BENCH_PID=$!
-# One psql session: each insert commits (autocommit), then "ack N" is printed — only after
-# the COMMIT returned. psql may buffer its output: an ack lost that way makes the check
-# weaker, never wrong (psql flushes when the server's death ends it: ON_ERROR_STOP).
-/usr/bin/python3 -c "
-import sys
-for i in range(1, 10**7):
-    print(f'insert into acks values ({i});'); print(f'\\\\echo ack {i}')
-" | "$PG_BIN/psql" -X -q -At -h "$WORK/sock" -p "$PORT" -U postgres -d bench -v ON_ERROR_STOP=1 2>"$WORK/acks.err" |
-  cat >"$WORK/acks.out" &
-ACK_PID=$!
-sleep "$LOAD_SECONDS"
+acked_load "$LOAD_SECONDS"
 acked_before="$(grep -c '^ack ' "$WORK/acks.out" || true)"
-[ "$acked_before" -gt 100 ] || die "only $acked_before rows committed in $LOAD_SECONDS s"
 last_common="$(mj "['common_snapshot']")"
 log "killing the daemon under load ($acked_before rows acknowledged so far; last transfer $last_common)"
 strata_kill

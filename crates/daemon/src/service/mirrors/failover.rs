@@ -382,7 +382,7 @@ impl Daemon {
                     }
                 }
                 Role::Fenced => {
-                    let pool = if r.source_peer.is_none() { &r.source_pool } else { &r.dest_pool };
+                    let pool = r.local_pool();
                     if let Some(lease) = self.failover_lease(&name, &r, pool) {
                         lease.close(self.fenced_why(&r));
                     }
@@ -400,7 +400,7 @@ impl Daemon {
     /// Refuse `what` (a mount, an export) of a volume another daemon took over.
     pub(crate) fn refuse_fenced(&self, pool: &str, vol: &str, what: &str) -> Result<(), ApiError> {
         for r in self.mirrors.records() {
-            let here = if r.source_peer.is_none() { &r.source_pool } else { &r.dest_pool };
+            let here = r.local_pool();
             if role(&r) == Role::Fenced && here == pool && r.volumes.iter().any(|v| v == vol) {
                 return Err(ApiError::conflict(
                     format!("{pool}/{vol}: {}; {what} refused", self.fenced_why(&r)),

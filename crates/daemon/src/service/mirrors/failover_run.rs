@@ -40,13 +40,7 @@ impl Daemon {
     /// The serving side: claim the key, keep the lease alive, keep the marker true.
     pub(super) fn holder_step(&self, name: &str, r: &MirrorRecord, lease: &Arc<Lease>) {
         let Some(f) = r.failover.clone() else { return };
-        let mut etcd = match self.etcd_for(name, &f) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(mirror = name, "failover: {e}");
-                return;
-            }
-        };
+        let Some(mut etcd) = self.etcd_or_warn(name, &f) else { return };
         let me = self.failover_me();
         let (id, due) = {
             let s = lease.state.lock().expect("lease");
@@ -125,6 +119,10 @@ impl Daemon {
         self.etcd_back(name, etcd);
     }
 
+    fn etcd_or_warn(&self, name: &str, f: &FailoverRecord) -> Option<Etcd> {
+        self.etcd_for(name, f).map_err(|e| tracing::warn!(mirror = name, "failover: {e}")).ok()
+    }
+
     /// A fenced old source: reverse the mirror (this side becomes the target of the daemon
     /// that took over), at most every 30 s.
     fn reverse_after_failover(self: &Arc<Self>, name: &str) {
@@ -158,13 +156,13 @@ impl Daemon {
         let why = self.fenced_why(&rec);
         lease.close(why.clone());
         self.disarm_sync(name);
-        let pool = if r.source_peer.is_none() { &r.source_pool } else { &r.dest_pool };
+        let pool = r.local_pool();
         let paths: Vec<PathBuf> = self
             .mounts
             .lock()
             .expect("mounts")
             .iter()
-            .filter(|(_, m)| &m.pool == pool && r.volumes.contains(&m.volume))
+            .filter(|(_, m)| m.pool == pool && r.volumes.contains(&m.volume))
             .map(|(p, _)| p.clone())
             .collect();
         for p in &paths {
@@ -192,13 +190,7 @@ impl Daemon {
     /// The target of an unbroken sync mirror: take over once the key is gone.
     pub(super) fn standby_step(self: &Arc<Self>, name: &str, r: &MirrorRecord) {
         let Some(f) = r.failover.clone() else { return };
-        let mut etcd = match self.etcd_for(name, &f) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(mirror = name, "failover: {e}");
-                return;
-            }
-        };
+        let Some(mut etcd) = self.etcd_or_warn(name, &f) else { return };
         let r2 = self.standby_check(name, r, &f, &mut etcd);
         self.etcd_back(name, etcd);
         let note = |what: String| {

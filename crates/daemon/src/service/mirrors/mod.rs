@@ -114,6 +114,15 @@ impl MirrorRecord {
 
     /// Another daemon took the volumes over (failover.rs): this side neither serves nor
     /// mirrors them.
+    /// The pool of this daemon holding the volumes of a mirror between daemons: the
+    /// source's here, or the target's.
+    pub fn local_pool(&self) -> &str {
+        match self.source_peer {
+            None => &self.source_pool,
+            Some(_) => &self.dest_pool,
+        }
+    }
+
     pub fn fenced(&self) -> bool {
         self.failover.as_ref().is_some_and(|f| f.fenced_by.is_some())
     }
