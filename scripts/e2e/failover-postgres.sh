@@ -37,10 +37,14 @@ ensure_pkgs "$PG_BIN/postgres" "$PG_BIN/pgbench" "$PG_BIN/pg_amcheck" \
   /usr/share/postgresql/15/extension/amcheck.control /usr/bin/etcd /usr/bin/etcdctl -- \
   postgresql-15 postgresql-contrib etcd-server etcd-client
 
+# Where the target mounts on takeover: a path the source names, so one where an operator
+# may mount (/mnt, /srv, ...: the target daemon refuses others).
+SERVED="/srv/strata-e2e-failover-pg"
 strata_fresh
+for m in "$SERVED/pgdata" "$SERVED/pgwal"; do umount -l "$m" 2>/dev/null || true; done
+rm -rf "$SERVED"
 M="$STRATA_E2E_DIR/mnt"
 WORK="$STRATA_E2E_DIR/work"
-SERVED="$M/served"
 mkdir -p "$WORK/sock" "$M"/{data,wal} && chown -R postgres: "$WORK" && chmod 755 "$STRATA_E2E_DIR"
 add_failure_log "$WORK/source.log"
 add_failure_log "$WORK/target.log"
@@ -58,10 +62,11 @@ cleanup() {
   done
   pkill -9 -f "$PG_BIN/postgres -D $M/data/pgdata" 2>/dev/null || true
   [ "$rc" -eq 0 ] || print_failure_logs
-  for m in "$SERVED/pgdata" "$SERVED/pgwal"; do mountpoint -q "$m" && strata_peer unmount "$m" >/dev/null 2>&1; done
+  for m in "$SERVED/pgdata" "$SERVED/pgwal"; do mountpoint -q "$m" && { strata_peer unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }; done
   strata_peer_stop
   strata_stop
   etcd_stop
+  mountpoint -q "$SERVED/pgdata" || mountpoint -q "$SERVED/pgwal" || rm -rf "$SERVED"
   exit "$rc"
 }
 trap cleanup EXIT

@@ -37,6 +37,11 @@ ensure_pkgs /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/bin/mariadb /usr
 [ "$FAILOVER" = 1 ] && ensure_pkgs /usr/bin/etcd /usr/bin/etcdctl -- etcd-server etcd-client
 
 strata_fresh
+# Where the target mounts on takeover (FAILOVER=1): a path the source names, so one where an
+# operator may mount (/mnt, /srv, ...: the target daemon refuses others).
+SERVED="/srv/strata-e2e-failover-mariadb"
+umount -l "$SERVED/mydata" 2>/dev/null || true
+rm -rf "$SERVED"
 M="$STRATA_E2E_DIR/mnt"
 RUN="$STRATA_E2E_DIR/run"
 mkdir -p "$RUN/src" "$RUN/target" "$M/data" "$M/target" && chown -R mysql: "$RUN" && chmod 755 "$STRATA_E2E_DIR"
@@ -55,10 +60,11 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   [ "$rc" -eq 0 ] || print_failure_logs
   mountpoint -q "$M/target" && strata_peer unmount "$M/target" >/dev/null 2>&1
-  mountpoint -q "$M/served/mydata" && strata_peer unmount "$M/served/mydata" >/dev/null 2>&1
+  mountpoint -q "$SERVED/mydata" && { strata_peer unmount "$SERVED/mydata" >/dev/null 2>&1 || umount -l "$SERVED/mydata"; }
   strata_peer_stop
   strata_stop
   [ "$FAILOVER" = 1 ] && etcd_stop
+  mountpoint -q "$SERVED/mydata" || rm -rf "$SERVED"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -71,7 +77,7 @@ tj() { strata_peer --json mirror show default/mydata | /usr/bin/python3 -c "impo
 failover_args=()
 if [ "$FAILOVER" = 1 ]; then
   etcd_start
-  failover_args=(--etcd "$ETCD_URL" --failover-ttl 5s --failover-mount "$M/served")
+  failover_args=(--etcd "$ETCD_URL" --failover-ttl 5s --failover-mount "$SERVED")
 fi
 strata_start
 strata_peer_start
@@ -122,7 +128,7 @@ if [ "$FAILOVER" = 1 ]; then
   blog="$(tail -n +"$((mark + 1))" "$STRATA_E2E_DIR/b/daemon.log")"
   grep -q "taking over" <<<"$blog" || die "the target's log does not show the takeover"
   log "taken over $(elapsed_since "$killed") s after the kill"
-  DB_DIR="$M/served/mydata"
+  DB_DIR="$SERVED/mydata"
   mountpoint -q "$DB_DIR" || die "the target did not mount the volume at $DB_DIR"
 else
   log "break the mirror on the second daemon: the last transfer, then the journal's frames"

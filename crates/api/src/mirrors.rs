@@ -48,7 +48,8 @@ pub struct CreateFailover {
     /// stops acknowledging syncs after half of it; the target takes over after all of it.
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
-    /// On the target: after a takeover, mount each volume at DIR/VOLUME.
+    /// On the target: after a takeover, mount each volume at DIR/VOLUME (under /mnt, /srv,
+    /// /data, /var/lib/postgresql or /var/lib/mysql: the target mounts on a peer's word).
     #[serde(default)]
     pub mount_dir: Option<String>,
 }

@@ -79,10 +79,27 @@ fn the_target_takes_over_and_the_old_source_comes_back_fenced_then_as_its_mirror
     a.ok(&["mount", "default/db", src.to_str().unwrap()]);
     let base = write_file(&src.join("base"), 1, 1 << 20);
     a.ok(&["export", "nfs", "default/db"]);
-    let served = dir.join("served");
+    // Where the target mounts on takeover: a path the peer names, so under an operator's
+    // mount roots only (/mnt, /srv, ...).
+    let served = std::path::PathBuf::from(format!("/mnt/strata-it-failover-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&served);
 
     a.fails(&["mirror", "create", "default/db", "site-b:backup", "--etcd", &etcd.url], "failover needs --sync");
     a.fails(&["mirror", "create", "default/db", "site-b:backup", "--sync", "--etcd", "http://127.0.0.1:1"], "failover");
+    a.fails(
+        &[
+            "mirror",
+            "create",
+            "default/db",
+            "site-b:backup",
+            "--sync",
+            "--etcd",
+            &etcd.url,
+            "--failover-mount",
+            "/etc/cron.d",
+        ],
+        "an operator may not mount",
+    );
     let m = a.json(&[
         "mirror",
         "create",
@@ -197,6 +214,7 @@ fn the_target_takes_over_and_the_old_source_comes_back_fenced_then_as_its_mirror
     }
     assert_eq!(std::fs::read(at.join("after")).unwrap(), b"written on the new side");
     a.ok(&["unmount", at.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&served);
 }
 
 #[test]

@@ -259,12 +259,12 @@ impl Daemon {
         {
             return Err(config_error(format!("etcd endpoints {:?}", req.etcd)));
         }
+        // The target daemon mounts there on the word of a peer: only where an operator may
+        // (mounts.rs, OPERATOR_MOUNT_ROOTS); the target checks it again before mounting.
         let mount_dir = req.mount_dir.as_ref().map(PathBuf::from);
-        if mount_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
-            return Err(ApiError::bad_request(
-                format!("--failover-mount {:?} is not absolute", req.mount_dir),
-                "give a full path",
-            ));
+        if let Some(d) = &mount_dir {
+            crate::service::mounts::check_operator_mount_path(&d.join("x"))
+                .map_err(|e| ApiError::new(e.kind, format!("--failover-mount: {}", e.message), e.hint))?;
         }
         Ok(FailoverRecord {
             endpoints: req.etcd.clone(),

@@ -291,7 +291,9 @@ impl Daemon {
         if let Some(dir) = &f.mount_dir {
             for v in &r.volumes {
                 let at = dir.join(v);
-                match self.mount(&format!("{}/{v}", r.dest_pool), &at, false) {
+                // A path the source daemon named: only where an operator of this one may mount.
+                let allowed = crate::service::mounts::check_operator_mount_path(&at);
+                match allowed.and_then(|()| self.mount(&format!("{}/{v}", r.dest_pool), &at, false)) {
                     Ok(()) => mounted.push(at.display().to_string()),
                     Err(e) => {
                         tracing::error!(mirror = name, volume = %v, "failover: mount at {}: {}", at.display(), e.message)
