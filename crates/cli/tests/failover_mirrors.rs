@@ -341,6 +341,9 @@ fn a_mirror_to_a_peer_is_reversed_by_hand_after_a_break_there() {
     std::fs::create_dir_all(&tgt).unwrap();
     b.ok(&["mount", "backup/db", tgt.to_str().unwrap()]);
     let there = write_file(&tgt.join("there"), 3, 512 << 10);
+    // A second break would restore the target again, losing what was written since.
+    b.fails(&["mirror", "break", "backup/db"], "already broken");
+    assert_eq!(std::fs::read(tgt.join("there")).unwrap(), there);
 
     let r = a.json(&["mirror", "reverse", "site-b:backup/db"]);
     assert_eq!(r["name"], "default/db", "{r}");
