@@ -133,6 +133,14 @@ pub struct ServeArgs {
     /// The client certificate's private key (PEM).
     #[arg(long, requires = "etcd_cert")]
     etcd_key: Option<PathBuf>,
+    /// The etcd user to authenticate as (etcd with `auth enable`); the user needs
+    /// read-write access to the keys under /strata/failover/.
+    #[arg(long, requires = "etcd_password_file")]
+    etcd_user: Option<String>,
+    /// A file holding that user's password (its first line; the file must not be readable
+    /// by group or others: chmod 600).
+    #[arg(long, requires = "etcd_user")]
+    etcd_password_file: Option<PathBuf>,
 }
 
 /// The options the daemon runs with, or a config error (exit 78).
@@ -260,6 +268,9 @@ pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, St
         };
         o.etcd_tls = Some(strata_daemon::EtcdTls { ca_pem: read("etcd-ca", ca)?, client });
     }
+    if let (Some(name), Some(file)) = (&a.etcd_user, &a.etcd_password_file) {
+        o.etcd_user = Some(etcd_user(name, file)?);
+    }
     o.iscsi = a.iscsi_port.map(|port| BlockListen {
         bind: a.iscsi_bind.unwrap_or(loopback),
         port,
@@ -268,4 +279,32 @@ pub fn options(a: ServeArgs, socket: Option<PathBuf>) -> Result<ServeOptions, St
         poll: std::time::Duration::ZERO,
     });
     Ok(o)
+}
+
+/// `--etcd-user NAME --etcd-password-file FILE`: the password is the file's first line; a
+/// file others may read is refused (a password on the command line would be in `ps`).
+fn etcd_user(name: &str, file: &std::path::Path) -> Result<strata_daemon::EtcdUser, String> {
+    use std::os::unix::fs::PermissionsExt;
+    if name.is_empty() || name.chars().any(|c| c.is_control() || c == ':') {
+        return Err(format!("--etcd-user {name:?}: a name without ':' or control characters"));
+    }
+    let flag = format!("--etcd-password-file {}", file.display());
+    let meta = std::fs::metadata(file).map_err(|e| format!("{flag}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{flag}: not a regular file"));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{flag}: readable by group or others (mode {:o}); chmod 600 {}",
+            mode & 0o777,
+            file.display()
+        ));
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{flag}: {e}"))?;
+    let password = text.lines().next().unwrap_or("").to_string();
+    if password.is_empty() {
+        return Err(format!("{flag}: the first line is empty; write the password of etcd user {name} there"));
+    }
+    Ok(strata_daemon::EtcdUser { name: name.to_string(), password })
 }

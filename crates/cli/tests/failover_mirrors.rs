@@ -8,6 +8,9 @@
 //!   write fsynced on either side;
 //! - etcd stops answering: the source refuses fsync (EIO) before its lease can run out,
 //!   and acknowledges again once etcd is back; the target does not take over;
+//! - etcd with authentication: a daemon without a user, with a wrong password or a user
+//!   without access to /strata/failover/ is refused with what to do; with the right
+//!   user the lease is held and the target takes over;
 //! - the link fell back (target down) while the source acknowledged writes: the source
 //!   said so in etcd, and the target does not take over by itself when the source dies.
 //!
@@ -413,6 +416,78 @@ fn failover_through_an_etcd_that_asks_for_tls_client_certificates() {
     a.kill9();
     wait_for(
         "the takeover over TLS",
+        30,
+        || Some(show(&b, "backup/db")).filter(|s| s["state"] == "broken" && s["failover"]["role"] == "serving"),
+        || show(&b, "backup/db"),
+    );
+}
+
+#[test]
+fn failover_through_an_etcd_with_authentication() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("failover-auth");
+    let mut etcd = Etcd::start(&dir);
+    etcd.enable_auth(&[("strata", "s3cret-pw", "/strata/failover/"), ("other", "other-pw", "/other/")]);
+    let pw = |name: &str, text: &str, mode: u32| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p.display().to_string()
+    };
+    let (good, wrong, other, open) = (
+        pw("good", "s3cret-pw\n", 0o600),
+        pw("wrong", "nope\n", 0o600),
+        pw("other", "other-pw", 0o600),
+        pw("open", "s3cret-pw\n", 0o644),
+    );
+
+    // A password file others may read: serve refuses to start (exit 78), naming chmod.
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--config", "/dev/null", "--data-dir", dir.join("x").to_str().unwrap()])
+        .args(["--etcd-user", "strata", "--etcd-password-file", &open])
+        .env("STRATA_SOCKET", dir.join("x.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("chmod 600"), "{err}");
+
+    let (mut a, mut b, a_port, b_port) = paired(&dir);
+    a.ok(&["volume", "create", "default/db"]);
+    let create =
+        ["mirror", "create", "default/db", "site-b:backup", "--sync", "--etcd", &etcd.url, "--failover-ttl", "2s"];
+    let restart = |d: &mut Daemon, port: u16, user: &str, file: &str| {
+        d.stop();
+        let port = port.to_string();
+        d.spawn_with(&["--repl-port", &port, "--etcd-user", user, "--etcd-password-file", file]);
+    };
+    // No user: etcd asks for one, and the error says which flags give it.
+    a.fails(&create, "--etcd-password-file");
+    restart(&mut a, a_port, "strata", &wrong);
+    a.fails(&create, "check serve --etcd-user");
+    restart(&mut a, a_port, "other", &other);
+    a.fails(&create, "readwrite on the prefix /strata/failover/");
+    assert!(a.json(&["mirror", "list"]).as_array().unwrap().is_empty(), "no mirror made by a refused create");
+
+    restart(&mut a, a_port, "strata", &good);
+    restart(&mut b, b_port, "strata", &good);
+    let m = a.json(&create);
+    assert_eq!(m["failover"]["role"], "serving", "{m}");
+    let key_name = m["failover"]["key"].as_str().unwrap().to_string();
+    assert!(etcd.get(&key_name).is_some_and(|v| v.starts_with("strata ")), "the lease is in etcd");
+    wait_in_sync(&a);
+    wait_for(
+        "the target standing by with its etcd user",
+        10,
+        || Some(show(&b, "backup/db")).filter(|s| s["failover"]["owner"] == "peer site-a"),
+        || show(&b, "backup/db"),
+    );
+    // Past several keep-alives (every ttl/3) the lease is still ours.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(show(&a, "site-b:backup/db")["failover"]["role"], "serving");
+    a.kill9();
+    wait_for(
+        "the takeover with an etcd user",
         30,
         || Some(show(&b, "backup/db")).filter(|s| s["state"] == "broken" && s["failover"]["role"] == "serving"),
         || show(&b, "backup/db"),

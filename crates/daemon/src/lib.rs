@@ -89,6 +89,22 @@ pub struct ServeOptions {
     /// How this daemon reaches etcd for the failover of sync mirrors (`serve --etcd-ca`,
     /// `--etcd-cert`, `--etcd-key`): TLS with these PEM files for `https://` endpoints.
     pub etcd_tls: Option<EtcdTls>,
+    /// The etcd user this daemon authenticates as (`serve --etcd-user`,
+    /// `--etcd-password-file`), for an etcd with authentication enabled.
+    pub etcd_user: Option<EtcdUser>,
+}
+
+/// An etcd user and its password (read from a file at start; never logged).
+#[derive(Clone)]
+pub struct EtcdUser {
+    pub name: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for EtcdUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdUser").field("name", &self.name).field("password", &"(hidden)").finish()
+    }
 }
 
 /// TLS to etcd: the CA that signed etcd's certificate, and this daemon's client
@@ -119,6 +135,7 @@ impl ServeOptions {
             dedup_table_max: strata_engine::pipeline::dedup::DEDUP_TABLE_MAX_DEFAULT,
             repl: None,
             etcd_tls: None,
+            etcd_user: None,
         }
     }
 }

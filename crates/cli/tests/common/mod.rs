@@ -207,6 +207,8 @@ pub struct Etcd {
     dir: PathBuf,
     args: Vec<String>,
     tls: bool,
+    /// `user:password` for etcdctl once `enable_auth` ran.
+    root: Option<String>,
 }
 
 impl Etcd {
@@ -294,7 +296,7 @@ impl Etcd {
         ];
         let tls_args = tls.is_some();
         args.extend(tls.unwrap_or_default());
-        let mut e = Etcd { child: None, url, dir, args, tls: tls_args };
+        let mut e = Etcd { child: None, url, dir, args, tls: tls_args, root: None };
         e.spawn();
         e
     }
@@ -302,6 +304,9 @@ impl Etcd {
     /// etcdctl's arguments for this etcd (its endpoint, and the test CA's files).
     fn ctl(&self) -> Vec<String> {
         let mut a = vec!["--endpoints".to_string(), self.url.clone()];
+        if let Some(root) = &self.root {
+            a.extend(["--user".to_string(), root.clone()]);
+        }
         if self.tls {
             let t = |f: &str| self.dir.join("tls").join(f).display().to_string();
             a.extend([
@@ -340,6 +345,28 @@ impl Etcd {
             assert!(start.elapsed() < Duration::from_secs(20), "etcd did not come up: {}", self.log());
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// `etcdctl ARGS` as root once auth is on; panics on failure.
+    pub fn ctl_ok(&self, args: &[&str]) {
+        let out = Command::new("etcdctl").args(self.ctl()).args(args).env("ETCDCTL_API", "3").output().unwrap();
+        assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Authentication on (`etcdctl auth enable`), with a root user and `users` = (name,
+    /// password, key prefix it may read and write).
+    pub fn enable_auth(&mut self, users: &[(&str, &str, &str)]) {
+        self.ctl_ok(&["user", "add", "root", "--new-user-password", "root-pw"]);
+        self.ctl_ok(&["user", "grant-role", "root", "root"]);
+        for (name, password, prefix) in users {
+            let role = format!("{name}-role");
+            self.ctl_ok(&["role", "add", &role]);
+            self.ctl_ok(&["role", "grant-permission", &role, "--prefix=true", "readwrite", prefix]);
+            self.ctl_ok(&["user", "add", name, "--new-user-password", password]);
+            self.ctl_ok(&["user", "grant-role", name, &role]);
+        }
+        self.ctl_ok(&["auth", "enable"]);
+        self.root = Some("root:root-pw".into());
     }
 
     pub fn log(&self) -> String {

@@ -14,6 +14,7 @@ pub(crate) struct Etcd {
     rt: tokio::runtime::Runtime,
     endpoints: Vec<String>,
     tls: Option<crate::EtcdTls>,
+    user: Option<crate::EtcdUser>,
     client: Option<Client>,
     timeout: Duration,
     keeper: Option<(i64, etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
@@ -29,8 +30,10 @@ pub(crate) enum Claim {
 }
 
 impl Etcd {
-    /// A client of `endpoints`; `https://` ones need `tls` (this daemon's `serve --etcd-ca`).
-    pub(crate) fn new(endpoints: &[String], tls: Option<crate::EtcdTls>, timeout: Duration) -> Result<Etcd, String> {
+    /// A client of `endpoints`, with this daemon's TLS settings and etcd user; `https://`
+    /// endpoints need `serve --etcd-ca`.
+    pub(crate) fn new(endpoints: &[String], opts: &crate::ServeOptions, timeout: Duration) -> Result<Etcd, String> {
+        let (tls, user) = (opts.etcd_tls.clone(), opts.etcd_user.clone());
         if endpoints.iter().any(|e| e.starts_with("https://")) && tls.is_none() {
             return Err(format!(
                 "etcd at {} is https: start this daemon with --etcd-ca (and --etcd-cert/--etcd-key if etcd asks for client certificates)",
@@ -41,7 +44,7 @@ impl Etcd {
             .enable_all()
             .build()
             .map_err(|e| format!("start the etcd client's runtime: {e}"))?;
-        Ok(Etcd { rt, endpoints: endpoints.to_vec(), tls, client: None, timeout, keeper: None })
+        Ok(Etcd { rt, endpoints: endpoints.to_vec(), tls, user, client: None, timeout, keeper: None })
     }
 
     fn options(&self) -> ConnectOptions {
@@ -52,6 +55,9 @@ impl Etcd {
                 tls = tls.identity(Identity::from_pem(cert, key));
             }
             opts = opts.with_tls(tls);
+        }
+        if let Some(u) = &self.user {
+            opts = opts.with_user(u.name.clone(), u.password.clone());
         }
         opts
     }
@@ -191,5 +197,19 @@ fn causes(e: &dyn std::error::Error) -> String {
         }
         cur = c.source();
     }
+    s.push_str(auth_hint(&s));
     s
+}
+
+/// What to do about etcd's authentication errors, which name no flag of ours.
+fn auth_hint(message: &str) -> &'static str {
+    if message.contains("authentication failed") {
+        " (check serve --etcd-user and the password in --etcd-password-file)"
+    } else if message.contains("user name is empty") || message.contains("user name not found") {
+        " (etcd has authentication enabled: start the daemon with --etcd-user and --etcd-password-file)"
+    } else if message.contains("permission denied") {
+        " (grant the etcd user of serve --etcd-user a role with readwrite on the prefix /strata/failover/)"
+    } else {
+        ""
+    }
 }

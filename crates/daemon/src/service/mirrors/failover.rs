@@ -282,8 +282,7 @@ impl Daemon {
             ApiError::unavailable(format!("failover: {e}"), "check --etcd: the endpoints must answer from this host")
         };
         let mut etcd =
-            Etcd::new(&f.endpoints, self.opts.etcd_tls.clone(), (f.ttl() / 3).max(Duration::from_millis(500)))
-                .map_err(unreachable)?;
+            Etcd::new(&f.endpoints, &self.opts, (f.ttl() / 3).max(Duration::from_millis(500))).map_err(unreachable)?;
         let sent = Instant::now();
         let id = etcd.grant(f.ttl_seconds).map_err(unreachable)?;
         match etcd.claim(&f.key, &self.failover_me(), id).map_err(unreachable)? {
@@ -310,7 +309,7 @@ impl Daemon {
         }
         // Calls answer within a third of the lease, so a keep-alive that fails leaves time
         // for another before the gate closes.
-        Etcd::new(&f.endpoints, self.opts.etcd_tls.clone(), (f.ttl() / 3).max(Duration::from_millis(500)))
+        Etcd::new(&f.endpoints, &self.opts, (f.ttl() / 3).max(Duration::from_millis(500)))
     }
 
     pub(super) fn etcd_back(&self, name: &str, e: Etcd) {
