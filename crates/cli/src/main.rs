@@ -99,9 +99,10 @@ enum Command {
     Check {
         /// Pool name (served by the daemon).
         pool: Option<String>,
-        /// A pool image or device no daemon is using.
+        /// A pool image or device no daemon is using; repeated: the members of a device
+        /// set (mirror, parity2), every copy verified.
         #[arg(long, conflicts_with = "pool")]
-        device: Option<PathBuf>,
+        device: Vec<PathBuf>,
         /// The separate log device of the pool given with --device, if it has one.
         #[arg(long, requires = "device")]
         log_device: Option<PathBuf>,
@@ -224,10 +225,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 c.send("DELETE", "/v1/mounts", &strata_api::UnmountRequest { path: dir.clone() })?;
             out.show(&d, |_| println!("unmounted {}", dir.display()));
         }
-        Command::Check { pool: None, device: Some(device), log_device, no_data, .. } => {
+        Command::Check { pool: None, device, log_device, no_data, .. } if !device.is_empty() => {
             return offline::check(&device, log_device.as_deref(), !no_data, cli.json).map_err(Failure::other)
         }
-        Command::Check { pool: Some(pool), device: None, no_data, no_wait, .. } => {
+        Command::Check { pool: Some(pool), no_data, no_wait, .. } => {
             let req = strata_api::CheckRequest { verify_data: Some(!no_data) };
             let j: strata_api::JobInfo = c.send("POST", &format!("/v1/pools/{}/check", client::seg(&pool)), &req)?;
             if no_wait {

@@ -1,10 +1,16 @@
 //! `strata check --device`: the checker on a pool no daemon is serving (opened read-only).
+//! Several `--device`s (or one member of a set): the device set is opened read-only from
+//! its member labels and every copy of every block is verified; damaged copies are
+//! reported per member, not repaired (nothing is written offline).
 
 use crate::units::human;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use strata_engine::{BlockDevice, CheckOptions, ErrorKind, FileDevice, FileDeviceOptions, Pool, PoolOptions};
+use strata_engine::{
+    read_member_identity, BlockDevice, CheckOptions, ErrorKind, FileDevice, FileDeviceOptions, MirrorDevice, Pool,
+    PoolOptions,
+};
 
 fn open_file(path: &Path) -> Result<Arc<dyn BlockDevice>, String> {
     let dev =
@@ -16,12 +22,29 @@ fn open_file(path: &Path) -> Result<Arc<dyn BlockDevice>, String> {
     Ok(Arc::new(dev))
 }
 
-pub fn check(path: &Path, log_device: Option<&Path>, verify_data: bool, json_out: bool) -> Result<ExitCode, String> {
+pub fn check(
+    paths: &[std::path::PathBuf],
+    log_device: Option<&Path>,
+    verify_data: bool,
+    json_out: bool,
+) -> Result<ExitCode, String> {
+    let [path] = paths else { return check_set(paths, log_device, verify_data, json_out) };
     let dev = open_file(path)?;
+    if read_member_identity(dev.as_ref()).is_ok() {
+        drop(dev);
+        return check_set(paths, log_device, verify_data, json_out);
+    }
     let log = log_device.map(open_file).transpose()?;
     let mut opts = PoolOptions::new(Arc::new(strata_daemon::SystemClock));
     opts.read_only = true;
-    let pool = Pool::open_with_log(dev, log, opts).map_err(|e| {
+    let pool = open_pool(dev, log, opts)?;
+    let r = pool.check(CheckOptions { verify_data, ..Default::default() }).map_err(|e| e.to_string())?;
+    let v = strata_daemon::check_report(&r);
+    finish(&path.display().to_string(), v, json_out)
+}
+
+fn open_pool(dev: Arc<dyn BlockDevice>, log: Option<Arc<dyn BlockDevice>>, opts: PoolOptions) -> Result<Pool, String> {
+    Pool::open_with_log(dev, log, opts).map_err(|e| {
         let hint = match e.kind() {
             ErrorKind::InvalidArgument => "give the pool's log device with --log-device",
             ErrorKind::Corruption => {
@@ -31,15 +54,63 @@ pub fn check(path: &Path, log_device: Option<&Path>, verify_data: bool, json_out
             _ => "check the device",
         };
         format!("{e} ({hint})")
-    })?;
-    let r = pool.check(CheckOptions { verify_data, ..Default::default() }).map_err(|e| e.to_string())?;
-    let v = strata_daemon::check_report(&r);
+    })
+}
+
+fn finish(what: &str, v: strata_api::CheckReport, json_out: bool) -> Result<ExitCode, String> {
     if json_out {
         println!("{}", serde_json::to_string(&v).expect("serialises"));
     } else {
-        print_check(&path.display().to_string(), &v);
+        print_check(what, &v);
     }
-    Ok(if r.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if v.clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The check of a device set: opened read-only from the members given (those missing
+/// are named; the set opens as far as its layout tolerates), every copy verified.
+fn check_set(
+    paths: &[std::path::PathBuf],
+    log_device: Option<&Path>,
+    verify_data: bool,
+    json_out: bool,
+) -> Result<ExitCode, String> {
+    let mut found = Vec::new();
+    for p in paths {
+        let dev = open_file(p)?;
+        if let Err(e) = read_member_identity(dev.as_ref()) {
+            return Err(format!(
+                "{}: not a member of a device set ({e}); give every member of one set, or a single-device pool alone",
+                p.display()
+            ));
+        }
+        found.push(Ok(dev));
+    }
+    let (set, notes) = MirrorDevice::open(found, false).map_err(|e| format!("{e} (give the members of one set)"))?;
+    let set = Arc::new(set);
+    let log = log_device.map(open_file).transpose()?;
+    let mut opts = PoolOptions::new(Arc::new(strata_daemon::SystemClock));
+    opts.read_only = true;
+    let pool = open_pool(set.clone(), log, opts)?;
+    let r = pool.check(CheckOptions { verify_data, all_copies: true }).map_err(|e| e.to_string())?;
+    let mut v = strata_daemon::check_report(&r);
+    v.notes.extend(notes);
+    if let Some(st) = set.set_status() {
+        v.notes.push(format!("{} set, {}", st.layout.name(), st.health.name()));
+        for m in &st.members {
+            let why = m.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
+            v.notes.push(format!("member {} {}: {}{why}", m.index, m.device, m.state.name()));
+            if m.checksum_errors > 0 || m.read_errors > 0 {
+                v.errors.push(format!(
+                    "member {} {}: {} damaged copies, {} read errors (the other copies verified; not repaired: \
+                     nothing is written offline — serve the pool and run `strata pool scrub`)",
+                    m.index, m.device, m.checksum_errors, m.read_errors
+                ));
+            }
+        }
+    }
+    v.clean = v.errors.is_empty();
+    let what = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    finish(&what, v, json_out)
 }
 
 pub fn print_check(what: &str, v: &strata_api::CheckReport) {

@@ -110,6 +110,28 @@ fn mirror_pools_through_the_cli() {
         .expect("the file's block on member 0");
     image[at..at + 4096].iter_mut().for_each(|b| *b ^= 0x5a);
     std::fs::write(&img[0], &image).unwrap();
+    // The offline check of the set (no daemon): every copy verified, the damaged one named
+    // by member, exit 1, and nothing written (the images are as they were).
+    let before: Vec<Vec<u8>> = img[..2].iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let (code, out, err) = d.cli(&["check", "--device", s(&img[0]), "--device", s(&img[1])]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("member 0") && out.contains("1 damaged copies") && out.contains("mirror set, ONLINE"),
+        "{out}"
+    );
+    assert_eq!(out.matches("damaged copies").count(), 1, "only member 0 is damaged: {out}");
+    let after: Vec<Vec<u8>> = img[..2].iter().map(|p| std::fs::read(p).unwrap()).collect();
+    assert!(before == after, "the offline check wrote to a member");
+    // The good member alone: the set opens degraded from it and checks clean.
+    let (code, out, err) = d.cli(&["check", "--device", s(&img[1])]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("mirror set, DEGRADED") && out.contains("clean"), "{out}");
+    // A single-device pool's image with a member: refused with what to give.
+    let single = dir.join("single.img");
+    std::fs::write(&single, vec![0u8; 1 << 20]).unwrap();
+    let (code, _, err) = d.cli(&["check", "--device", s(&img[1]), "--device", s(&single)]);
+    assert_ne!(code, 0);
+    assert!(err.contains("not a member of a device set"), "{err}");
     drop(image);
     d.spawn();
     let scrub = d.json(&["pool", "scrub", "m"]);
