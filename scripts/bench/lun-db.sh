@@ -6,19 +6,26 @@
 # server goes first; prints every round, the medians and the ratio.
 #
 #   ROUNDS=5 scripts/bench/lun-db.sh [SECONDS=30] [SCALE=10] [CLIENTS=4]
-# Needs root, Debian packages nbdkit libnbd-bin postgresql-15. Takes the machine.
+#   DB=mariadb ROUNDS=5 scripts/bench/lun-db.sh [SECONDS=30] [TABLE_SIZE=10000] [THREADS=4]
+# DB=mariadb: MariaDB + sysbench oltp_read_write with TR-4722's parameters (2 tables of
+# TABLE_SIZE rows, THREADS threads), the LUN with 16K blocks (InnoDB's page).
+# Needs root, Debian packages nbdkit libnbd-bin postgresql-15 (mariadb-server sysbench for
+# DB=mariadb). Takes the machine.
 # STRATA_BENCH_BIN: a strata binary instead of building the release one. STRATA_SERVE_ARGS:
 # more options for Strata's `serve` (e.g. "--nbd-poll-us 0").
 set -euo pipefail
 unset STRATA_API
 cd "$(dirname "$0")/../.."
-secs="${1:-30}"; scale="${2:-10}"; clients="${3:-4}"; rounds="${ROUNDS:-1}"
-E2E_NAME=lun-db-bench
+secs="${1:-30}"; scale="${2:-10}"; clients="${3:-4}"; rounds="${ROUNDS:-1}"; db="${DB:-postgres}"
+case "$db" in postgres | mariadb) ;; *) echo "DB=$db: postgres or mariadb" >&2; exit 2 ;; esac
+if [ "$db" = mariadb ]; then scale="${2:-10000}"; fi
+E2E_NAME="lun-db-bench"
 # shellcheck source=scripts/e2e/db-common.sh
 . scripts/e2e/db-common.sh
 work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-lundb}"
 PG_BIN=/usr/lib/postgresql/15/bin
 ensure_pkgs /usr/bin/nbdkit /usr/bin/nbdfuse "$PG_BIN/pgbench" -- nbdkit libnbd-bin postgresql-15
+if [ "$db" = mariadb ]; then ensure_pkgs /usr/sbin/mariadbd /usr/bin/sysbench -- mariadb-server sysbench; fi
 if [ -n "${STRATA_BENCH_BIN:-}" ]; then bin="$STRATA_BENCH_BIN"; else
   cargo build --release -p strata-cli --quiet
   bin="$PWD/target/release/strata"
@@ -29,6 +36,7 @@ export LUN_WORK="$work/attach"
 pids=(); loopdev=""
 cleanup() {
   set +e
+  [ -f "$work/run/pid" ] && kill -9 "$(cat "$work/run/pid")" 2>/dev/null && sleep 1
   [ -f "$work/db/pgdata/postmaster.pid" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" stop -D "$work/db/pgdata" -m immediate -w >/dev/null 2>&1
   lun_detach 1 "$work/db"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -48,8 +56,9 @@ sport="$(free_port)"; kport="$(free_port)"
   ${STRATA_SERVE_ARGS:-} >"$work/strata.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; done
-"$bin" volume create default/pg --lun 4G --block-size 8K >/dev/null
-"$bin" export nbd default/pg >/dev/null
+if [ "$db" = mariadb ]; then lun=default/my; bs=16K; else lun=default/pg; bs=8K; fi
+"$bin" volume create "$lun" --lun 4G --block-size "$bs" >/dev/null
+"$bin" export nbd "$lun" >/dev/null
 truncate -s 8G "$work/ext4.img"; mkfs.ext4 -q -F "$work/ext4.img"
 loopdev="$(losetup -f --show "$work/ext4.img")"
 mkdir -p "$work/ext4"; mount "$loopdev" "$work/ext4"
@@ -58,11 +67,43 @@ nbdkit -f -i 127.0.0.1 -p "$kport" file "$work/ext4/nbdkit.img" >"$work/nbdkit.l
 pids+=($!)
 sleep 1
 
-# One round on SERVER: attach a fresh file system, initdb, pgbench -i, pgbench; prints TPS.
+# One MariaDB round on the file system at $work/db: install, sysbench prepare, run; prints TPS.
+maria_round() {
+  local server="$1" run="$work/run" tps
+  mkdir -p "$run"; chown mysql: "$run"
+  install -d -o mysql -g mysql -m 750 "$work/db/mysql"
+  mariadb-install-db --no-defaults --user=mysql --datadir="$work/db/mysql" >"$work/logs/install-$server.log" 2>&1
+  /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$work/db/mysql" --socket="$run/sock" --skip-networking \
+    --pid-file="$run/pid" --log-error="$work/logs/maria-$server.log" --skip-log-bin \
+    --innodb-flush-log-at-trx-commit=1 --innodb-flush-method=O_DIRECT --innodb-buffer-pool-size=128M \
+    >/dev/null 2>&1 &
+  for _ in $(seq 600); do mariadb-admin --no-defaults -S "$run/sock" -u root ping >/dev/null 2>&1 && break; sleep 0.2; done
+  mariadb --no-defaults -S "$run/sock" -u root -e "create database sbtest"
+  local sb=(--db-driver=mysql --mysql-socket="$run/sock" --mysql-user=root --mysql-db=sbtest --tables=2
+    --table-size="$scale" --threads="$clients")
+  sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
+  sysbench oltp_read_write "${sb[@]}" --time="$secs" run >"$work/logs/sysbench-$server.log"
+  tps="$(grep -m1 -oE 'transactions: +[0-9]+ +\([0-9.]+ per sec' "$work/logs/sysbench-$server.log" |
+    grep -oE '[0-9.]+ per' | awk '{ print $1 }')"
+  mariadb-admin --no-defaults -S "$run/sock" -u root shutdown
+  for _ in $(seq 300); do [ -e "$run/pid" ] || break; sleep 0.2; done
+  rm -rf "${work:?}/db/mysql" "$run"
+  echo "$tps"
+}
+
+# One round on SERVER: attach a fresh file system, then the database's round; prints TPS.
 round() {
   local server="$1" port name tps
-  case "$server" in strata) port="$sport"; name="default/pg" ;; nbdkit) port="$kport"; name="" ;; esac
+  case "$server" in strata) port="$sport"; name="$lun" ;; nbdkit) port="$kport"; name="" ;; esac
   NBD_PORT="$port" lun_attach "$name" 1 "$work/db" ext4 >/dev/null
+  if [ "$db" = mariadb ]; then
+    tps="$(maria_round "$server")"
+    lun_detach 1 "$work/db"
+    if [ "$server" = strata ]; then nbdinfo --size "nbd://127.0.0.1:$sport/$lun" >/dev/null; fi
+    sync; sleep 3
+    echo "$tps"
+    return
+  fi
   mkdir -p "$work/db/pgdata" "$work/sock"
   chown postgres: "$work/db/pgdata" "$work/sock"; chmod 700 "$work/db/pgdata"; chmod 755 "$work/db"
   runuser -u postgres -- "$PG_BIN/initdb" -D "$work/db/pgdata" -A trust -U postgres >/dev/null
@@ -85,7 +126,7 @@ for ((i = 1; i <= rounds; i++)); do
   order=(strata nbdkit); ((i % 2 == 0)) && order=(nbdkit strata)
   for s in "${order[@]}"; do
     t="$(round "$s")" || exit 1
-    [ -n "$t" ] || { echo "round $i of $s gave no TPS (see $work/logs/pg-$s.log)" >&2; exit 1; }
+    [ -n "$t" ] || { echo "round $i of $s gave no TPS (see $work/logs/)" >&2; exit 1; }
     got[$s]+="$t "
     echo "round $i $s: $t tps" >&2
   done
@@ -93,7 +134,12 @@ done
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # shellcheck disable=SC2086 # word splitting of the collected values is the point
 { ms="$(median ${got[strata]})"; mk="$(median ${got[nbdkit]})"; }
-echo "| pgbench on ext4 over NBD, scale $scale, $clients clients, ${secs} s | Strata LUN | nbdkit file | Strata / nbdkit |"
+if [ "$db" = mariadb ]; then
+  what="sysbench oltp_read_write on MariaDB on ext4 over NBD, 2 × $scale rows, $clients threads, ${secs} s"
+else
+  what="pgbench on ext4 over NBD, scale $scale, $clients clients, ${secs} s"
+fi
+echo "| $what | Strata LUN | nbdkit file | Strata / nbdkit |"
 echo "|---|---:|---:|---:|"
 echo "| TPS (median of $rounds) | $ms | $mk | $(python3 -c "print(f'{$ms/$mk:.2f}')") |"
 echo
