@@ -29,6 +29,7 @@ use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
 use super::BlockDevice;
 
 mod errors;
+mod fan_out;
 mod open_rows;
 mod parity;
 mod rebuild;
@@ -129,6 +130,8 @@ pub struct MirrorDevice {
     next_read: AtomicUsize,
     writable: bool,
     txg: AtomicU64,
+    /// Member I/O at the same time (fan_out.rs).
+    fan: fan_out::FanOut,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -273,6 +276,7 @@ impl MirrorDevice {
             next_read: AtomicUsize::new(0),
             writable: true,
             txg: AtomicU64::new(0),
+            fan: fan_out::FanOut::new(),
         };
         let cfg = lock(&m.config).clone();
         for (i, member) in m.members.iter().enumerate() {
@@ -393,6 +397,7 @@ impl MirrorDevice {
             next_read: AtomicUsize::new(0),
             writable,
             txg: AtomicU64::new(0),
+            fan: fan_out::FanOut::new(),
         };
         if !mirror.usable() {
             return Err(Error::invalid(format!(
@@ -601,19 +606,9 @@ impl MirrorDevice {
     fn on_all(&self, what: &str, op: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync) -> io::Result<()> {
         let targets: Vec<(usize, Arc<dyn BlockDevice>)> =
             self.members.iter().enumerate().filter_map(|(i, m)| m.written().map(|d| (i, d))).collect();
-        let results: Vec<(usize, io::Result<()>)> = match targets.split_first() {
-            Some((first, rest)) if !rest.is_empty() => crate::sync::thread::scope(|s| {
-                let op = &op;
-                let others: Vec<_> = rest.iter().map(|(i, d)| (*i, s.spawn(move || op(d.as_ref())))).collect();
-                let mut out = vec![(first.0, op(first.1.as_ref()))];
-                for (i, h) in others {
-                    let r = h.join().unwrap_or_else(|_| Err(io::Error::other("a member's I/O thread panicked")));
-                    out.push((i, r));
-                }
-                out
-            }),
-            _ => targets.iter().map(|(i, d)| (*i, op(d.as_ref()))).collect(),
-        };
+        let results =
+            self.fan.map(&targets, |(_, d)| op(d.as_ref()), || Err(io::Error::other("a member's I/O panicked")));
+        let results = targets.iter().map(|(i, _)| *i).zip(results);
         let mut done = 0;
         let mut causes = Causes::default();
         for (i, r) in results {

@@ -212,17 +212,9 @@ impl MirrorDevice {
             let mut b = vec![0u8; count * U];
             d.read_at(&mut b, rows.dev_offset(first)).map(|()| b)
         };
-        let results: Vec<(usize, io::Result<Vec<u8>>)> = crate::sync::thread::scope(|s| {
-            let read = &read;
-            let handles: Vec<_> =
-                targets.iter().skip(1).map(|(m, d)| (*m, s.spawn(move || read(d.as_ref())))).collect();
-            let mut out: Vec<(usize, io::Result<Vec<u8>>)> =
-                targets.first().map(|(m, d)| (*m, read(d.as_ref()))).into_iter().collect();
-            for (m, h) in handles {
-                out.push((m, h.join().unwrap_or_else(|_| Err(io::Error::other("a member's read thread panicked")))));
-            }
-            out
-        });
+        let got =
+            self.fan.map(&targets, |(_, d)| read(d.as_ref()), || Err(io::Error::other("a member's read panicked")));
+        let results = targets.iter().map(|(m, _)| *m).zip(got);
         let mut units = vec![None; rows.members];
         let mut error = None;
         for (m, r) in results {
@@ -359,23 +351,13 @@ impl MirrorDevice {
             }
             Ok(got)
         };
-        let results: Vec<(usize, MemberRuns)> = if plan.len() == 1 {
-            plan.iter().map(|(&m, units)| (m, read_member(m, units))).collect()
-        } else {
-            crate::sync::thread::scope(|s| {
-                let read_member = &read_member;
-                let handles: Vec<_> =
-                    plan.iter().skip(1).map(|(&m, units)| (m, s.spawn(move || read_member(m, units)))).collect();
-                let mut out: Vec<_> = plan.iter().take(1).map(|(&m, units)| (m, read_member(m, units))).collect();
-                for (m, h) in handles {
-                    out.push((
-                        m,
-                        h.join().unwrap_or_else(|_| Err(Some(io::Error::other("a member's read thread panicked")))),
-                    ));
-                }
-                out
-            })
-        };
+        let items: Vec<_> = plan.iter().map(|(&m, units)| (m, units)).collect();
+        let got = self.fan.map(
+            &items,
+            |(m, units)| read_member(*m, units),
+            || Err(Some(io::Error::other("a member's read panicked"))),
+        );
+        let results: Vec<(usize, MemberRuns)> = items.iter().map(|(m, _)| *m).zip(got).collect();
         let mut direct_ok = true;
         let mut failure: Option<io::Error> = None;
         for (m, r) in results {
@@ -492,23 +474,11 @@ impl MirrorDevice {
                 Some((m, d, (a, b)))
             })
             .collect();
-        let results: Vec<(usize, io::Result<()>)> = crate::sync::thread::scope(|s| {
-            let out = &out;
-            let write = move |m: usize, d: &dyn crate::device::BlockDevice, (a, b): (usize, usize)| {
-                d.write_at(&out[m][a * U..(b + 1) * U], rows.dev_offset(first + a as u64))
-            };
-            let handles: Vec<_> = targets
-                .iter()
-                .skip(1)
-                .map(|(m, d, span)| (*m, s.spawn(move || write(*m, d.as_ref(), *span))))
-                .collect();
-            let mut res: Vec<(usize, io::Result<()>)> =
-                targets.first().map(|(m, d, span)| (*m, write(*m, d.as_ref(), *span))).into_iter().collect();
-            for (m, h) in handles {
-                res.push((m, h.join().unwrap_or_else(|_| Err(io::Error::other("a member's write thread panicked")))));
-            }
-            res
-        });
+        let write = |(m, d, (a, b)): &(usize, std::sync::Arc<dyn crate::device::BlockDevice>, (usize, usize))| {
+            d.write_at(&out[*m][a * U..(b + 1) * U], rows.dev_offset(first + *a as u64))
+        };
+        let got = self.fan.map(&targets, write, || Err(io::Error::other("a member's write panicked")));
+        let results = targets.iter().map(|(m, _, _)| *m).zip(got);
         // A read of the rows may have faulted members already (and met the real cause).
         let mut causes = Causes::default();
         causes.add(old.as_mut().and_then(|o| o.error.take()));
