@@ -471,6 +471,14 @@ fn failover_through_an_etcd_with_authentication() {
 
     restart(&mut a, a_port, "strata", &good);
     restart(&mut b, b_port, "strata", &good);
+    // The takeover mount directory: under /mnt at create (accepted), then made a symbolic
+    // link out of the operator roots before the takeover: the target checks the path the
+    // source named again, resolved, and does not mount there.
+    let served = std::path::PathBuf::from(format!("/mnt/strata-it-failover-auth-{}", std::process::id()));
+    let _ = std::fs::remove_file(&served);
+    let _ = std::fs::remove_dir_all(&served);
+    std::fs::create_dir_all(&served).unwrap();
+    let create = [&create[..], &["--failover-mount", served.to_str().unwrap()]].concat();
     let m = a.json(&create);
     assert_eq!(m["failover"]["role"], "serving", "{m}");
     let key_name = m["failover"]["key"].as_str().unwrap().to_string();
@@ -485,6 +493,10 @@ fn failover_through_an_etcd_with_authentication() {
     // Past several keep-alives (every ttl/3) the lease is still ours.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(show(&a, "site-b:backup/db")["failover"]["role"], "serving");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::remove_dir(&served).unwrap();
+    std::os::unix::fs::symlink(&outside, &served).unwrap();
     a.kill9();
     wait_for(
         "the takeover with an etcd user",
@@ -492,4 +504,8 @@ fn failover_through_an_etcd_with_authentication() {
         || Some(show(&b, "backup/db")).filter(|s| s["state"] == "broken" && s["failover"]["role"] == "serving"),
         || show(&b, "backup/db"),
     );
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let _ = std::fs::remove_file(&served);
+    assert!(!mounts.contains(outside.to_str().unwrap()), "mounted outside the operator roots: {mounts}");
+    assert!(b.log().contains("an operator may not mount"), "the refusal is logged: {}", b.log());
 }
