@@ -32,12 +32,14 @@ use std::sync::Arc;
 pub const CURSOR_PERSIST_BYTES: u64 = 16 << 20;
 /// Largest single read/write of a copy.
 const COPY_CHUNK: u64 = 1 << 20;
+/// Chunks of a mirror's copy in flight at once.
+const COPY_LANES: usize = 4;
 /// Extents less than this apart are copied as one range, the gap with them: fewer and
 /// larger I/Os — for parity2 fewer decodes — for some free space copied for nothing (a
 /// database's space is fragmented: a pgbench data set rebuilt 2.5–5× slower than one file of
 /// the same size). Copying free space is harmless: nothing reads it, and a copy excludes
 /// writes to its range like any other.
-const MERGE_GAP: u64 = 1 << 20;
+const MERGE_GAP: u64 = 128 << 10;
 /// Largest logical range of a parity2 set's rows rebuilt at once: a decode has a large fixed
 /// cost (reed-solomon-simd evaluates a polynomial over the whole field), so rows are
 /// reconstructed many at a time.
@@ -329,50 +331,53 @@ impl MirrorDevice {
     }
 
     /// Copy a mirror's `chunks` (ascending (offset, length), at most COPY_CHUNK each) to the
-    /// member being rebuilt, reading the next chunk while the one before is written (a
-    /// thread per chunk write, two buffers): the source's reads and the target's writes
-    /// overlap, as `btrfs replace`'s do. Each chunk's range is held against writes from
-    /// before its read until its write has landed. Threads come from crate::sync (the
+    /// member being rebuilt, COPY_LANES chunks at a time: lane k copies chunks k, k + LANES,
+    /// ... (read, then write), so the source's reads and the target's writes overlap and
+    /// both devices see several requests at once, as `btrfs replace`'s bios do; the chunks
+    /// in flight are adjacent, so the copy still moves in address order. Each chunk's range
+    /// is held against writes from before its read until its write has landed. The first
+    /// error stops every lane at its next chunk. Threads come from crate::sync (the
     /// simulator schedules them).
     fn copy_pipelined(&self, member: usize, target: &Arc<dyn BlockDevice>, chunks: &[(u64, u64)]) -> Result<()> {
-        crate::sync::thread::scope(|s| {
-            let mut spare: Vec<u8> = Vec::new();
-            let mut writing: Option<crate::sync::thread::ScopedJoinHandle<'_, (Result<()>, Vec<u8>)>> = None;
-            let mut result = Ok(());
-            for &(at, n) in chunks {
-                let mut buf = std::mem::take(&mut spare);
+        let failed = crate::sync::atomic::AtomicBool::new(false);
+        let lane = |k: usize| -> Result<()> {
+            let mut buf: Vec<u8> = Vec::new();
+            for &(at, n) in chunks.iter().skip(k).step_by(COPY_LANES) {
+                if failed.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
                 buf.resize(n as usize, 0);
                 let range = (at, at + n);
                 self.hold(range);
-                if let Err(e) = self.read_at(&mut buf, at) {
-                    self.release(range);
-                    result = Err(Error::io("rebuild read", e));
-                    break;
-                }
-                if let Some(w) = writing.take() {
-                    let (written, back): (Result<()>, Vec<u8>) =
-                        w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                    spare = back;
-                    if let Err(e) = written {
-                        self.release(range);
-                        result = Err(e);
-                        break;
-                    }
-                }
-                writing = Some(s.spawn(move || {
-                    let r = self.failpoints.hit(crate::failpoint::MIRROR_REBUILD_COPY).and_then(|()| {
+                let r = self
+                    .read_at(&mut buf, at)
+                    .map_err(|e| Error::io("rebuild read", e))
+                    .and_then(|()| self.failpoints.hit(crate::failpoint::MIRROR_REBUILD_COPY))
+                    .and_then(|()| {
                         target.write_at(&buf, at + MEMBER_AREA_BYTES).map_err(|e| {
                             self.write_error(member, "rebuild write", &e);
                             Error::io("rebuild write", e)
                         })
                     });
-                    self.release(range);
-                    (r, buf)
-                }));
+                self.release(range);
+                if r.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                    return r;
+                }
             }
-            if let Some(w) = writing {
-                let (written, _) = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                result = result.and(written);
+            Ok(())
+        };
+        let lanes = COPY_LANES.min(chunks.len());
+        if lanes <= 1 {
+            return lane(0);
+        }
+        crate::sync::thread::scope(|s| {
+            let lane = &lane;
+            let others: Vec<_> = (1..lanes).map(|k| s.spawn(move || lane(k))).collect();
+            let mut result = lane(0);
+            for h in others {
+                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                result = result.and(r);
             }
             result
         })
