@@ -25,6 +25,12 @@ impl Pool {
     /// Copy the next `window` logical bytes of the rebuild in progress (only what the pool
     /// uses in them). `None`: no rebuild in progress (or the pool is not a mirror).
     pub fn rebuild_step(&self, window: u64) -> Result<Option<RebuildProgress>> {
+        self.rebuild_step_lanes(window, crate::device::mirror::COPY_LANES)
+    }
+
+    /// `rebuild_step` with `lanes` chunks of a mirror's copy in flight: fewer while clients
+    /// are served (their I/O waits behind the copy's), the default when idle.
+    pub fn rebuild_step_lanes(&self, window: u64, lanes: usize) -> Result<Option<RebuildProgress>> {
         let dev = self.lock().dev.clone();
         let Some(mirror) = dev.as_mirror() else { return Ok(None) };
         let Some(status) = mirror.rebuild_status() else { return Ok(None) };
@@ -59,7 +65,7 @@ impl Pool {
             }
             extents
         };
-        let copied = mirror.rebuild_copy(&extents, end)?;
+        let copied = mirror.rebuild_copy_lanes(&extents, end, lanes)?;
         let now = mirror.rebuild_status();
         let done = now.is_none();
         Ok(Some(RebuildProgress {

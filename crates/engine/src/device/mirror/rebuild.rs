@@ -32,8 +32,9 @@ use std::sync::Arc;
 pub const CURSOR_PERSIST_BYTES: u64 = 16 << 20;
 /// Largest single read/write of a copy.
 const COPY_CHUNK: u64 = 1 << 20;
-/// Chunks of a mirror's copy in flight at once.
-const COPY_LANES: usize = 4;
+/// Chunks of a mirror's copy in flight at once, by default (an idle pool); a caller pacing
+/// the rebuild beside clients asks for fewer (`rebuild_copy_lanes`).
+pub const COPY_LANES: usize = 4;
 /// Extents less than this apart are copied as one range, the gap with them: fewer and
 /// larger I/Os for some free space copied for nothing (a database's space is fragmented: a
 /// pgbench data set rebuilt 2.5–5× slower than one file of the same size). Copying free
@@ -256,6 +257,12 @@ impl MirrorDevice {
     /// cursor to `end` (the bytes between the extents need no copy: the pool does not use
     /// them). Returns the bytes copied.
     pub fn rebuild_copy(&self, extents: &[(u64, u64)], end: u64) -> Result<u64> {
+        self.rebuild_copy_lanes(extents, end, COPY_LANES)
+    }
+
+    /// `rebuild_copy` with `lanes` chunks of a mirror's copy in flight (at least 1).
+    pub fn rebuild_copy_lanes(&self, extents: &[(u64, u64)], end: u64, lanes: usize) -> Result<u64> {
+        let lanes = lanes.max(1);
         let (member, start) = {
             let st = lock(&self.rebuild);
             let r = st.active.as_ref().ok_or_else(|| Error::invalid("no rebuild in progress"))?;
@@ -286,7 +293,7 @@ impl MirrorDevice {
                 self.copy_range(member, &target, at, &mut buf[..n as usize])?;
             }
         } else {
-            self.copy_pipelined(member, &target, &chunks)?;
+            self.copy_pipelined(member, &target, &chunks, lanes)?;
         }
         let persist_now = {
             let mut st = lock(&self.rebuild);
@@ -342,11 +349,17 @@ impl MirrorDevice {
     /// is held against writes from before its read until its write has landed. The first
     /// error stops every lane at its next chunk. Threads come from crate::sync (the
     /// simulator schedules them).
-    fn copy_pipelined(&self, member: usize, target: &Arc<dyn BlockDevice>, chunks: &[(u64, u64)]) -> Result<()> {
+    fn copy_pipelined(
+        &self,
+        member: usize,
+        target: &Arc<dyn BlockDevice>,
+        chunks: &[(u64, u64)],
+        lanes: usize,
+    ) -> Result<()> {
         let failed = crate::sync::atomic::AtomicBool::new(false);
         let lane = |k: usize| -> Result<()> {
             let mut buf: Vec<u8> = Vec::new();
-            for &(at, n) in chunks.iter().skip(k).step_by(COPY_LANES) {
+            for &(at, n) in chunks.iter().skip(k).step_by(lanes) {
                 if failed.load(Ordering::Relaxed) {
                     return Ok(());
                 }
@@ -371,7 +384,7 @@ impl MirrorDevice {
             }
             Ok(())
         };
-        let lanes = COPY_LANES.min(chunks.len());
+        let lanes = lanes.min(chunks.len());
         if lanes <= 1 {
             return lane(0);
         }
