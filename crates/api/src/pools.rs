@@ -36,6 +36,10 @@ pub struct PoolInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<String>)]
     pub members: Vec<PathBuf>,
+    /// The members of each device group `pool add` added (group 1 first); empty when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Vec<String>>)]
+    pub groups: Vec<Vec<PathBuf>>,
     /// Hot spares of a mirror, not yet used: the first replaces a member that faults or
     /// disappears, and is rebuilt at once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -70,6 +74,7 @@ pub struct RebuildFigures {
 
 /// `POST /v1/pools/{pool}/devices`: take a device of a mirror offline, bring it back
 /// online (rebuilding what it missed), or replace it with another (rebuilt from the others).
+/// With several device groups, `device` may also be `GROUP.INDEX` (`1.0`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceChange {
@@ -95,6 +100,9 @@ pub struct DeviceChange {
 pub struct DeviceFigures {
     /// The device path (or what the set remembers of a missing member).
     pub device: String,
+    /// The device group it belongs to: 0 the pool's first, 1 and up those `pool add` added.
+    #[serde(default)]
+    pub group: u32,
     /// ONLINE, DEGRADED (too many checksum errors, still used), FAULTED, OFFLINE, REMOVED,
     /// UNAVAILABLE or STALE (out of sync: needs a rebuild).
     pub state: String,
@@ -302,6 +310,11 @@ pub struct ImportCandidate {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<String>)]
     pub members: Vec<PathBuf>,
+    /// The members of each device group `pool add` added, found the same way (group 1
+    /// first); empty when the pool has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Vec<String>>)]
+    pub groups: Vec<Vec<PathBuf>>,
     /// A device set's member count (its labels'), 0 for a pool on one device.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub set_members: u32,
@@ -434,4 +447,21 @@ pub struct ScrubStatus {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// `POST /v1/pools/{pool}/groups`: add a device group — a new set of the pool's layout
+/// (a mirror of 2 or 3 devices) whose space extends the pool's; new blocks are spread over
+/// every group (ZFS `zpool add`). Refused over data unless `force`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddGroup {
+    /// The new group's devices (image files or block devices), absolute paths.
+    #[schema(value_type = Vec<String>)]
+    pub devices: Vec<PathBuf>,
+    /// Create the image files with this size where they do not exist.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// Format devices that hold data (a file system, another pool's label).
+    #[serde(default)]
+    pub force: bool,
 }

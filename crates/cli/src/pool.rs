@@ -87,6 +87,21 @@ pub enum PoolCmd {
         #[arg(long)]
         wait: bool,
     },
+    /// Add a device group: a new mirror of 2 or 3 devices whose space extends the pool's
+    /// (`zpool add`); new blocks are spread over every group. Groups cannot be removed
+    /// again. Devices that hold data are refused unless --force.
+    Add {
+        name: String,
+        /// Image file or block device of the new mirror (repeat: 2 or 3).
+        #[arg(long, required = true)]
+        device: Vec<PathBuf>,
+        /// Size of new image files (sparse), e.g. 100G.
+        #[arg(long)]
+        size: Option<String>,
+        /// Format the devices even though they hold data (it is overwritten).
+        #[arg(long)]
+        force: bool,
+    },
     /// Add a hot spare to a mirror: it replaces a device that fails or disappears.
     Spare {
         name: String,
@@ -257,6 +272,15 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                 )
             });
         }
+        PoolCmd::Add { name, device, size, force } => {
+            let devices = device.iter().map(|d| absolute(d, "DEVICE")).collect::<Result<Vec<_>, _>>()?;
+            let req = strata_api::AddGroup { devices, size_bytes: size.as_deref().map(parse_size).transpose()?, force };
+            let p: PoolInfo = c.send("POST", &format!("/v1/pools/{}/groups", seg(&name)), &req)?;
+            out.show(&p, |p| {
+                let size = p.status.as_ref().map_or(0, |s| s.size_bytes);
+                println!("device group added to pool {name}: now {}", human(size))
+            });
+        }
         PoolCmd::Spare { name, device, size, force } => {
             let path = absolute(&device, "DEVICE")?;
             let req = strata_api::DeviceChange {
@@ -364,6 +388,10 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                                     p.members.len(),
                                     names.join(", ")
                                 );
+                                for (i, g) in p.groups.iter().enumerate() {
+                                    let names: Vec<String> = g.iter().map(|m| m.display().to_string()).collect();
+                                    println!("  and device group {}: {}", i + 1, names.join(", "));
+                                }
                             }
                             println!(
                                 "  txg {}, {} by host {}{}",
@@ -608,7 +636,11 @@ fn print_devices(s: &strata_api::PoolFigures) {
         "          {:<40} {:<11} {:>6} {:>6} {:>6} {:>10}",
         "DEVICE", "STATE", "READ", "WRITE", "CKSUM", "REPAIRED"
     );
-    for d in &s.devices {
+    let groups = s.devices.iter().map(|d| d.group).max().unwrap_or(0) + 1;
+    for (i, d) in s.devices.iter().enumerate() {
+        if groups > 1 && (i == 0 || s.devices[i - 1].group != d.group) {
+            println!("          group {} ({})", d.group, s.layout);
+        }
         println!(
             "          {:<40} {:<11} {:>6} {:>6} {:>6} {:>10}",
             d.device,

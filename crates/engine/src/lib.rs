@@ -35,8 +35,8 @@ pub use catalog::volume::ObjectId;
 pub use check::{CheckOptions, CheckReport, ScrubOutcome};
 pub use clock::{Clock, ManualClock};
 pub use device::{
-    read_member_identity, BlockDevice, FileDevice, FileDeviceOptions, MemberIdentity, MemberState, MemberStatus,
-    MirrorDevice, SetHealth, SetStatus, PARITY2_MEMBERS,
+    read_member_identity, BlockDevice, FileDevice, FileDeviceOptions, GroupedDevice, MemberIdentity, MemberState,
+    MemberStatus, MirrorDevice, SetHealth, SetStatus, PARITY2_MEMBERS,
 };
 pub use error::{Corruption, Error, ErrorKind, NoSpace, Result, SpaceReason};
 pub use format::member::Layout;

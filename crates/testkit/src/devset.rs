@@ -161,3 +161,82 @@ impl SimMirror {
         self.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.crash_image(mode, rng), sector)))).collect()
     }
 }
+
+/// A pool's device groups (`Pool::add_group`): mirrors of simulated disks, every disk on
+/// one power supply. `dev` is the pool's device; it holds the first set, the others are
+/// added by the test.
+pub struct SimGroups {
+    pub sets: Vec<SimMirror>,
+    pub power: Arc<SimPower>,
+    pub dev: Arc<strata_engine::GroupedDevice>,
+}
+
+impl SimGroups {
+    /// `groups` mirrors of `ways` disks of `size` bytes for the pool `test_create_options(seed)`
+    /// (set guids differ per group); the pool's device holds the first.
+    pub fn create(ways: usize, size: u64, sector: usize, seed: u64, groups: usize) -> SimGroups {
+        let power = Arc::new(SimPower::default());
+        let sets: Vec<SimMirror> = (0..groups)
+            .map(|g| {
+                let disks: Vec<Arc<SimDisk>> = (0..ways)
+                    .map(|_| {
+                        let d = Arc::new(SimDisk::new(size, sector));
+                        d.share_power(power.clone());
+                        d
+                    })
+                    .collect();
+                let members =
+                    disks.iter().enumerate().map(|(i, d)| (d.clone() as Arc<dyn BlockDevice>, member_guid(i + 8 * g)));
+                let set_guid = seed ^ 0x5e7 ^ ((g as u64 + 1) << 40);
+                let dev = MirrorDevice::create(
+                    Layout::Mirror,
+                    members.collect(),
+                    test_create_options(seed).pool_guid,
+                    set_guid,
+                    1,
+                )
+                .expect("create device set");
+                SimMirror { disks, power: power.clone(), dev: Arc::new(dev) }
+            })
+            .collect();
+        let dev = Arc::new(strata_engine::GroupedDevice::new(sets[0].device()));
+        SimGroups { sets, power, dev }
+    }
+
+    /// Reopen groups from images (`images[g][member]`, None: missing): every set opened,
+    /// then assembled as the first set's pool label says.
+    pub fn open(images: Vec<Vec<Option<Arc<SimDisk>>>>, writable: bool) -> Result<(SimGroups, Vec<String>)> {
+        let power = Arc::new(SimPower::default());
+        let mut sets = Vec::new();
+        let mut notes = Vec::new();
+        for disks in images {
+            let (mut m, n) = SimMirror::open(disks, writable)?;
+            m.disks.iter().for_each(|d| d.share_power(power.clone()));
+            m.power = power.clone();
+            notes.extend(n);
+            sets.push(m);
+        }
+        let others = sets[1..].iter().map(|s| s.device()).collect();
+        let (dev, n) = strata_engine::pool::groups::assemble(sets[0].device(), others)?;
+        notes.extend(n);
+        Ok((SimGroups { sets, power, dev }, notes))
+    }
+
+    pub fn device(&self) -> Arc<dyn BlockDevice> {
+        self.dev.clone()
+    }
+
+    /// Cut the power now if the workload did not, and take every member's image after it.
+    pub fn crash_images(&self, rng: &mut SimRng, sector: usize) -> Vec<Vec<Option<Arc<SimDisk>>>> {
+        if !self.power.has_crashed() {
+            self.power.set_crash_after(0);
+        }
+        let mode = *rng.pick(&[CrashMode::Random, CrashMode::DropUnflushed, CrashMode::KeepAll]);
+        self.sets
+            .iter()
+            .map(|s| {
+                s.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.crash_image(mode, rng), sector)))).collect()
+            })
+            .collect()
+    }
+}

@@ -58,6 +58,8 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         created_ns: 5,
         checksum_algo: ChecksumAlgo::Blake3,
         pool_name: "p".into(),
+        generation: 3,
+        groups: vec![],
     };
     let ub = UberblockPhys {
         txg: 1000,
@@ -150,6 +152,19 @@ fn valid_encodings(rng: &mut SimRng) -> Vec<Vec<u8>> {
         .encode(),
         packed_bp(rng).encode().to_vec(),
         pack,
+        // A pool label with device groups (`pool add`).
+        LabelPhys {
+            features: Features {
+                incompat: strata_engine::format::features::INCOMPAT_DEVICE_GROUPS,
+                ..Features::default()
+            },
+            groups: vec![
+                strata_engine::format::label::GroupPhys { set_guid: 5, base: 64 << 20, bytes: 32 << 20 },
+                strata_engine::format::label::GroupPhys { set_guid: 6, base: 97 << 20, bytes: 32 << 20 },
+            ],
+            ..label.clone()
+        }
+        .encode(),
     ]
 }
 
@@ -175,6 +190,16 @@ fn valid_encodings_decode_back() {
     assert_eq!(LabelPhys::decode(&v[15], 0).unwrap().log_device_guid, 9);
     assert!(BlockPtr::decode_from(&mut Reader::new(&v[16], "t", None)).unwrap().packed);
     assert_eq!(PackPhys::decode(&v[17]).unwrap(), PackPhys { units: 5, live: 12 });
+    let grown = LabelPhys::decode(&v[18], 0).unwrap();
+    assert_eq!((grown.groups.len(), grown.groups[1].base, grown.generation), (2, 97 << 20, 3));
+    assert_eq!(grown.encode(), v[18]);
+    // Groups without the feature flag, or overlapping, are damage.
+    let mut bad = grown.clone();
+    bad.features.incompat = 0;
+    assert!(LabelPhys::decode(&bad.encode(), 0).is_err());
+    let mut bad = grown;
+    bad.groups[1].base = 90 << 20;
+    assert!(LabelPhys::decode(&bad.encode(), 0).is_err());
     // Space figures in sectors survive the units + remainder split.
     assert_eq!(DnodePhys::decode(&v[6]).unwrap().data_sectors, 35);
     // A guid without the feature flag (or the reverse) is damage, not a format.

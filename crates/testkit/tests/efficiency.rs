@@ -230,7 +230,7 @@ fn undecodable_payload_with_a_valid_checksum_is_corruption() {
     // the pipeline must still return a typed corruption, for every algorithm.
     let disk = Arc::new(SimDisk::new(32 << 20, 4096));
     let geo = Geometry::for_device(32 << 20).unwrap();
-    let io = BlockIo::new(disk.clone(), geo, ChecksumAlgo::Blake3, 16, 0);
+    let io = BlockIo::new(disk.clone(), geo.clone(), ChecksumAlgo::Blake3, 16, 0);
     let mut rng = SimRng::new(77);
     for (i, algo) in [Compression::Lz4, Compression::Zstd, Compression::Lz4, Compression::Zstd].into_iter().enumerate()
     {

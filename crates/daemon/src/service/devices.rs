@@ -122,29 +122,50 @@ impl RebuildTracks {
 }
 
 impl Daemon {
-    /// Which member of pool `pool`'s mirror `device` names: its index ("0".."2"), the path
-    /// the daemon recorded, or the device as `pool status` shows it.
-    fn member_index(&self, pool: &str, device: &str) -> Result<(Arc<Pool>, usize), ApiError> {
-        let (p, members) = {
+    /// Which member of pool `pool`'s mirrors `device` names: its index ("0".."2", or
+    /// "GROUP.INDEX" with several device groups), the path the daemon recorded, or the
+    /// device as `pool status` shows it. Returns the pool, the member's group and index.
+    fn member_index(&self, pool: &str, device: &str) -> Result<(Arc<Pool>, usize, usize), ApiError> {
+        let (p, members, groups) = {
             let pools = self.pools.lock().expect("pools");
             let e =
                 pools.get(pool).ok_or_else(|| ApiError::not_found(format!("pool {pool}"), "see `strata pool list`"))?;
-            (e.pool.clone(), e.members.clone())
+            (e.pool.clone(), e.members.clone(), e.groups.clone())
         };
         let set = p.status().devices.ok_or_else(|| {
             ApiError::conflict(format!("pool {pool} is on one device"), "replace, online and offline are for mirrors")
         })?;
-        let by_path = members.iter().position(|m| m.as_path() == Path::new(device));
-        let by_status =
-            set.members.iter().position(|m| m.device == device || m.device.starts_with(&format!("{device} (")));
-        let by_index = device.parse::<usize>().ok().filter(|&i| i < set.members.len());
-        let i = by_path.or(by_status).or(by_index).ok_or_else(|| {
+        let by_path = std::iter::once(&members)
+            .chain(&groups)
+            .enumerate()
+            .find_map(|(g, paths)| paths.iter().position(|m| m.as_path() == Path::new(device)).map(|i| (g, i)));
+        let by_status = set
+            .members
+            .iter()
+            .find(|m| m.device == device || m.device.starts_with(&format!("{device} (")))
+            .map(|m| (m.group, m.index));
+        let (g, i) = device.split_once('.').map_or((Some("0"), device), |(g, i)| (Some(g), i));
+        let by_index = g
+            .and_then(|g| g.parse::<usize>().ok())
+            .zip(i.parse::<usize>().ok())
+            .filter(|&(g, i)| set.members.iter().any(|m| m.group == g && m.index == i));
+        let (group, index) = by_path.or(by_status).or(by_index).ok_or_else(|| {
             ApiError::not_found(
                 format!("device {device} in pool {pool}"),
-                "give a device as `strata pool status` lists it, or its index (0, 1, 2)",
+                "give a device as `strata pool status` lists it, or its index (0, 1, 2; 1.0 for group 1)",
             )
         })?;
-        Ok((p, i))
+        Ok((p, group, index))
+    }
+
+    /// The mirror of pool `p`'s device group `group`.
+    fn group_set(p: &Pool, group: usize) -> Result<Arc<dyn strata_engine::BlockDevice>, ApiError> {
+        let dev = p.device();
+        let set = match dev.as_groups() {
+            Some(g) => g.groups().into_iter().nth(group).map(|(_, d)| d),
+            None => (group == 0).then_some(dev.clone()),
+        };
+        set.filter(|d| d.as_mirror().is_some()).ok_or_else(|| ApiError::conflict("not a mirror", "-"))
     }
 
     /// A device about to become a hot spare: an absolute path, not in use, existing (or an
@@ -181,9 +202,9 @@ impl Daemon {
         if matches!(req.action.as_str(), "spare" | "unspare") {
             return self.change_spare(pool, req);
         }
-        let (p, index) = self.member_index(pool, &req.device)?;
-        let dev = p.device();
-        let mirror = dev.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
+        let (p, group, index) = self.member_index(pool, &req.device)?;
+        let set = Self::group_set(&p, group)?;
+        let mirror = set.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
         match req.action.as_str() {
             "offline" => mirror.offline(index).map_err(ApiError::from)?,
             "online" => {
@@ -222,7 +243,7 @@ impl Daemon {
                 if new.exists() {
                     devcheck::refuse_foreign_data(new, req.force)?;
                 }
-                self.replace_member(pool, &p, index, new, req.size_bytes)?;
+                self.replace_member(pool, &p, group, index, new, req.size_bytes)?;
                 self.rebuilds.kick();
             }
             other => {
@@ -241,19 +262,21 @@ impl Daemon {
         &self,
         pool: &str,
         p: &Pool,
+        group: usize,
         index: usize,
         new: &Path,
         size: Option<u64>,
     ) -> Result<(), ApiError> {
-        let dev = p.device();
-        let mirror = dev.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
+        let set = Self::group_set(p, group)?;
+        let mirror = set.as_mirror().ok_or_else(|| ApiError::conflict("not a mirror", "-"))?;
         let d = open_device(new, size)?;
         mirror.replace(index, d, random_u64()).map_err(ApiError::from)?;
         if let Some(e) = self.pools.lock().expect("pools").get_mut(pool) {
-            if let Some(slot) = e.members.get_mut(index) {
+            let paths = if group == 0 { Some(&mut e.members) } else { e.groups.get_mut(group - 1) };
+            if let Some(slot) = paths.and_then(|m| m.get_mut(index)) {
                 *slot = new.to_path_buf();
             }
-            if index == 0 {
+            if group == 0 && index == 0 {
                 e.device = new.to_path_buf();
             }
             e.spares.retain(|s| !devset::same_device(s, new));
@@ -264,7 +287,7 @@ impl Daemon {
     /// Add or remove a hot spare (the admin lock held).
     fn change_spare(&self, pool: &str, req: &DeviceChange) -> Result<(), ApiError> {
         let p = self.pool(pool)?;
-        if p.device().as_mirror().is_none() {
+        if p.device().set_status().is_none() {
             return Err(ApiError::conflict(format!("pool {pool} is on one device"), "hot spares are for mirrors"));
         }
         let path = Path::new(&req.device);
@@ -306,7 +329,7 @@ impl Daemon {
         let Some(spare) = self.pools.lock().expect("pools").get(name).and_then(|e| e.spares.first().cloned()) else {
             return;
         };
-        match self.replace_member(name, pool, m.index, &spare, None) {
+        match self.replace_member(name, pool, m.group, m.index, &spare, None) {
             Ok(()) => {
                 let text = format!("hot spare {} replaced {} ({}); rebuilding", spare.display(), m.device, m.state);
                 tracing::warn!(pool = name, "{text}");
@@ -352,11 +375,12 @@ impl Daemon {
         pools.iter().find(|(_, e)| e.spares.iter().any(|s| devset::same_device(s, path))).map(|(n, _)| n.clone())
     }
 
-    fn device_in_use(&self, path: &Path) -> bool {
+    pub(crate) fn device_in_use(&self, path: &Path) -> bool {
         let pools = self.pools.lock().expect("pools");
         pools.values().any(|e| {
             std::iter::once(&e.device)
                 .chain(&e.members)
+                .chain(e.groups.iter().flatten())
                 .chain(&e.log_device)
                 .chain(&e.spares)
                 .any(|d| devset::same_device(d, path))
@@ -367,7 +391,7 @@ impl Daemon {
     /// of a mirror member, window by window, at most REBUILD_BYTES_PER_SECOND while the pool
     /// serves I/O.
     pub(crate) fn device_loop(self: Arc<Self>) {
-        let mut seen: BTreeMap<(String, usize), (MemberState, String)> = BTreeMap::new();
+        let mut seen: BTreeMap<(String, usize, usize), (MemberState, String)> = BTreeMap::new();
         let mut activity: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         while !self.stopping.load(Ordering::Relaxed) {
             let pools: Vec<(String, Arc<Pool>)> =
@@ -378,7 +402,7 @@ impl Daemon {
                 let Some(set) = pool.device().set_status() else { continue };
                 for m in &set.members {
                     let now = (m.state, m.device.clone());
-                    let before = seen.insert((name.clone(), m.index), now.clone());
+                    let before = seen.insert((name.clone(), m.group, m.index), now.clone());
                     if before.as_ref().is_some_and(|b| *b != now) || (before.is_none() && !m.state.in_use()) {
                         let note = m.note.clone().unwrap_or_default();
                         match m.state {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use strata_api::{CreatePool, DeviceFigures, PoolState};
 use strata_engine::format::member::Layout;
-use strata_engine::{BlockDevice, MirrorDevice, PoolStatus, SetHealth, PARITY2_MEMBERS};
+use strata_engine::{BlockDevice, GroupedDevice, MirrorDevice, PoolStatus, SetHealth, PARITY2_MEMBERS};
 
 /// What `pool create` was asked to build.
 pub(crate) enum LayoutRequest {
@@ -103,7 +103,8 @@ impl LayoutRequest {
                     .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
                 let m =
                     MirrorDevice::create(*layout, members, pool_guid, random_u64(), created).map_err(ApiError::from)?;
-                Ok(Arc::new(m))
+                // A set's pool may add device groups (`pool add`) while it is open.
+                Ok(Arc::new(GroupedDevice::new(Arc::new(m))))
             }
         }
     }
@@ -118,20 +119,36 @@ pub(crate) fn same_device(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Open a recorded pool's device: `device` alone, or the mirror of `members`. Members that
+/// Open a recorded pool's device: `device` alone, or the mirror of `members` and those of
+/// the device groups `groups` added, assembled as the pool's label says. Members that
 /// cannot be opened are left out (the set says which are missing); returns notes for the
 /// log.
 pub(crate) fn open_recorded_devices(
     device: &Path,
     members: &[PathBuf],
+    groups: &[Vec<PathBuf>],
     read_only: bool,
 ) -> Result<(Arc<dyn BlockDevice>, Vec<String>), String> {
     if members.is_empty() {
         return open_device(device, None).map(|d| (d, Vec::new())).map_err(|e| e.message);
     }
-    let found = members.iter().map(|p| open_device(p, None).map_err(|e| e.message)).collect();
-    let (m, notes) = MirrorDevice::open(found, !read_only).map_err(|e| e.to_string())?;
-    Ok((Arc::new(m), notes))
+    let (first, mut notes) = open_set(members, read_only)?;
+    let mut sets: Vec<Arc<dyn BlockDevice>> = Vec::new();
+    for (i, paths) in groups.iter().enumerate() {
+        let (m, n) = open_set(paths, read_only).map_err(|e| format!("device group {}: {e}", i + 1))?;
+        notes.extend(n);
+        sets.push(Arc::new(m));
+    }
+    let (dev, n) = strata_engine::pool::groups::assemble(Arc::new(first), sets).map_err(|e| e.to_string())?;
+    notes.extend(n);
+    Ok((dev, notes))
+}
+
+/// Open the device set (mirror or parity2) of `paths` alone, not assembled with the
+/// pool's other groups.
+pub(crate) fn open_set(paths: &[PathBuf], read_only: bool) -> Result<(MirrorDevice, Vec<String>), String> {
+    let found = paths.iter().map(|p| open_device(p, None).map_err(|e| e.message)).collect();
+    MirrorDevice::open(found, !read_only).map_err(|e| e.to_string())
 }
 
 /// `single` or the set's layout, the devices with their figures, and the pool's state.
@@ -139,6 +156,7 @@ pub(crate) fn device_figures(s: &PoolStatus) -> (String, Vec<DeviceFigures>, Poo
     let Some(set) = &s.devices else {
         let one = DeviceFigures {
             device: s.device.clone(),
+            group: 0,
             state: "ONLINE".into(),
             read_errors: 0,
             write_errors: 0,
@@ -153,6 +171,7 @@ pub(crate) fn device_figures(s: &PoolStatus) -> (String, Vec<DeviceFigures>, Poo
         .iter()
         .map(|m| DeviceFigures {
             device: m.device.clone(),
+            group: m.group as u32,
             state: m.state.name().into(),
             read_errors: m.read_errors,
             write_errors: m.write_errors,

@@ -106,13 +106,17 @@ impl Daemon {
             .expect("pools")
             .remove(name)
             .ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-        let PoolEntry { pool, device, members, log_device, spares, scrub_schedule } = entry;
+        let PoolEntry { pool, device, members, groups, log_device, spares, scrub_schedule } = entry;
         let start = Instant::now();
         let mut pool = pool;
         loop {
             match Arc::try_unwrap(pool) {
                 Ok(p) => {
-                    let devices = if members.is_empty() { vec![device] } else { members };
+                    let devices = if members.is_empty() {
+                        vec![device]
+                    } else {
+                        members.into_iter().chain(groups.into_iter().flatten()).collect()
+                    };
                     return Ok((p, devices, log_device));
                 }
                 Err(shared) if start.elapsed() < RELEASE_WAIT => {
@@ -122,7 +126,7 @@ impl Daemon {
                 Err(shared) => {
                     self.pools.lock().expect("pools").insert(
                         name.into(),
-                        PoolEntry { pool: shared, device, members, log_device, spares, scrub_schedule },
+                        PoolEntry { pool: shared, device, members, groups, log_device, spares, scrub_schedule },
                     );
                     return Err(ApiError::conflict(
                         format!("pool {name} is still in use by requests in flight"),
@@ -277,7 +281,10 @@ impl Daemon {
             };
             out.push(self.candidate(id, path, Vec::new(), 0, &served));
         }
-        for (_, mut members) in sets {
+        // Each set opened alone: the one that holds a pool label is a pool's first group;
+        // the pool's other groups are the sets its label names (found by set guid).
+        let mut found: Vec<(u64, u64, Vec<PathBuf>, u32, Option<strata_engine::PoolIdentity>, Vec<u64>)> = Vec::new();
+        for ((pool_guid, set_guid), mut members) in sets {
             // The newest label names the set's members: a device replaced since (an older
             // label, its guid no longer listed) is left out.
             let newest = members.iter().map(|(m, _)| m).max_by_key(|m| m.generation).cloned().expect("a member");
@@ -286,12 +293,37 @@ impl Daemon {
             let set_size = newest.members;
             let paths: Vec<PathBuf> = members.into_iter().map(|(_, p)| p).collect();
             // Read-only: a scan changes no label.
-            let id = devset::open_recorded_devices(&paths[0], &paths, true)
-                .map_err(|e| e.to_string())
-                .and_then(|(dev, _)| read_pool_identity(dev.as_ref()).map_err(|e| e.to_string()));
-            match id {
-                Ok(id) => out.push(self.candidate(id, paths[0].clone(), paths, set_size, &served)),
-                Err(e) => tracing::warn!(devices = ?paths, "members of a device set, but no pool opens on them: {e}"),
+            let opened = devset::open_set(&paths, true).and_then(|(dev, _)| {
+                let id = read_pool_identity(&dev).ok();
+                let groups = match &id {
+                    Some(_) => strata_engine::pool::groups::group_set_guids(&dev).map_err(|e| e.to_string())?,
+                    None => Vec::new(),
+                };
+                Ok((id, groups))
+            });
+            match opened {
+                Ok((id, groups)) => found.push((pool_guid, set_guid, paths, set_size, id, groups)),
+                Err(e) => tracing::warn!(devices = ?paths, "members of a device set that does not open: {e}"),
+            }
+        }
+        for (pool_guid, _, paths, set_size, id, group_guids) in &found {
+            let Some(id) = id else { continue };
+            let groups: Option<Vec<Vec<PathBuf>>> = group_guids
+                .iter()
+                .map(|g| found.iter().find(|f| f.0 == *pool_guid && f.1 == *g && f.4.is_none()).map(|f| f.2.clone()))
+                .collect();
+            let Some(groups) = groups else {
+                tracing::warn!(devices = ?paths, "the first device group of pool {:016x}, but not all its other groups are here", pool_guid);
+                continue;
+            };
+            let mut c = self.candidate(id.clone(), paths[0].clone(), paths.clone(), *set_size, &served);
+            c.groups = groups;
+            out.push(c);
+        }
+        for (pool_guid, _, paths, _, id, _) in &found {
+            let named = found.iter().any(|f| f.0 == *pool_guid && f.4.is_some());
+            if id.is_none() && !named {
+                tracing::warn!(devices = ?paths, "a device group of pool {pool_guid:016x}, whose first group is not here");
             }
         }
         Ok(out)
@@ -324,6 +356,7 @@ impl Daemon {
             guid,
             device,
             members,
+            groups: Vec::new(),
             set_members,
             log_device_guid: (id.log_device_guid != 0).then(|| format!("{:016x}", id.log_device_guid)),
             txg: id.txg,
@@ -401,7 +434,7 @@ impl Daemon {
         let dev = if c.members.is_empty() {
             open_device(&c.device, None)?
         } else {
-            let (dev, notes) = devset::open_recorded_devices(&c.device, &c.members, false).map_err(|e| {
+            let (dev, notes) = devset::open_recorded_devices(&c.device, &c.members, &c.groups, false).map_err(|e| {
                 ApiError::conflict(
                     format!("pool {} ({}): its device set does not open: {e}", c.name, c.guid),
                     "bring back its missing members (see `strata pool import --dir DIR`)",
@@ -418,6 +451,7 @@ impl Daemon {
             name: name.clone(),
             device: c.device.clone(),
             members: c.members.clone(),
+            groups: c.groups.clone(),
             log_device: req.log_device.clone(),
             spares: Vec::new(),
             scrub_schedule: None,
@@ -430,6 +464,7 @@ impl Daemon {
                 pool: Arc::new(pool),
                 device: record.device,
                 members: record.members,
+                groups: record.groups,
                 log_device: record.log_device,
                 spares: Vec::new(),
                 scrub_schedule: None,

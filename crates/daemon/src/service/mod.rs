@@ -32,6 +32,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod exports;
 pub(crate) mod fsreg;
+mod groups;
 pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 pub(crate) mod logdev;
@@ -65,6 +66,8 @@ pub(crate) struct PoolEntry {
     pub device: PathBuf,
     /// The member devices of a mirror (empty for a pool on one device).
     pub members: Vec<PathBuf>,
+    /// The members of each device group `pool add` added (groups 1, 2, ...).
+    pub groups: Vec<Vec<PathBuf>>,
     /// The separate intent-log device, if the pool has one.
     pub log_device: Option<PathBuf>,
     /// Hot spares (a mirror's): the first replaces a member that faults or disappears.
@@ -236,6 +239,7 @@ impl Daemon {
                             pool: Arc::new(pool),
                             device: p.device.clone(),
                             members: p.members.clone(),
+                            groups: p.groups.clone(),
                             log_device,
                             spares: p.spares.clone(),
                             scrub_schedule: p.scrub_schedule,
@@ -308,6 +312,7 @@ impl Daemon {
                 name: n.clone(),
                 device: e.device.clone(),
                 members: e.members.clone(),
+                groups: e.groups.clone(),
                 log_device: e.log_device.clone(),
                 spares: e.spares.clone(),
                 scrub_schedule: e.scrub_schedule,

@@ -12,7 +12,7 @@ use strata_engine::{ChecksumAlgo, CreateOptions, Error, LogDeviceSpec, Pool, Poo
 /// Open a pool of the state file; Err is the reason it is UNAVAILABLE. Also returns the
 /// log device it kept (None if it had none, or it was discarded).
 pub(crate) fn open_recorded(d: &Daemon, p: &PoolRecord) -> Result<(Pool, Option<std::path::PathBuf>), String> {
-    let (dev, set_notes) = devset::open_recorded_devices(&p.device, &p.members, false)?;
+    let (dev, set_notes) = devset::open_recorded_devices(&p.device, &p.members, &p.groups, false)?;
     for n in set_notes {
         tracing::warn!(pool = %p.name, "{n}");
     }
@@ -163,13 +163,14 @@ impl Daemon {
                 device: u.record.device.clone(),
                 log_device: u.record.log_device.clone(),
                 members: u.record.members.clone(),
+                groups: u.record.groups.clone(),
                 spares: u.record.spares.clone(),
                 scrub_every_seconds: u.record.scrub_schedule.map(|s| s.every_seconds),
                 scrub_next_ns: u.record.scrub_schedule.map(|s| s.next_ns),
                 status: None,
             });
         }
-        let (pool, device, members, log_device, spares, schedule) = {
+        let (pool, device, members, groups, log_device, spares, schedule) = {
             let pools = self.pools.lock().expect("pools");
             let e =
                 pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
@@ -177,6 +178,7 @@ impl Daemon {
                 e.pool.clone(),
                 e.device.clone(),
                 e.members.clone(),
+                e.groups.clone(),
                 e.log_device.clone(),
                 e.spares.clone(),
                 e.scrub_schedule,
@@ -194,6 +196,7 @@ impl Daemon {
             device,
             log_device,
             members,
+            groups,
             spares,
             scrub_every_seconds: schedule.map(|s| s.every_seconds),
             scrub_next_ns: schedule.map(|s| s.next_ns),
@@ -286,6 +289,7 @@ impl Daemon {
                     devset::LayoutRequest::Single(_) => Vec::new(),
                     devset::LayoutRequest::Set(_, m) => m.clone(),
                 },
+                groups: Vec::new(),
                 log_device: req.log_device.clone(),
                 spares: req.spares.clone(),
                 scrub_schedule: None,

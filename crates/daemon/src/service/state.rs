@@ -14,6 +14,10 @@ pub struct PoolRecord {
     /// files of older daemons).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<PathBuf>,
+    /// The members of each device group added after creation (`pool add`); absent when
+    /// none (and in older state files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Vec<PathBuf>>,
     /// The pool's separate intent-log device; absent for pools without one (and in state
     /// files of older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -42,56 +42,14 @@ use crate::format::spacemap::{SpacemapChunkPhys, BITS_PER_CHUNK, CHUNK_BITS_BYTE
 use crate::format::{BlockPtr, UNIT_SIZE};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod geometry;
 mod rows;
+pub use geometry::{Geometry, Segment};
 pub use rows::RowLayout;
 use rows::RowState;
 
 /// Txgs a freed unit stays unavailable: freed in F, reusable from F + DEFER_TXGS.
 pub const DEFER_TXGS: u64 = 2;
-
-#[derive(Debug, Clone, Copy)]
-pub struct Geometry {
-    pub spacemap_offset: u64,
-    pub spacemap_chunks: u64,
-    pub data_offset: u64,
-    pub data_units: u64,
-    /// The intent log region, between the space map and the data area.
-    pub log_offset: u64,
-    pub log_bytes: u64,
-}
-
-impl Geometry {
-    /// Lay out a device of `device_size` bytes.
-    pub fn for_device(device_size: u64) -> Option<Geometry> {
-        let spacemap_offset = crate::format::SPACEMAP_OFFSET;
-        let (log_offset, log_bytes, data_offset) = crate::format::fixed_regions(device_size);
-        let data_units = device_size.checked_sub(data_offset)? / UNIT_SIZE;
-        if data_units < 256 {
-            return None;
-        }
-        Some(Geometry {
-            spacemap_offset,
-            spacemap_chunks: data_units.div_ceil(BITS_PER_CHUNK),
-            data_offset,
-            data_units,
-            log_offset,
-            log_bytes,
-        })
-    }
-
-    pub fn slot_addr(&self, chunk: u64, slot: u8) -> u64 {
-        self.spacemap_offset + (chunk * 2 + slot as u64) * CHUNK_SLOT_SIZE as u64
-    }
-
-    pub fn unit_of(&self, addr: u64) -> Option<u64> {
-        let u = addr.checked_sub(self.data_offset)? / UNIT_SIZE;
-        (addr.is_multiple_of(UNIT_SIZE) && u < self.data_units).then_some(u)
-    }
-
-    pub fn addr_of(&self, unit: u64) -> u64 {
-        self.data_offset + unit * UNIT_SIZE
-    }
-}
 
 pub struct Allocator {
     geo: Geometry,
@@ -124,6 +82,23 @@ pub struct Allocator {
     freed_keys: Vec<(u64, u64)>,
     /// A parity2 device set's rows (rows.rs); None for other devices.
     rows: Option<RowState>,
+    /// Which group allocation is filling, with several groups (see `Stripe`).
+    stripe: Stripe,
+    /// Units of each chunk that exist (`Geometry::chunk_units`), for the allocation scan.
+    chunk_len: Vec<u64>,
+}
+
+/// Units a group takes before allocation moves to the next group: 1 MiB (a pool of several
+/// groups spreads its writes over all of them, as a ZFS pool does over its vdevs).
+pub const STRIPE_UNITS: u64 = 256;
+
+/// Striping over device groups: the group being filled, units left before the next, and
+/// each group's cursor.
+#[derive(Debug, Default)]
+struct Stripe {
+    group: usize,
+    left: u64,
+    cursors: Vec<u64>,
 }
 
 fn bit(words: &[u64], i: u64) -> bool {
@@ -142,17 +117,18 @@ impl Allocator {
     /// A fresh pool: everything free, every chunk dirty (so the first commit writes the
     /// whole space map).
     pub fn new_empty(geo: Geometry) -> Allocator {
-        let words = geo.data_units.div_ceil(64) as usize;
-        Allocator {
+        let words = geo.index_units().div_ceil(64) as usize;
+        let chunks = geo.total_chunks();
+        let mut a = Allocator {
             geo,
             persisted: vec![0; words],
             unavailable: vec![0; words],
             allocated_units: 0,
             unavailable_units: 0,
-            chunk_unavailable: vec![0; geo.spacemap_chunks as usize],
-            chunk_current: vec![None; geo.spacemap_chunks as usize],
+            chunk_unavailable: vec![0; chunks as usize],
+            chunk_current: vec![None; chunks as usize],
             chunk_pending: Vec::new(),
-            dirty_chunks: (0..geo.spacemap_chunks).collect(),
+            dirty_chunks: (0..chunks).collect(),
             held: VecDeque::new(),
             oldest_read_pin: None,
             cursor: 0,
@@ -162,7 +138,51 @@ impl Allocator {
             freed_keys: Vec::new(),
             plain_units_allocated: 0,
             rows: None,
+            stripe: Stripe::default(),
+            chunk_len: Vec::new(),
+        };
+        a.chunk_len = (0..chunks).map(|c| a.geo.chunk_units(c)).collect();
+        a.block_phantoms(0);
+        a
+    }
+
+    /// Keep the unit numbers from `from` on that name no unit unavailable (not counted:
+    /// they are neither free nor allocated).
+    fn block_phantoms(&mut self, from: u64) {
+        for r in self.geo.phantom_ranges() {
+            for u in r.start.max(from)..r.end {
+                set(&mut self.unavailable, u, true);
+            }
         }
+    }
+
+    /// The pool grew by device groups (`Pool::add_group`): `geo` is the old geometry with
+    /// groups added after the last. Their chunks are dirty (the next commit writes them);
+    /// their units are free. Allocation stripes across the groups from now on.
+    pub fn grow(&mut self, geo: Geometry) {
+        assert!(geo.index_units() >= self.geo.index_units() && geo.groups.len() > self.geo.groups.len());
+        let old_chunks = self.geo.total_chunks();
+        let words = geo.index_units().div_ceil(64) as usize;
+        self.persisted.resize(words, 0);
+        self.unavailable.resize(words, 0);
+        let chunks = geo.total_chunks();
+        self.chunk_unavailable.resize(chunks as usize, 0);
+        // The caller wrote each new chunk's empty version to slot 0 (`empty_chunk`): the
+        // next commit writes slot 1.
+        self.chunk_current.resize(chunks as usize, Some((0, 0)));
+        self.dirty_chunks.extend(old_chunks..chunks);
+        // The tail of the last chunk before the new groups was free bits past the end; it
+        // is phantom now.
+        self.geo = geo;
+        self.chunk_len = (0..chunks).map(|c| self.geo.chunk_units(c)).collect();
+        self.block_phantoms(0);
+    }
+
+    /// Chunk `c` as of txg 0, for each chunk of a group being added: an empty bitmap a root
+    /// older than the group finds valid (it references nothing there). Written before the
+    /// label names the group, so any root opened afterwards finds a version of every chunk.
+    pub fn empty_chunk(c: u64, pool_guid: u64) -> Vec<u8> {
+        SpacemapChunkPhys { chunk_index: c as u32, txg: 0, pool_guid, bits: vec![0; CHUNK_BITS_BYTES] }.encode()
     }
 
     /// Allocate in the rows of a parity2 device set from now on (rows.rs).
@@ -214,10 +234,10 @@ impl Allocator {
 
     /// Read the space map as of root txg `root_txg`.
     pub fn load(dev: &dyn BlockDevice, geo: Geometry, pool_guid: u64, root_txg: u64) -> Result<Allocator> {
-        let mut a = Allocator::new_empty(geo);
+        let mut a = Allocator::new_empty(geo.clone());
         a.dirty_chunks.clear();
         let mut s = vec![0u8; CHUNK_SLOT_SIZE];
-        for c in 0..geo.spacemap_chunks {
+        for c in 0..geo.total_chunks() {
             let addr = geo.slot_addr(c, 0);
             let mut best: Option<(u8, SpacemapChunkPhys)> = None;
             for slot in 0..2u8 {
@@ -247,7 +267,7 @@ impl Allocator {
             })?;
             a.chunk_current[c as usize] = Some((slot, ch.txg));
             let first = c * BITS_PER_CHUNK;
-            let n = (geo.data_units - first).min(BITS_PER_CHUNK);
+            let n = geo.chunk_units(c);
             for i in 0..n {
                 if ch.bits[(i / 8) as usize] >> (i % 8) & 1 == 1 {
                     let u = first + i;
@@ -268,7 +288,7 @@ impl Allocator {
 
     /// Rewrite every chunk in the next txg (after opening on a fallback root).
     pub fn mark_all_dirty(&mut self) {
-        self.dirty_chunks = (0..self.geo.spacemap_chunks).collect();
+        self.dirty_chunks = (0..self.geo.total_chunks()).collect();
     }
 
     pub fn has_dirty_chunks(&self) -> bool {
@@ -276,7 +296,7 @@ impl Allocator {
     }
 
     pub fn geometry(&self) -> Geometry {
-        self.geo
+        self.geo.clone()
     }
     pub fn allocated_units(&self) -> u64 {
         self.allocated_units
@@ -293,14 +313,15 @@ impl Allocator {
     }
     /// Units a new reservation may still take.
     pub fn available_units(&self) -> u64 {
-        (self.geo.data_units - self.unavailable_units - self.trapped_units())
+        (self.geo.total_units() - self.unavailable_units - self.trapped_units())
             .saturating_sub(self.reserved_units + self.slop_units())
     }
 
     /// Space kept back from reservations so that a txg's own metadata (tree nodes,
     /// indirect blocks) can always be written: 1/64 of the pool, at least 64 units.
     pub fn slop_units(&self) -> u64 {
-        (self.geo.data_units / 64).max(64).min(self.geo.data_units / 2)
+        let units = self.geo.total_units();
+        (units / 64).max(64).min(units / 2)
     }
 
     /// Promise `units` to dirty data of the open txg; fails when the pool cannot hold it.
@@ -356,9 +377,14 @@ impl Allocator {
             .geo
             .unit_of(addr)
             .ok_or_else(|| Corruption::new("block pointer", Some(addr), "freeing an address outside the data area"))?;
-        let end = unit.checked_add(count).filter(|&end| end <= self.geo.data_units).ok_or_else(|| {
-            Corruption::new("block pointer", Some(addr), format!("freeing {count} units past the end of the data area"))
-        })?;
+        let end = unit + count;
+        if self.geo.run_of(addr, count).is_none() {
+            return Err(Corruption::new(
+                "block pointer",
+                Some(addr),
+                format!("freeing {count} units past the end of the data area"),
+            ));
+        }
         if let Some(u) = (unit..end).find(|&u| !bit(&self.persisted, u)) {
             return Err(Corruption::new(
                 "block pointer",
@@ -451,10 +477,15 @@ impl Allocator {
     /// Runs of units of `first..first + count` that are not free for allocation (allocated,
     /// or freed but held), as (first unit, units): what a rebuild must copy.
     pub fn unavailable_runs(&self, first: u64, count: u64) -> Vec<(u64, u64)> {
-        let end = first.saturating_add(count).min(self.geo.data_units);
+        let end = first.saturating_add(count).min(self.geo.index_units());
         let mut runs: Vec<(u64, u64)> = Vec::new();
         let mut u = first;
+        let phantoms = self.geo.phantom_ranges();
         while u < end {
+            if let Some(p) = phantoms.iter().find(|p| p.contains(&u)) {
+                u = p.end;
+                continue;
+            }
             // Whole words of free units at once: most of a young pool is free.
             if u.is_multiple_of(64) && u + 64 <= end && self.unavailable.get((u / 64) as usize) == Some(&0) {
                 u += 64;
@@ -474,11 +505,8 @@ impl Allocator {
     pub fn load_packs(&mut self, packs: impl IntoIterator<Item = (u64, PackPhys)>) -> Result<()> {
         let mut end = 0u64;
         for (addr, pack) in packs {
-            let first = self.geo.unit_of(addr);
-            let ok = first.is_some_and(|u| {
-                u + pack.units as u64 <= self.geo.data_units
-                    && (u..u + pack.units as u64).all(|i| bit(&self.persisted, i))
-            });
+            let first = self.geo.run_of(addr, pack.units as u64);
+            let ok = first.is_some_and(|u| (u..u + pack.units as u64).all(|i| bit(&self.persisted, i)));
             if !ok || addr < end {
                 return Err(Corruption::new(
                     "pack table",
@@ -499,19 +527,16 @@ impl Allocator {
     /// Allocate `count` contiguous units; returns the byte address.
     fn allocate_run(&mut self, count: u64) -> Result<u64> {
         assert!(count > 0 && count <= BITS_PER_CHUNK);
-        let total = self.geo.data_units;
-        if self.geo.data_units - self.unavailable_units < count {
-            return Err(Error::no_space(
-                SpaceReason::Pool,
-                format!("pool has {} free units, need {count}", total - self.unavailable_units),
-            ));
+        let total = self.geo.index_units();
+        let free = self.geo.total_units() - self.unavailable_units;
+        if free < count {
+            return Err(Error::no_space(SpaceReason::Pool, format!("pool has {free} free units, need {count}")));
         }
         let mut u = self.cursor % total;
         let mut scanned = 0u64;
         while scanned < total + count {
             let c = (u / BITS_PER_CHUNK) as usize;
-            let chunk_len = (total - c as u64 * BITS_PER_CHUNK).min(BITS_PER_CHUNK);
-            if self.chunk_unavailable[c] == chunk_len {
+            if self.chunk_unavailable[c] == self.chunk_len[c] {
                 let next = (c as u64 + 1) * BITS_PER_CHUNK;
                 scanned += next - u;
                 u = if next >= total { 0 } else { next };
@@ -537,6 +562,7 @@ impl Allocator {
                 None => {
                     self.mark_allocated(u, count);
                     self.cursor = u + count;
+                    self.next_stripe(u, count);
                     return Ok(self.geo.addr_of(u));
                 }
                 Some(busy) => {
@@ -546,6 +572,33 @@ impl Allocator {
             }
         }
         Err(Error::no_space(SpaceReason::Pool, format!("no run of {count} free units (pool fragmented or full)")))
+    }
+
+    /// After `count` units were allocated at the cursor: with several device groups, move
+    /// to the next group once this one has taken its stripe (each group keeps its cursor).
+    fn next_stripe(&mut self, unit: u64, count: u64) {
+        let groups = self.geo.groups.len() + 1;
+        if groups == 1 {
+            return;
+        }
+        let ranges: Vec<(u64, u64)> = self.geo.unit_ranges().collect();
+        let st = &mut self.stripe;
+        if st.cursors.len() != groups {
+            st.cursors = ranges.iter().map(|&(first, _)| first).collect();
+            st.left = STRIPE_UNITS;
+        }
+        let Some(g) = ranges.iter().rposition(|&(first, _)| first <= unit) else { return };
+        if g != st.group {
+            st.group = g;
+            st.left = STRIPE_UNITS;
+        }
+        st.cursors[g] = unit + count;
+        st.left = st.left.saturating_sub(count);
+        if st.left == 0 {
+            st.group = (g + 1) % groups;
+            st.left = STRIPE_UNITS;
+            self.cursor = st.cursors[st.group];
+        }
     }
 
     /// Free `count` units at `addr`, released in txg `txg`; reusable from txg + DEFER_TXGS.
@@ -567,7 +620,7 @@ impl Allocator {
     /// the commit after it cannot overwrite them: were that commit lost, replay runs again).
     pub fn hold(&mut self, addr: u64, count: u64, txg: u64) {
         let Some(unit) = self.geo.unit_of(addr) else { return };
-        for u in unit..(unit + count).min(self.geo.data_units) {
+        for u in unit..(unit + count).min(self.geo.index_units()) {
             if !bit(&self.unavailable, u) {
                 self.set_unavailable(u, true);
                 self.held.push_back((txg, u, 1));
@@ -611,7 +664,7 @@ impl Allocator {
                 None => 0,
             };
             let first = c * BITS_PER_CHUNK;
-            let n = (self.geo.data_units - first).min(BITS_PER_CHUNK);
+            let n = self.geo.chunk_units(c);
             let mut bits = vec![0u8; CHUNK_BITS_BYTES];
             for i in 0..n {
                 if bit(&self.persisted, first + i) {
@@ -639,6 +692,7 @@ mod tests {
             data_units: units,
             log_offset: 1 << 20,
             log_bytes: 0,
+            groups: std::sync::Arc::new([]),
         }
     }
 

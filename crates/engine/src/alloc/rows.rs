@@ -107,6 +107,7 @@ mod tests {
             data_units: units,
             log_offset: 1 << 20,
             log_bytes: 0,
+            groups: std::sync::Arc::new([]),
         };
         let mut a = Allocator::new_empty(geo);
         a.set_rows(RowLayout { origin, width });

@@ -40,7 +40,7 @@ pub(crate) fn scrub_fixed(dev: &dyn BlockDevice, geo: &Geometry, pool_guid: u64,
         }
     }
     let mut chunk = vec![0u8; CHUNK_SLOT_SIZE];
-    for c in 0..geo.spacemap_chunks {
+    for c in 0..geo.total_chunks() {
         for slot in 0..2u8 {
             let addr = geo.slot_addr(c, slot);
             let score = |b: &[u8]| match SpacemapChunkPhys::decode(b, addr) {

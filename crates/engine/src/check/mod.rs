@@ -315,7 +315,7 @@ impl Checker<'_> {
             return self.claim_packed(bp, ctx);
         }
         let units = bp.units();
-        let Some(first) = self.geo.unit_of(bp.addr).filter(|u| u + units <= self.geo.data_units) else {
+        let Some(first) = self.geo.run_of(bp.addr, units) else {
             self.err(format!("{ctx}: block at {} lies outside the data area", bp.addr));
             return Claim::Bad;
         };
@@ -377,7 +377,7 @@ impl Checker<'_> {
             self.err(format!("{ctx}: packed record at {} overlaps another record of its pack", bp.addr));
         }
         if !seen_before {
-            match self.geo.unit_of(start).filter(|u| u + units <= self.geo.data_units) {
+            match self.geo.run_of(start, units) {
                 Some(u) => self.reference_units(u, units, start, ctx),
                 None => self.err(format!("pack at {start} lies outside the data area")),
             }
@@ -713,7 +713,7 @@ impl Pool {
         }
         // The space map as committed with this root, read back from the device now: later
         // commits rewrite its slots, and a scrub lets them run.
-        let on_disk = Allocator::load(p.dev.as_ref(), geo, pool_guid, root.txg);
+        let on_disk = Allocator::load(p.dev.as_ref(), geo.clone(), pool_guid, root.txg);
         let io = p.io.clone();
         if let Some(c) = control {
             c.begin(root.allocated_units * UNIT_SIZE);
@@ -733,7 +733,7 @@ impl Pool {
             yielded: false,
             opts,
             root_txg: root.txg,
-            referenced: vec![0; geo.data_units.div_ceil(64) as usize],
+            referenced: vec![0; geo.index_units().div_ceil(64) as usize],
             visited: HashMap::new(),
             report: CheckReport { txg: root.txg, notes, ..Default::default() },
             geo,
@@ -850,7 +850,7 @@ impl Pool {
                     ));
                 }
                 let mut shown = 0;
-                for u in 0..geo.data_units {
+                for u in 0..c.geo.index_units() {
                     let used = c.referenced[(u / 64) as usize] >> (u % 64) & 1 == 1;
                     let alloc = on_disk.is_allocated(u);
                     if used != alloc {

@@ -6,12 +6,14 @@
 
 mod aligned;
 mod file;
+pub mod groups;
 pub mod mirror;
 mod probe;
 mod status;
 
 pub use aligned::AlignedBuf;
 pub use file::{FileDevice, FileDeviceOptions};
+pub use groups::GroupedDevice;
 pub use mirror::{read_member_identity, MemberIdentity, MirrorDevice, RebuildStatus, Rows, PARITY2_MEMBERS};
 pub use probe::{
     probe_foreign_data, probe_reader, probe_window, ForeignData, Signature, StrataLabel, PROBE_WINDOW_BYTES,
@@ -102,6 +104,11 @@ pub trait BlockDevice: Send + Sync {
     /// The mirror this device is, for its administration (replace, online, offline,
     /// rebuild).
     fn as_mirror(&self) -> Option<&MirrorDevice> {
+        None
+    }
+
+    /// The device groups this device is (a pool's device that can add groups).
+    fn as_groups(&self) -> Option<&GroupedDevice> {
         None
     }
 }

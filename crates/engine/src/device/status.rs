@@ -72,6 +72,10 @@ impl fmt::Display for MemberState {
 /// One member's figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberStatus {
+    /// The device group the member belongs to (0: the pool's first; `strata pool add`
+    /// adds more).
+    pub group: usize,
+    /// Its place in its group's set.
     pub index: usize,
     pub guid: u64,
     /// The device ("/dev/sdb", an image path), or what the set remembers of a missing one.
@@ -87,8 +91,8 @@ pub struct MemberStatus {
     pub note: Option<String>,
 }
 
-/// The health of a set as a whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The health of a set as a whole (ordered: the worst of several groups is the max).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SetHealth {
     /// Every member in use.
     Online,

@@ -13,8 +13,12 @@
 /// Feature bits this build understands, per mask.
 pub const KNOWN_COMPAT: u64 = COMPAT_HOST_STATE;
 pub const KNOWN_RO_COMPAT: u64 = RO_COMPAT_ASYNC_DESTROY;
-pub const KNOWN_INCOMPAT: u64 =
-    INCOMPAT_COMPRESSION | INCOMPAT_PACKS | INCOMPAT_DEDUP | INCOMPAT_LOG_DEVICE | INCOMPAT_DEVICE_SET;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_COMPRESSION
+    | INCOMPAT_PACKS
+    | INCOMPAT_DEDUP
+    | INCOMPAT_LOG_DEVICE
+    | INCOMPAT_DEVICE_SET
+    | INCOMPAT_DEVICE_GROUPS;
 
 /// Data records may be stored compressed (lz4, zstd) and volume records carry a compression
 /// policy in their flags. Set in the labels when a volume's compression is first turned on
@@ -51,6 +55,13 @@ pub const INCOMPAT_LOG_DEVICE: u64 = 1 << 16;
 /// would read one member and write one, leaving the others stale). Bit 32: the device
 /// features take bits from 32 up.
 pub const INCOMPAT_DEVICE_SET: u64 = 1 << 32;
+
+/// The pool spans several device groups (`strata pool add`): the labels carry a group table
+/// (`format::label::GroupPhys`), and each added group starts with its own space map region
+/// for the units it adds. An older build would see only the first group's units: it would
+/// write the shared space map chunks without the added units' bits (freeing them) and
+/// never read blocks placed there — so it must refuse the pool. Set by the first `pool add`.
+pub const INCOMPAT_DEVICE_GROUPS: u64 = 1 << 33;
 
 /// Uberblocks carry the host that wrote them and the pool's state (`host_id`, `pool_state`:
 /// active or exported), in bytes that were reserved zeros (`format::uberblock`). A compat

@@ -25,13 +25,28 @@
 //! 208  log_device_guid  u64      0: the log is the region above; else the guid of a
 //!                                separate log device (`format::logdev`), with the
 //!                                INCOMPAT_LOG_DEVICE feature set
-//! 216  reserved         [u8; 8]
+//! 216  generation       u64      bumped by every rewrite of the labels: of several valid
+//!                                copies (two per device, one per member of a set after
+//!                                a crash), the highest is the pool's label. Zero in
+//!                                labels written before it existed (reserved then).
 //! 224  checksum         [u8; 32] BLAKE3 of the 4 KiB label with this field zeroed
-//! 256  zero padding to 4096
+//! 256  group_count      u32      device groups added after creation (`strata pool add`);
+//!                                0 unless INCOMPAT_DEVICE_GROUPS is set
+//! 260  reserved         u32
+//! 264  groups           group_count × GroupPhys (32 bytes), in address order:
+//!        0  set_guid    u64      the device set that holds the group
+//!        8  base        u64      where its logical space starts in the pool's
+//!       16  bytes       u64      its size (the set's logical size, unit aligned)
+//!       24  reserved    u64
+//!      ...  zero padding to 4096
 //! ```
+//!
+//! A group's own layout (its space map region, then its data units) follows from `base` and
+//! `bytes` alone (`alloc::Segment::lay_out`): nothing else needs storing. Labels written
+//! before groups existed hold zeros from byte 256: no group.
 
 use super::codec::{seal, self_checksum_ok, Reader, Writer};
-use super::features::{Features, INCOMPAT_LOG_DEVICE};
+use super::features::{Features, INCOMPAT_DEVICE_GROUPS, INCOMPAT_LOG_DEVICE};
 use super::{ChecksumAlgo, RING_SLOTS, UNIT_SHIFT, UNIT_SIZE};
 use crate::error::Corruption;
 
@@ -39,6 +54,19 @@ pub const LABEL_MAGIC: [u8; 8] = *b"STRATALB";
 pub const LABEL_PHYS_SIZE: usize = UNIT_SIZE as usize;
 const CHECKSUM_FIELD: usize = 224;
 pub const POOL_NAME_MAX: usize = 64;
+/// Device groups a pool may add to the one it was created on.
+pub const GROUPS_MAX: usize = 64;
+const GROUP_PHYS_SIZE: usize = 32;
+const _: () = assert!(CHECKSUM_FIELD + 32 + 8 + GROUPS_MAX * GROUP_PHYS_SIZE <= LABEL_PHYS_SIZE);
+
+/// A device group added to a pool (`strata pool add`): a device set whose logical space
+/// extends the pool's at `base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupPhys {
+    pub set_guid: u64,
+    pub base: u64,
+    pub bytes: u64,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelPhys {
@@ -60,6 +88,11 @@ pub struct LabelPhys {
     pub created_ns: u64,
     pub checksum_algo: ChecksumAlgo,
     pub pool_name: String,
+    /// Rewrites of the labels since creation (see the layout).
+    pub generation: u64,
+    /// Groups added after creation, in address order (the first group, the one the pool
+    /// was created on, is described by the fields above).
+    pub groups: Vec<GroupPhys>,
 }
 
 impl LabelPhys {
@@ -91,9 +124,15 @@ impl LabelPhys {
             .u64(self.log_offset)
             .u64(self.log_bytes)
             .u64(self.log_device_guid)
-            .zeros(8);
+            .u64(self.generation);
         assert_eq!(w.len(), CHECKSUM_FIELD);
-        w.zeros(LABEL_PHYS_SIZE - CHECKSUM_FIELD);
+        assert!(self.groups.len() <= GROUPS_MAX, "group count validated before encoding");
+        w.zeros(32).u32(self.groups.len() as u32).zeros(4);
+        for g in &self.groups {
+            w.u64(g.set_guid).u64(g.base).u64(g.bytes).zeros(8);
+        }
+        let used = w.len();
+        w.zeros(LABEL_PHYS_SIZE - used);
         let mut buf = w.into_inner();
         seal(&mut buf, CHECKSUM_FIELD);
         buf
@@ -131,6 +170,34 @@ impl LabelPhys {
         let log_offset = r.u64()?;
         let log_bytes = r.u64()?;
         let log_device_guid = r.u64()?;
+        let generation = r.u64()?;
+        r.take(32)?;
+        let group_count = r.u32()? as usize;
+        r.take(4)?;
+        if group_count > GROUPS_MAX || (group_count > 0) != (features.incompat & INCOMPAT_DEVICE_GROUPS != 0) {
+            return Err(r.corrupt(format!(
+                "{group_count} device groups (the device groups feature disagrees, or over {GROUPS_MAX})"
+            )));
+        }
+        let mut groups: Vec<GroupPhys> = Vec::with_capacity(group_count);
+        let mut prev_end = device_size;
+        for i in 0..group_count {
+            let g = GroupPhys { set_guid: r.u64()?, base: r.u64()?, bytes: r.u64()? };
+            r.take(8)?;
+            let end = g.base.checked_add(g.bytes);
+            if g.base < prev_end
+                || !g.base.is_multiple_of(UNIT_SIZE)
+                || !g.bytes.is_multiple_of(UNIT_SIZE)
+                || end.is_none()
+            {
+                return Err(r.corrupt(format!(
+                    "device group {i} at {} of {} bytes overlaps the one before or is not unit aligned",
+                    g.base, g.bytes
+                )));
+            }
+            prev_end = end.unwrap_or(u64::MAX);
+            groups.push(g);
+        }
         if (log_device_guid != 0) != (features.incompat & INCOMPAT_LOG_DEVICE != 0) {
             return Err(
                 r.corrupt(format!("log device guid {log_device_guid:#x} disagrees with the log device feature flag"))
@@ -184,6 +251,8 @@ impl LabelPhys {
             created_ns,
             checksum_algo,
             pool_name,
+            generation,
+            groups,
         })
     }
 }

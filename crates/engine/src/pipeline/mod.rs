@@ -93,7 +93,8 @@ struct WriteBatch {
 pub struct BlockIo {
     dev: Arc<dyn BlockDevice>,
     batch: Mutex<Option<WriteBatch>>,
-    geo: Geometry,
+    /// Where blocks may be: grows when the pool adds a device group (`set_geometry`).
+    geo: Mutex<Geometry>,
     checksum_algo: ChecksumAlgo,
     cache: Mutex<BlockCache<Cached>>,
     data_cache: Mutex<BlockCache<Arc<Vec<u8>>>>,
@@ -152,13 +153,23 @@ impl BlockIo {
         BlockIo {
             dev,
             batch: Mutex::new(None),
-            geo,
+            geo: Mutex::new(geo),
             checksum_algo,
             cache: Mutex::new(BlockCache::new(cache_blocks as u64)),
             data_cache: Mutex::new(BlockCache::new(data_cache_bytes)),
             packing: AtomicBool::new(false),
             stats: IoStats::default(),
         }
+    }
+
+    /// The pool grew by a device group: blocks may be in its units from now on.
+    pub fn set_geometry(&self, geo: Geometry) {
+        *self.geo.lock().unwrap_or_else(crate::sync::PoisonError::into_inner) = geo;
+    }
+
+    /// Whether the `units` units at `addr` lie in the data area of one device group.
+    fn in_area(&self, addr: u64, units: u64) -> bool {
+        self.geo.lock().unwrap_or_else(crate::sync::PoisonError::into_inner).run_of(addr, units).is_some()
     }
 
     /// A data record's logical bytes, from the data cache or read and verified (then kept).
@@ -442,7 +453,7 @@ impl BlockIo {
                 end = end.max(s + l);
                 j += 1;
             }
-            let in_area = self.geo.unit_of(start).is_some_and(|u| u + (end - start) / UNIT_SIZE <= self.geo.data_units);
+            let in_area = self.in_area(start, (end - start) / UNIT_SIZE);
             let mut buf = AlignedBuf::zeroed((end - start) as usize);
             let read = j - i > 1 && bps[i].device == 0 && in_area && self.dev.read_at(&mut buf, start).is_ok();
             for bp in &bps[i..j] {
@@ -484,7 +495,7 @@ impl BlockIo {
         };
         let (start, len) = bp.read_span();
         let units = len / UNIT_SIZE;
-        let in_area = self.geo.unit_of(start).is_some_and(|u| u + units <= self.geo.data_units);
+        let in_area = self.in_area(start, units);
         if bp.device != 0 || !in_area {
             return Err(self.corrupt(Corruption::new(
                 what,

@@ -16,6 +16,7 @@ impl PoolInner {
     /// Replace both pool labels with `label`, one at a time, each flushed, so a crash leaves
     /// at least one valid label. A failure latches the pool (DESIGN.md §3.8).
     pub(crate) fn rewrite_labels(&mut self, label: LabelPhys, context: &'static str) -> Result<()> {
+        let label = LabelPhys { generation: self.label.generation + 1, ..label };
         for idx in 0..2u32 {
             let l = LabelPhys { label_index: idx, ..label.clone() };
             let r = self

@@ -104,7 +104,7 @@ impl<'a> PoolGuard<'a> {
     }
 
     pub fn space(&mut self, vol: VolumeId) -> Result<SpaceInfo> {
-        let size = self.p.label.data_units * UNIT_SIZE;
+        let size = self.p.alloc.geometry().total_units() * UNIT_SIZE;
         // Dirty data counts as used (it is reserved); frees held back for a txg or two
         // count as free (they are, within seconds, and writers wait for them).
         let used = (self.p.alloc.allocated_units() + self.p.alloc.reserved_units()) * UNIT_SIZE;

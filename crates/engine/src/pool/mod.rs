@@ -35,6 +35,7 @@ mod commit;
 pub mod control;
 pub mod counters;
 pub(crate) mod destroy;
+pub mod groups;
 pub mod guard;
 pub mod host_state;
 pub mod log_device;
@@ -375,7 +376,7 @@ impl Pool {
 
     pub fn status(&self) -> PoolStatus {
         let p = self.lock_raw();
-        let size = p.label.data_units * UNIT_SIZE;
+        let size = p.alloc.geometry().total_units() * UNIT_SIZE;
         let allocated = p.alloc.allocated_units() * UNIT_SIZE;
         let held = p.alloc.held_units() * UNIT_SIZE;
         let trapped = p.alloc.trapped_units() * UNIT_SIZE;

@@ -35,32 +35,37 @@ struct LoadedRoot {
     destroying: BTreeMap<u64, destroy::Destroying>,
 }
 
+/// The pool's label: of both copies (and, on a device set, of every member's), the valid
+/// one with the highest generation — a crash while the labels were rewritten can leave
+/// copies of two generations; every reader must pick the same one (`groups::assemble` and
+/// `Pool::open` both read it). A device set rewrites the copies that lost.
 pub(crate) fn read_label(dev: &dyn BlockDevice) -> Result<(LabelPhys, Vec<String>)> {
     let mut notes = Vec::new();
     let mut buf = vec![0u8; LABEL_PHYS_SIZE];
+    let mut best: Option<LabelPhys> = None;
     let mut first_err = None;
     for idx in 0..2u64 {
         let addr = idx * LABEL_SIZE;
-        let verify = |b: &[u8]| LabelPhys::decode(b, addr).is_ok();
-        if let Err(e) = dev.read_verified(&mut buf, addr, 0..LABEL_PHYS_SIZE, &verify) {
+        let score = |b: &[u8]| LabelPhys::decode(b, addr).ok().map(|l| l.generation);
+        if let Err(e) = dev.read_best(&mut buf, addr, &score) {
             return Err(Error::io("read pool label", e));
         }
         match LabelPhys::decode(&buf, addr) {
             Ok(l) => {
-                if idx == 1 {
-                    notes.push(format!(
-                        "label 0 unusable ({}); used label 1",
-                        first_err.as_ref().expect("label 0 failed")
-                    ));
+                if best.as_ref().is_none_or(|b| l.generation > b.generation) {
+                    best = Some(l);
                 }
-                return Ok((l, notes));
             }
             Err(c) => {
-                if first_err.is_none() {
-                    first_err = Some(c);
+                if idx == 0 {
+                    notes.push(format!("label 0 unusable ({c}); used label 1"));
                 }
+                first_err = first_err.or(Some(c));
             }
         }
+    }
+    if let Some(l) = best {
+        return Ok((l, notes));
     }
     let c = first_err.expect("both labels failed");
     Err(Error::Corruption(crate::error::Corruption::new(
@@ -119,6 +124,8 @@ impl Pool {
             created_ns: opts.clock.now_ns(),
             checksum_algo: create.checksum,
             pool_name: create.name.clone(),
+            generation: 0,
+            groups: Vec::new(),
         };
         // The log device's label before the pool's: a pool label never names a log device
         // that does not carry its label.
@@ -152,7 +159,8 @@ impl Pool {
             dev.write_at(&empty_ring, base + UNIT_SIZE).map_err(|e| Error::io("clear uberblock ring", e))?;
         }
         dev.flush().map_err(|e| Error::io("flush pool label", e))?;
-        let io = Arc::new(BlockIo::new(dev.clone(), geo, create.checksum, opts.cache_blocks, opts.data_cache_bytes));
+        let io =
+            Arc::new(BlockIo::new(dev.clone(), geo.clone(), create.checksum, opts.cache_blocks, opts.data_cache_bytes));
         let alloc = with_rows(Allocator::new_empty(geo), dev.as_ref())?;
         let inner = PoolInner {
             dev,
@@ -256,21 +264,34 @@ impl Pool {
                 ),
             )));
         }
-        let geo = Geometry {
-            spacemap_offset: label.spacemap_offset,
-            spacemap_chunks: label.spacemap_chunks,
-            data_offset: label.data_offset,
-            data_units: label.data_units,
-            log_offset: label.log_offset,
-            log_bytes: label.log_bytes,
-        };
-        let expected = Geometry::for_device(label.device_size)
-            .map(|g| (g.spacemap_chunks, g.data_offset, g.data_units, g.log_offset, g.log_bytes));
-        if expected != Some((geo.spacemap_chunks, geo.data_offset, geo.data_units, geo.log_offset, geo.log_bytes)) {
-            return Err(Error::Corruption(crate::error::Corruption::new(
+        let geo = Geometry::from_label(&label).ok_or_else(|| {
+            Error::Corruption(crate::error::Corruption::new(
                 "pool label",
                 Some(0),
-                "geometry does not match the device size",
+                "geometry does not match the device size, or a device group overlaps another",
+            ))
+        })?;
+        let groups_ok = match dev.as_groups() {
+            Some(g) => {
+                let bases: Vec<u64> = g.groups().iter().skip(1).map(|(b, _)| *b).collect();
+                bases == label.groups.iter().map(|g| g.base).collect::<Vec<_>>()
+            }
+            None => label.groups.is_empty(),
+        };
+        if !groups_ok {
+            return Err(Error::invalid(format!(
+                "pool {} has {} device groups: open it with all of them (pool::groups::assemble)",
+                label.pool_name,
+                label.groups.len() + 1
+            )));
+        }
+        if dev.size_bytes() < geo.end() {
+            return Err(Error::invalid(format!(
+                "device {} has {} bytes but the pool's {} device groups end at {}: open it with every group",
+                dev.describe(),
+                dev.size_bytes(),
+                label.groups.len() + 1,
+                geo.end()
             )));
         }
         let log_at_open = crate::pool::log_device::resolve(
@@ -285,9 +306,14 @@ impl Pool {
         let newest_txg = roots.first().map(|u| u.txg);
         let mut last_err = None;
         for (i, ub) in roots.iter().enumerate() {
-            let io =
-                Arc::new(BlockIo::new(dev.clone(), geo, label.checksum_algo, opts.cache_blocks, opts.data_cache_bytes));
-            match Pool::load_root(&io, dev.as_ref(), geo, &label, ub) {
+            let io = Arc::new(BlockIo::new(
+                dev.clone(),
+                geo.clone(),
+                label.checksum_algo,
+                opts.cache_blocks,
+                opts.data_cache_bytes,
+            ));
+            match Pool::load_root(&io, dev.as_ref(), geo.clone(), &label, ub) {
                 Ok(LoadedRoot { mut alloc, mut ddt, catalog, volumes, snapshots, destroying }) => {
                     ddt.set_max_entries(opts.dedup_table_max);
                     if i > 0 {

@@ -32,38 +32,21 @@ impl Pool {
     /// are served (their I/O waits behind the copy's), the default when idle.
     pub fn rebuild_step_lanes(&self, window: u64, lanes: usize) -> Result<Option<RebuildProgress>> {
         let dev = self.lock().dev.clone();
-        let Some(mirror) = dev.as_mirror() else { return Ok(None) };
-        let Some(status) = mirror.rebuild_status() else { return Ok(None) };
+        // The set being rebuilt, and where its logical space starts in the pool's.
+        let sets = match dev.as_groups() {
+            Some(g) => g.sets().into_iter().map(|(r, d)| (r.start, d)).collect(),
+            None => vec![(0, dev.clone())],
+        };
+        let found = sets.iter().find_map(|(base, d)| Some((*base, d.as_mirror()?, d.as_mirror()?.rebuild_status()?)));
+        let Some((base, mirror, status)) = found else { return Ok(None) };
         let start = status.cursor;
         let end = start.saturating_add(window.max(UNIT_SIZE)).min(status.end);
         let extents = {
             let p = self.lock();
-            let geo = p.alloc.geometry();
-            // The fixed regions: labels, uberblock rings and space map in full; of the
-            // intent log region only what replay could read (`IntentLog::live_in_pool`) —
-            // on a 4 GiB device the region is 64 MiB, most of it stale blocks.
-            let log_live = (geo.log_offset, geo.log_offset + p.ilog.live_in_pool().min(geo.log_bytes));
-            let fixed = [(0, log_live.1), (geo.log_offset + geo.log_bytes, geo.data_offset)];
-            let mut extents = Vec::new();
-            for (lo, hi) in fixed {
-                let (lo, hi) = (lo.max(start), hi.min(end));
-                if lo < hi {
-                    extents.push((lo, hi - lo));
-                }
-            }
-            let data_end = geo.data_offset + geo.data_units * UNIT_SIZE;
-            let lo = start.max(geo.data_offset);
-            let hi = end.min(data_end);
-            if lo < hi {
-                let first = (lo - geo.data_offset) / UNIT_SIZE;
-                let last = (hi - geo.data_offset).div_ceil(UNIT_SIZE);
-                for (u, n) in p.alloc.unavailable_runs(first, last - first) {
-                    let off = geo.data_offset + u * UNIT_SIZE;
-                    let stop = (off + n * UNIT_SIZE).min(hi);
-                    extents.push((off.max(lo), stop - off.max(lo)));
-                }
-            }
-            extents
+            live_extents(&p, base + start, base + end)
+                .into_iter()
+                .map(|(off, len)| (off - base, len))
+                .collect::<Vec<_>>()
         };
         let copied = mirror.rebuild_copy_lanes(&extents, end, lanes)?;
         let now = mirror.rebuild_status();
@@ -79,4 +62,42 @@ impl Pool {
     pub fn device(&self) -> std::sync::Arc<dyn crate::device::BlockDevice> {
         self.lock().dev.clone()
     }
+}
+
+/// What the pool holds in `lo..hi` of its logical space, as (offset, bytes): the fixed
+/// regions — labels, uberblock rings and space map in full; of the intent log region only
+/// what replay could read (`IntentLog::live_in_pool`: on a 4 GiB device the region is
+/// 64 MiB, most of it stale blocks) — each added group's space map region, and the units
+/// that are allocated or freed but still held.
+fn live_extents(p: &crate::pool::PoolInner, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+    let geo = p.alloc.geometry();
+    let log_live = (geo.log_offset, geo.log_offset + p.ilog.live_in_pool().min(geo.log_bytes));
+    let fixed = [(0, log_live.1), (geo.log_offset + geo.log_bytes, geo.data_offset)]
+        .into_iter()
+        .chain(geo.groups.iter().map(|s| (s.base, s.data_offset)));
+    let mut extents = Vec::new();
+    for (a, b) in fixed {
+        let (a, b) = (a.max(lo), b.min(hi));
+        if a < b {
+            extents.push((a, b - a));
+        }
+    }
+    let areas = std::iter::once((geo.data_offset, 0, geo.data_units))
+        .chain(geo.groups.iter().map(|s| (s.data_offset, s.first_unit, s.units)));
+    for (data_offset, first_unit, units) in areas {
+        let a = lo.max(data_offset);
+        let b = hi.min(data_offset + units * UNIT_SIZE);
+        if a >= b {
+            continue;
+        }
+        let first = (a - data_offset) / UNIT_SIZE;
+        let last = (b - data_offset).div_ceil(UNIT_SIZE);
+        for (u, n) in p.alloc.unavailable_runs(first_unit + first, last - first) {
+            let off = data_offset + (u - first_unit) * UNIT_SIZE;
+            let stop = (off + n * UNIT_SIZE).min(b);
+            extents.push((off.max(a), stop - off.max(a)));
+        }
+    }
+    extents.sort_unstable();
+    extents
 }

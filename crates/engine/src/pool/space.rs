@@ -278,11 +278,12 @@ impl PoolInner {
     }
 
     pub(crate) fn pool_space(&self) -> PoolSpace {
-        let size = self.label.data_units * UNIT_SIZE;
+        let units = self.alloc.geometry().total_units();
+        let size = units * UNIT_SIZE;
         let allocated = self.alloc.allocated_units() * UNIT_SIZE;
         let reserved: u64 = self.catalog.volumes.values().map(unused_reservation_units).sum();
         let busy = self.alloc.allocated_units() + self.alloc.held_units() + self.alloc.reserved_units() + reserved;
-        let available = self.label.data_units.saturating_sub(busy) * UNIT_SIZE;
+        let available = units.saturating_sub(busy) * UNIT_SIZE;
         // Figures read from disk, each bounded (`SPACE_SECTORS_MAX`); their sum is not.
         let saved: u64 = self
             .catalog

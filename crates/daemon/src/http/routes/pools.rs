@@ -19,6 +19,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<Daemon>> {
         .routes(routes!(check_pool))
         .routes(routes!(scrub_pool, scrub_status))
         .routes(routes!(change_device))
+        .routes(routes!(add_group))
         .routes(routes!(export_pool))
         .routes(routes!(scan_importable))
         .routes(routes!(import_pool))
@@ -128,6 +129,19 @@ async fn change_device(
 ) -> Result<Json<PoolInfo>, ApiError> {
     blocking(&d, move |d| {
         d.change_device(&pool, &req)?;
+        d.pool_info(&pool)
+    })
+    .await
+    .map(Json)
+}
+
+/// Add a device group: a new mirror of 2 or 3 devices whose space extends the pool's (the
+/// pool's layout; new blocks are spread over every group). Refused over data unless `force`.
+#[utoipa::path(post, path = "/v1/pools/{pool}/groups", tag = "pools", security(("token" = ["admin"])),
+    params(("pool" = String, Path)), request_body = AddGroup, responses((status = 200, body = PoolInfo)))]
+async fn add_group(d: D, Path(pool): Path<String>, Body(req): Body<AddGroup>) -> Result<Json<PoolInfo>, ApiError> {
+    blocking(&d, move |d| {
+        d.add_group(&pool, &req)?;
         d.pool_info(&pool)
     })
     .await

@@ -28,7 +28,7 @@ use std::{collections::VecDeque, sync::Arc};
 #[cfg(not(strata_sim))]
 const HELPERS_MAX: usize = 24;
 
-pub(super) struct FanOut {
+pub(crate) struct FanOut {
     #[cfg(not(strata_sim))]
     shared: Arc<Shared>,
 }
@@ -82,7 +82,7 @@ impl<R> Batch<R> {
 }
 
 impl FanOut {
-    pub(super) fn new() -> FanOut {
+    pub(crate) fn new() -> FanOut {
         FanOut {
             #[cfg(not(strata_sim))]
             shared: Arc::new(Shared { state: Mutex::new(State::default()), work: Condvar::new() }),
@@ -93,7 +93,7 @@ impl FanOut {
     /// on a helper that panics gives `panicked()` instead (the set treats it as that
     /// member's I/O error); a panic of the first call, made on this thread, is this call's
     /// panic (after the others have finished), as with `thread::scope`.
-    pub(super) fn map<T: Sync, R: Send>(
+    pub(crate) fn map<T: Sync, R: Send>(
         &self,
         items: &[T],
         f: impl Fn(&T) -> R + Sync,

@@ -29,7 +29,7 @@ use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
 use super::BlockDevice;
 
 mod errors;
-mod fan_out;
+pub(crate) mod fan_out;
 mod open_rows;
 mod parity;
 mod rebuild;
@@ -962,6 +962,7 @@ impl BlockDevice for MirrorDevice {
             .iter()
             .enumerate()
             .map(|(index, m)| MemberStatus {
+                group: 0,
                 index,
                 guid: m.guid(),
                 device: m.device(),
