@@ -83,6 +83,9 @@ scripts/e2e/mirror-postgres.sh
 echo "== PostgreSQL on a parity2 pool of four nbdkit devices: the same faults (two devices lost), a rebuild by reconstruction"
 LAYOUT=parity2 scripts/e2e/mirror-postgres.sh
 
+echo "== PostgreSQL on a mirror pool that grows by a second mirror under pgbench (pool add), then a power failure: replay, every acknowledged commit, scrub clean"
+scripts/e2e/groups-postgres.sh
+
 echo "== MariaDB (TR-4722 sysbench) on a 3-way mirror of nbdkit devices: the same faults and a rebuild under load"
 scripts/e2e/mirror-mariadb.sh
 

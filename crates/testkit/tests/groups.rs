@@ -182,3 +182,39 @@ fn a_power_failure_while_a_group_is_added_loses_nothing_acknowledged() {
         assert!(seen.iter().all(|&n| n > 0), "cases not met [before the labels, after]: {seen:?}");
     }
 }
+
+/// A pool that never adds a group writes its labels exactly as builds before groups did
+/// (bytes 216.. of each label zero, no new feature bit), so those builds still open it; a
+/// label rewrite (compression turned on) only sets the generation, in bytes older builds
+/// never read. And a label as they wrote it (generation and table zero) opens here.
+#[test]
+fn pools_without_groups_keep_the_old_label_bytes() {
+    let disk = Arc::new(SimDisk::new(32 << 20, 4096));
+    let pool = Pool::create(disk.clone() as Arc<dyn BlockDevice>, test_create_options(5), test_pool_options()).unwrap();
+    let img = disk.current_image();
+    for base in [0usize, 256 << 10] {
+        assert!(img[base + 216..base + 224].iter().all(|&b| b == 0), "generation at {base}");
+        assert!(img[base + 256..base + 4096].iter().all(|&b| b == 0), "group table at {base}");
+    }
+    let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    pool.set_compression(vol, strata_engine::CompressionPolicy::Lz4).unwrap();
+    pool.commit().unwrap();
+    drop(pool);
+    let img = disk.current_image();
+    for base in [0usize, 256 << 10] {
+        assert_eq!(u64::from_le_bytes(img[base + 216..base + 224].try_into().unwrap()), 1, "generation at {base}");
+        assert!(img[base + 256..base + 4096].iter().all(|&b| b == 0));
+        let incompat = u64::from_le_bytes(img[base + 104..base + 112].try_into().unwrap());
+        assert_eq!(incompat & strata_engine::format::features::INCOMPAT_DEVICE_GROUPS, 0);
+    }
+    // Zero the generation again, as an older build's rewrite would, and reseal: it opens.
+    let mut old = img.clone();
+    for base in [0usize, 256 << 10] {
+        let mut l = strata_engine::format::label::LabelPhys::decode(&old[base..base + 4096], base as u64).unwrap();
+        l.generation = 0;
+        old[base..base + 4096].copy_from_slice(&l.encode());
+        assert!(old[base + 216..base + 224].iter().all(|&b| b == 0));
+    }
+    let pool = Pool::open(Arc::new(SimDisk::from_image(old, 4096)) as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
+    assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+}
