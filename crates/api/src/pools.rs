@@ -450,7 +450,7 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// `POST /v1/pools/{pool}/groups`: add a device group — a new set of the pool's layout
-/// (a mirror of 2 or 3 devices) whose space extends the pool's; new blocks are spread over
+/// (a mirror of 2 or 3 devices, a parity2 set of 4 to 16) whose space extends the pool's; new blocks are spread over
 /// every group (ZFS `zpool add`). Refused over data unless `force`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

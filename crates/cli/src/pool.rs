@@ -87,12 +87,14 @@ pub enum PoolCmd {
         #[arg(long)]
         wait: bool,
     },
-    /// Add a device group: a new mirror of 2 or 3 devices whose space extends the pool's
-    /// (`zpool add`); new blocks are spread over every group. Groups cannot be removed
+    /// Add a device group: a new set of the pool's layout (a mirror of 2 or 3 devices, a
+    /// parity2 set of 4 to 16) whose space extends the pool's (`zpool add`); new blocks are
+    /// spread over every group. Groups cannot be removed
     /// again. Devices that hold data are refused unless --force.
     Add {
         name: String,
-        /// Image file or block device of the new mirror (repeat: 2 or 3).
+        /// Image file or block device of the new set (repeat: 2 or 3 for a mirror, 4 to 16
+        /// for parity2).
         #[arg(long, required = true)]
         device: Vec<PathBuf>,
         /// Size of new image files (sparse), e.g. 100G.

@@ -129,3 +129,38 @@ fn a_mirror_pool_grows_by_a_device_group() {
     assert_eq!(std::fs::read(mnt.join("b")).unwrap(), b);
     d.ok(&["check", "g"]);
 }
+
+#[test]
+fn a_parity2_pool_grows_by_a_parity2_group() {
+    let dir = temp_dir("groups-parity-cli");
+    let mut d = Daemon::start(&dir);
+    let img: Vec<_> = (0..8).map(|i| dir.join(format!("p{i}.img"))).collect();
+    let mut create = vec!["pool", "create", "p", "--layout", "parity2", "--size", "96M"];
+    img[..4].iter().for_each(|i| create.extend(["--device", s(i)]));
+    d.ok(&create);
+    let mut add = vec!["pool", "add", "p", "--size", "96M"];
+    img[4..7].iter().for_each(|i| add.extend(["--device", s(i)]));
+    d.fails(&add, "4 to 16");
+    add.extend(["--device", s(&img[7])]);
+    d.ok(&add);
+    let v = pool(&d, "p");
+    let groups: Vec<u64> = v["devices"].as_array().unwrap().iter().map(|d| d["group"].as_u64().unwrap()).collect();
+    assert_eq!(groups, [0, 0, 0, 0, 1, 1, 1, 1], "{v}");
+    d.ok(&["volume", "create", "p/v"]);
+    let mnt = dir.join("mnt");
+    d.ok(&["mount", "p/v", s(&mnt)]);
+    let a = data(3, 40 << 20);
+    std::fs::write(mnt.join("a"), &a).unwrap();
+    std::fs::File::open(mnt.join("a")).unwrap().sync_all().unwrap();
+    assert!(d.stop().success(), "{}", d.log());
+    // A data unit of the file on the added group's members (each unit is on one member).
+    let on_second: usize = img[4..].iter().map(|i| blocks_of(i, &a)).sum();
+    assert!(on_second > 1024, "{on_second} units of the file on the added group");
+    // One member of each group gone: every byte is there.
+    std::fs::rename(&img[1], dir.join("p1.away")).unwrap();
+    std::fs::rename(&img[6], dir.join("p6.away")).unwrap();
+    d.spawn();
+    assert_eq!(pool(&d, "p")["state"], "DEGRADED", "{}", d.log());
+    assert_eq!(std::fs::read(mnt.join("a")).unwrap(), a);
+    d.ok(&["check", "p"]);
+}

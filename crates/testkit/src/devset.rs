@@ -175,6 +175,11 @@ impl SimGroups {
     /// `groups` mirrors of `ways` disks of `size` bytes for the pool `test_create_options(seed)`
     /// (set guids differ per group); the pool's device holds the first.
     pub fn create(ways: usize, size: u64, sector: usize, seed: u64, groups: usize) -> SimGroups {
+        SimGroups::create_layout(Layout::Mirror, ways, size, sector, seed, groups)
+    }
+
+    /// `groups` sets of `layout` over `ways` disks each.
+    pub fn create_layout(layout: Layout, ways: usize, size: u64, sector: usize, seed: u64, groups: usize) -> SimGroups {
         let power = Arc::new(SimPower::default());
         let sets: Vec<SimMirror> = (0..groups)
             .map(|g| {
@@ -188,14 +193,9 @@ impl SimGroups {
                 let members =
                     disks.iter().enumerate().map(|(i, d)| (d.clone() as Arc<dyn BlockDevice>, member_guid(i + 8 * g)));
                 let set_guid = seed ^ 0x5e7 ^ ((g as u64 + 1) << 40);
-                let dev = MirrorDevice::create(
-                    Layout::Mirror,
-                    members.collect(),
-                    test_create_options(seed).pool_guid,
-                    set_guid,
-                    1,
-                )
-                .expect("create device set");
+                let dev =
+                    MirrorDevice::create(layout, members.collect(), test_create_options(seed).pool_guid, set_guid, 1)
+                        .expect("create device set");
                 SimMirror { disks, power: power.clone(), dev: Arc::new(dev) }
             })
             .collect();

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use strata_engine::format::member::MEMBER_AREA_BYTES;
+use strata_engine::format::member::{Layout, MEMBER_AREA_BYTES};
 use strata_engine::{BlockDevice, CheckOptions, ErrorKind, Pool, VolumeOptions};
 use strata_testkit::devset::{check_reopened_set, sync_or_work, SimGroups, SimMirror};
 use strata_testkit::model::capture;
@@ -127,7 +127,9 @@ static SEEN: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 fn a_power_failure_while_a_group_is_added_loses_nothing_acknowledged() {
     run_seeds("a_power_failure_while_a_group_is_added_loses_nothing_acknowledged", 0x6a0_0000, 40, |seed| {
         let mut rng = SimRng::new(seed);
-        let g = SimGroups::create(2, 32 << 20, 512, seed, 2);
+        // Mirrors of 2, or parity2 sets of 4 (their rows per group: alloc/rows.rs).
+        let (layout, ways) = *rng.pick(&[(Layout::Mirror, 2usize), (Layout::Parity2, 4)]);
+        let g = SimGroups::create_layout(layout, ways, 32 << 20, 512, seed, 2);
         let pool = Pool::create(g.device(), test_create_options(seed), test_pool_options()).unwrap();
         let (mut model, vols) = two_volumes(&mut rng, &pool, &[4096u32, 16384]);
         let mut synced = vec![model.clone()];
@@ -215,6 +217,57 @@ fn pools_without_groups_keep_the_old_label_bytes() {
         old[base..base + 4096].copy_from_slice(&l.encode());
         assert!(old[base + 216..base + 224].iter().all(|&b| b == 0));
     }
-    let pool = Pool::open(Arc::new(SimDisk::from_image(old, 4096)) as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
+    let pool =
+        Pool::open(Arc::new(SimDisk::from_image(old, 4096)) as Arc<dyn BlockDevice>, test_pool_options()).unwrap();
     assert!(pool.check(CheckOptions::default()).unwrap().is_clean());
+}
+
+/// A parity2 pool adds a parity2 set: blocks go into the new set's rows (full rows, no
+/// write hole there either), a member of each set may fail and every byte is still read,
+/// and the reopened pool checks clean with the rows of both groups.
+#[test]
+fn a_parity2_pool_grows_by_a_parity2_group() {
+    let g = SimGroups::create_layout(Layout::Parity2, 4, 48 << 20, 4096, SEED, 2);
+    let pool = Pool::create(g.device(), test_create_options(SEED), test_pool_options()).unwrap();
+    // A mirror is not a group of a parity2 pool.
+    let m = SimMirror::create(2, 64 << 20, 4096, SEED);
+    let e = pool.add_group(m.device()).unwrap_err();
+    assert!(e.to_string().contains("parity2 too"), "{e}");
+    assert_eq!(pool.parity_row_sets(), 1);
+    pool.add_group(g.sets[1].device()).unwrap();
+    assert_eq!(pool.parity_row_sets(), 2, "the new group's rows are kept to");
+    let vol = pool.create_volume("v", &VolumeOptions { record_size: 16384, ..Default::default() }).unwrap();
+    let objs: Vec<_> = (0..6u8)
+        .map(|i| {
+            let o = pool.create_object(vol, &[i]).unwrap();
+            pool.write(vol, o, 0, &data(i, 4 << 20)).unwrap();
+            pool.commit().unwrap();
+            o
+        })
+        .collect();
+    assert!(written(&g.sets[1].disks[0]) > 1000, "the parity2 group took blocks");
+    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.errors);
+    // One member of each set gone: every byte still reads right.
+    g.sets[0].disks[1].set_gone(true);
+    g.sets[1].disks[2].set_gone(true);
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(pool.read(vol, *o, 0, 4 << 20).unwrap(), data(i as u8, 4 << 20), "object {i}");
+    }
+    g.sets[0].disks[1].set_gone(false);
+    g.sets[1].disks[2].set_gone(false);
+    drop(pool);
+    let imgs: Vec<Vec<Option<Arc<SimDisk>>>> = g
+        .sets
+        .iter()
+        .map(|s| s.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.current_image(), 4096)))).collect())
+        .collect();
+    let (g2, _) = SimGroups::open(imgs, true).unwrap();
+    let pool = Pool::open(g2.device(), test_pool_options()).unwrap();
+    assert_eq!(pool.parity_row_sets(), 2, "both groups' rows after reopening");
+    let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.errors);
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(pool.read(vol, *o, 0, 4 << 20).unwrap(), data(i as u8, 4 << 20));
+    }
 }

@@ -1,5 +1,5 @@
-//! `strata pool add` (`POST /v1/pools/{pool}/groups`): a pool on a mirror grows by another
-//! mirror (a device group; ZFS `zpool add`). The engine lays the group out and spreads new
+//! `strata pool add` (`POST /v1/pools/{pool}/groups`): a pool on a mirror (or parity2 set)
+//! grows by another set of its layout (a device group; ZFS `zpool add`). The engine lays the group out and spreads new
 //! blocks over every group (engine pool/groups.rs); here the devices are checked, the set
 //! is formatted with the pool's guid, and the state file learns its members *before* the
 //! engine adds it — a crash in between opens the pool with the set given and, if the
@@ -20,16 +20,15 @@ impl Daemon {
                 "device groups are for pools on a mirror (`pool create --layout mirror`)",
             ));
         };
-        if set.layout != Layout::Mirror {
-            return Err(ApiError::conflict(
-                format!("pool {pool} is a {} pool", set.layout.name()),
-                "only mirror pools can add device groups yet",
-            ));
-        }
-        if !(2..=3).contains(&req.devices.len()) {
+        let layout = set.layout;
+        let (ways, hint) = match layout {
+            Layout::Mirror => (2..=3, "give 2 or 3 devices (`--device A --device B [--device C]`)"),
+            Layout::Parity2 => (4..=16, "give 4 to 16 devices (`--device A ... --device D`)"),
+        };
+        if !ways.contains(&req.devices.len()) {
             return Err(ApiError::bad_request(
-                format!("a mirror group of {} devices", req.devices.len()),
-                "give 2 or 3 devices (`--device A --device B [--device C]`)",
+                format!("a {} group of {} devices", layout.name(), req.devices.len()),
+                hint,
             ));
         }
         for (i, d) in req.devices.iter().enumerate() {
@@ -68,7 +67,7 @@ impl Daemon {
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        let new = MirrorDevice::create(Layout::Mirror, members, p.status().pool_guid, random_u64(), created)
+        let new = MirrorDevice::create(layout, members, p.status().pool_guid, random_u64(), created)
             .map_err(ApiError::from)?;
         let new: Arc<dyn BlockDevice> = Arc::new(new);
         self.set_groups(pool, |g| g.push(req.devices.clone()))?;

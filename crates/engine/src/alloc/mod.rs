@@ -80,8 +80,8 @@ pub struct Allocator {
     /// (address, birth txg) of blocks freed since the data cache last forgot them
     /// (`BlockIo::forget`, when their txg commits): a freed block is never read again.
     freed_keys: Vec<(u64, u64)>,
-    /// A parity2 device set's rows (rows.rs); None for other devices.
-    rows: Option<RowState>,
+    /// The rows of each parity2 device set among the groups (rows.rs); empty for others.
+    rows: Vec<RowState>,
     /// Which group allocation is filling, with several groups (see `Stripe`).
     stripe: Stripe,
     /// Units of each chunk that exist (`Geometry::chunk_units`), for the allocation scan.
@@ -137,7 +137,7 @@ impl Allocator {
             dirty_packs: BTreeSet::new(),
             freed_keys: Vec::new(),
             plain_units_allocated: 0,
-            rows: None,
+            rows: Vec::new(),
             stripe: Stripe::default(),
             chunk_len: Vec::new(),
         };
@@ -185,26 +185,41 @@ impl Allocator {
         SpacemapChunkPhys { chunk_index: c as u32, txg: 0, pool_guid, bits: vec![0; CHUNK_BITS_BYTES] }.encode()
     }
 
-    /// Allocate in the rows of a parity2 device set from now on (rows.rs).
+    /// Allocate in the rows of a parity2 device set from now on (rows.rs): the set that is
+    /// the device group holding unit `layout.origin`.
     pub fn set_rows(&mut self, layout: RowLayout) {
-        self.rows = Some(RowState::new(layout, &self.unavailable, self.geo.data_units));
+        let (start, units) =
+            self.geo.unit_ranges().rfind(|&(start, _)| start <= layout.origin).unwrap_or((0, self.geo.data_units));
+        self.rows.retain(|r| r.start != start);
+        self.rows.push(RowState::new(layout, &self.unavailable, start, start + units));
+    }
+
+    /// The rows holding unit `u`, if its group is a parity2 set.
+    fn rows_at(&self, u: u64) -> Option<usize> {
+        self.rows.iter().position(|r| r.holds(u))
+    }
+
+    /// The parity2 sets whose rows allocation keeps to: one per parity2 device group.
+    pub fn row_sets(&self) -> usize {
+        self.rows.len()
     }
 
     /// Free units kept from allocation because their row holds a block (rows.rs).
     pub fn trapped_units(&self) -> u64 {
-        self.rows.as_ref().map_or(0, |r| r.trapped)
+        self.rows.iter().map(|r| r.trapped).sum()
     }
 
     /// End the open row: the next allocation starts a free row. For blocks acknowledged
     /// before their txg commits (intent-log blocks written by reference), before and after
     /// placing them.
     pub fn close_row(&mut self) {
-        let Some(rows) = self.rows.as_mut() else { return };
-        if let Some(r) = rows.open.take() {
-            rows.trapped += rows.trapped_in(rows.busy(&self.unavailable, r));
-            let next = rows.row_start(r + 1);
-            if self.cursor > rows.row_start(r) && self.cursor < next {
-                self.cursor = next;
+        for rows in &mut self.rows {
+            if let Some(r) = rows.open.take() {
+                rows.trapped += rows.trapped_in(rows.busy(&self.unavailable, r));
+                let next = rows.row_start(r + 1);
+                if self.cursor > rows.row_start(r) && self.cursor < next {
+                    self.cursor = next;
+                }
             }
         }
     }
@@ -215,8 +230,9 @@ impl Allocator {
         if bit(&self.unavailable, u) == v {
             return;
         }
-        let row = self.rows.as_ref().and_then(|rows| rows.row_of(u).filter(|r| rows.open != Some(*r)));
-        let before = row.map(|r| self.rows.as_ref().map_or(0, |rows| rows.trapped_in(rows.busy(&self.unavailable, r))));
+        let at = self.rows_at(u);
+        let row = at.and_then(|i| self.rows[i].row_of(u).filter(|r| self.rows[i].open != Some(*r)));
+        let before = row.zip(at).map(|(r, i)| self.rows[i].trapped_in(self.rows[i].busy(&self.unavailable, r)));
         set(&mut self.unavailable, u, v);
         let c = &mut self.chunk_unavailable[(u / BITS_PER_CHUNK) as usize];
         if v {
@@ -226,7 +242,7 @@ impl Allocator {
             *c -= 1;
             self.unavailable_units -= 1;
         }
-        if let (Some(r), Some(before), Some(rows)) = (row, before, self.rows.as_mut()) {
+        if let (Some(r), Some(before), Some(rows)) = (row, before, at.map(|i| &mut self.rows[i])) {
             let after = rows.trapped_in(rows.busy(&self.unavailable, r));
             rows.trapped = rows.trapped + after - before;
         }
@@ -344,15 +360,14 @@ impl Allocator {
     fn mark_allocated(&mut self, unit: u64, count: u64) {
         // The row left partly filled becomes the open one (rows.rs); the one open before
         // is closed first, so its free units count as trapped from now on.
-        let opens = self.rows.as_ref().and_then(|rows| {
+        let at = self.rows_at(unit);
+        let opens = at.map(|i| &self.rows[i]).and_then(|rows| {
             let end = unit + count;
             rows.row_of(end - 1).filter(|_| !(end - rows.layout.origin).is_multiple_of(rows.layout.width))
         });
-        if unit >= self.rows.as_ref().map_or(u64::MAX, |r| r.layout.origin) {
-            if let Some(rows) = self.rows.as_mut() {
-                if let Some(r) = rows.open.take() {
-                    rows.trapped += rows.trapped_in(rows.busy(&self.unavailable, r));
-                }
+        if let Some(rows) = at.map(|i| &mut self.rows[i]).filter(|r| unit >= r.layout.origin) {
+            if let Some(r) = rows.open.take() {
+                rows.trapped += rows.trapped_in(rows.busy(&self.unavailable, r));
             }
         }
         for u in unit..unit + count {
@@ -362,7 +377,7 @@ impl Allocator {
             self.dirty_chunks.insert(u / BITS_PER_CHUNK);
         }
         self.allocated_units += count;
-        if let (Some(r), Some(rows)) = (opens, self.rows.as_mut()) {
+        if let (Some(r), Some(rows)) = (opens, at.map(|i| &mut self.rows[i])) {
             rows.trapped -= rows.trapped_in(rows.busy(&self.unavailable, r));
             rows.open = Some(r);
         }
@@ -552,7 +567,7 @@ impl Allocator {
                 u = 0;
                 continue;
             }
-            let rows_ok = self.rows.as_ref().map_or(Ok(()), |rows| rows.run_ok(&self.unavailable, u, count));
+            let rows_ok = self.rows_at(u).map_or(Ok(()), |i| self.rows[i].run_ok(&self.unavailable, u, count));
             if let Err(next) = rows_ok {
                 scanned += next - u;
                 u = if next >= total { 0 } else { next };

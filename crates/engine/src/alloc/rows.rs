@@ -31,9 +31,14 @@ pub struct RowLayout {
     pub width: u64,
 }
 
+/// The rows of one parity2 set: a pool of several device groups has one per parity2 group,
+/// each over its group's units `start..end` (alloc/geometry.rs).
 #[derive(Debug)]
 pub(super) struct RowState {
     pub layout: RowLayout,
+    /// The group's unit numbers: rows lie in `origin..end`; `start..origin` is mirrored.
+    pub start: u64,
+    pub end: u64,
     /// The row the open txg is filling.
     pub open: Option<u64>,
     /// Free units in rows that hold something, the open row excepted.
@@ -41,16 +46,21 @@ pub(super) struct RowState {
 }
 
 impl RowState {
-    pub fn new(layout: RowLayout, unavailable: &[u64], data_units: u64) -> RowState {
-        let mut s = RowState { layout, open: None, trapped: 0 };
-        let rows = data_units.saturating_sub(layout.origin) / layout.width;
+    pub fn new(layout: RowLayout, unavailable: &[u64], start: u64, end: u64) -> RowState {
+        let mut s = RowState { layout, start, end, open: None, trapped: 0 };
+        let rows = end.saturating_sub(layout.origin) / layout.width;
         s.trapped = (0..rows).map(|r| s.trapped_in(s.busy(unavailable, r))).sum();
         s
     }
 
-    /// The row unit `u` is in (None below the origin).
+    /// The row unit `u` is in (None below the origin or past the group).
     pub fn row_of(&self, u: u64) -> Option<u64> {
-        u.checked_sub(self.layout.origin).map(|k| k / self.layout.width)
+        (u < self.end).then(|| u.checked_sub(self.layout.origin).map(|k| k / self.layout.width)).flatten()
+    }
+
+    /// Whether unit `u` is in this set's group.
+    pub fn holds(&self, u: u64) -> bool {
+        (self.start..self.end).contains(&u)
     }
 
     pub fn row_start(&self, r: u64) -> u64 {

@@ -157,8 +157,8 @@ impl BlockDevice for GroupedDevice {
         self.all().for_each(|g| g.dev.note_txg(txg));
     }
 
-    /// A parity2 set's rows, while it is the only group (a pool of parity2 sets cannot add
-    /// groups yet: the allocator keeps one row layout).
+    /// A parity2 set's rows, while it is the only group; with several, the pool asks each
+    /// group (`groups`) and the allocator keeps rows per group.
     fn rows(&self) -> Option<(u64, u64)> {
         match self.group_count() {
             1 => self.all().next().and_then(|g| g.dev.rows()),

@@ -18,7 +18,6 @@ use crate::device::{BlockDevice, GroupedDevice};
 use crate::error::{Error, Result};
 use crate::format::features::INCOMPAT_DEVICE_GROUPS;
 use crate::format::label::{GroupPhys, GROUPS_MAX};
-use crate::format::member::Layout;
 use crate::format::spacemap::CHUNK_SLOT_SIZE;
 use crate::format::UNIT_SIZE;
 use crate::pool::Pool;
@@ -84,8 +83,14 @@ pub fn group_set_guids(first: &dyn BlockDevice) -> Result<Vec<u64>> {
 }
 
 impl Pool {
-    /// Add `set` — a mirror made for this pool (its members carry the pool's guid), of the
-    /// same layout as the pool's first group — as a new device group: the pool's space
+    /// The parity2 device groups whose rows the allocator keeps to (tests: every parity2
+    /// group's, after `add_group` and after reopening).
+    pub fn parity_row_sets(&self) -> usize {
+        self.lock_raw().alloc.row_sets()
+    }
+
+    /// Add `set` — a mirror or parity2 set made for this pool (its members carry the pool's
+    /// guid), of the same layout as the pool's first group — as a new device group: the pool's space
     /// grows by the set's, and new blocks are spread over every group (alloc `Stripe`).
     /// Returns the bytes the pool gained. The pool's device must be a [`GroupedDevice`]
     /// (how the daemon opens every pool on a device set).
@@ -108,9 +113,9 @@ impl Pool {
                     p.label.pool_name
                 )));
             };
-            if new.layout != first.layout || new.layout == Layout::Parity2 {
+            if new.layout != first.layout {
                 return Err(Error::invalid(format!(
-                    "pool {} is a {} pool: a new group must be a {} too (parity2 pools cannot add groups yet)",
+                    "pool {} is a {} pool: a new group must be a {} too",
                     p.label.pool_name,
                     first.layout.name(),
                     first.layout.name()
@@ -137,6 +142,15 @@ impl Pool {
                 Error::invalid(format!("device group of {bytes} bytes is too small to add (at least a few MiB)"))
             })?;
             let seg = *grown.groups.last().expect("with_group added one");
+            // A parity2 set mirrors its start and keeps rows after it: the rows must begin in
+            // the group's data units (its space map region is rewritten in place).
+            if let Some((start, _)) = set.rows() {
+                if grown.unit_of(base + start).is_none() {
+                    return Err(Error::invalid(format!(
+                        "the new set's rows start at {start}, inside its space map region: not a set made for a group"
+                    )));
+                }
+            }
             // 1. Empty chunk versions (txg 0) on the new set, flushed.
             let pool_guid = p.label.pool_guid;
             let zero = vec![0u8; CHUNK_SLOT_SIZE];
@@ -156,6 +170,10 @@ impl Pool {
             // 3. The allocator and block I/O see it; the commit writes its chunks.
             p.alloc.grow(grown.clone());
             p.io.set_geometry(grown);
+            // A parity2 group's rows: blocks go into them as into the first group's.
+            if let Some(rows) = set.rows() {
+                crate::pool::open::set_rows(&mut p.alloc, base, rows, set.as_ref())?;
+            }
             p.catalog.dirty = true;
             p.commit_always()?;
             Ok(seg.units * UNIT_SIZE)

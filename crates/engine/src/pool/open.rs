@@ -518,17 +518,41 @@ impl Pool {
     }
 }
 
-/// The allocator of a pool on `dev`, told where a parity2 set's rows are (alloc/rows.rs).
+/// The allocator of a pool on `dev`, told where each parity2 set's rows are (alloc/rows.rs):
+/// the device itself, or each of its device groups.
 fn with_rows(mut alloc: Allocator, dev: &dyn BlockDevice) -> Result<Allocator> {
-    let Some((start, width)) = dev.rows() else { return Ok(alloc) };
+    let sets = match dev.as_groups() {
+        Some(g) => g.groups(),
+        None => Vec::new(),
+    };
+    if sets.is_empty() {
+        if let Some(rows) = dev.rows() {
+            set_rows(&mut alloc, 0, rows, dev)?;
+        }
+    }
+    for (base, d) in sets {
+        if let Some(rows) = d.rows() {
+            set_rows(&mut alloc, base, rows, d.as_ref())?;
+        }
+    }
+    Ok(alloc)
+}
+
+/// Rows of the set `dev` whose logical space starts at `base` of the pool's: (logical offset
+/// of its first row in the set, data units per row).
+pub(crate) fn set_rows(
+    alloc: &mut Allocator,
+    base: u64,
+    (start, width): (u64, u64),
+    dev: &dyn BlockDevice,
+) -> Result<()> {
     let geo = alloc.geometry();
-    let origin = start.checked_sub(geo.data_offset).filter(|o| o % UNIT_SIZE == 0 && width > 0).ok_or_else(|| {
+    let origin = geo.unit_of(base + start).filter(|_| width > 0).ok_or_else(|| {
         Error::invalid(format!(
-            "device {}: its rows start at {start}, before the data area at {} (a set made for another size?)",
-            dev.describe(),
-            geo.data_offset
+            "device {}: its rows start at {start}, outside the pool's data area (a set made for another size?)",
+            dev.describe()
         ))
     })?;
-    alloc.set_rows(crate::alloc::RowLayout { origin: origin / UNIT_SIZE, width });
-    Ok(alloc)
+    alloc.set_rows(crate::alloc::RowLayout { origin, width });
+    Ok(())
 }

@@ -135,8 +135,9 @@ async fn change_device(
     .map(Json)
 }
 
-/// Add a device group: a new mirror of 2 or 3 devices whose space extends the pool's (the
-/// pool's layout; new blocks are spread over every group). Refused over data unless `force`.
+/// Add a device group: a new set of the pool's layout (a mirror of 2 or 3 devices, a parity2
+/// set of 4 to 16) whose space extends the pool's; new blocks are spread over every group.
+/// Refused over data unless `force`.
 #[utoipa::path(post, path = "/v1/pools/{pool}/groups", tag = "pools", security(("token" = ["admin"])),
     params(("pool" = String, Path)), request_body = AddGroup, responses((status = 200, body = PoolInfo)))]
 async fn add_group(d: D, Path(pool): Path<String>, Body(req): Body<AddGroup>) -> Result<Json<PoolInfo>, ApiError> {
