@@ -66,44 +66,64 @@ fn finish(what: &str, v: strata_api::CheckReport, json_out: bool) -> Result<Exit
     Ok(if v.clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// The check of a device set: opened read-only from the members given (those missing
-/// are named; the set opens as far as its layout tolerates), every copy verified.
+/// The check of a device set — or of the sets of a pool's device groups, given together —
+/// opened read-only from the members given (those missing are named; each set opens as
+/// far as its layout tolerates), assembled as the pool's label says, every copy verified.
 fn check_set(
     paths: &[std::path::PathBuf],
     log_device: Option<&Path>,
     verify_data: bool,
     json_out: bool,
 ) -> Result<ExitCode, String> {
-    let mut found = Vec::new();
+    // The members, by set.
+    let mut sets: Vec<(u64, Vec<Result<Arc<dyn BlockDevice>, String>>)> = Vec::new();
     for p in paths {
         let dev = open_file(p)?;
-        if let Err(e) = read_member_identity(dev.as_ref()) {
-            return Err(format!(
+        let id = read_member_identity(dev.as_ref()).map_err(|e| {
+            format!(
                 "{}: not a member of a device set ({e}); give every member of one set, or a single-device pool alone",
                 p.display()
-            ));
+            )
+        })?;
+        match sets.iter_mut().find(|(guid, _)| *guid == id.set_guid) {
+            Some((_, members)) => members.push(Ok(dev)),
+            None => sets.push((id.set_guid, vec![Ok(dev)])),
         }
-        found.push(Ok(dev));
     }
-    let (set, notes) = MirrorDevice::open(found, false).map_err(|e| format!("{e} (give the members of one set)"))?;
-    let set = Arc::new(set);
+    let mut notes = Vec::new();
+    let mut opened: Vec<Arc<dyn BlockDevice>> = Vec::new();
+    for (_, found) in sets {
+        let (set, n) = MirrorDevice::open(found, false).map_err(|e| format!("{e} (give the members of one set)"))?;
+        notes.extend(n);
+        opened.push(Arc::new(set));
+    }
+    // The pool's first group is the set holding its label; the others are its groups.
+    let first = opened
+        .iter()
+        .position(|s| strata_engine::pool::groups::group_set_guids(s.as_ref()).is_ok())
+        .ok_or("no set given holds a pool label: give the members of the pool's first device group too")?;
+    let first = opened.remove(first);
+    let (dev, n) = strata_engine::pool::groups::assemble(first, opened).map_err(|e| e.to_string())?;
+    notes.extend(n);
     let log = log_device.map(open_file).transpose()?;
     let mut opts = PoolOptions::new(Arc::new(strata_daemon::SystemClock));
     opts.read_only = true;
-    let pool = open_pool(set.clone(), log, opts)?;
+    let pool = open_pool(dev.clone(), log, opts)?;
     let r = pool.check(CheckOptions { verify_data, all_copies: true }).map_err(|e| e.to_string())?;
     let mut v = strata_daemon::check_report(&r);
     v.notes.extend(notes);
-    if let Some(st) = set.set_status() {
+    if let Some(st) = dev.set_status() {
         v.notes.push(format!("{} set, {}", st.layout.name(), st.health.name()));
+        let grouped = dev.group_count() > 1;
         for m in &st.members {
             let why = m.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
-            v.notes.push(format!("member {} {}: {}{why}", m.index, m.device, m.state.name()));
+            let name = if grouped { format!("{}.{}", m.group, m.index) } else { m.index.to_string() };
+            v.notes.push(format!("member {name} {}: {}{why}", m.device, m.state.name()));
             if m.checksum_errors > 0 || m.read_errors > 0 {
                 v.errors.push(format!(
-                    "member {} {}: {} damaged copies, {} read errors (the other copies verified; not repaired: \
+                    "member {name} {}: {} damaged copies, {} read errors (the other copies verified; not repaired: \
                      nothing is written offline — serve the pool and run `strata pool scrub`)",
-                    m.index, m.device, m.checksum_errors, m.read_errors
+                    m.device, m.checksum_errors, m.read_errors
                 ));
             }
         }

@@ -83,6 +83,24 @@ fn a_mirror_pool_grows_by_a_device_group() {
     let (first, second) = (blocks_of(&img[0], &b), blocks_of(&img[2], &b));
     assert!(first > 2048 && second > 2048 && first + second >= 8192, "{first} + {second} blocks of 8192");
     assert_eq!(blocks_of(&img[2], &a), 0);
+    // The offline check takes the members of every group, in any order; without the added
+    // group's it says which is missing.
+    let (code, out, err) = d.cli(&[
+        "check",
+        "--device",
+        s(&img[2]),
+        "--device",
+        s(&img[0]),
+        "--device",
+        s(&img[3]),
+        "--device",
+        s(&img[1]),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("clean") && out.contains("member 1.1"), "{out}");
+    let (code, _, err) = d.cli(&["check", "--device", s(&img[0]), "--device", s(&img[1])]);
+    assert_ne!(code, 0);
+    assert!(err.contains("device group 1") && err.contains("missing"), "{err}");
     d.spawn();
     assert_eq!(pool(&d, "g")["state"], "ONLINE", "{}", d.log());
     assert_eq!(std::fs::read(mnt.join("a")).unwrap(), a);
