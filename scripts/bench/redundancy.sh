@@ -4,6 +4,9 @@
 #   strata-mirror   a Strata 2-way mirror of loop devices 1 and 2
 #   btrfs-raid1     btrfs -d raid1 -m raid1 on loop devices 1 and 2 (the in-kernel peer:
 #                   this kernel has no md RAID and no device mapper)
+# or, with LAYOUT=mirror3, three copies over three loop devices:
+#   strata-mirror3  a Strata 3-way mirror of loop devices 1-3
+#   btrfs-raid1c3   btrfs -d raid1c3 -m raid1c3 on loop devices 1-3
 # or, with LAYOUT=parity2, double parity over four loop devices:
 #   strata-parity2  a Strata parity2 pool of loop devices 1-4
 #   btrfs-raid6     btrfs -d raid6 -m raid1c3 on loop devices 1-4 (metadata three-way, as
@@ -21,8 +24,10 @@
 # healthy pool is timed (Strata `pool scrub`; btrfs `btrfs scrub start -B`). Prints every
 # round, the medians and the ratios the targets are stated in.
 #
-#   ROUNDS=5 [LAYOUT=mirror|parity2] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
-#   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout)
+#   ROUNDS=5 [LAYOUT=mirror|mirror3|parity2] [DEV_SIZE=4G] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
+#   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout;
+#   DEV_SIZE: each loop device's size — with 1G and SCALE=20 the pool is ~30% full, the
+#   issue's rebuild case)
 #
 # Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-redundancy); PG_PORT (55462). Root.
 set -Eeuo pipefail
@@ -33,9 +38,10 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 scale="${1:-10}"; secs="${2:-30}"; clients="${3:-4}"; rounds="${ROUNDS:-5}"
 layout="${LAYOUT:-mirror}"
 case "$layout" in
-  mirror) ndev=2; peer=raid1; peer_args=(-d raid1 -m raid1) ;;
-  parity2) ndev=4; peer=raid6; peer_args=(-d raid6 -m raid1c3) ;;
-  *) echo "LAYOUT is mirror or parity2, not '$layout'" >&2; exit 2 ;;
+  mirror) ndev=2; peer=raid1; peer_args=(-d raid1 -m raid1); strata_layout=mirror ;;
+  mirror3) ndev=3; peer=raid1c3; peer_args=(-d raid1c3 -m raid1c3); strata_layout=mirror ;;
+  parity2) ndev=4; peer=raid6; peer_args=(-d raid6 -m raid1c3); strata_layout=parity2 ;;
+  *) echo "LAYOUT is mirror, mirror3 or parity2, not '$layout'" >&2; exit 2 ;;
 esac
 for v in "$rounds" "$scale" "$secs" "$clients"; do
   case "$v" in '' | *[!0-9]* | 0) echo "ROUNDS, SCALE, SECONDS and CLIENTS are positive integers ('$v')" >&2; exit 2 ;; esac
@@ -56,7 +62,8 @@ work="${STRATA_BENCH_DIR:-/var/tmp/strata-bench-redundancy}"
 export STRATA_E2E_DIR="$work/strata" STRATA_BIN="$work/strata-bin"
 # shellcheck source=scripts/e2e/strata-env.sh
 . "$ROOT/scripts/e2e/strata-env.sh"
-mnt="$work/mnt"; sock="$work/pg-sock"; dev_size=4G
+mnt="$work/mnt"; sock="$work/pg-sock"; dev_size="${DEV_SIZE:-4G}"
+case "$dev_size" in *[!0-9GMK]* | '') echo "DEV_SIZE is a size like 4G or 1024M ('$dev_size')" >&2; exit 2 ;; esac
 loops=()
 pg_as() { runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
 pgb() { "$PG_BIN/pgbench" -h "$sock" -p "$PG_PORT" -U postgres "$@"; }
@@ -166,7 +173,7 @@ strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded reb
   else
     local devs=() i
     for i in $(seq 0 $((ndev - 1))); do devs+=(--device "${loops[$i]}"); done
-    "$STRATA_BIN" pool create b --layout "$1" "${devs[@]}" >/dev/null
+    "$STRATA_BIN" pool create b --layout "$strata_layout" "${devs[@]}" >/dev/null
   fi
   "$STRATA_BIN" volume create b/pg >/dev/null
   "$STRATA_BIN" mount b/pg "$mnt" >/dev/null
