@@ -19,6 +19,14 @@ fn data(i: u8, len: usize) -> Vec<u8> {
     (0..len as u32).map(|j| (j % 251) as u8 ^ i.wrapping_mul(31)).collect()
 }
 
+/// Every member's current image (no crash), by group.
+fn images(g: &SimGroups) -> Vec<Vec<Option<Arc<SimDisk>>>> {
+    g.sets
+        .iter()
+        .map(|s| s.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.current_image(), 4096)))).collect())
+        .collect()
+}
+
 /// Bytes of a member image past its member area that are not zero (what the pool wrote).
 fn written(disk: &SimDisk) -> usize {
     disk.current_image()[MEMBER_AREA_BYTES as usize..].chunks(4096).filter(|c| c.iter().any(|&b| b != 0)).count()
@@ -64,12 +72,6 @@ fn a_pool_grows_by_a_mirror_group_and_spreads_new_blocks_over_both() {
     drop(pool);
 
     // Reopen: with every group; the first set alone is refused, naming the missing group.
-    let images = |g: &SimGroups| -> Vec<Vec<Option<Arc<SimDisk>>>> {
-        g.sets
-            .iter()
-            .map(|s| s.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.current_image(), 4096)))).collect())
-            .collect()
-    };
     let imgs = images(&g);
     let (alone, _) = SimMirror::open(imgs[0].clone(), true).unwrap();
     let e = strata_engine::pool::groups::assemble(alone.device(), vec![]).err().expect("a group is missing");
@@ -257,11 +259,7 @@ fn a_parity2_pool_grows_by_a_parity2_group() {
     g.sets[0].disks[1].set_gone(false);
     g.sets[1].disks[2].set_gone(false);
     drop(pool);
-    let imgs: Vec<Vec<Option<Arc<SimDisk>>>> = g
-        .sets
-        .iter()
-        .map(|s| s.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.current_image(), 4096)))).collect())
-        .collect();
+    let imgs = images(&g);
     let (g2, _) = SimGroups::open(imgs, true).unwrap();
     let pool = Pool::open(g2.device(), test_pool_options()).unwrap();
     assert_eq!(pool.parity_row_sets(), 2, "both groups' rows after reopening");
@@ -323,11 +321,7 @@ fn a_group_is_added_while_writers_write_and_sync() {
     let r = pool.check(CheckOptions { all_copies: true, ..Default::default() }).unwrap();
     assert!(r.is_clean(), "{:#?}", r.errors);
     drop(pool);
-    let imgs: Vec<Vec<Option<Arc<SimDisk>>>> = g
-        .sets
-        .iter()
-        .map(|s| s.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.current_image(), 4096)))).collect())
-        .collect();
+    let imgs = images(&g);
     let (g2, _) = SimGroups::open(imgs, true).unwrap();
     let pool = Pool::open(g2.device(), test_pool_options()).unwrap();
     for (t, (o, rounds)) in done.iter().enumerate() {

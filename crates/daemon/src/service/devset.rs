@@ -50,26 +50,7 @@ impl LayoutRequest {
                 return Err(ApiError::bad_request(format!("layout {other:?}"), "use single, mirror or parity2"))
             }
         };
-        for (i, d) in layout.paths().iter().enumerate() {
-            if !d.is_absolute() {
-                return Err(ApiError::bad_request(
-                    format!("device {} is not an absolute path", d.display()),
-                    "give the full path",
-                ));
-            }
-            if !d.exists() && req.size_bytes.is_none() {
-                return Err(ApiError::bad_request(
-                    format!("{} does not exist", d.display()),
-                    "give size_bytes to create an image file",
-                ));
-            }
-            if layout.paths()[..i].iter().any(|e| same_device(e, d)) {
-                return Err(ApiError::bad_request(
-                    format!("device {} is given twice", d.display()),
-                    "each device of a set must be a different device",
-                ));
-            }
-        }
+        check_new_devices(layout.paths(), req.size_bytes)?;
         Ok(layout)
     }
 
@@ -108,6 +89,32 @@ impl LayoutRequest {
             }
         }
     }
+}
+
+/// The devices of a new set (`pool create`, `pool add`): absolute, existing unless
+/// `size_bytes` creates them, each a different device.
+pub(crate) fn check_new_devices(paths: &[PathBuf], size_bytes: Option<u64>) -> Result<(), ApiError> {
+    for (i, d) in paths.iter().enumerate() {
+        if !d.is_absolute() {
+            return Err(ApiError::bad_request(
+                format!("device {} is not an absolute path", d.display()),
+                "give the full path",
+            ));
+        }
+        if !d.exists() && size_bytes.is_none() {
+            return Err(ApiError::bad_request(
+                format!("{} does not exist", d.display()),
+                "give size_bytes (--size) to create an image file",
+            ));
+        }
+        if paths[..i].iter().any(|e| same_device(e, d)) {
+            return Err(ApiError::bad_request(
+                format!("device {} is given twice", d.display()),
+                "each device of a set must be a different device",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether two paths name the same file or device (same inode), or the same path.

@@ -31,25 +31,8 @@ impl Daemon {
                 hint,
             ));
         }
-        for (i, d) in req.devices.iter().enumerate() {
-            if !d.is_absolute() {
-                return Err(ApiError::bad_request(
-                    format!("device {} is not an absolute path", d.display()),
-                    "give the full path",
-                ));
-            }
-            if !d.exists() && req.size_bytes.is_none() {
-                return Err(ApiError::bad_request(
-                    format!("{} does not exist", d.display()),
-                    "give size_bytes (--size) to create an image file",
-                ));
-            }
-            if req.devices[..i].iter().any(|e| devset::same_device(e, d)) {
-                return Err(ApiError::bad_request(
-                    format!("device {} is given twice", d.display()),
-                    "each device of a group must be a different device",
-                ));
-            }
+        devset::check_new_devices(&req.devices, req.size_bytes)?;
+        for d in &req.devices {
             if self.device_in_use(d) {
                 return Err(ApiError::conflict(
                     format!("{} is a device or a spare of a pool already", d.display()),
