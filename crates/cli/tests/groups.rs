@@ -146,6 +146,30 @@ fn a_mirror_pool_grows_by_a_device_group() {
     assert_eq!(std::fs::read(mnt.join("a")).unwrap(), a);
     assert_eq!(std::fs::read(mnt.join("b")).unwrap(), b);
     d.ok(&["check", "g"]);
+
+    // A group the state file lists but the pool's label does not name (a `pool add` cut
+    // short between recording its devices and the label write): the pool opens without it,
+    // the state file forgets it, and its devices are free again.
+    let x: Vec<_> = (0..2).map(|i| dir.join(format!("x{i}.img"))).collect();
+    d.ok(&["pool", "create", "x", "--layout", "mirror", "--device", s(&x[0]), "--device", s(&x[1]), "--size", "64M"]);
+    d.ok(&["pool", "export", "x"]);
+    d.ok(&["unmount", s(&mnt)]);
+    assert!(d.stop().success(), "{}", d.log());
+    let state_file = dir.join("data").join("strata.json");
+    let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    let g = state["pools"].as_array_mut().unwrap().iter_mut().find(|p| p["name"] == "g").unwrap();
+    g["groups"].as_array_mut().unwrap().push(serde_json::json!([s(&x[0]), s(&x[1])]));
+    std::fs::write(&state_file, serde_json::to_string_pretty(&state).unwrap()).unwrap();
+    d.spawn();
+    let v = pool(&d, "g");
+    assert_eq!(v["state"], "ONLINE", "{v}\n{}", d.log());
+    assert_eq!(v["groups"], serde_json::json!([[s(&img[2]), s(&img[4])]]), "{v}");
+    assert!(d.log().contains("does not name"), "{}", d.log());
+    let state = std::fs::read_to_string(&state_file).unwrap();
+    assert!(!state.contains(s(&x[0])), "{state}");
+    // No longer "a device of a pool already": refused only because it holds pool x.
+    d.fails(&["pool", "add", "g", "--device", s(&x[0]), "--device", s(&x[1])], "never formatted over");
+    d.ok(&["pool", "import", "x", "--dir", s(&dir)]);
 }
 
 #[test]

@@ -151,6 +151,27 @@ pub(crate) fn open_recorded_devices(
     Ok((dev, notes))
 }
 
+/// The recorded device groups `recorded` that `pool`'s device has (a group the state file
+/// lists but the pool's label does not name — a `pool add` cut short — is left out).
+pub(crate) fn groups_in_use(pool: &strata_engine::Pool, recorded: &[Vec<PathBuf>]) -> Vec<Vec<PathBuf>> {
+    let dev = pool.device();
+    let Some(grouped) = dev.as_groups() else { return Vec::new() };
+    let guids: Vec<u64> =
+        grouped.groups().iter().skip(1).filter_map(|(_, d)| d.set_status().map(|s| s.set_guid)).collect();
+    recorded
+        .iter()
+        .filter(|paths| {
+            paths.iter().any(|p| {
+                open_device(p, None)
+                    .ok()
+                    .and_then(|d| strata_engine::read_member_identity(d.as_ref()).ok())
+                    .is_some_and(|id| guids.contains(&id.set_guid))
+            })
+        })
+        .cloned()
+        .collect()
+}
+
 /// Open the device set (mirror or parity2) of `paths` alone, not assembled with the
 /// pool's other groups.
 pub(crate) fn open_set(paths: &[PathBuf], read_only: bool) -> Result<(MirrorDevice, Vec<String>), String> {

@@ -233,13 +233,18 @@ impl Daemon {
             match pools::open_recorded(&d, p) {
                 Ok((pool, log_device)) => {
                     forgot_log |= log_device.is_none() && p.log_device.is_some();
+                    let groups = devset::groups_in_use(&pool, &p.groups);
+                    if groups.len() != p.groups.len() {
+                        tracing::warn!(pool = %p.name, recorded = ?p.groups, "device groups the pool's label does not name (a `pool add` that did not finish) are forgotten; their devices are free");
+                        forgot_log = true;
+                    }
                     d.pools.lock().expect("pools").insert(
                         p.name.clone(),
                         PoolEntry {
                             pool: Arc::new(pool),
                             device: p.device.clone(),
                             members: p.members.clone(),
-                            groups: p.groups.clone(),
+                            groups,
                             log_device,
                             spares: p.spares.clone(),
                             scrub_schedule: p.scrub_schedule,
@@ -292,7 +297,8 @@ impl Daemon {
             }
         }
         if forgot_log {
-            // A discarded log device is no longer the pool's: do not ask for it again.
+            // A discarded log device, or a group a `pool add` did not finish, is no longer the
+            // pool's: do not ask for it again.
             d.save_state().map_err(|e| e.message)?;
         }
         Ok(d)
