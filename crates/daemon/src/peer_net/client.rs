@@ -27,7 +27,7 @@ pub struct PeerClient;
 /// An authenticated, encrypted session with a peer: control requests, and raw bytes between
 /// them. Not `Sync`: one user at a time (open several for parallel transfers).
 pub struct PeerConnection {
-    tls: StreamOwned<ClientConnection, TcpStream>,
+    tls: Session,
     peer: String,
     address: String,
     peer_version: String,
@@ -67,7 +67,7 @@ impl PeerClient {
         tls.sock.set_read_timeout(Some(CLIENT_READ_TIMEOUT)).map_err(|e| io_failure(&t, e))?;
         tls.sock.set_write_timeout(Some(CLIENT_READ_TIMEOUT)).map_err(|e| io_failure(&t, e))?;
         Ok(PeerConnection {
-            tls,
+            tls: Session(Some(tls)),
             peer: peer_name.into(),
             address,
             peer_version: hello.version,
@@ -118,13 +118,13 @@ impl PeerConnection {
     /// Send a request without waiting: for a protocol where raw bytes follow the request
     /// before its answer (then `read_response`).
     pub fn send_request(&mut self, req: &PeerRequest) -> Result<(), ApiError> {
-        wire::write_frame(&mut self.tls, req).map_err(|e| io_failure(&self.target(), e))
+        wire::write_frame(self.tls.get(), req).map_err(|e| io_failure(&self.target(), e))
     }
 
     /// Read the answer to the last request.
     pub fn read_response(&mut self) -> Result<PeerResponse, ApiError> {
         let reply: Reply<PeerResponse> =
-            wire::read_frame(&mut self.tls, MAX_FRAME_BYTES).map_err(|e| frame_failure(&self.target(), e))?;
+            wire::read_frame(self.tls.get(), MAX_FRAME_BYTES).map_err(|e| frame_failure(&self.target(), e))?;
         reply.into_result()
     }
 
@@ -132,14 +132,15 @@ impl PeerConnection {
     /// sent as they are made, one TLS record each: wrap it in a `BufWriter` for many small
     /// ones.
     pub fn stream(&mut self) -> &mut (impl Read + Write) {
-        &mut self.tls
+        self.tls.get()
     }
 
     /// How long each read or write may wait (default `CLIENT_READ_TIMEOUT`; None: forever).
     pub fn set_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ApiError> {
         let t = self.target();
-        self.tls.sock.set_read_timeout(timeout).map_err(|e| io_failure(&t, e))?;
-        self.tls.sock.set_write_timeout(timeout).map_err(|e| io_failure(&t, e))
+        let sock = &self.tls.0.as_ref().expect("a connection's stream is taken only when it is consumed").sock;
+        sock.set_read_timeout(timeout).map_err(|e| io_failure(&t, e))?;
+        sock.set_write_timeout(timeout).map_err(|e| io_failure(&t, e))
     }
 
     /// The name this daemon gave the peer.
@@ -167,12 +168,30 @@ impl PeerConnection {
     }
 }
 
-impl Drop for PeerConnection {
+/// A connection's TLS stream; taken out only by `into_stream` (a split session).
+struct Session(Option<StreamOwned<ClientConnection, TcpStream>>);
+
+impl Session {
+    fn get(&mut self) -> &mut StreamOwned<ClientConnection, TcpStream> {
+        self.0.as_mut().expect("a connection's stream is taken only when it is consumed")
+    }
+}
+
+impl Drop for Session {
     /// Say goodbye (close_notify), so the peer sees an orderly end, not a cut.
     fn drop(&mut self) {
-        self.tls.conn.send_close_notify();
-        let _ = self.tls.sock.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = self.tls.conn.write_tls(&mut self.tls.sock);
+        if let Some(tls) = &mut self.0 {
+            tls.conn.send_close_notify();
+            let _ = tls.sock.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = tls.conn.write_tls(&mut tls.sock);
+        }
+    }
+}
+
+impl PeerConnection {
+    /// The TLS stream, for `into_split` (peer_net/split.rs).
+    pub(super) fn into_stream(mut self) -> StreamOwned<ClientConnection, TcpStream> {
+        self.tls.0.take().expect("a connection's stream is taken once")
     }
 }
 

@@ -65,8 +65,9 @@
 mod client;
 pub mod identity;
 mod server;
+mod split;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 pub(crate) mod token;
 mod verify;
 mod wire;
@@ -75,6 +76,7 @@ pub use client::{PeerClient, PeerConnection};
 pub use identity::Identity;
 pub use server::ServerConnection;
 pub(crate) use server::{bind, spawn_listener};
+pub use split::{Answer, PeerReceiver, PeerSender};
 pub(crate) use wire::PairAccepted;
 pub(crate) use wire::PairRequest;
 

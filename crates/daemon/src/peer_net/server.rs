@@ -13,7 +13,7 @@ use super::token::EXPORTER_LABEL;
 use super::verify::PinnedClients;
 use super::wire::{self, FrameError, HandshakeError, Hello, PairRequest, Reply};
 use super::{
-    PeerResponse, ALPN_PAIR, ALPN_PEER, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_FRAME_BYTES,
+    PeerRequest, PeerResponse, ALPN_PAIR, ALPN_PEER, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_FRAME_BYTES,
     MAX_HANDSHAKES, VERSION,
 };
 use crate::service::{ApiError, Daemon};
@@ -43,6 +43,8 @@ pub struct ServerConnection {
     replied: bool,
     /// The handler used the raw stream during the current request.
     raw: bool,
+    /// A request a handler read ahead and gave back (`push_back`): served next.
+    next: Option<PeerRequest>,
 }
 
 impl ServerConnection {
@@ -69,6 +71,26 @@ impl ServerConnection {
     /// The peer's address on this connection.
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// The next request, if the peer has already sent (the start of) it: for a handler that
+    /// serves requests sent back to back as one (sync appends: one journal write for all).
+    /// None when nothing is waiting; an error ends the session (after the handler's answers).
+    pub fn ready_request(&mut self) -> Result<Option<PeerRequest>, ApiError> {
+        let buffered = self.tls.conn.process_new_packets().map(|s| s.plaintext_bytes_to_read()).unwrap_or(0);
+        if buffered == 0 && !readable_now(&self.tls.sock) {
+            return Ok(None);
+        }
+        match wire::read_frame(&mut self.tls, MAX_FRAME_BYTES) {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => Err(ApiError::unavailable(format!("the peer's next request: {e}"), "the session ends")),
+        }
+    }
+
+    /// Give back a request `ready_request` returned: the session serves it next.
+    pub fn push_back(&mut self, req: PeerRequest) {
+        debug_assert!(self.next.is_none(), "one request is read ahead at a time");
+        self.next = Some(req);
     }
 
     fn send<T: serde::Serialize>(&mut self, r: &Reply<T>) -> Result<(), ApiError> {
@@ -270,7 +292,7 @@ fn serve_session(
     remote: SocketAddr,
     client_fp: &str,
 ) -> Result<(), String> {
-    let mut sc = ServerConnection { tls, remote, replied: false, raw: false };
+    let mut sc = ServerConnection { tls, remote, replied: false, raw: false, next: None };
     sc.set_timeout(Some(IDLE_TIMEOUT)).map_err(|e| e.message)?;
     let Some(peer) = d.peers.identity_of(client_fp) else {
         // Deleted between the handshake and now.
@@ -280,7 +302,11 @@ fn serve_session(
     sc.send(&Reply::Ok(Hello { version: VERSION.into(), your_name: peer.name.clone() })).map_err(|e| e.message)?;
     tracing::debug!(%remote, peer = %peer.name, "peer session");
     loop {
-        let req = match wire::read_frame(&mut sc.tls, MAX_FRAME_BYTES) {
+        let read = match sc.next.take() {
+            Some(r) => Ok(r),
+            None => wire::read_frame(&mut sc.tls, MAX_FRAME_BYTES),
+        };
+        let req = match read {
             Ok(r) => r,
             Err(FrameError::Closed) => return Ok(()),
             Err(e @ FrameError::Malformed(_)) => {
@@ -324,6 +350,15 @@ fn serve_session(
             }
         }
     }
+}
+
+/// Whether `sock` has bytes to read (or its end) right now.
+fn readable_now(sock: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents != 0
 }
 
 fn no_longer_a_peer() -> ApiError {

@@ -10,7 +10,8 @@ use std::io::{BufWriter, Read, Write};
 use std::sync::Arc;
 use strata_api::{AddPeer, CreateInvitation, ErrorKind};
 
-fn daemon(tag: &str) -> Arc<Daemon> {
+/// An in-process daemon with a replication listener on a free port.
+pub(crate) fn daemon(tag: &str) -> Arc<Daemon> {
     let dir = std::env::temp_dir().join(format!("strata-peer-net-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut o = ServeOptions::new(dir);
@@ -23,7 +24,12 @@ fn daemon(tag: &str) -> Arc<Daemon> {
 }
 
 /// `a` joins `b` as peer "b"; `b` calls it "a" and lets it write to `default`.
-fn pair(a: &Daemon, b: &Daemon) {
+pub(crate) fn pair(a: &Daemon, b: &Daemon) {
+    pair_at(a, b, &b.peers.listen_addr().expect("listening").to_string());
+}
+
+/// `pair`, with `a` reaching `b` at `address` (a proxy in front of it).
+pub(crate) fn pair_at(a: &Daemon, b: &Daemon, address: &str) {
     let inv = b
         .create_invitation(&CreateInvitation {
             name: Some("a".into()),
@@ -31,12 +37,11 @@ fn pair(a: &Daemon, b: &Daemon) {
             expires_seconds: None,
         })
         .expect("invitation");
-    let address = b.peers.listen_addr().expect("listening").to_string();
-    a.add_peer(&AddPeer { name: "b".into(), address, token: inv.token }).expect("pairs");
+    a.add_peer(&AddPeer { name: "b".into(), address: address.into(), token: inv.token }).expect("pairs");
 }
 
 /// The daemons' directories (their pool images are sparse, but still).
-fn cleanup(daemons: &[&Daemon]) {
+pub(crate) fn cleanup(daemons: &[&Daemon]) {
     for d in daemons {
         let _ = std::fs::remove_dir_all(&d.opts.data_dir);
     }

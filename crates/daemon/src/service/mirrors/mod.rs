@@ -25,6 +25,7 @@ mod failover_run;
 mod remote;
 mod reverse_remote;
 pub(crate) mod sync;
+mod sync_pipe;
 mod sync_remote;
 mod transfer;
 
@@ -421,8 +422,8 @@ impl Daemon {
                         Some(sync::Phase::Degraded(why)) => Some(why),
                         _ => None,
                     },
-                    frames: link.as_ref().map_or(0, |l| l.frames.load(std::sync::atomic::Ordering::Relaxed)),
-                    bytes: link.as_ref().map_or(0, |l| l.bytes.load(std::sync::atomic::Ordering::Relaxed)),
+                    frames: link.as_ref().map_or(0, |l| l.acks.frames.load(std::sync::atomic::Ordering::Relaxed)),
+                    bytes: link.as_ref().map_or(0, |l| l.acks.bytes.load(std::sync::atomic::Ordering::Relaxed)),
                 }
             }),
             failover: self.failover_info(name, &r),

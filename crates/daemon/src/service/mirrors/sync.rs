@@ -23,11 +23,12 @@
 //! for little more than its own frames.
 
 use super::remote::MirrorMsg;
-use crate::peer_net::{PeerClient, PeerConnection};
+use super::sync_pipe::{Acks, RemoteSink, REMOTE_TIMEOUT};
+use crate::peer_net::PeerClient;
 use crate::service::{ApiError, Daemon};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use strata_engine::pool::sync_tap::{SyncTap, TapFrame};
 use strata_engine::repl::journal::Journal;
 use strata_engine::{Error, Pool, VolumeOptions};
@@ -81,73 +82,33 @@ struct Queue {
 }
 
 /// Where a link's frames go: the journal in a pool of this daemon, or the one a paired
-/// daemon keeps for the mirror (remote.rs's `Sync*` messages, sync_remote.rs there).
+/// daemon keeps for the mirror (sync_pipe.rs sends, sync_remote.rs there takes them).
 pub(crate) enum Sink {
     Local { dst: Arc<Pool>, journal: Journal },
-    Remote { daemon: std::sync::Weak<Daemon>, peer: String, target: String, conn: Option<Box<PeerConnection>> },
+    Remote(RemoteSink),
 }
 
 impl Sink {
-    /// The peer connection, made again if it was dropped (an idle session the target
-    /// closed, a cut): frames are sent again whole and the target skips the ones it has.
-    fn remote_conn(
-        daemon: &std::sync::Weak<Daemon>,
-        peer: &str,
-        conn: &mut Option<Box<PeerConnection>>,
-    ) -> Result<(), ApiError> {
-        if conn.is_none() {
-            let d = daemon.upgrade().ok_or_else(|| ApiError::unavailable("the daemon is stopping", "-"))?;
-            let mut c = PeerClient::connect(&d, peer)?;
-            c.set_timeout(Some(REMOTE_TIMEOUT))?;
-            *conn = Some(Box::new(c));
-        }
-        Ok(())
-    }
-
-    /// `f` on the peer connection, once more on a new one if the first failed.
-    fn with_remote<T>(
-        daemon: &std::sync::Weak<Daemon>,
-        peer: &str,
-        conn: &mut Option<Box<PeerConnection>>,
-        mut f: impl FnMut(&mut PeerConnection) -> Result<T, ApiError>,
-    ) -> Result<T, ApiError> {
-        let mut last = None;
-        for _ in 0..2 {
-            Sink::remote_conn(daemon, peer, conn)?;
-            match f(conn.as_mut().expect("connected above")) {
-                Ok(v) => return Ok(v),
-                // A refusal is an answer; anything else leaves the session unusable.
-                Err(e)
-                    if matches!(e.kind, strata_api::ErrorKind::Conflict | strata_api::ErrorKind::PermissionDenied) =>
-                {
-                    return Err(e)
-                }
-                Err(e) => {
-                    *conn = None;
-                    last = Some(e);
-                }
-            }
-        }
-        Err(last.expect("two attempts failed"))
-    }
-}
-
-impl Sink {
-    fn append(&mut self, frames: &[TapFrame]) -> Result<(), ApiError> {
+    /// Local: append `frames` to the journal and flush. Remote: send them (the receiver
+    /// marks them durable when the target answers).
+    fn append(&mut self, frames: Vec<TapFrame>, acks: &Acks) -> Result<(), ApiError> {
         match self {
-            Sink::Local { dst, journal } => Ok(journal.append(dst, frames)?),
-            Sink::Remote { daemon, peer, target, conn } => {
-                Sink::with_remote(daemon, peer, conn, |c| super::sync_remote::send_frames(c, target, frames))
+            Sink::Local { dst, journal } => {
+                let Some(last) = frames.last().map(|f| f.seq) else { return Ok(()) };
+                journal.append(dst, &frames)?;
+                acks.advance(last, frames.len() as u64, frames.iter().map(|f| f.records.len() as u64).sum());
+                Ok(())
             }
+            Sink::Remote(r) => r.send(frames),
         }
     }
 
     fn note_snapshot(&mut self, snapshot: &str, txg: u64) -> Result<(), ApiError> {
         match self {
             Sink::Local { dst, journal } => Ok(journal.note_snapshot(dst, snapshot, txg)?),
-            Sink::Remote { daemon, peer, target, conn } => {
-                let msg = MirrorMsg::SyncNote { name: target.clone(), snapshot: snapshot.into(), txg };
-                Sink::with_remote(daemon, peer, conn, |c| super::remote::request(c, &msg).map(|_| ()))
+            Sink::Remote(r) => {
+                let name = r.target().to_string();
+                r.control(&MirrorMsg::SyncNote { name, snapshot: snapshot.into(), txg }).map(|_| ())
             }
         }
     }
@@ -161,16 +122,20 @@ impl Sink {
                 }
                 Ok(())
             }
-            Sink::Remote { daemon, peer, target, conn } => {
-                let msg = MirrorMsg::SyncRetire { name: target.clone(), txg, clear_gap };
-                Sink::with_remote(daemon, peer, conn, |c| super::remote::request(c, &msg).map(|_| ()))
+            Sink::Remote(r) => {
+                let name = r.target().to_string();
+                r.control(&MirrorMsg::SyncRetire { name, txg, clear_gap }).map(|_| ())
             }
         }
     }
-}
 
-/// How long a remote journal append may take before the link falls back.
-const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Wait for what is in flight to the target, then let go of it (a disarm).
+    fn close(&mut self) {
+        if let Sink::Remote(r) = self {
+            r.close();
+        }
+    }
+}
 
 /// One armed sync mirror: the source pool's tap.
 pub(crate) struct SyncLink {
@@ -178,18 +143,18 @@ pub(crate) struct SyncLink {
     /// The failover lease of the volumes (failover.rs): told when the link is lost.
     lease: Option<Arc<super::failover::Lease>>,
     vols: Vec<u64>,
-    /// The journal's lock: one append (or note, or retire) at a time, in order.
-    sink: Mutex<Sink>,
+    /// The journal's lock: one append (or note, or retire) sent at a time, in order.
+    pub(super) sink: Mutex<Sink>,
     queue: Mutex<Queue>,
     kick: Condvar,
-    /// The tap's last frame durable in the journal.
-    durable: AtomicU64,
+    /// The tap's last frame handed to the sink.
+    sent: AtomicU64,
+    /// What the target made durable.
+    pub(crate) acks: Arc<Acks>,
     phase: Mutex<Phase>,
     stop: AtomicBool,
     /// The fall-back was reported (by the mirror loop).
     pub(crate) reported: AtomicBool,
-    pub(crate) frames: AtomicU64,
-    pub(crate) bytes: AtomicU64,
 }
 
 impl SyncLink {
@@ -207,9 +172,12 @@ impl SyncLink {
         if !matches!(*p, Phase::Degraded(_)) {
             *p = Phase::Degraded(why);
         }
+        drop(p);
+        self.acks.interrupt();
     }
 
-    /// Append everything queued to the journal. Errors degrade the link.
+    /// Hand everything queued to the sink (local: appended and flushed; remote: sent, and
+    /// frames of a session that ended sent again). Errors degrade the link.
     fn flush(&self) -> Result<(), String> {
         let mut sink = self.sink.lock().expect("sync journal");
         let frames = {
@@ -218,15 +186,18 @@ impl SyncLink {
             q.urgent = false;
             std::mem::take(&mut q.frames)
         };
-        let Some(last) = frames.last().map(|f| f.seq) else { return Ok(()) };
         if self.stop.load(Ordering::Relaxed) || matches!(self.phase(), Phase::Degraded(_)) {
             return Ok(());
         }
-        match sink.append(&frames) {
+        if frames.is_empty() && !self.acks.ended_unanswered() {
+            return Ok(());
+        }
+        let last = frames.last().map(|f| f.seq);
+        match sink.append(frames, &self.acks) {
             Ok(()) => {
-                self.frames.fetch_add(frames.len() as u64, Ordering::Relaxed);
-                self.bytes.fetch_add(frames.iter().map(|f| f.records.len() as u64).sum(), Ordering::Relaxed);
-                self.durable.fetch_max(last, Ordering::Release);
+                if let Some(last) = last {
+                    self.sent.fetch_max(last, Ordering::Release);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -250,17 +221,37 @@ impl SyncLink {
         }
     }
 
-    /// Append what is queued, then stop (a break with the source alive).
+    /// Append what is queued and wait until the target holds it, then stop (a break with
+    /// the source alive).
     pub(crate) fn finish(&self) -> Result<(), String> {
-        let r = self.flush();
-        self.stop.store(true, Ordering::Relaxed);
-        self.kick.notify_all();
+        let r = self.flush().and_then(|()| {
+            let sent = self.sent.load(Ordering::Acquire);
+            let deadline = Instant::now() + REMOTE_TIMEOUT;
+            loop {
+                let seen = self.acks.interrupts();
+                if self.acks.durable() >= sent {
+                    return Ok(());
+                }
+                if let Some(why) = self.acks.refused() {
+                    return Err(why);
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!("the target did not answer within {} s", REMOTE_TIMEOUT.as_secs()));
+                }
+                if self.acks.ended_unanswered() {
+                    self.flush()?;
+                }
+                self.acks.wait(sent, deadline, seen);
+            }
+        });
+        self.stop();
         r
     }
 
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.kick.notify_all();
+        self.acks.interrupt();
     }
 }
 
@@ -295,7 +286,7 @@ impl SyncTap for SyncLink {
     }
 
     fn prepare(&self, seq: u64) {
-        if self.durable.load(Ordering::Acquire) >= seq {
+        if self.sent.load(Ordering::Acquire) >= seq {
             return;
         }
         let mut q = self.queue.lock().expect("sync queue");
@@ -306,11 +297,18 @@ impl SyncTap for SyncLink {
     }
 
     fn wait(&self, seq: u64) -> strata_engine::Result<()> {
-        // Two rounds settle it: after one append under the journal's lock, the frames up
-        // to `seq` are durable, or were dropped by a fall-back or a stop (said below).
-        for _ in 0..3 {
-            if self.durable.load(Ordering::Acquire) >= seq {
+        let deadline = Instant::now() + REMOTE_TIMEOUT;
+        let fail = |why: String| if self.strict { Err(strict_error(why)) } else { Ok(()) };
+        // A flush hands every queued frame to the sink: after one, this sync's frames are
+        // sent, or were dropped by a fall-back or a stop (said by the phase).
+        let mut flushes = 0;
+        loop {
+            let seen = self.acks.interrupts();
+            if self.acks.durable() >= seq {
                 return Ok(());
+            }
+            if let Some(why) = self.acks.refused() {
+                self.degrade(why);
             }
             let why = match self.phase() {
                 Phase::Degraded(why) => Some(why),
@@ -321,18 +319,28 @@ impl SyncTap for SyncLink {
                 _ => None,
             };
             if let Some(why) = why {
-                return if self.strict { Err(strict_error(why)) } else { Ok(()) };
+                return fail(why);
             }
-            if let Err(why) = self.flush() {
-                return if self.strict { Err(strict_error(why)) } else { Ok(()) };
+            let unsent = self.sent.load(Ordering::Acquire) < seq;
+            if unsent && flushes == 3 || Instant::now() >= deadline {
+                break;
             }
+            if unsent || self.acks.ended_unanswered() {
+                // (A session that ended with frames unanswered: they go again on a new one.)
+                flushes += usize::from(unsent);
+                if let Err(why) = self.flush() {
+                    return fail(why);
+                }
+                continue;
+            }
+            self.acks.wait(seq, deadline, seen);
         }
-        self.degrade(format!("frames up to {seq} were neither queued nor journaled"));
-        if self.strict {
-            Err(strict_error("frames of this sync went missing".into()))
-        } else {
-            Ok(())
-        }
+        let why = match self.sent.load(Ordering::Acquire) < seq {
+            true => format!("frames up to {seq} were neither queued nor sent"),
+            false => format!("the target did not make the frames durable within {} s", REMOTE_TIMEOUT.as_secs()),
+        };
+        self.degrade(why.clone());
+        fail(why)
     }
 }
 
@@ -362,6 +370,7 @@ impl Daemon {
             self.mirrors.update(name, |m| m.source_volume_ids = ids);
             self.save_state()?;
         }
+        let acks = Arc::new(Acks::new());
         let sink = match &rec.dest_peer {
             None => {
                 let dst = self.pool(&rec.dest_pool)?;
@@ -387,7 +396,7 @@ impl Daemon {
                     failover,
                 };
                 super::remote::request(&mut conn, &arm)?;
-                Sink::Remote { daemon: Arc::downgrade(self), peer: peer.clone(), target, conn: Some(Box::new(conn)) }
+                Sink::Remote(RemoteSink::new(Arc::downgrade(self), peer.clone(), target, conn, acks.clone())?)
             }
         };
         let link = Arc::new(SyncLink {
@@ -397,12 +406,11 @@ impl Daemon {
             sink: Mutex::new(sink),
             queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),
             kick: Condvar::new(),
-            durable: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            acks,
             phase: Mutex::new(Phase::CatchingUp { from_txg: u64::MAX }),
             stop: AtomicBool::new(false),
             reported: AtomicBool::new(false),
-            frames: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
         });
         let from_txg = src.set_sync_tap(Some(link.clone()));
         *link.phase.lock().expect("sync phase") = Phase::CatchingUp { from_txg };
@@ -436,9 +444,9 @@ impl Daemon {
             }
         }
         link.stop();
-        // An append in flight finishes before anyone opens the journal again (a flush
-        // checks `stop` under the journal's lock, so none starts after this).
-        drop(link.sink.lock().expect("sync journal"));
+        // Appends in flight finish before anyone opens the journal again (a flush checks
+        // `stop` under the journal's lock, so none starts after this).
+        link.sink.lock().expect("sync journal").close();
         Some(link)
     }
 
@@ -670,12 +678,11 @@ mod tests {
             sink: Mutex::new(Sink::Local { dst: dst.clone(), journal: Journal::create(dst, jvol).unwrap() }),
             queue: Mutex::new(Queue { frames: Vec::new(), bytes: 0, urgent: false }),
             kick: Condvar::new(),
-            durable: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            acks: Arc::new(Acks::new()),
             phase: Mutex::new(Phase::InSync),
             stop: AtomicBool::new(false),
             reported: AtomicBool::new(false),
-            frames: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
         });
         src.set_sync_tap(Some(link.clone()));
         link
@@ -698,7 +705,7 @@ mod tests {
         let obj = src.create_object(vol, b"f").unwrap();
         src.write(vol, obj, 0, b"acknowledged").unwrap();
         src.sync_object(vol, obj).unwrap();
-        assert_eq!(link.frames.load(Ordering::Relaxed), 2, "the create and the write");
+        assert_eq!(link.acks.frames.load(Ordering::Relaxed), 2, "the create and the write");
         let Sink::Local { journal, .. } = &*link.sink.lock().unwrap() else { unreachable!() };
         let journal = journal.clone();
         let done = journal.replay(&dst, 0, &|v| (v == vol.0).then_some(target)).unwrap();

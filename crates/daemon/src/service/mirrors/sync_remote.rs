@@ -6,9 +6,11 @@
 //!   there needs to replay the journal without the source);
 //! - `sync_append`: the frames follow the request at once as raw bytes — per frame `seq
 //!   u64, txg u64, len u32` (little-endian) and `len` bytes of records — and the one answer
-//!   comes once they are durable in the journal (one round trip per append). The target
-//!   reads every announced byte before it looks at the request, so a refusal leaves the
-//!   session in step; an announcement over `APPEND_MAX_BYTES` is refused and ends it.
+//!   comes once they are durable in the journal. The source does not wait for it before it
+//!   sends the next append (sync_pipe.rs); appends that arrived back to back are written to
+//!   the journal as one (one flush), then answered one by one, in order. The target reads
+//!   every announced byte before it looks at the request, so a refusal leaves the session
+//!   in step; an announcement over `APPEND_MAX_BYTES` is refused and ends it.
 //! - `sync_note` / `sync_retire`: as the local link does (sync.rs).
 //!
 //! Only the peer a mirror comes from reaches its journal (`incoming`: the record names the
@@ -18,9 +20,10 @@
 
 use super::remote::MirrorMsg;
 use super::sync::open_journal;
-use crate::peer_net::{PeerConnection, PeerIdentity, PeerResponse, ServerConnection};
+use super::sync_pipe::WIRE_HEADER;
+use crate::peer_net::{PeerIdentity, PeerRequest, PeerResponse, ServerConnection};
 use crate::service::{ApiError, Daemon};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::sync::{Arc, Mutex};
 use strata_api::ErrorKind;
 use strata_engine::pool::sync_tap::TapFrame;
@@ -30,47 +33,17 @@ use strata_engine::pool::sync_tap::TapFrame;
 pub(crate) struct RemoteJournal {
     pub(crate) journal: strata_engine::repl::journal::Journal,
     pub(crate) last_seq: u64,
+    /// Appends answered, and journal writes they took (fewer when appends came back to
+    /// back: `sync_append`).
+    pub(crate) appends: u64,
+    pub(crate) writes: u64,
 }
 
-/// Frame header on the wire: seq, txg, length.
-const WIRE_HEADER: usize = 20;
-/// Most bytes one append may carry (the link's queue falls back at 256 MiB).
+/// Most bytes one append (or a batch of them) may carry (the link's queue falls back at
+/// 256 MiB).
 const APPEND_MAX_BYTES: u64 = 512 << 20;
-
-/// Source side: append `frames` to the journal of mirror `target` on the peer.
-pub(super) fn send_frames(conn: &mut PeerConnection, target: &str, frames: &[TapFrame]) -> Result<(), ApiError> {
-    let bytes: u64 = frames.iter().map(|f| (WIRE_HEADER + f.records.len()) as u64).sum();
-    let msg = MirrorMsg::SyncAppend { name: target.into(), frames: frames.len() as u32, bytes };
-    let v = serde_json::to_value(&msg).expect("mirror messages serialise");
-    conn.send_request(&crate::peer_net::PeerRequest::Mirror(v))?;
-    let mut buf = Vec::with_capacity(bytes as usize);
-    for f in frames {
-        buf.extend_from_slice(&f.seq.to_le_bytes());
-        buf.extend_from_slice(&f.txg.to_le_bytes());
-        buf.extend_from_slice(&(f.records.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&f.records);
-    }
-    let io = |e: std::io::Error| {
-        ApiError::new(ErrorKind::Io, format!("sending sync frames to {}: {e}", conn_name(target)), "the link re-arms")
-    };
-    let s = conn.stream();
-    s.write_all(&buf).map_err(io)?;
-    s.flush().map_err(io)?;
-    match conn.read_response()? {
-        // A refusal is an answer (the session is in step): not retried on a new one.
-        PeerResponse::Mirror(v) if v["error"].is_string() => Err(ApiError::new(
-            ErrorKind::Conflict,
-            format!("the target's journal refused the frames: {}", v["error"].as_str().unwrap_or_default()),
-            v["hint"].as_str().unwrap_or("see the target daemon's log").to_string(),
-        )),
-        PeerResponse::Mirror(_) | PeerResponse::Ok => Ok(()),
-        other => Err(ApiError::internal(format!("the target answered {other:?} to sync frames"))),
-    }
-}
-
-fn conn_name(target: &str) -> String {
-    format!("the journal of {target}")
-}
+/// Most appends written to the journal as one.
+const BATCH_MAX: usize = 64;
 
 /// Read `n` frames of `bytes` in all from the stream.
 fn read_frames(r: &mut impl Read, n: u32, bytes: u64) -> Result<Vec<TapFrame>, ApiError> {
@@ -124,7 +97,7 @@ impl Daemon {
                 let dst = self.pool(&rec.dest_pool)?;
                 let journal = open_journal(&dst, &rec.volumes[0])?;
                 journal.mark_gap(&dst)?;
-                let j = RemoteJournal { journal, last_seq: 0 };
+                let j = RemoteJournal { journal, last_seq: 0, appends: 0, writes: 0 };
                 self.mirrors.journals.lock().expect("sync journals").insert(name.clone(), Arc::new(Mutex::new(j)));
                 self.mirrors.update(&name, |m| {
                     m.sync = Some(mode.clone());
@@ -142,42 +115,7 @@ impl Daemon {
                 tracing::info!(mirror = %name, peer = %peer.name, mode = %mode, "sync mirror from a peer armed: journal open");
                 conn.reply(&PeerResponse::Ok)
             }
-            MirrorMsg::SyncAppend { name, frames, bytes } => {
-                if bytes > APPEND_MAX_BYTES {
-                    // The bytes are not read: the session cannot go on (Err after a reply).
-                    let e = ApiError::bad_request(format!("an append of {bytes} bytes"), "at most 512 MiB per append");
-                    conn.reply(&PeerResponse::Mirror(serde_json::json!({"error": e.message, "hint": e.hint})))?;
-                    return Err(e);
-                }
-                let f = read_frames(conn.stream(), frames, bytes);
-                // A stream that failed mid-way cannot go on; one read whole can.
-                let in_step = f.is_ok();
-                let r = self.incoming(peer, &name).and_then(|rec| {
-                    let journal = self.journals_of(&name)?;
-                    let dst = self.pool(&rec.dest_pool)?;
-                    let f = f?;
-                    let mut j = journal.lock().expect("sync journal");
-                    // Frames sent again after a lost answer: the ones already durable are skipped.
-                    let new: Vec<TapFrame> = f.into_iter().filter(|f| f.seq > j.last_seq).collect();
-                    let Some(last) = new.last().map(|f| f.seq) else { return Ok(()) };
-                    j.journal.append(&dst, &new).map_err(ApiError::from)?;
-                    j.last_seq = last;
-                    Ok(())
-                });
-                match r {
-                    Ok(()) => conn.reply(&PeerResponse::Mirror(serde_json::json!({"durable": frames}))),
-                    Err(e) => {
-                        tracing::warn!(mirror = %name, peer = %peer.name, "sync frames not journaled: {} ({})", e.message, e.hint);
-                        let answer = serde_json::json!({"error": e.message, "hint": e.hint});
-                        let sent = conn.reply(&PeerResponse::Mirror(answer));
-                        if in_step {
-                            sent
-                        } else {
-                            Err(e)
-                        }
-                    }
-                }
-            }
+            MirrorMsg::SyncAppend { name, frames, bytes } => self.sync_append(peer, name, frames, bytes, conn),
             MirrorMsg::SyncNote { name, snapshot, txg } => {
                 let rec = self.incoming(peer, &name)?;
                 let dst = self.pool(&rec.dest_pool)?;
@@ -197,6 +135,99 @@ impl Daemon {
             }
             _ => Err(ApiError::internal("a mirror message that is not a sync one, in the sync handler")),
         }
+    }
+
+    /// Target side of `sync_append`: the announced frames, and those of the appends for
+    /// the same mirror the source sent right behind it (it pipelines them: sync_pipe.rs),
+    /// written to the journal with one write and one flush — group commit across the
+    /// source's syncs — then one answer per append, in order.
+    fn sync_append(
+        &self,
+        peer: &PeerIdentity,
+        name: String,
+        frames: u32,
+        bytes: u64,
+        conn: &mut ServerConnection,
+    ) -> Result<(), ApiError> {
+        if bytes > APPEND_MAX_BYTES {
+            // The bytes are not read: the session cannot go on (Err after a reply).
+            let e = ApiError::bad_request(format!("an append of {bytes} bytes"), "at most 512 MiB per append");
+            conn.reply(&PeerResponse::Mirror(serde_json::json!({"error": e.message, "hint": e.hint})))?;
+            return Err(e);
+        }
+        // (frames announced, what was read) per append of the batch; a read that failed
+        // (the stream is out of step) is the batch's last.
+        let mut batch = vec![(frames, read_frames(conn.stream(), frames, bytes))];
+        let mut total = bytes;
+        let mut ahead = Ok(());
+        while batch.len() < BATCH_MAX && batch.last().is_some_and(|(_, f)| f.is_ok()) {
+            let req = match conn.ready_request() {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    ahead = Err(e);
+                    break;
+                }
+            };
+            let next = match &req {
+                PeerRequest::Mirror(v) => serde_json::from_value::<MirrorMsg>(v.clone()).ok(),
+                _ => None,
+            };
+            match next {
+                Some(MirrorMsg::SyncAppend { name: n, frames, bytes })
+                    if n == name && total.saturating_add(bytes) <= APPEND_MAX_BYTES =>
+                {
+                    total += bytes;
+                    batch.push((frames, read_frames(conn.stream(), frames, bytes)));
+                }
+                _ => {
+                    conn.push_back(req);
+                    break;
+                }
+            }
+        }
+        let in_step = batch.iter().all(|(_, f)| f.is_ok());
+        let read: Vec<TapFrame> =
+            batch.iter_mut().filter_map(|(_, f)| f.as_mut().ok()).flat_map(std::mem::take).collect();
+        let r = self.incoming(peer, &name).and_then(|rec| {
+            let journal = self.journals_of(&name)?;
+            let dst = self.pool(&rec.dest_pool)?;
+            let mut j = journal.lock().expect("sync journal");
+            j.appends += batch.len() as u64;
+            // Frames sent again after a lost answer: the ones already durable are skipped.
+            let new: Vec<TapFrame> = read.into_iter().filter(|f| f.seq > j.last_seq).collect();
+            let Some(last) = new.last().map(|f| f.seq) else { return Ok(()) };
+            // A frame missing would be an acknowledged write a break cannot replay.
+            if let Some((i, f)) = new.iter().enumerate().find(|(i, f)| f.seq != j.last_seq + 1 + *i as u64) {
+                return Err(ApiError::conflict(
+                    format!(
+                        "sync frame {} arrived where frame {} was due: frames are missing",
+                        f.seq,
+                        j.last_seq + 1 + i as u64
+                    ),
+                    "the source re-arms the link and catches up with a transfer",
+                ));
+            }
+            j.journal.append(&dst, &new).map_err(ApiError::from)?;
+            j.writes += 1;
+            j.last_seq = last;
+            Ok(())
+        });
+        if let Err(e) = &r {
+            tracing::warn!(mirror = %name, peer = %peer.name, "sync frames not journaled: {} ({})", e.message, e.hint);
+        }
+        for (frames, f) in &batch {
+            let answer = match (&r, f) {
+                (Ok(()), Ok(_)) => serde_json::json!({ "durable": frames }),
+                (Err(e), _) | (_, Err(e)) => serde_json::json!({"error": e.message, "hint": e.hint}),
+            };
+            conn.reply(&PeerResponse::Mirror(answer))?;
+        }
+        if !in_step {
+            let (_, last) = batch.pop().expect("a batch has an append");
+            return last.map(|_| ());
+        }
+        ahead
     }
 
     /// The journal a `sync_arm` opened for mirror `name`.
