@@ -54,6 +54,19 @@ impl ServerConnection {
         self.send(&Reply::Ok(resp.clone()))
     }
 
+    /// Answer several requests read as one (`ready_request`), in order, with one write.
+    pub fn reply_all(&mut self, resps: &[PeerResponse]) -> Result<(), ApiError> {
+        self.replied = true;
+        let mut buf = Vec::new();
+        for r in resps {
+            wire::write_frame(&mut buf, &Reply::Ok(r)).expect("a Vec takes every write");
+        }
+        self.tls
+            .write_all(&buf)
+            .and_then(|()| self.tls.flush())
+            .map_err(|e| ApiError::unavailable(format!("answer the peer at {}: {e}", self.remote), "see its log"))
+    }
+
     /// The session's byte stream for raw data (a send stream) during the current request.
     /// Writes leave as they are made: wrap it in a `BufWriter` for many small ones.
     pub fn stream(&mut self) -> &mut (impl Read + Write) {

@@ -180,6 +180,11 @@ impl SyncLink {
     /// frames of a session that ended sent again). Errors degrade the link.
     fn flush(&self) -> Result<(), String> {
         let mut sink = self.sink.lock().expect("sync journal");
+        self.flush_into(&mut sink)
+    }
+
+    /// `flush`, the journal's lock held.
+    fn flush_into(&self, sink: &mut Sink) -> Result<(), String> {
         let frames = {
             let mut q = self.queue.lock().expect("sync queue");
             q.bytes = 0;
@@ -289,6 +294,14 @@ impl SyncTap for SyncLink {
         if self.sent.load(Ordering::Acquire) >= seq {
             return;
         }
+        // To a peer, on a live session, with nobody else sending: send now, in this thread
+        // (a socket write; waking the flusher would cost a thread switch before it).
+        if let Ok(mut sink) = self.sink.try_lock() {
+            if matches!(&*sink, Sink::Remote(r) if r.live()) {
+                let _ = self.flush_into(&mut sink);
+                return;
+            }
+        }
         let mut q = self.queue.lock().expect("sync queue");
         if !q.frames.is_empty() {
             q.urgent = true;
@@ -297,7 +310,20 @@ impl SyncTap for SyncLink {
     }
 
     fn wait(&self, seq: u64) -> strata_engine::Result<()> {
-        let deadline = Instant::now() + REMOTE_TIMEOUT;
+        if self.acks.durable() >= seq {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let r = self.wait_for(seq, start + REMOTE_TIMEOUT);
+        self.acks.waits.fetch_add(1, Ordering::Relaxed);
+        self.acks.waited_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+}
+
+impl SyncLink {
+    /// `wait`, until `deadline`.
+    fn wait_for(&self, seq: u64, deadline: Instant) -> strata_engine::Result<()> {
         let fail = |why: String| if self.strict { Err(strict_error(why)) } else { Ok(()) };
         // A flush hands every queued frame to the sink: after one, this sync's frames are
         // sent, or were dropped by a fall-back or a stop (said by the phase).
@@ -444,6 +470,14 @@ impl Daemon {
             }
         }
         link.stop();
+        let (waits, ns) = (link.acks.waits.load(Ordering::Relaxed), link.acks.waited_ns.load(Ordering::Relaxed));
+        tracing::info!(
+            mirror = name,
+            frames = link.acks.frames.load(Ordering::Relaxed),
+            waits,
+            wait_mean_us = ns / waits.max(1) / 1000,
+            "sync link off: syncs that waited for the target after their local write, and how long on average"
+        );
         // Appends in flight finish before anyone opens the journal again (a flush checks
         // `stop` under the journal's lock, so none starts after this).
         link.sink.lock().expect("sync journal").close();

@@ -36,6 +36,9 @@ pub(crate) struct Acks {
     /// Frames and record bytes made durable on the target.
     pub(crate) frames: AtomicU64,
     pub(crate) bytes: AtomicU64,
+    /// Syncs that waited for the target after their local write, and how long in all.
+    pub(crate) waits: AtomicU64,
+    pub(crate) waited_ns: AtomicU64,
 }
 
 #[derive(Default)]
@@ -67,6 +70,8 @@ impl Acks {
             durable: AtomicU64::new(0),
             frames: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            waited_ns: AtomicU64::new(0),
         }
     }
 
@@ -235,7 +240,7 @@ impl RemoteSink {
     }
 
     /// Whether the session is open and its receiver still reading.
-    fn live(&self) -> bool {
+    pub(crate) fn live(&self) -> bool {
         let Some((n, _)) = &self.session else { return false };
         let st = self.acks.st.lock().expect("sync acks");
         st.session == *n && st.ended.is_none()

@@ -216,13 +216,16 @@ impl Daemon {
         if let Err(e) = &r {
             tracing::warn!(mirror = %name, peer = %peer.name, "sync frames not journaled: {} ({})", e.message, e.hint);
         }
-        for (frames, f) in &batch {
-            let answer = match (&r, f) {
-                (Ok(()), Ok(_)) => serde_json::json!({ "durable": frames }),
-                (Err(e), _) | (_, Err(e)) => serde_json::json!({"error": e.message, "hint": e.hint}),
-            };
-            conn.reply(&PeerResponse::Mirror(answer))?;
-        }
+        let answers: Vec<PeerResponse> = batch
+            .iter()
+            .map(|(frames, f)| {
+                PeerResponse::Mirror(match (&r, f) {
+                    (Ok(()), Ok(_)) => serde_json::json!({ "durable": frames }),
+                    (Err(e), _) | (_, Err(e)) => serde_json::json!({"error": e.message, "hint": e.hint}),
+                })
+            })
+            .collect();
+        conn.reply_all(&answers)?;
         if !in_step {
             let (_, last) = batch.pop().expect("a batch has an append");
             return last.map(|_| ());
