@@ -134,21 +134,20 @@ impl Read for PeerReceiver {
         loop {
             {
                 let mut c = self.conn.lock().map_err(|_| io::Error::other("the sender panicked"))?;
-                while self.at < self.end {
-                    let n = c.read_tls(&mut &self.raw[self.at..self.end])?;
-                    self.at += n;
-                    let st = c.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    if n == 0 || st.plaintext_bytes_to_read() > 0 {
+                // Plaintext first; more bytes go to TLS only when it has none (so what it
+                // holds stays within one socket read).
+                loop {
+                    match c.reader().read(out) {
+                        Ok(n) => return Ok(n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                    if self.at == self.end {
                         break;
                     }
-                }
-                match c.reader().read(out) {
-                    Ok(n) => return Ok(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-                if self.at < self.end {
-                    continue;
+                    let n = c.read_tls(&mut &self.raw[self.at..self.end])?;
+                    self.at += n;
+                    c.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 }
             }
             // Outside the lock: the sender goes on while this waits.

@@ -232,3 +232,50 @@ fn a_peer_certificate_without_its_key_is_refused() {
     std::fs::remove_dir_all(&other_dir).unwrap();
     cleanup(&[&a, &b]);
 }
+
+#[test]
+fn a_split_session_carries_pipelined_requests_and_raw_bytes_in_order() {
+    let (a, b) = (daemon("split-a"), daemon("split-b"));
+    pair(&a, &b);
+    let (mut tx, mut rx) = PeerClient::connect(&a, "b").expect("connects").into_split().expect("splits");
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    let expected = data.clone();
+    // The answers are read while requests are still being sent: hundreds of small answers
+    // arrive in a few socket reads, the echoed megabyte between them.
+    let reader = std::thread::spawn(move || {
+        let pong = |rx: &mut PeerReceiver, i: usize| match rx.answer() {
+            Answer::Reply(Ok(PeerResponse::Pong { peer_version, .. })) => assert_eq!(peer_version, format!("{i}")),
+            other => panic!("answer {i}: {other:?}"),
+        };
+        for i in 0..300 {
+            pong(&mut rx, i);
+        }
+        assert!(matches!(rx.answer(), Answer::Reply(Ok(PeerResponse::Ok))));
+        let mut back = vec![0u8; expected.len()];
+        rx.read_exact(&mut back).unwrap();
+        assert!(back == expected, "the raw bytes came back unchanged");
+        assert!(matches!(rx.answer(), Answer::Reply(Ok(PeerResponse::Ok))));
+        for i in 300..600 {
+            pong(&mut rx, i);
+        }
+        // An error answer is an answer: the session goes on.
+        assert!(matches!(rx.answer(), Answer::Reply(Err(e)) if e.kind == ErrorKind::InvalidArgument));
+        pong(&mut rx, 600);
+        rx
+    });
+    let ping = |i: usize| PeerRequest::Ping { version: format!("{i}") };
+    for i in 0..300 {
+        tx.send(&ping(i), &[]).unwrap();
+    }
+    tx.send(&PeerRequest::Echo { bytes: data.len() as u64 }, &data).unwrap();
+    for i in 300..600 {
+        tx.send(&ping(i), &[]).unwrap();
+    }
+    tx.send(&PeerRequest::Mirror(serde_json::json!({"op": "nonsense"})), &[]).unwrap();
+    tx.send(&ping(600), &[]).unwrap();
+    let mut rx = reader.join().expect("every answer in order");
+    // The sender gone, the receiver sees the end.
+    drop(tx);
+    assert!(matches!(rx.answer(), Answer::Ended(_)));
+    cleanup(&[&a, &b]);
+}
