@@ -155,7 +155,15 @@ strata_rebuild() { # $1: device; returns when the rebuild has ended (as btrfs re
   "$STRATA_BIN" pool online b "$1" --wait >/dev/null
 }
 btrfs_replace() { # $1: devid, $2: new device; returns when the replace has ended
-  btrfs replace start -B -f "$1" "$2" "$mnt" >/dev/null
+  # A degraded btrfs raid1 that took writes may refuse `btrfs replace` with ENOSPC (seen
+  # 2026-11-27 on 2 and 4 GiB devices); then its other way back: add the new device and
+  # remove the missing one (which rewrites the missing device's chunks onto it). Said on
+  # stderr and counted in the work dir's btrfs-fallbacks.
+  if ! btrfs replace start -B -f "$1" "$2" "$mnt" >"$work/replace.err" 2>&1; then
+    echo "btrfs replace failed ($(tail -1 "$work/replace.err")): device add + remove missing instead" >&2
+    echo "$(date +%T) $1 $2" >>"$work/btrfs-fallbacks"
+    btrfs device add -f "$2" "$mnt" >/dev/null && btrfs device remove missing "$mnt"
+  fi
 }
 
 load() {
@@ -228,11 +236,11 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
   devid="$(btrfs filesystem show "$mnt" | awk '/missing/ { print $2; exit }')"
   [ -n "$devid" ] || devid=2
   t0="$(date +%s.%N)"
-  if ! btrfs replace start -B -f "$devid" "${loops[$ndev]}" "$mnt" >/dev/null; then
+  if ! btrfs_replace "$devid" "${loops[$ndev]}"; then
     # btrfs raid1c3 degraded on these devices: the replace fails with ENOSPC (seen
-    # 2026-11-27). Reported as 0 (failed) for the replace, the rebuild under load and the
-    # scrub; the loop devices are left to cleanup.
-    echo "btrfs-$peer: btrfs replace failed: counted as failed (0)" >&2
+    # 2026-11-27), and so may the add + remove. Reported as 0 (failed) for the replace, the
+    # rebuild under load and the scrub; the loop devices are left to cleanup.
+    echo "btrfs-$peer: btrfs replace (and device add + remove missing) failed: counted as failed (0)" >&2
     umount "$mnt" 2>/dev/null || umount -l "$mnt"
     loops=("${loops[0]}" "${loops[@]:2}")
     printf '%s %s 0 0 0 0' "$healthy" "$degraded"
