@@ -164,9 +164,13 @@ impl Acks {
                         st.refused = Some(format!("the target's journal refused the frames: {msg} ({hint})"));
                     }
                     Ok(_) => {
-                        self.frames.fetch_add(frames, Ordering::Relaxed);
-                        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-                        self.durable.fetch_max(last, Ordering::Release);
+                        // Frames sent again on a new session count once: only those past
+                        // what was durable (their bytes in proportion: frames of one append
+                        // are alike in size on average).
+                        let before = self.durable.fetch_max(last, Ordering::Release);
+                        let new = last.saturating_sub(before).min(frames);
+                        self.frames.fetch_add(new, Ordering::Relaxed);
+                        self.bytes.fetch_add(bytes * new / frames.max(1), Ordering::Relaxed);
                     }
                     Err(e) => st.refused = Some(format!("the target refused the frames: {} ({})", e.message, e.hint)),
                 },
