@@ -25,6 +25,11 @@ use strata_engine::pool::sync_tap::TapFrame;
 /// How long an answer may take before the session is given up.
 pub(super) const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a link keeps making new sessions after a failed one before it falls back, and
+/// the longest pause between two.
+pub(super) const RECONNECT_WITHIN: Duration = Duration::from_secs(1);
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(200);
+
 /// Frame header on the wire: seq, txg, length.
 pub(super) const WIRE_HEADER: usize = 20;
 
@@ -271,29 +276,52 @@ impl RemoteSink {
         }
         let new_from = self.unacked.len();
         self.unacked.extend(frames);
-        let mut last = None;
-        for _ in 0..2 {
-            if self.unacked.is_empty() {
-                return Ok(());
-            }
-            let from = if self.live() {
-                new_from
-            } else {
-                self.open(None)?;
-                0
+        if self.unacked.is_empty() {
+            return Ok(());
+        }
+        // A new session sent them all already.
+        self.retrying(|s, new| if new || new_from == s.unacked.len() { Ok(()) } else { s.send_append(new_from) })
+    }
+
+    /// A live session: the open one, or a new one on which every frame not known durable
+    /// went again. Whether it is new.
+    fn session_with_unacked(&mut self) -> Result<bool, ApiError> {
+        if self.live() {
+            return Ok(false);
+        }
+        self.open(None)?;
+        if !self.unacked.is_empty() {
+            self.send_append(0)?;
+        }
+        Ok(true)
+    }
+
+    /// `attempt` on a live session (and whether it is new) until it succeeds. A failed
+    /// attempt ends its session; the next goes on a new one — at once after a session
+    /// that was open before (it may have died idle), else after a pause that grows to
+    /// `RECONNECT_PAUSE_MAX` — until `RECONNECT_WITHIN` has passed: a cut of the network
+    /// or the peer's restart within it does not make the link fall back.
+    fn retrying<T>(&mut self, mut attempt: impl FnMut(&mut Self, bool) -> Result<T, ApiError>) -> Result<T, ApiError> {
+        let deadline = Instant::now() + RECONNECT_WITHIN;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let r = match self.session_with_unacked() {
+                Ok(new) => attempt(self, new).map_err(|e| (e, new)),
+                Err(e) => Err((e, true)),
             };
-            if from == self.unacked.len() {
-                return Ok(());
-            }
-            match self.send_append(from) {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    self.end_session();
-                    last = Some(e);
+            let (e, new) = match r {
+                Ok(v) => return Ok(v),
+                Err(failed) => failed,
+            };
+            self.end_session();
+            if new {
+                if Instant::now() + pause >= deadline {
+                    return Err(e);
                 }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
             }
         }
-        Err(last.expect("two attempts failed"))
     }
 
     /// One `sync_append` of `unacked[from..]`.
@@ -321,52 +349,39 @@ impl RemoteSink {
     /// A control request on the session, in order with the appends; its answer.
     pub(crate) fn control(&mut self, msg: &MirrorMsg) -> Result<serde_json::Value, ApiError> {
         let v = serde_json::to_value(msg).expect("mirror messages serialise");
-        let mut last = None;
-        for _ in 0..2 {
-            if !self.live() {
-                self.open(None)?;
-                if !self.unacked.is_empty() {
-                    if let Err(e) = self.send_append(0) {
-                        self.end_session();
-                        last = Some(e);
-                        continue;
-                    }
-                }
-            }
-            let (n, tx) = self.session.as_mut().expect("a live session");
-            let n = *n;
-            {
-                let mut st = self.acks.st.lock().expect("sync acks");
-                st.asked.push_back(Asked::Control);
-                st.control = None;
-            }
-            if let Err(e) = tx.send(&PeerRequest::Mirror(v.clone()), &[]) {
-                self.end_session();
-                last = Some(e);
-                continue;
-            }
-            let deadline = Instant::now() + REMOTE_TIMEOUT;
+        self.retrying(|s, _| s.ask(&v))?
+    }
+
+    /// `control` on the live session: the target's answer, or why the session failed (a
+    /// refusal is an answer: it is not asked again).
+    fn ask(&mut self, v: &serde_json::Value) -> Result<Result<serde_json::Value, ApiError>, ApiError> {
+        let (n, tx) = self.session.as_mut().expect("a live session");
+        let n = *n;
+        {
             let mut st = self.acks.st.lock().expect("sync acks");
-            loop {
-                if let Some(r) = st.control.take() {
-                    return match r? {
-                        PeerResponse::Mirror(v) => Ok(v),
-                        PeerResponse::Ok => Ok(serde_json::Value::Null),
-                        other => Err(ApiError::internal(format!("the target answered {other:?} to a sync request"))),
-                    };
-                }
-                let left = deadline.saturating_duration_since(Instant::now());
-                if st.session != n || st.ended.is_some() || left.is_zero() {
-                    break;
-                }
-                st = self.acks.cv.wait_timeout(st, left).expect("sync acks").0;
-            }
-            let why = st.ended.clone().unwrap_or_else(|| format!("no answer within {} s", REMOTE_TIMEOUT.as_secs()));
-            drop(st);
-            self.end_session();
-            last = Some(ApiError::unavailable(format!("the journal of {}: {why}", self.target), "the link re-arms"));
+            st.asked.push_back(Asked::Control);
+            st.control = None;
         }
-        Err(last.expect("two attempts failed"))
+        tx.send(&PeerRequest::Mirror(v.clone()), &[])?;
+        let deadline = Instant::now() + REMOTE_TIMEOUT;
+        let mut st = self.acks.st.lock().expect("sync acks");
+        loop {
+            if let Some(r) = st.control.take() {
+                return Ok(match r {
+                    Ok(PeerResponse::Mirror(v)) => Ok(v),
+                    Ok(PeerResponse::Ok) => Ok(serde_json::Value::Null),
+                    Ok(other) => Err(ApiError::internal(format!("the target answered {other:?} to a sync request"))),
+                    Err(e) => Err(e),
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if st.session != n || st.ended.is_some() || left.is_zero() {
+                break;
+            }
+            st = self.acks.cv.wait_timeout(st, left).expect("sync acks").0;
+        }
+        let why = st.ended.clone().unwrap_or_else(|| format!("no answer within {} s", REMOTE_TIMEOUT.as_secs()));
+        Err(ApiError::unavailable(format!("the journal of {}: {why}", self.target), "the link re-arms"))
     }
 
     /// Wait until every append sent has been answered (or `REMOTE_TIMEOUT`), then end the

@@ -36,6 +36,8 @@ struct Proxy {
     address: String,
     cut: Arc<AtomicBool>,
     cuts: Arc<AtomicUsize>,
+    /// While set, connections are closed as they come (the target looks down).
+    down: Arc<AtomicBool>,
 }
 
 fn proxy(target: std::net::SocketAddr) -> Proxy {
@@ -43,9 +45,14 @@ fn proxy(target: std::net::SocketAddr) -> Proxy {
     let address = l.local_addr().unwrap().to_string();
     let (cut, cuts) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
     let (cut2, cuts2) = (cut.clone(), cuts.clone());
+    let down = Arc::new(AtomicBool::new(false));
+    let down2 = down.clone();
     std::thread::spawn(move || {
         for client in l.incoming() {
             let Ok(client) = client else { continue };
+            if down2.load(Ordering::SeqCst) {
+                continue;
+            }
             let Ok(server) = TcpStream::connect(target) else { continue };
             let (mut from, mut to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
             let (cut, cuts) = (cut2.clone(), cuts2.clone());
@@ -76,7 +83,7 @@ fn proxy(target: std::net::SocketAddr) -> Proxy {
             });
         }
     });
-    Proxy { address, cut, cuts }
+    Proxy { address, cut, cuts, down }
 }
 
 /// (appends answered, journal writes, last frame) of the target's journal.
@@ -140,6 +147,24 @@ fn concurrent_syncs_pipeline_appends_and_the_target_journals_them_together() {
     assert!(cuts >= 2 && given_up >= 2, "the writers were done after {cuts} cuts: make them write longer");
     let frames = link.acks.frames.load(Ordering::Relaxed);
     assert_eq!(frames, pushed, "every frame counted once, also those sent again after a cut");
+
+    // The target unreachable for a moment with the session cut: the link keeps making new
+    // sessions (for a second) rather than fall back, and the syncs wait for it.
+    proxy.down.store(true, Ordering::SeqCst);
+    if let Sink::Remote(r) = &mut *link.sink.lock().unwrap() {
+        r.end_session();
+    }
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            proxy.down.store(false, Ordering::SeqCst);
+        });
+        writers(&a, 2, 5, "third");
+    });
+    assert!(start.elapsed() >= Duration::from_millis(300), "the syncs did not wait for the target");
+    assert_eq!(link.phase(), Phase::InSync, "the link fell back while the target was unreachable");
+    assert_eq!(link.acks.durable(), pool.sync_tap_pushed());
     a.disarm_sync(name);
     cleanup(&[&a, &b]);
     drop::<Arc<Daemon>>(b);
