@@ -46,6 +46,8 @@ struct State {
     read_fail: Option<(u64, u64)>,
     flushes: u64,
     writes: u64,
+    /// Reads served (a test counts a scrub's requests).
+    reads: u64,
     /// I/Os refused because the power was off.
     refused: u64,
     /// The device is gone (unplugged, image deleted): every I/O fails with ENODEV.
@@ -163,6 +165,7 @@ impl SimDisk {
                 read_fail: None,
                 flushes: 0,
                 writes: 0,
+                reads: 0,
                 refused: 0,
                 gone: false,
                 power: None,
@@ -234,6 +237,11 @@ impl SimDisk {
         self.st().gone = gone;
     }
 
+    /// Reads served so far.
+    pub fn reads(&self) -> u64 {
+        self.st().reads
+    }
+
     /// Flip bit `bit` of the byte at `offset`, durably.
     pub fn rot(&self, offset: u64, bit: u8) {
         let mut s = self.st();
@@ -298,6 +306,7 @@ impl BlockDevice for SimDisk {
             }
         }
         buf.copy_from_slice(&s.current[offset as usize..end as usize]);
+        s.reads += 1;
         Ok(())
     }
 

@@ -148,6 +148,20 @@ impl BlockDevice for GroupedDevice {
         g.dev.scrub_read(buf, at, heal, verify)
     }
 
+    fn scrub_read_run(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        blocks: &[(Range<usize>, Range<usize>)],
+        verify: &(dyn Fn(usize, &[u8]) -> bool + Sync),
+    ) -> Vec<io::Result<bool>> {
+        // A run within one group goes to it whole; one across groups, block by block.
+        match self.route(offset, buf.len()) {
+            Ok((g, at)) => g.dev.scrub_read_run(buf, at, blocks, verify),
+            Err(_) => super::scrub_blocks_one_by_one(self, buf, offset, blocks, verify),
+        }
+    }
+
     fn read_best(&self, buf: &mut [u8], offset: u64, score: &dyn Fn(&[u8]) -> Option<u64>) -> io::Result<Option<u64>> {
         let (g, at) = self.route(offset, buf.len())?;
         g.dev.read_best(buf, at, score)

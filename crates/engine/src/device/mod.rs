@@ -73,6 +73,22 @@ pub trait BlockDevice: Send + Sync {
         self.read_verified(buf, offset, heal, verify)
     }
 
+    /// `scrub_read` of blocks that lie one after another in the `buf.len()` bytes at
+    /// `offset`: `blocks[k]` is (its span: the aligned range read for it; the block's bytes,
+    /// within the span), and `verify(k, bytes)` checks block k. A device with copies reads
+    /// the run from each copy once (one request per record and copy held a scrub to
+    /// ~200 MB/s on a mirror of loop devices). Per block: whether a copy verified, `buf`
+    /// holding it (else the first copy read). By default, block by block.
+    fn scrub_read_run(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        blocks: &[(Range<usize>, Range<usize>)],
+        verify: &(dyn Fn(usize, &[u8]) -> bool + Sync),
+    ) -> Vec<io::Result<bool>> {
+        scrub_blocks_one_by_one(self, buf, offset, blocks, verify)
+    }
+
     /// Read `buf.len()` bytes at `offset`, choosing among the device's copies the one
     /// `score` ranks highest (`None`: unusable); returns that score. For self-checked
     /// structures of which a newer valid version is better than an older valid one
@@ -111,4 +127,27 @@ pub trait BlockDevice: Send + Sync {
     fn as_groups(&self) -> Option<&GroupedDevice> {
         None
     }
+}
+
+/// `BlockDevice::scrub_read_run` one block at a time (`scrub_read` of each span).
+pub(crate) fn scrub_blocks_one_by_one<D: BlockDevice + ?Sized>(
+    dev: &D,
+    buf: &mut [u8],
+    offset: u64,
+    blocks: &[(Range<usize>, Range<usize>)],
+    verify: &(dyn Fn(usize, &[u8]) -> bool + Sync),
+) -> Vec<io::Result<bool>> {
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(k, (span, block))| {
+            let heal = block.start - span.start..block.end - span.start;
+            let inner = heal.clone();
+            let check = move |s: &[u8]| s.get(inner.clone()).is_some_and(|b| verify(k, b));
+            match buf.get_mut(span.clone()) {
+                Some(sub) => dev.scrub_read(sub, offset + span.start as u64, heal, &check),
+                None => Err(io::Error::new(io::ErrorKind::InvalidInput, "a block's span lies outside the run")),
+            }
+        })
+        .collect()
 }

@@ -482,23 +482,57 @@ impl BlockIo {
 
     /// Verify every copy of a block the device holds, repairing those that fail (a scrub;
     /// device/mirror.rs `scrub_read`). No cache is consulted.
-    pub fn verify_copies(&self, bp: &BlockPtr) -> Result<()> {
-        self.read_block_copies(bp, true).map(|_| ())
+    pub fn verify_copies(&self, bp: &BlockPtr) -> Result<u64> {
+        self.read_block_copies(bp, true).map(|b| b.len() as u64)
+    }
+
+    /// Verify every copy of blocks that lie one after another on the device (ascending,
+    /// not overlapping), each copy of the run in one read (a scrub's records: one read per
+    /// record and copy held it to ~200 MB/s). Per block, as `verify_copies`. Blocks that
+    /// cannot share a read are verified one by one.
+    pub fn verify_copies_run(&self, bps: &[BlockPtr]) -> Vec<Result<u64>> {
+        let spans: Vec<(u64, u64)> = bps.iter().map(|bp| bp.read_span()).collect();
+        let (Some(first), Some(last)) = (spans.first(), spans.last()) else { return Vec::new() };
+        let (start, end) = (first.0, last.0 + last.1);
+        let one_read = bps.len() > 1
+            && bps.iter().all(|bp| !bp.is_hole() && bp.device == 0)
+            && spans.windows(2).all(|w| w[1].0 >= w[0].0 + w[0].1)
+            && self.in_area(start, (end - start) / UNIT_SIZE);
+        if !one_read {
+            return bps.iter().map(|bp| self.verify_copies(bp)).collect();
+        }
+        let blocks: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = bps
+            .iter()
+            .zip(&spans)
+            .map(|(bp, &(s, l))| {
+                let span = (s - start) as usize..(s - start + l) as usize;
+                let at = (bp.addr - start) as usize;
+                (span, at..at + bp.psize as usize)
+            })
+            .collect();
+        let mut buf = AlignedBuf::zeroed((end - start) as usize);
+        let verify = |k: usize, b: &[u8]| bps[k].checksum_algo.compute(b) == bps[k].checksum;
+        let results = self.dev.scrub_read_run(&mut buf, start, &blocks, &verify);
+        self.stats.bytes_read.fetch_add(end - start, Ordering::Relaxed);
+        bps.iter()
+            .zip(&blocks)
+            .zip(results)
+            .map(|((bp, (_, block)), r)| {
+                let verified = r.map_err(|e| Error::io("read block", e))?;
+                self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
+                self.decoded(bp, &buf[block.clone()], verified).map(|b| b.len() as u64)
+            })
+            .collect()
     }
 
     fn read_block_copies(&self, bp: &BlockPtr, all_copies: bool) -> Result<Vec<u8>> {
         assert!(!bp.is_hole(), "holes are not read");
-        let what = match bp.kind {
-            BlockKind::BtreeNode => "btree node",
-            BlockKind::Indirect => "indirect block",
-            BlockKind::Data => "data block",
-        };
         let (start, len) = bp.read_span();
         let units = len / UNIT_SIZE;
         let in_area = self.in_area(start, units);
         if bp.device != 0 || !in_area {
             return Err(self.corrupt(Corruption::new(
-                what,
+                what_block(bp),
                 Some(bp.addr),
                 "block pointer points outside the data area",
             )));
@@ -516,7 +550,13 @@ impl BlockIo {
         .map_err(|e| Error::io("read block", e))?;
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes_read.fetch_add(len, Ordering::Relaxed);
-        let stored = &buf[block];
+        self.decoded(bp, &buf[block], verified)
+    }
+
+    /// A block's logical bytes from its `stored` bytes as read (`verified`: their checksum
+    /// matched), or the corruption.
+    fn decoded(&self, bp: &BlockPtr, stored: &[u8], verified: bool) -> Result<Vec<u8>> {
+        let what = what_block(bp);
         if !verified {
             let found = bp.checksum_algo.compute(stored);
             return Err(self.corrupt(Corruption::new(
@@ -611,4 +651,13 @@ pub fn trimmed(payload: &[u8]) -> &[u8] {
 
 fn hex8(b: &[u8; 32]) -> String {
     b[..8].iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// What a block is, for an error.
+fn what_block(bp: &BlockPtr) -> &'static str {
+    match bp.kind {
+        BlockKind::BtreeNode => "btree node",
+        BlockKind::Indirect => "indirect block",
+        BlockKind::Data => "data block",
+    }
 }

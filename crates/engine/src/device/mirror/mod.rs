@@ -26,7 +26,7 @@
 //! `note`. Neither is held across I/O of the logical device.
 
 use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
-use super::BlockDevice;
+use super::{AlignedBuf, BlockDevice};
 
 mod errors;
 pub(crate) mod fan_out;
@@ -834,6 +834,65 @@ impl MirrorDevice {
         Ok(true)
     }
 
+    /// `scrub_read_run` of a mirrored run: the run read from each member in sync once (the
+    /// first into `buf`), each block checked in every copy, failed copies healed block by
+    /// block from a good one (as `mirror_scrub_read`). A copy whose bytes equal the first
+    /// one's has its verdict: only differing copies are hashed again (a scrub hashed twice
+    /// the bytes it read, and was CPU-bound). None when a member's read failed: the blocks
+    /// then go one by one, which counts and rewrites per block.
+    fn mirror_scrub_run(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        blocks: &[(Range<usize>, Range<usize>)],
+        verify: &(dyn Fn(usize, &[u8]) -> bool + Sync),
+    ) -> Option<Vec<io::Result<bool>>> {
+        if blocks.iter().any(|(span, b)| span.end > buf.len() || b.start < span.start || b.end > span.end) {
+            return None;
+        }
+        let order: Vec<(usize, Arc<dyn BlockDevice>)> = self.read_order().collect();
+        let ((first, dev), rest) = order.split_first()?;
+        dev.read_at(buf, offset + MEMBER_AREA_BYTES).ok()?;
+        let mut others: Vec<(usize, AlignedBuf)> = Vec::new();
+        for (i, dev) in rest {
+            let mut copy = AlignedBuf::zeroed(buf.len());
+            dev.read_at(&mut copy, offset + MEMBER_AREA_BYTES).ok()?;
+            others.push((*i, copy));
+        }
+        let results = blocks
+            .iter()
+            .enumerate()
+            .map(|(k, (span, block))| {
+                let first_ok = verify(k, &buf[block.clone()]);
+                let ok: Vec<bool> =
+                    others
+                        .iter()
+                        .map(|(_, c)| {
+                            if c[block.clone()] == buf[block.clone()] {
+                                first_ok
+                            } else {
+                                verify(k, &c[block.clone()])
+                            }
+                        })
+                        .collect();
+                let heal = block.start - span.start..block.end - span.start;
+                let at = offset + span.start as u64;
+                if !first_ok {
+                    // No copy verified: the caller reports the corruption (`buf` holds the first).
+                    let good = ok.iter().position(|v| *v)?;
+                    self.heal(*first, at, buf[span.clone()].to_vec(), &others[good].1[span.clone()], heal.clone());
+                    buf[span.clone()].copy_from_slice(&others[good].1[span.clone()]);
+                }
+                for ((i, c), _) in others.iter().zip(&ok).filter(|(_, v)| !**v) {
+                    self.heal(*i, at, c[span.clone()].to_vec(), &buf[span.clone()], heal.clone());
+                }
+                Some(())
+            })
+            .map(|healed| Ok(healed.is_some()))
+            .collect();
+        Some(results)
+    }
+
     fn mirror_read_best(
         &self,
         buf: &mut [u8],
@@ -927,6 +986,20 @@ impl BlockDevice for MirrorDevice {
         verify: &dyn Fn(&[u8]) -> bool,
     ) -> io::Result<bool> {
         self.verified_read(buf, offset, heal, verify, true)
+    }
+
+    fn scrub_read_run(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        blocks: &[(Range<usize>, Range<usize>)],
+        verify: &(dyn Fn(usize, &[u8]) -> bool + Sync),
+    ) -> Vec<io::Result<bool>> {
+        let run = match self.region(offset, buf.len()) {
+            Region::Mirrored => self.mirror_scrub_run(buf, offset, blocks, verify),
+            _ => None,
+        };
+        run.unwrap_or_else(|| super::scrub_blocks_one_by_one(self, buf, offset, blocks, verify))
     }
 
     fn read_best(&self, buf: &mut [u8], offset: u64, score: &dyn Fn(&[u8]) -> Option<u64>) -> io::Result<Option<u64>> {
