@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Redundancy benchmark (issue 25): PostgreSQL's pgbench on
+# Redundancy benchmark (issue 25): PostgreSQL's pgbench (or, with DB=mariadb, MariaDB with
+# sysbench oltp_read_write, TR-4722's parameters: 2 tables of SCALE rows) on
 #   strata-single   a Strata pool on loop device 1
 #   strata-mirror   a Strata 2-way mirror of loop devices 1 and 2
 #   btrfs-raid1     btrfs -d raid1 -m raid1 on loop devices 1 and 2 (the in-kernel peer:
@@ -25,6 +26,7 @@
 # round, the medians and the ratios the issue's targets are stated in.
 #
 #   ROUNDS=5 [LAYOUT=mirror|mirror3|parity2] [DEV_SIZE=4G] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
+#   DB=mariadb ROUNDS=5 LAYOUT=mirror scripts/bench/redundancy.sh [TABLE_SIZE=10000] [SECONDS=30] [THREADS=4]
 #   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout;
 #   DEV_SIZE: each loop device's size — with 1G and SCALE=20 the pool is ~30% full, the
 #   issue's rebuild case)
@@ -36,7 +38,9 @@ trap 'echo "redundancy.sh: line $LINENO failed (exit $?): $BASH_COMMAND" >&2' ER
 unset STRATA_API
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 scale="${1:-10}"; secs="${2:-30}"; clients="${3:-4}"; rounds="${ROUNDS:-5}"
-layout="${LAYOUT:-mirror}"
+layout="${LAYOUT:-mirror}"; db="${DB:-postgres}"
+case "$db" in postgres | mariadb) ;; *) echo "DB is postgres or mariadb, not '$db'" >&2; exit 2 ;; esac
+if [ "$db" = mariadb ]; then scale="${1:-10000}"; fi
 case "$layout" in
   mirror) ndev=2; peer=raid1; peer_args=(-d raid1 -m raid1); strata_layout=mirror ;;
   mirror3) ndev=3; peer=raid1c3; peer_args=(-d raid1c3 -m raid1c3); strata_layout=mirror ;;
@@ -51,6 +55,10 @@ PG_BIN=/usr/lib/postgresql/15/bin
 need=()
 [ -x "$PG_BIN/pgbench" ] || need+=(postgresql-15 postgresql-contrib)
 command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
+if [ "$db" = mariadb ]; then
+  [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
+  command -v sysbench >/dev/null || need+=(sysbench)
+fi
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -74,7 +82,7 @@ detach_loops() {
   loops=()
 }
 cleanup() {
-  if [ -f "$mnt/pgdata/postmaster.pid" ]; then pg_as pg_ctl stop -D "$mnt/pgdata" -m immediate -w >/dev/null 2>&1 || true; fi
+  kill_db
   "$STRATA_BIN" unmount "$mnt" >/dev/null 2>&1 || true
   umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
   strata_stop >/dev/null 2>&1 || true
@@ -94,7 +102,11 @@ fresh_loops() {
   done
 }
 
+# The database: PostgreSQL + pgbench (DB=postgres) or MariaDB + sysbench oltp_read_write
+# with TR-4722's parameters (DB=mariadb: 2 tables of SCALE rows, CLIENTS threads,
+# innodb_flush_log_at_trx_commit=1, O_DIRECT, a 128 MiB buffer pool).
 start_pg() { # initdb when asked, then start
+  if [ "$db" = mariadb ]; then start_maria "$@"; return; fi
   install -d -o postgres -g postgres -m 700 "$mnt/pgdata" "$sock"
   if [ "${1:-}" = init ]; then
     pg_as initdb -D "$mnt/pgdata" --auth=trust --username=postgres --encoding=UTF8 --locale=C >"$work/initdb.log" 2>&1
@@ -110,10 +122,63 @@ CONF
   install -o postgres -g postgres -m 644 /dev/null "$work/pg.log"
   pg_as pg_ctl start -D "$mnt/pgdata" -l "$work/pg.log" -w -t 120 >/dev/null || { tail -5 "$work/pg.log" >&2; return 1; }
 }
-stop_pg() { pg_as pg_ctl stop -D "$mnt/pgdata" -m fast -w -t 120 >/dev/null; }
+stop_pg() {
+  if [ "$db" = mariadb ]; then stop_maria; return; fi
+  pg_as pg_ctl stop -D "$mnt/pgdata" -m fast -w -t 120 >/dev/null
+}
+kill_db() { # stop at once, as a crash would (a degraded btrfs may not let it stop cleanly)
+  if [ "$db" = mariadb ]; then
+    if [ -f "$sock/pid" ]; then kill -9 "$(cat "$sock/pid")" 2>/dev/null || true; fi
+    for _ in $(seq 100); do pgrep -f "mariadbd.*$sock" >/dev/null || break; sleep 0.1; done
+    rm -f "$sock/pid"
+    return 0
+  fi
+  if [ -f "$mnt/pgdata/postmaster.pid" ]; then pg_as pg_ctl stop -D "$mnt/pgdata" -m immediate -w -t 120 >/dev/null 2>&1 || true; fi
+}
+maria() { mariadb --no-defaults -S "$sock/sock" -u root "$@"; }
+start_maria() {
+  install -d -o mysql -g mysql -m 755 "$sock"
+  if [ "${1:-}" = init ]; then
+    install -d -o mysql -g mysql -m 750 "$mnt/mysql"
+    mariadb-install-db --no-defaults --user=mysql --datadir="$mnt/mysql" >"$work/initdb.log" 2>&1
+  fi
+  install -o mysql -g mysql -m 644 /dev/null "$work/pg.log"
+  /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$mnt/mysql" --socket="$sock/sock" --skip-networking \
+    --pid-file="$sock/pid" --log-error="$work/pg.log" --skip-log-bin \
+    --innodb-flush-log-at-trx-commit=1 --innodb-flush-method=O_DIRECT --innodb-buffer-pool-size=128M \
+    >/dev/null 2>&1 &
+  disown  # kill_db's kill -9 is expected: no job notice from the shell
+  local _i
+  for _i in $(seq 600); do
+    mariadb-admin --no-defaults -S "$sock/sock" -u root ping >/dev/null 2>&1 && return 0
+    pgrep -f "mariadbd.*$sock" >/dev/null || break
+    sleep 0.2
+  done
+  tail -5 "$work/pg.log" >&2; echo "MariaDB did not start" >&2; return 1
+}
+stop_maria() {
+  mariadb-admin --no-defaults -S "$sock/sock" -u root shutdown
+  for _ in $(seq 600); do [ -e "$sock/pid" ] || return 0; sleep 0.2; done
+  echo "MariaDB did not stop within 120 s" >&2; return 1
+}
+sb() { sysbench oltp_read_write --db-driver=mysql --mysql-socket="$sock/sock" --mysql-user=root --mysql-db=sbtest \
+  --tables=2 --table-size="$scale" --threads="$clients" "$@"; }
 
-run_tps() { # prints the TPS of one pgbench run
+run_tps() { # prints the TPS of one pgbench (sysbench) run
   local out="$work/run.out"
+  if [ "$db" = mariadb ]; then
+    sb --time="$secs" run >"$out" 2>&1 || { tail -3 "$out" >&2; echo "sysbench failed" >&2; return 1; }
+    python3 - "$out" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+tps = re.search(r"transactions: +\d+ +\(([\d.]+) per sec", text)
+errors = re.search(r"ignored errors: +(\d+)", text)
+if not tps or (errors and int(errors.group(1))):
+    sys.exit("sysbench: no TPS, or errors:\n" + text[-600:])
+print(f"{float(tps.group(1)):.0f}", end="")
+PY
+    return
+  fi
   pgb -n -c "$clients" -j 2 -T "$secs" postgres >"$out" 2>&1 || { tail -3 "$out" >&2; echo "pgbench failed" >&2; return 1; }
   local tps failed
   tps="$(awk '/^tps = / { print $3; exit }' "$out")"
@@ -128,23 +193,29 @@ run_tps() { # prints the TPS of one pgbench run
 rebuild_under_load() {
   local out="$work/load.out" pid t_run t0 t1
   t_run="$(date +%s.%N)"
-  pgb -n -c "$clients" -j 2 -T "$secs" -P 1 postgres >"$out" 2>&1 &
+  if [ "$db" = mariadb ]; then
+    sb --time="$secs" --report-interval=1 run >"$out" 2>&1 &
+  else
+    pgb -n -c "$clients" -j 2 -T "$secs" -P 1 postgres >"$out" 2>&1 &
+  fi
   pid=$!
   sleep 3
   t0="$(date +%s.%N)"
   "$@"
   t1="$(date +%s.%N)"
-  if ! wait "$pid"; then tail -3 "$out" >&2; echo "pgbench failed during the rebuild" >&2; return 1; fi
+  if ! wait "$pid"; then tail -3 "$out" >&2; echo "$db's load failed during the rebuild" >&2; return 1; fi
   python3 - "$out" "$t_run" "$t0" "$t1" <<'PY'
 import math, re, sys
 text = open(sys.argv[1]).read()
 run, t0, t1 = (float(x) for x in sys.argv[2:5])
 a, b = t0 - run, t1 - run
-failed = re.search(r"number of failed transactions: (\d+)", text)
-if failed and int(failed.group(1)):
-    sys.exit("pgbench reported failed transactions during the rebuild")
-# "progress: 5.0 s, 1234.5 tps, ..." covers the second before 5.0 s.
+failed = re.search(r"number of failed transactions: (\d+)|ignored errors: +(\d+)", text)
+if failed and int(failed.group(1) or failed.group(2)):
+    sys.exit("the load reported failed transactions during the rebuild")
+# pgbench's "progress: 5.0 s, 1234.5 tps, ..." and sysbench's "[ 5s ] thds: 4 tps: 812.87
+# ..." cover the second before 5 s.
 samples = [(float(t), float(v)) for t, v in re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps", text)]
+samples += [(float(t), float(v)) for t, v in re.findall(r"\[ *(\d+)s \] thds: \d+ tps: ([\d.]+)", text)]
 hit = [v for t, v in samples if t > a and t - 1 < max(b, a + 1e-9)]
 if not hit:
     sys.exit("no pgbench progress sample overlaps the rebuild")
@@ -168,6 +239,12 @@ btrfs_replace() { # $1: devid, $2: new device; returns when the replace has ende
 
 load() {
   start_pg init
+  if [ "$db" = mariadb ]; then
+    maria -e "create database sbtest"
+    sb prepare >"$work/init.log" 2>&1 || { tail -5 "$work/init.log" >&2; return 1; }
+    maria -e "flush tables" sbtest
+    return
+  fi
   pgb -i -s "$scale" -q postgres >"$work/init.log" 2>&1
   "$PG_BIN/psql" -X -q -h "$sock" -p "$PG_PORT" -U postgres -c checkpoint postgres
 }
@@ -228,10 +305,10 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
   # is, and the replace goes on.
   local degraded
   if ! start_pg || ! degraded="$(run_tps)"; then
-    echo "btrfs-$peer: pgbench failed degraded (see $work/pg.log): counted as 0 TPS" >&2
+    echo "btrfs-$peer: $db's load failed degraded (see $work/pg.log): counted as 0 TPS" >&2
     degraded=0
   fi
-  pg_as pg_ctl stop -D "$mnt/pgdata" -m immediate -w -t 120 >/dev/null 2>&1 || true
+  kill_db
   local devid t0 t1
   devid="$(btrfs filesystem show "$mnt" | awk '/missing/ { print $2; exit }')"
   [ -n "$devid" ] || devid=2
@@ -259,10 +336,10 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
   devid="$(btrfs filesystem show "$mnt" | awk '/missing/ { print $2; exit }')"
   [ -n "$devid" ] || devid=2
   if ! start_pg || ! during="$(rebuild_under_load btrfs_replace "$devid" "${loops[$((ndev + 1))]}")"; then
-    echo "btrfs-$peer: pgbench failed during the replace (see $work/pg.log): counted as 0 TPS" >&2
+    echo "btrfs-$peer: $db's load failed during the replace (see $work/pg.log): counted as 0 TPS" >&2
     during="0 0"
   fi
-  pg_as pg_ctl stop -D "$mnt/pgdata" -m immediate -w -t 120 >/dev/null 2>&1 || true
+  kill_db
   # Healthy again for the scrub (a replace PostgreSQL's failure kept from running runs now).
   if btrfs filesystem show "$mnt" | grep -q missing; then btrfs_replace "$devid" "${loops[$((ndev + 1))]}"; fi
   local s0 s1; s0="$(date +%s.%N)"
@@ -292,14 +369,17 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 cleanup
-python3 - "$results" "$scale" "$secs" "$clients" "$layout" "$peer" <<'PY'
+python3 - "$results" "$scale" "$secs" "$clients" "$layout" "$peer" "$db" <<'PY'
 import statistics, sys
-layout, peer = sys.argv[5], sys.argv[6]
+layout, peer, db = sys.argv[5], sys.argv[6], sys.argv[7]
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 by = {}
 for r, c, v in rows:
     by.setdefault(c, []).append([float(x) for x in v.split()])
-print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
+if db == "mariadb":
+    print(f"\nsysbench oltp_read_write on MariaDB, 2 tables x {sys.argv[2]} rows, {sys.argv[4]} threads, {sys.argv[3]} s; rounds alternating; loop devices (direct I/O) over image files")
+else:
+    print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
 L, P = f"strata-{layout}", f"btrfs-{peer}"
 print(f"\n| round | strata-single tps | {L} tps healthy / degraded / rebuild s / tps during rebuild / its s / scrub s | {P} tps healthy / degraded / replace s / tps during replace / its s / scrub s |")
 print("|---|---|---|---|")

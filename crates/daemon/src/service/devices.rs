@@ -434,8 +434,8 @@ impl Daemon {
                     let window = if foreground { REBUILD_WINDOW } else { REBUILD_WINDOW * 8 };
                     // Two chunks in flight beside clients (as many as the copy had before
                     // 2026-11-27: their TPS during a rebuild fell from 0.85 to 0.71 with
-                    // four), four when idle.
-                    let lanes = if foreground { 2 } else { strata_engine::device::mirror::COPY_LANES };
+                    // four), sixteen when idle (rebuild.rs IDLE_COPY_LANES).
+                    let lanes = if foreground { 2 } else { strata_engine::device::mirror::IDLE_COPY_LANES };
                     match pool.rebuild_step_lanes(window, lanes) {
                         Ok(Some(p)) => {
                             self.rebuilds.record(&self.jobs, &name, &p, start);

@@ -44,7 +44,7 @@ use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use errors::{is_gone, keep, suspended_because, Causes};
 pub use parity::{Rows, PARITY2_MEMBERS};
-pub use rebuild::{RebuildStatus, COPY_LANES};
+pub use rebuild::{RebuildStatus, COPY_LANES, IDLE_COPY_LANES};
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;

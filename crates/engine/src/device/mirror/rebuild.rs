@@ -32,17 +32,26 @@ use std::sync::Arc;
 pub const CURSOR_PERSIST_BYTES: u64 = 16 << 20;
 /// Largest single read/write of a copy.
 const COPY_CHUNK: u64 = 1 << 20;
-/// Chunks of a mirror's copy in flight at once, by default (an idle pool); a caller pacing
-/// the rebuild beside clients asks for fewer (`rebuild_copy_lanes`).
+/// Chunks of a mirror's copy in flight at once, by default; a caller pacing the rebuild
+/// beside clients asks for fewer, one rebuilding an idle pool for more (`rebuild_copy_lanes`).
 pub const COPY_LANES: usize = 4;
+/// Chunks in flight when the pool is idle (the daemon's choice): a database's live space is
+/// tens of thousands of extents of ~100 KiB, and small chunks need many in flight to keep
+/// the devices busy. A/B on one pool (pgbench scale 75 on a mirror of two 10 GiB direct-I/O
+/// loop devices, 2.29 GB live in 27,303 extents, idle rebuild, 5 rounds, 2026-11-28): gap
+/// 128 KiB with 4 lanes (copies 3.13 GB) 3.25–3.77 s, median 3.50; gap 32 KiB with 8 lanes
+/// (2.52 GB) median 3.36; no gap with 16 lanes (2.29 GB) 3.31; gap 32 KiB with 16 lanes
+/// 3.15–3.31 s, median 3.20.
+pub const IDLE_COPY_LANES: usize = 16;
 /// Extents less than this apart are copied as one range, the gap with them: fewer and
 /// larger I/Os for some free space copied for nothing (a database's space is fragmented: a
 /// pgbench data set rebuilt 2.5–5× slower than one file of the same size). Copying free
 /// space is harmless: nothing reads it, and a copy excludes writes to its range like any
-/// other. A mirror's copy keeps COPY_LANES chunks in flight, so small gaps are enough
-/// (1 MiB until 2026-11-27: in an A/B, 128 KiB and four lanes copied a 700 MB rebuild in
-/// 0.70–0.80 s against 0.99–1.18 s); parity2 keeps 1 MiB, for fewer decodes.
-const MERGE_GAP: u64 = 128 << 10;
+/// other. 1 MiB until 2026-11-27 (in an A/B, 128 KiB and four lanes copied a 700 MB rebuild
+/// in 0.70–0.80 s against 0.99–1.18 s), 128 KiB until 2026-11-28 (on the pool above it
+/// copied 37 % more than is live; 32 KiB copies 10 % more, and with IDLE_COPY_LANES the
+/// smaller I/Os keep the devices as busy). parity2 keeps 1 MiB, for fewer decodes.
+const MERGE_GAP: u64 = 32 << 10;
 const PARITY_MERGE_GAP: u64 = 1 << 20;
 /// Largest logical range of a parity2 set's rows rebuilt at once: a decode has a large fixed
 /// cost (reed-solomon-simd evaluates a polynomial over the whole field), so rows are
