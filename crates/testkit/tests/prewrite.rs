@@ -248,3 +248,28 @@ fn cache_misses_are_counted_beside_hits() {
     assert_eq!(c.data_cache_misses, b.data_cache_misses, "warm: no miss");
     assert_eq!(c.metadata_cache_misses, b.metadata_cache_misses, "warm: no metadata miss");
 }
+
+/// Near a full pool a prewrite places nothing (the commit's accounting stays exact), and
+/// it learns so before its checksums: it used to hash every dirty record first — and the
+/// commit's frozen pass hashed them all again — only to give them up.
+#[test]
+fn a_prewrite_without_room_checksums_nothing() {
+    let (_disk, pool) = new_pool();
+    let vol = pool.create_volume("db", &VolumeOptions::default()).unwrap();
+    let obj = pool.create_object(vol, b"").unwrap();
+    // Room: 1 MiB dirty in a 64 MiB pool is prewritten, every record checksummed once.
+    pool.write(vol, obj, 0, &pattern(1, 1 << 20)).unwrap();
+    let s = pool.prewrite().unwrap();
+    assert!(s.records > 0, "a prewrite with room wrote nothing: {s:?}");
+    assert_eq!(s.checksummed, s.records, "{s:?}");
+    pool.commit().unwrap();
+    // No room: 24 MiB dirty, less than twice that free.
+    let big = pattern(2, 24 << 20);
+    pool.write(vol, obj, 1 << 20, &big).unwrap();
+    let s = pool.prewrite().unwrap();
+    assert!(s.found_bytes >= 24 << 20, "{s:?}");
+    assert_eq!((s.records, s.checksummed), (0, 0), "a prewrite without room checksummed in vain: {s:?}");
+    pool.commit().unwrap();
+    assert_eq!(pool.read(vol, obj, 1 << 20, 24 << 20).unwrap(), big);
+    assert_clean(&pool);
+}

@@ -26,14 +26,16 @@
 //! deadlock.
 //!
 //! Near a full pool (less than twice the needed space available) nothing is prewritten:
-//! the commit's own reservation accounting stays exact.
+//! the commit's own reservation accounting stays exact. The space is checked after the
+//! compression and before the checksums, so a prewrite that gives up has not hashed anything
+//! (`PrewriteStats::checksummed`), and again under the lock in step 3.
 
 use crate::catalog::volume::{ObjectId, Prewritten};
 use crate::device::{AlignedBuf, BlockDevice};
 use crate::error::{Error, Result};
 use crate::format::{round_up_unit, BlockKind, BlockPtr, Compression, UNIT_SIZE};
 use crate::pipeline::{packable, plan_packs, trimmed, PackItem};
-use crate::pool::{Pool, VolumeId};
+use crate::pool::{Pool, PoolInner, VolumeId};
 use crate::sync::atomic::Ordering;
 use crate::sync::Mutex;
 use std::sync::Arc;
@@ -126,6 +128,9 @@ pub struct PrewriteStats {
     /// Records compressed and checksummed, then dropped: changed before they could be
     /// placed (step 3). Also work in vain.
     pub stale: u64,
+    /// Records checksummed (most of a prewrite's CPU): none when it finds, before its
+    /// checksums, that the pool has no room for it.
+    pub checksummed: u64,
 }
 
 struct Job {
@@ -142,6 +147,15 @@ struct Prepared {
     checksum: [u8; 32],
 }
 
+impl PoolInner {
+    /// Whether a prewrite of `needed` units may still place them in `txg`: the txg is still
+    /// open, the pool not latched, and at least twice the units free (see the module
+    /// comment: near a full pool the commit's own accounting must stay exact).
+    fn room_to_prewrite(&self, txg: u64, needed: u64) -> bool {
+        self.txg.next == txg && self.health.latched.is_none() && self.alloc.available_units() >= needed * 2
+    }
+}
+
 impl Pool {
     /// Write the open txg's dirty data ahead of its commit (see the module comment). Does
     /// nothing on a read-only or latched pool. Whatever it chose not to do, the commit does;
@@ -149,6 +163,11 @@ impl Pool {
     /// dropped written data) and is returned.
     pub fn prewrite(&self) -> Result<PrewriteStats> {
         Ok(self.prewrite_within(u64::MAX)?.unwrap_or_default())
+    }
+
+    /// [`PoolInner::room_to_prewrite`], under the lock.
+    fn room_to_prewrite(&self, txg: u64, needed: u64) -> bool {
+        self.lock_raw().room_to_prewrite(txg, needed)
     }
 
     /// [`Pool::prewrite`], unless the records to write hold more than `max_bytes`: then
@@ -179,7 +198,6 @@ impl Pool {
         }
         // Step 2: zero detection, compression and checksums, without the lock.
         let jobs: Vec<Job> = jobs.into_iter().filter(|j| !trimmed(&j.content).is_empty()).collect();
-        let mut prepared = Vec::with_capacity(jobs.len());
         let mut by_policy: Vec<(crate::pipeline::compress::CompressionPolicy, Vec<Job>)> = Vec::new();
         for j in jobs {
             match by_policy.iter_mut().find(|(p, _)| *p == j.policy) {
@@ -187,35 +205,50 @@ impl Pool {
                 None => by_policy.push((j.policy, vec![j])),
             }
         }
-        let mut since_yield = 0;
+        let mut compressed = Vec::new();
         for (policy, group) in by_policy {
             let inputs: Vec<&[u8]> = group.iter().map(|j| trimmed(&j.content)).collect();
-            let compressed = crate::pipeline::compress::compress_batch(policy, &inputs);
-            for (job, c) in group.into_iter().zip(compressed) {
-                let (compression, stored) = match c {
-                    Some((algo, bytes)) => (algo, Stored::Compressed(bytes)),
-                    None => (Compression::None, Stored::Raw(job.content.clone(), trimmed(&job.content).len())),
-                };
-                let checksum = checksum_algo.compute(stored.bytes());
-                since_yield += stored.bytes().len();
-                if since_yield >= YIELD_EVERY_BYTES {
-                    since_yield = 0;
-                    if self.waiting_on_commit.load(Ordering::Relaxed) == 0 {
-                        crate::sync::thread::yield_now();
+            let outputs = crate::pipeline::compress::compress_batch(policy, &inputs);
+            for (job, c) in group.into_iter().zip(outputs) {
+                compressed.push(match c {
+                    Some((algo, bytes)) => (job, algo, Stored::Compressed(bytes)),
+                    None => {
+                        let psize = trimmed(&job.content).len();
+                        let raw = Stored::Raw(job.content.clone(), psize);
+                        (job, Compression::None, raw)
                     }
-                }
-                prepared.push(Prepared { job, stored, compression, checksum });
+                });
             }
         }
+        // Near a full pool step 3 gives up: find that out before the checksums (a pool
+        // with too little room hashed every dirty byte here, and again in the frozen pass,
+        // for nothing, and then once more in the commit).
+        let needed: u64 = compressed.iter().map(|(_, _, st)| round_up_unit(st.bytes().len() as u64) / UNIT_SIZE).sum();
+        if !self.room_to_prewrite(txg, needed) {
+            return Ok(Some(PrewriteStats { found_bytes, ..Default::default() }));
+        }
+        let mut since_yield = 0;
+        let mut prepared = Vec::with_capacity(compressed.len());
+        for (job, compression, stored) in compressed {
+            let checksum = checksum_algo.compute(stored.bytes());
+            since_yield += stored.bytes().len();
+            if since_yield >= YIELD_EVERY_BYTES {
+                since_yield = 0;
+                if self.waiting_on_commit.load(Ordering::Relaxed) == 0 {
+                    crate::sync::thread::yield_now();
+                }
+            }
+            prepared.push(Prepared { job, stored, compression, checksum });
+        }
+        let checksummed = prepared.len() as u64;
         // Step 3: allocate and register, under the lock.
-        let needed: u64 = prepared.iter().map(|p| round_up_unit(p.stored.bytes().len() as u64) / UNIT_SIZE).sum();
         let (batch, stats) = {
             let mut p = self.lock_raw();
-            if p.txg.next != txg || p.health.latched.is_some() || p.alloc.available_units() < needed * 2 {
-                return Ok(Some(PrewriteStats { found_bytes, ..Default::default() }));
+            if !p.room_to_prewrite(txg, needed) {
+                return Ok(Some(PrewriteStats { found_bytes, checksummed, ..Default::default() }));
             }
             let mut blocks: Vec<(u64, Stored)> = Vec::with_capacity(prepared.len());
-            let mut stats = PrewriteStats { found_bytes, ..Default::default() };
+            let mut stats = PrewriteStats { found_bytes, checksummed, ..Default::default() };
             let crate::pool::PoolInner { alloc, ddt, io, catalog: crate::catalog::Catalog { volumes, .. }, .. } =
                 &mut *p;
             // Records changed since step 1 are left to the commit (it writes the new content).
