@@ -72,8 +72,8 @@ fn main() {
     let mut rng = SimRng::new(7);
     let records = mib * (1 << 20) / u64::from(record);
     println!("commit-bench: {mib} MiB of {record}-byte records ({records} records), direct I/O {direct}");
-    println!("| round | write s | commit s | commit CPU s | CPU µs / record | wall µs / record |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| round | write s | commit s | commit CPU s | CPU µs / record | wall µs / record | locked ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for round in 0..=rounds {
         let data = rng.bytes(1 << 20);
         let t0 = Instant::now();
@@ -86,7 +86,8 @@ fn main() {
         let (cpu, wall) = (cpu_seconds() - c0, t1.elapsed().as_secs_f64());
         let per = |s: f64| s * 1e6 / records as f64;
         let name = if round == 0 { "fill".to_string() } else { format!("rewrite {round}") };
-        println!("| {name} | {w:.2} | {wall:.2} | {cpu:.2} | {:.2} | {:.2} |", per(cpu), per(wall));
+        let locked = pool.status_commits().locked_us_last as f64 / 1e3;
+        println!("| {name} | {w:.2} | {wall:.2} | {cpu:.2} | {:.2} | {:.2} | {locked:.0} |", per(cpu), per(wall));
     }
     pool.close().expect("close pool");
     let _ = std::fs::remove_file(&path);

@@ -349,6 +349,13 @@ impl Allocator {
         true
     }
 
+    /// Give back `units` of reservations: their data has been allocated (a frozen record's
+    /// prewritten block, pool/prewrite.rs). `reset_reservations` sets the exact figure again
+    /// when the txg is durable.
+    pub fn release_reserved(&mut self, units: u64) {
+        self.reserved_units = self.reserved_units.saturating_sub(units);
+    }
+
     /// A txg became durable: what its dirty data reserved is allocated now (or was never
     /// needed); `still_dirty` units stay promised to what was written since its freeze.
     pub fn reset_reservations(&mut self, still_dirty: u64) {

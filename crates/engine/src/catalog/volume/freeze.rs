@@ -30,6 +30,11 @@ pub(crate) struct Frozen {
     pub(super) counts: HashMap<ObjectId, u64>,
     /// Units the frozen records reserved (released when the txg is durable).
     pub(super) reserved_units: u64,
+    /// Of those, units the pool's allocator already gave back because the frozen pass of
+    /// the prewrite allocated the records' blocks (pool/prewrite.rs): a frozen record cannot
+    /// change any more, so its block is the one the commit would have allocated with that
+    /// reservation. The volume keeps counting them (its quota) until the txg is durable.
+    pub(super) handed_to_prewrite: u64,
 }
 
 impl VolumeState {
@@ -56,6 +61,7 @@ impl VolumeState {
             dnodes,
             counts: std::mem::take(&mut d.counts),
             reserved_units: std::mem::take(&mut d.reserved_units),
+            handed_to_prewrite: 0,
         });
         d.dirty_bytes = 0;
         d.rewritten_bytes = 0;
@@ -72,6 +78,20 @@ impl DirtySet {
     /// Units reserved by the frozen records.
     pub(crate) fn frozen_reserved_units(&self) -> u64 {
         self.frozen.as_ref().map_or(0, |f| f.reserved_units)
+    }
+
+    /// Units of the frozen records' reservation the allocator still holds for them.
+    pub(crate) fn frozen_reservation_held(&self) -> u64 {
+        self.frozen.as_ref().map_or(0, |f| f.reserved_units - f.handed_to_prewrite)
+    }
+
+    /// The frozen pass allocated `units` for frozen records: up to that many of their
+    /// reservation are no longer needed by the allocator. Returns how many to release.
+    pub(crate) fn hand_frozen_reservation(&mut self, units: u64) -> u64 {
+        let Some(f) = self.frozen.as_mut() else { return 0 };
+        let n = units.min(f.reserved_units - f.handed_to_prewrite);
+        f.handed_to_prewrite += n;
+        n
     }
 
     /// The records a commit writes: the frozen ones while a commit is in flight, else the
