@@ -16,7 +16,8 @@ use std::collections::HashMap;
 pub type BlockKey = (u64, u64);
 
 pub struct BlockCache<V> {
-    map: HashMap<BlockKey, Entry<V>>,
+    /// foldhash (seeded per process), not std's SipHash: a lookup per record read.
+    map: HashMap<BlockKey, Entry<V>, foldhash::fast::RandomState>,
     clock: u64,
     weight: u64,
     capacity: u64,
@@ -31,7 +32,7 @@ struct Entry<V> {
 impl<V: Clone> BlockCache<V> {
     /// A cache holding at most `capacity` weight (0: caches nothing).
     pub fn new(capacity: u64) -> BlockCache<V> {
-        BlockCache { map: HashMap::new(), clock: 0, weight: 0, capacity }
+        BlockCache { map: HashMap::default(), clock: 0, weight: 0, capacity }
     }
 
     pub fn get(&mut self, key: BlockKey) -> Option<V> {

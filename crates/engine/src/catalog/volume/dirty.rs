@@ -41,8 +41,9 @@ pub struct DirtySet {
     /// (`Arc::make_mut`), so the prewritten block is used only if it is still the content.
     pub(super) records: BTreeMap<(ObjectId, u64), Option<Arc<Vec<u8>>>>,
     /// Dirty records already written to a block of the open txg by a prewrite, with the
-    /// content they were written from (prewrite.rs).
-    pub(crate) prewritten: HashMap<(ObjectId, u64), Prewritten>,
+    /// content they were written from (prewrite.rs). foldhash (seeded per process), not
+    /// std's SipHash: a lookup per record in the prewrite, its check and the commit.
+    pub(crate) prewritten: HashMap<(ObjectId, u64), Prewritten, foldhash::fast::RandomState>,
     /// Dirty records with content (not holes) per object: `st_blocks` in O(1).
     pub(super) counts: HashMap<ObjectId, u64>,
     pub(super) dirty_bytes: u64,
