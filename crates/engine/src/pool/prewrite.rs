@@ -258,13 +258,14 @@ impl Pool {
         let mut needed = 0;
         let fits = compressed
             .iter()
-            .take_while(|(_, _, st)| {
-                needed += round_up_unit(st.bytes().len() as u64) / UNIT_SIZE;
-                needed <= budget
+            .map(|(_, _, st)| round_up_unit(st.bytes().len() as u64) / UNIT_SIZE)
+            .take_while(|&units| {
+                let fit = needed + units <= budget;
+                needed += if fit { units } else { 0 };
+                fit
             })
             .count();
         compressed.truncate(fits);
-        let needed: u64 = compressed.iter().map(|(_, _, st)| round_up_unit(st.bytes().len() as u64) / UNIT_SIZE).sum();
         if compressed.is_empty() {
             return Ok(Some(PrewriteStats { found_bytes, ..Default::default() }));
         }
