@@ -112,6 +112,15 @@ impl ChecksumAlgo {
         }
         out
     }
+
+    /// [`ChecksumAlgo::compute`] of every input, in order; BLAKE3 hashes records of 2, 4
+    /// and 8 KiB side by side in the SIMD lanes (`lanes`), about twice as fast for 4 KiB.
+    pub fn compute_many(self, inputs: &[&[u8]]) -> Vec<[u8; 32]> {
+        match self {
+            ChecksumAlgo::Crc32c => inputs.iter().map(|b| self.compute(b)).collect(),
+            ChecksumAlgo::Blake3 => super::lanes::blake3_many(inputs),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -34,6 +34,7 @@ pub mod destroy;
 pub mod features;
 pub mod intent;
 pub mod label;
+pub mod lanes;
 pub mod logdev;
 pub mod member;
 pub mod node;

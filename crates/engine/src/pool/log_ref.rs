@@ -79,15 +79,11 @@ pub(crate) fn prepare(cands: Vec<(RefCandidate, u64, CompressionPolicy)>, algo: 
     cands
         .into_iter()
         .map(|(cand, record_size, _policy)| {
-            let records = cand
-                .data
-                .chunks(record_size as usize)
-                .map(|raw| {
-                    let stored = Stored::Compressed(trimmed(raw).to_vec());
-                    let checksum = algo.compute(stored.bytes());
-                    (stored, Compression::None, checksum)
-                })
-                .collect();
+            let stored: Vec<Stored> =
+                cand.data.chunks(record_size as usize).map(|raw| Stored::Compressed(trimmed(raw).to_vec())).collect();
+            let inputs: Vec<&[u8]> = stored.iter().map(Stored::bytes).collect();
+            let checksums = algo.compute_many(&inputs);
+            let records = stored.into_iter().zip(checksums).map(|(s, c)| (s, Compression::None, c)).collect();
             PreparedRef { cand, record_size, records }
         })
         .collect()

@@ -57,6 +57,8 @@ const RUN_MAX: usize = 1 << 20;
 /// thread waits for this commit to sync (`Pool::waiting_on_commit`: a sync's log write
 /// during the frozen pass), whom a slower commit would keep waiting.
 const YIELD_EVERY_BYTES: usize = 1 << 20;
+/// Records checksummed in one call (a multiple of the lanes: format/lanes.rs).
+const HASH_BATCH: usize = 64;
 
 /// The device writes of one prewrite; done by whoever gets to them first.
 pub(crate) struct PrewriteBatch {
@@ -269,18 +271,24 @@ impl Pool {
         if compressed.is_empty() {
             return Ok(Some(PrewriteStats { found_bytes, ..Default::default() }));
         }
+        // Checksums a batch at a time (records of one size share the SIMD lanes: lanes.rs).
         let mut since_yield = 0;
         let mut prepared = Vec::with_capacity(compressed.len());
-        for (job, compression, stored) in compressed {
-            let checksum = checksum_algo.compute(stored.bytes());
-            since_yield += stored.bytes().len();
+        let mut compressed = compressed.into_iter().peekable();
+        while compressed.peek().is_some() {
+            let batch: Vec<_> = compressed.by_ref().take(HASH_BATCH).collect();
+            let inputs: Vec<&[u8]> = batch.iter().map(|(_, _, stored)| stored.bytes()).collect();
+            let checksums = checksum_algo.compute_many(&inputs);
+            since_yield += inputs.iter().map(|b| b.len()).sum::<usize>();
+            for ((job, compression, stored), checksum) in batch.into_iter().zip(checksums) {
+                prepared.push(Prepared { job, stored, compression, checksum });
+            }
             if since_yield >= YIELD_EVERY_BYTES {
                 since_yield = 0;
                 if self.waiting_on_commit.load(Ordering::Relaxed) == 0 {
                     crate::sync::thread::yield_now();
                 }
             }
-            prepared.push(Prepared { job, stored, compression, checksum });
         }
         let checksummed = prepared.len() as u64;
         // Step 3: allocate and register, under the lock.
