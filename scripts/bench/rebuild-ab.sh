@@ -3,8 +3,9 @@
 # scripts/bench/redundancy.sh). Per round and binary: a 2-way mirror pool of two fresh loop
 # devices (direct I/O over 4 GiB image files), a 400 MB file written, 160 MB of 8 KiB random
 # rewrites (fio, the same sequence every time), member 2 taken offline, 8 MB written, then
-# `pool online --wait` timed; prints the wall time and the daemon's own copied bytes and
-# seconds. Rounds alternate the binaries.
+# `pool replace --wait` onto a third loop device timed (a full rebuild; until 2026-11-28
+# this was `pool online`, which now copies only what the member missed); prints the wall
+# time and the daemon's own copied bytes and seconds. Rounds alternate the binaries.
 #
 #   ROUNDS=3 scripts/bench/rebuild-ab.sh BIN_A [BIN_B ...]
 # Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-rebuild-ab). Root; takes the machine.
@@ -25,7 +26,7 @@ for r in $(seq "$rounds"); do
   for bin in "$@"; do
     rm -rf "$w"; mkdir -p "$w"
     loops=()
-    for i in 1 2; do truncate -s 4G "$w/d$i.img"; loops+=("$(losetup --find --show --direct-io=on "$w/d$i.img")"); done
+    for i in 1 2 3; do truncate -s 4G "$w/d$i.img"; loops+=("$(losetup --find --show --direct-io=on "$w/d$i.img")"); done
     export STRATA_SOCKET="$w/s.sock"
     "$bin" serve --config /dev/null --data-dir "$w/data" --default-pool-size 1G >"$w/log" 2>&1 &
     pid=$!
@@ -39,7 +40,7 @@ for r in $(seq "$rounds"); do
     dd if=/dev/urandom of="$w/mnt/g" bs=1M count=8 conv=fsync status=none
     sleep 6
     t0=$(date +%s.%N)
-    "$bin" pool online m "${loops[1]}" --wait >/dev/null
+    "$bin" pool replace m "${loops[1]}" "${loops[2]}" --wait >/dev/null
     t1=$(date +%s.%N)
     echo "round $r $bin: $(python3 -c "print(f'{$t1-$t0:.2f}')") s; $(grep -o 'rebuild complete.*' "$w/log" | grep -o 'copied=.*')"
     "$bin" unmount "$w/mnt" >/dev/null

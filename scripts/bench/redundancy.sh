@@ -16,11 +16,11 @@
 # each round; rounds alternate the order of the configs. Per round and config: initdb,
 # pgbench -i -s SCALE, a checkpoint, pgbench -T SECONDS (healthy). For the two redundant
 # configs then: one device out (Strata: `pool offline`; btrfs: unmounted, device 2 detached,
-# mounted -o degraded) and pgbench again (degraded), then the device back and rebuilt
-# (Strata: `pool online`, which copies what the pool uses; btrfs: `btrfs replace` onto a
-# third loop device), timed until the rebuild ends. Then the same failure again and the
-# rebuild under load: pgbench runs (-P 1), the rebuild starts 3 s in (Strata: `pool online`;
-# btrfs: `btrfs replace` onto a fourth loop device), and the TPS of the seconds the rebuild
+# mounted -o degraded) and pgbench again (degraded), then the device replaced by a blank
+# one and rebuilt (Strata: `pool replace` onto a spare loop device, which copies what the
+# pool uses; btrfs: `btrfs replace` onto it), timed until the rebuild ends. Then the same
+# failure again and the rebuild under load: pgbench runs (-P 1), the rebuild starts 3 s in
+# (both: replace onto a second spare), and the TPS of the seconds the rebuild
 # ran is reported with its duration. Last, with the database stopped, a scrub of the
 # healthy pool is timed (Strata `pool scrub`; btrfs `btrfs scrub start -B`). Prints every
 # round, the medians and the ratios the issue's targets are stated in.
@@ -222,8 +222,8 @@ if not hit:
 print(f"{sum(hit) / len(hit):.0f} {b - a:.2f}", end="")
 PY
 }
-strata_rebuild() { # $1: device; returns when the rebuild has ended (as btrfs replace -B does)
-  "$STRATA_BIN" pool online b "$1" --wait >/dev/null
+strata_replace() { # $1: old device, $2: new device; returns when the rebuild has ended (as btrfs replace -B does)
+  "$STRATA_BIN" pool replace b "$1" "$2" --wait >/dev/null
 }
 btrfs_replace() { # $1: devid, $2: new device; returns when the replace has ended
   # A degraded btrfs raid1 that took writes may refuse `btrfs replace` with ENOSPC (seen
@@ -269,13 +269,16 @@ strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded reb
   "$STRATA_BIN" pool offline b "${loops[1]}" >/dev/null
   local degraded; degraded="$(run_tps)"
   stop_pg
+  # Replaced by a blank device, as btrfs's is (`pool online` would copy only what the
+  # device missed while offline: device/mirror/missed.rs).
   local t0; t0="$(date +%s.%N)"
-  strata_rebuild "${loops[1]}"
+  strata_replace "${loops[1]}" "${loops[$ndev]}"
   local t1; t1="$(date +%s.%N)"
-  # The same failure again, rebuilt under load.
-  "$STRATA_BIN" pool offline b "${loops[1]}" >/dev/null
+  # The same failure again (the device that replaced device 2), replaced under load onto
+  # the second spare.
+  "$STRATA_BIN" pool offline b "${loops[$ndev]}" >/dev/null
   start_pg
-  local during; during="$(rebuild_under_load strata_rebuild "${loops[1]}")"
+  local during; during="$(rebuild_under_load strata_replace "${loops[$ndev]}" "${loops[$((ndev + 1))]}")"
   stop_pg
   local s0 s1; s0="$(date +%s.%N)"
   "$STRATA_BIN" pool scrub b >"$work/scrub.out"

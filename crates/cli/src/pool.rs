@@ -118,7 +118,9 @@ pub enum PoolCmd {
     },
     /// Remove a hot spare that is not in use.
     Unspare { name: String, device: PathBuf },
-    /// Bring a device of a mirror back into use: what it missed is rebuilt first.
+    /// Bring a device of a mirror back into use: what it missed is rebuilt first (only the
+    /// ranges written while it was offline, when it was taken offline since the daemon
+    /// started; otherwise everything the pool uses).
     Online {
         name: String,
         device: String,

@@ -300,11 +300,13 @@ fn a_rebuild_copies_the_live_intent_log_and_no_more_of_its_region() {
     let o = pool.create_object(vol, &[1]).unwrap();
     pool.write(vol, o, 0, &expected(1, 0, 16 * 16384)).unwrap();
     pool.commit().unwrap();
-    m.dev.offline(1).unwrap();
-    // Acknowledged while member 1 is offline, and never committed: only the log holds it.
+    // Acknowledged and never committed: only the log holds it. Then a blank disk in member
+    // 1's place (a full rebuild: `online` after `offline` copies only what was missed).
     pool.write(vol, o, 5000, b"synced, in the log only").unwrap();
     pool.sync_log().unwrap();
-    m.dev.online(1).unwrap();
+    let fresh = Arc::new(SimDisk::new(64 << 20, 4096));
+    fresh.share_power(m.power.clone());
+    m.dev.replace(1, fresh.clone(), 0x444).unwrap();
     let mut copied = 0;
     while let Some(p) = pool.rebuild_step(1 << 20).unwrap() {
         copied += p.copied;
@@ -317,7 +319,7 @@ fn a_rebuild_copies_the_live_intent_log_and_no_more_of_its_region() {
     // KiB of the data area and the log one block.
     assert!(copied < 3 << 20, "copied {copied} bytes: the whole log region again?");
     // The power goes before any commit: member 1 alone must replay the sync.
-    let image = Arc::new(SimDisk::from_image(m.disks[1].current_image(), 4096));
+    let image = Arc::new(SimDisk::from_image(fresh.current_image(), 4096));
     m.power.set_crash_after(0);
     drop(pool);
     let (_m, pool, _) = reopen(vec![None, Some(image)]);
@@ -334,11 +336,10 @@ fn a_rebuild_resumes_after_the_pool_is_reopened() {
     let o = pool.create_object(vol, &[1]).unwrap();
     pool.write(vol, o, 0, &expected(1, 0, 40 << 20)).unwrap();
     pool.commit().unwrap();
-    m.dev.offline(2).unwrap();
-    assert_eq!(member(&pool, 2).state, MemberState::Offline);
-    pool.write(vol, o, 100, b"missed by the offline member").unwrap();
+    let fresh = Arc::new(SimDisk::new(64 << 20, 4096));
+    m.dev.replace(2, fresh.clone(), 0x333).unwrap();
+    pool.write(vol, o, 100, b"written while member 2 is rebuilt").unwrap();
     pool.commit().unwrap();
-    m.dev.online(2).unwrap();
     // Past the first cursor update (16 MiB), then the pool goes away.
     let mut copied = 0;
     while copied < 20 << 20 {
@@ -346,7 +347,7 @@ fn a_rebuild_resumes_after_the_pool_is_reopened() {
     }
     let want = capture(&pool).unwrap();
     drop(pool);
-    let (m2, pool, _) = reopen(m.disks.iter().cloned().map(Some).collect());
+    let (m2, pool, _) = reopen(vec![Some(m.disks[0].clone()), Some(m.disks[1].clone()), Some(fresh.clone())]);
     let st = pool.status().devices.unwrap();
     assert_eq!(st.members[2].state, MemberState::Rebuilding);
     let resumed = st.rebuild.expect("the rebuild resumes").cursor;
@@ -356,7 +357,7 @@ fn a_rebuild_resumes_after_the_pool_is_reopened() {
     assert_eq!(scrub_damage(&pool), 0);
     assert_eq!(capture(&pool).unwrap(), want);
     drop((pool, m2));
-    let (_m, pool, _) = reopen(vec![None, None, Some(m.disks[2].clone())]);
+    let (_m, pool, _) = reopen(vec![None, None, Some(fresh)]);
     assert_eq!(capture(&pool).unwrap(), want);
 }
 
@@ -425,8 +426,8 @@ fn a_write_to_a_range_being_copied_waits_for_the_copy() {
     let o = pool.create_object(vol, &[0]).unwrap();
     pool.write(vol, o, 0, &expected(0, 0, 1 << 20)).unwrap();
     pool.commit().unwrap();
-    m.dev.offline(1).unwrap();
-    m.dev.online(1).unwrap();
+    let fresh = Arc::new(SimDisk::new(32 << 20, 4096));
+    m.dev.replace(1, fresh.clone(), 0x555).unwrap();
     // The first window is label 0 and its uberblock ring: what every commit writes.
     let gate = m.dev.failpoints().pause(strata_engine::failpoint::MIRROR_REBUILD_COPY);
     let copier = {
@@ -452,7 +453,7 @@ fn a_write_to_a_range_being_copied_waits_for_the_copy() {
     let want = capture(&pool).unwrap();
     drop(pool);
     // The rebuilt member alone has the newest root: the copy did not overwrite it.
-    let (_m, pool, _) = reopen(vec![None, Some(m.disks[1].clone())]);
+    let (_m, pool, _) = reopen(vec![None, Some(fresh)]);
     assert_eq!(pool.committed_root().txg, txg);
     assert_eq!(capture(&pool).unwrap(), want);
 }

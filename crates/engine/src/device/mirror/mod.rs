@@ -30,6 +30,7 @@ use super::BlockDevice;
 
 mod errors;
 pub(crate) mod fan_out;
+mod missed;
 mod open_rows;
 mod parity;
 mod rebuild;
@@ -67,6 +68,8 @@ struct Member {
     checksum_errors: AtomicU64,
     repaired_bytes: AtomicU64,
     note: Mutex<Option<String>>,
+    /// While OFFLINE: the logical ranges written since (missed.rs).
+    missed: Mutex<Option<missed::Missed>>,
 }
 
 struct Slot {
@@ -604,9 +607,15 @@ impl MirrorDevice {
     /// Run `op` on every member written to (in use or being rebuilt), at the same time (one
     /// thread per member beyond the first: a mirror's write or flush takes as long as its
     /// slowest member, not the sum); Ok if at least one succeeded.
-    fn on_all(&self, what: &str, op: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync) -> io::Result<()> {
+    /// `range`: the logical bytes a write changes (members offline record it: missed.rs).
+    fn on_all(
+        &self,
+        what: &str,
+        range: Option<(u64, u64)>,
+        op: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync,
+    ) -> io::Result<()> {
         let targets: Vec<(usize, Arc<dyn BlockDevice>)> =
-            self.members.iter().enumerate().filter_map(|(i, m)| m.written().map(|d| (i, d))).collect();
+            (0..self.members.len()).filter_map(|i| self.written_or_missed(i, range).map(|d| (i, d))).collect();
         let results =
             self.fan.map(&targets, |(_, d)| op(d.as_ref()), || Err(io::Error::other("a member's I/O panicked")));
         let results = targets.iter().map(|(i, _)| *i).zip(results);
@@ -643,6 +652,7 @@ impl Member {
             checksum_errors: AtomicU64::new(0),
             repaired_bytes: AtomicU64::new(0),
             note: Mutex::new(None),
+            missed: Mutex::new(None),
         }
     }
 }
@@ -737,16 +747,18 @@ impl MirrorDevice {
 
     fn mirror_write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
-        self.on_all("write", |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
+        let range = Some((offset, offset + buf.len() as u64));
+        self.on_all("write", range, |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
     }
 
     fn mirror_flush(&self) -> io::Result<()> {
-        self.on_all("flush", |d| d.flush())
+        self.on_all("flush", None, |d| d.flush())
     }
 
     fn mirror_write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
-        self.on_all("durable write", |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
+        let range = Some((offset, offset + buf.len() as u64));
+        self.on_all("durable write", range, |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
     }
 
     fn mirror_read_verified(

@@ -469,8 +469,9 @@ impl MirrorDevice {
         }
         let targets: Vec<(usize, std::sync::Arc<dyn crate::device::BlockDevice>, (usize, usize))> = (0..rows.members)
             .filter_map(|m| {
+                // Looked up first: a member offline records the write (missed.rs).
+                let d = self.written_or_missed(m, Some((off, end)))?;
                 let (a, b) = changed[m]?;
-                let d = self.members.get(m)?.written()?;
                 Some((m, d, (a, b)))
             })
             .collect();

@@ -20,6 +20,7 @@
 //! or a scrub (a 2-way mirror being rebuilt has no other copy: that is what a scrub before a
 //! replacement is for).
 
+use super::missed::Missed;
 use super::{lock, MemberState, MirrorDevice};
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
@@ -76,11 +77,14 @@ pub(super) struct Rebuild {
     cursor: u64,
     /// Bytes copied since the cursor last reached the labels.
     unpersisted: u64,
+    /// A resync (`online` after `offline` in this process): only what the member missed
+    /// is copied (missed.rs). None: every live extent.
+    only: Option<Missed>,
 }
 
 impl Rebuild {
     pub fn resume(member: usize, cursor: u64) -> Rebuild {
-        Rebuild { member, cursor, unpersisted: 0 }
+        Rebuild { member, cursor, unpersisted: 0, only: None }
     }
 }
 
@@ -159,6 +163,12 @@ impl MirrorDevice {
     /// Put `dev` in the place of member `index` (a failed, missing or healthy one) and start
     /// rebuilding it. `guid` names the new member (a returning device keeps its old one).
     pub fn replace(&self, index: usize, dev: Arc<dyn BlockDevice>, guid: u64) -> Result<()> {
+        self.start_rebuild(index, dev, guid, false)
+    }
+
+    /// `replace`; with `resync`, a member coming back from OFFLINE gets only what it missed
+    /// (missed.rs), if it was recorded.
+    fn start_rebuild(&self, index: usize, dev: Arc<dyn BlockDevice>, guid: u64, resync: bool) -> Result<()> {
         if !self.writable {
             return Err(Error::invalid("the pool is open read-only: nothing can be rebuilt"));
         }
@@ -198,10 +208,18 @@ impl MirrorDevice {
         for c in [&m.read_errors, &m.write_errors, &m.checksum_errors, &m.repaired_bytes] {
             c.store(0, Ordering::Relaxed);
         }
-        *lock(&m.note) = Some("being rebuilt".into());
         // Writes reach it from here on; the copy starts at 0 (rebuild_copy).
-        m.state.store(MemberState::Rebuilding.to_usize(), Ordering::Release);
-        lock(&self.rebuild).active = Some(Rebuild { member: index, cursor: 0, unpersisted: 0 });
+        let only = self.take_missed(index, resync);
+        *lock(&m.note) = Some(match &only {
+            Some(o) => format!(
+                "being resynced: {} bytes in {} ranges written while offline{}",
+                o.bytes(),
+                o.ranges(),
+                if o.coarse() { " (ranges merged)" } else { "" }
+            ),
+            None => "being rebuilt".into(),
+        });
+        lock(&self.rebuild).active = Some(Rebuild { member: index, cursor: 0, unpersisted: 0, only });
         let failed = self.persist(|cfg| {
             if let Some(e) = cfg.members.get_mut(index) {
                 *e = MemberEntryPhys { guid, state: MemberPhysState::Rebuilding, since_txg: txg, rebuild_cursor: 0 };
@@ -230,7 +248,7 @@ impl MirrorDevice {
                 m.device()
             ))
         })?;
-        self.replace(index, dev, m.guid())
+        self.start_rebuild(index, dev, m.guid(), true)
     }
 
     /// Stop using member `index` (it keeps its data; `online` rebuilds what it missed).
@@ -249,7 +267,7 @@ impl MirrorDevice {
                 self.min_in_use()
             )));
         }
-        m.state.store(MemberState::Offline.to_usize(), Ordering::Release);
+        self.start_missed(index);
         *lock(&m.note) = Some("taken offline".into());
         let txg = self.txg.load(Ordering::Relaxed);
         self.persist(|cfg| {
@@ -272,22 +290,24 @@ impl MirrorDevice {
     /// `rebuild_copy` with `lanes` chunks of a mirror's copy in flight (at least 1).
     pub fn rebuild_copy_lanes(&self, extents: &[(u64, u64)], end: u64, lanes: usize) -> Result<u64> {
         let lanes = lanes.max(1);
-        let (member, start) = {
+        let end = end.min(self.logical_size);
+        let (member, extents) = {
             let st = lock(&self.rebuild);
             let r = st.active.as_ref().ok_or_else(|| Error::invalid("no rebuild in progress"))?;
-            (r.member, r.cursor)
+            let start = r.cursor;
+            if extents.iter().any(|&(o, l)| o < start || o.saturating_add(l) > end) || end < start {
+                return Err(Error::invalid(format!("extents outside the rebuild window {start}..{end}")));
+            }
+            // A resync copies only what the member missed of them.
+            (r.member, r.only.as_ref().map_or_else(|| extents.to_vec(), |o| o.clip(extents)))
         };
-        let end = end.min(self.logical_size);
-        if extents.iter().any(|&(o, l)| o < start || o.saturating_add(l) > end) || end < start {
-            return Err(Error::invalid(format!("extents outside the rebuild window {start}..{end}")));
-        }
         let target = self.members.get(member).and_then(|m| m.written()).ok_or_else(|| {
             Error::io("rebuild", io::Error::other("the member being rebuilt failed; replace it again"))
         })?;
         let chunk = if self.rows.is_some() { PARITY_COPY_CHUNK } else { COPY_CHUNK };
         let mut chunks = Vec::new();
         let gap = if self.rows.is_some() { PARITY_MERGE_GAP } else { MERGE_GAP };
-        for (offset, len) in merged(extents, gap) {
+        for (offset, len) in merged(&extents, gap) {
             let mut at = offset;
             while at < offset + len {
                 let n = (offset + len - at).min(chunk);

@@ -1,0 +1,203 @@
+//! What a member taken offline missed: the logical ranges written while it was OFFLINE (a
+//! dirty time log, as OpenZFS keeps per vdev, here in memory), so that `online` copies the
+//! live extents that overlap them and nothing else — an hour offline under a database that
+//! rewrote 200 MB copies about 200 MB, not every live byte.
+//!
+//! - `offline` starts the record and marks the member OFFLINE under the record's lock; a
+//!   write picks its targets with `written_or_missed`, which for a member it leaves out adds
+//!   the write's range to the record under the same lock. So a write either picked the member
+//!   (and reaches it: the device stays attached while offline) or is in the record.
+//! - `online` marks the member REBUILDING and takes the record under that lock too
+//!   (`replace`): a write after that reaches the member, one before is in what was taken.
+//!   The rebuild then copies, window by window, the pool's live extents that overlap a
+//!   missed range (`Missed::clip`). Everything else on the member is as it was when it went
+//!   offline, in sync then (only members in use can be taken offline).
+//! - In memory only. After a restart with the member still offline there is no record and
+//!   `online` copies every live extent, as after a replace. A restart during a resync resumes
+//!   at the persisted cursor copying every live extent above it: below it, the missed ranges
+//!   were copied and the rest was in sync.
+//! - Bounded: past `RANGES_MAX` ranges they are merged with neighbours up to `COARSE_GAP`
+//!   apart (copying the free space between them too, harmless); if that is not enough the
+//!   record is dropped and `online` copies everything.
+//! - Only OFFLINE members keep one: a FAULTED member's contents are suspect, a REMOVED one
+//!   may have lost what its cache held, a replaced one is another device.
+
+use super::{lock, MemberState, MirrorDevice};
+use crate::device::BlockDevice;
+use crate::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Most ranges a record keeps (16 bytes each) before it merges neighbours.
+const RANGES_MAX: usize = 1 << 20;
+/// Ranges less than this apart are merged when the record is full.
+const COARSE_GAP: u64 = 1 << 20;
+
+/// Logical ranges (start, end) a member missed, in the order written until `normalize`d.
+#[derive(Debug, Default)]
+pub(super) struct Missed {
+    ranges: Vec<(u64, u64)>,
+    /// Ranges were merged with their neighbours (the record is coarser than the writes).
+    coarse: bool,
+}
+
+impl Missed {
+    /// Add `start..end`; false when the record gave up (too many ranges even merged).
+    fn add(&mut self, start: u64, end: u64) -> bool {
+        if start >= end {
+            return true;
+        }
+        // Consecutive writes (a commit's runs) extend the last range.
+        if let Some(last) = self.ranges.last_mut() {
+            if start <= last.1 && end >= last.0 {
+                *last = (last.0.min(start), last.1.max(end));
+                return true;
+            }
+        }
+        self.ranges.push((start, end));
+        if self.ranges.len() < RANGES_MAX {
+            return true;
+        }
+        self.normalize(0);
+        if self.ranges.len() >= RANGES_MAX / 2 {
+            self.normalize(COARSE_GAP);
+            self.coarse = true;
+        }
+        self.ranges.len() < RANGES_MAX / 2
+    }
+
+    /// Sort the ranges and merge those overlapping or less than `gap` apart.
+    fn normalize(&mut self, gap: u64) {
+        self.ranges.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(self.ranges.len());
+        for &(s, e) in &self.ranges {
+            match out.last_mut() {
+                Some(last) if s <= last.1.saturating_add(gap) => last.1 = last.1.max(e),
+                _ => out.push((s, e)),
+            }
+        }
+        self.ranges = out;
+    }
+
+    /// The record, sorted and merged: what a resync copies (`clip`).
+    pub(super) fn finish(mut self) -> Missed {
+        self.normalize(0);
+        self
+    }
+
+    /// Bytes the record covers (after `finish`).
+    pub(super) fn bytes(&self) -> u64 {
+        self.ranges.iter().map(|(s, e)| e - s).sum()
+    }
+
+    pub(super) fn ranges(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub(super) fn coarse(&self) -> bool {
+        self.coarse
+    }
+
+    /// The parts of `extents` ((offset, length), ascending) inside the record (after
+    /// `finish`), ascending.
+    pub(super) fn clip(&self, extents: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for &(o, l) in extents {
+            let end = o.saturating_add(l);
+            // The first range that ends after `o`.
+            let first = self.ranges.partition_point(|r| r.1 <= o);
+            for &(s, e) in self.ranges.iter().skip(first).take_while(|r| r.0 < end) {
+                let (a, b) = (s.max(o), e.min(end));
+                if a < b {
+                    out.push((a, b - a));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl MirrorDevice {
+    /// Member `i`'s device if writes go to it. If they do not and the member keeps a record
+    /// of what it misses, `range` (logical start, end) is added to it, under the record's
+    /// lock, which `offline` and `online` change the member's state under.
+    pub(super) fn written_or_missed(&self, i: usize, range: Option<(u64, u64)>) -> Option<Arc<dyn BlockDevice>> {
+        let m = self.members.get(i)?;
+        if let Some(d) = m.written() {
+            return Some(d);
+        }
+        let mut rec = lock(&m.missed);
+        if let Some(d) = m.written() {
+            return Some(d);
+        }
+        if let (Some(missed), Some((start, end))) = (rec.as_mut(), range) {
+            if !missed.add(start, end) {
+                *rec = None;
+                m.set_note(
+                    "taken offline; it missed too many separate writes to track: online copies everything".into(),
+                );
+            }
+        }
+        None
+    }
+
+    /// Mark member `i` OFFLINE and start recording what it misses.
+    pub(super) fn start_missed(&self, i: usize) {
+        let Some(m) = self.members.get(i) else { return };
+        let mut rec = lock(&m.missed);
+        *rec = Some(Missed::default());
+        m.state.store(MemberState::Offline.to_usize(), Ordering::Release);
+    }
+
+    /// Mark member `i` REBUILDING and take its record, if `resync` and it has one (else the
+    /// record is dropped).
+    pub(super) fn take_missed(&self, i: usize, resync: bool) -> Option<Missed> {
+        let m = self.members.get(i)?;
+        let mut rec = lock(&m.missed);
+        let was_offline = m.state() == MemberState::Offline;
+        m.state.store(MemberState::Rebuilding.to_usize(), Ordering::Release);
+        let taken = rec.take();
+        (resync && was_offline).then_some(taken).flatten().map(Missed::finish)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_merges_what_touches_and_clips_extents_to_itself() {
+        let mut m = Missed::default();
+        for (s, e) in [(100, 200), (200, 300), (50, 120), (1000, 1100), (400, 500)] {
+            assert!(m.add(s, e));
+        }
+        let m = m.finish();
+        assert_eq!(m.ranges, vec![(50, 300), (400, 500), (1000, 1100)]);
+        assert_eq!(m.bytes(), 250 + 100 + 100);
+        assert_eq!(
+            m.clip(&[(0, 60), (250, 200), (600, 100), (1050, 10), (1090, 500)]),
+            vec![(50, 10), (250, 50), (400, 50), (1050, 10), (1090, 10)]
+        );
+        assert_eq!(m.clip(&[(0, 10_000)]), vec![(50, 250), (400, 100), (1000, 100)]);
+    }
+
+    #[test]
+    fn a_full_record_coarsens_then_gives_up() {
+        let mut m = Missed::default();
+        // Ranges 2 MiB apart do not merge at COARSE_GAP: the record fills and gives up.
+        let mut kept = true;
+        for k in 0..RANGES_MAX as u64 {
+            kept = m.add(k * (2 << 20), k * (2 << 20) + 4096);
+            if !kept {
+                break;
+            }
+        }
+        assert!(!kept, "a record of {} scattered ranges was kept", RANGES_MAX);
+        // Ranges 64 KiB apart merge into one.
+        let mut m = Missed::default();
+        for k in 0..RANGES_MAX as u64 {
+            assert!(m.add(k * (64 << 10), k * (64 << 10) + 4096), "gave up at {k}");
+        }
+        assert!(m.coarse());
+        assert_eq!(m.finish().ranges(), 1);
+    }
+}
