@@ -197,6 +197,12 @@ fn left_out(rig: &Rig, rng: &mut SimRng) -> Option<usize> {
     if !rng.chance(33) {
         return None;
     }
+    // A member the device admin had out of sync when the power went: it, or nothing (the
+    // faults leave room for it alone).
+    let out = rig.out_of_sync.load(strata_engine::sync::atomic::Ordering::SeqCst);
+    if out != usize::MAX {
+        return Some(out);
+    }
     if !rig.victims.is_empty() {
         return Some(*rng.pick(&rig.victims));
     }

@@ -29,6 +29,7 @@ pub mod disk;
 pub mod history;
 pub mod mixed;
 pub mod ops;
+pub mod resync;
 pub mod rig;
 pub mod sched;
 pub mod syncs;

@@ -5,6 +5,7 @@ use crate::admin::{admin, AdminModel};
 use crate::check::{verify_images, verify_set_images, Expect};
 use crate::disk::Fault;
 use crate::history::{digest_object, Clock, Line};
+use crate::resync::device_admin;
 use crate::rig::Rig;
 use crate::threads::{committer, writer, Ctx};
 use crate::Outcome;
@@ -121,6 +122,10 @@ pub fn run(seed: u64) -> Outcome {
         let ctx = ctx.clone();
         thread::spawn(move || committer(ctx))
     };
+    let device_admin_thread = ctx.rig.resync.then(|| {
+        let ctx = ctx.clone();
+        thread::spawn(move || device_admin(ctx))
+    });
     let (mut objects, mut keys) = (BTreeMap::new(), BTreeMap::new());
     for h in writer_threads {
         for line in h.join().expect("a writer thread") {
@@ -134,6 +139,9 @@ pub fn run(seed: u64) -> Outcome {
         }
     }
     let admin_line = admin_thread.join().expect("the admin thread");
+    if let Some(h) = device_admin_thread {
+        h.join().expect("the device admin thread");
+    }
     ctx.stop.store(true, Ordering::SeqCst);
     committer_thread.join().expect("the committer thread");
 

@@ -11,6 +11,7 @@ use crate::check::SECTOR;
 use crate::disk::{Fault, SimDevice};
 use std::sync::Arc;
 use strata_engine::format::member::Layout;
+use strata_engine::sync::atomic::AtomicUsize;
 use strata_engine::{BlockDevice, MirrorDevice};
 use strata_testkit::devset::member_guid;
 use strata_testkit::{test_create_options, SimDisk, SimPower, SimRng};
@@ -31,6 +32,11 @@ pub struct Rig {
     pub device: Arc<dyn BlockDevice>,
     /// The members that were given a fault.
     pub victims: Vec<usize>,
+    /// A device admin thread takes fault-free members offline and resyncs them
+    /// (resync.rs); the faults leave room for one member more out of sync.
+    pub resync: bool,
+    /// The member the device admin has out of sync now (usize::MAX: none).
+    pub out_of_sync: AtomicUsize,
 }
 
 impl Rig {
@@ -38,7 +44,15 @@ impl Rig {
     pub fn single(fault: Fault) -> Rig {
         let disk = Arc::new(SimDisk::new(DISK_BYTES, SECTOR));
         let dev = Arc::new(SimDevice::new(disk, fault));
-        Rig { layout: None, members: vec![dev.clone()], power: None, device: dev, victims: Vec::new() }
+        Rig {
+            layout: None,
+            members: vec![dev.clone()],
+            power: None,
+            device: dev,
+            victims: Vec::new(),
+            resync: false,
+            out_of_sync: AtomicUsize::new(usize::MAX),
+        }
     }
 
     /// A device set drawn from `rng`: the layout, its width, and a fault on as many members
@@ -70,6 +84,15 @@ impl Rig {
             };
             victims.push(v);
         }
+        // Two runs in five also take members offline and back (their own draw, so that the
+        // layouts and faults of the other runs stay what they were): one faulted member
+        // fewer, so that a member offline and the faults stay within what the layout bears.
+        let resync = SimRng::new(seed ^ 0x5E5C).chance(40);
+        if resync {
+            if let Some(v) = (victims.len() == tolerance).then(|| victims.pop()).flatten() {
+                faults[v] = Fault::None;
+            }
+        }
         let size = if layout == Layout::Parity2 { PARITY_MEMBER_BYTES } else { DISK_BYTES };
         let power = Arc::new(SimPower::default());
         let members: Vec<Arc<SimDevice>> = faults
@@ -83,7 +106,15 @@ impl Rig {
         let devs = members.iter().enumerate().map(|(i, m)| (m.clone() as Arc<dyn BlockDevice>, member_guid(i)));
         let set = MirrorDevice::create(layout, devs.collect(), test_create_options(seed).pool_guid, seed ^ 0x5e7, 1)
             .expect("create the device set");
-        Rig { layout: Some(layout), members, power: Some(power), device: Arc::new(set), victims }
+        Rig {
+            layout: Some(layout),
+            members,
+            power: Some(power),
+            device: Arc::new(set),
+            victims,
+            resync,
+            out_of_sync: AtomicUsize::new(usize::MAX),
+        }
     }
 
     /// Members that may be missing or wrong at once and the pool still holds every byte.
@@ -98,7 +129,8 @@ impl Rig {
             Some(l) => {
                 let faults: Vec<String> =
                     self.victims.iter().map(|&v| format!("{:?} on {v}", self.members[v].fault())).collect();
-                format!("{l:?}×{} [{}]", self.members.len(), faults.join(", "))
+                let resync = if self.resync { " + resync" } else { "" };
+                format!("{l:?}×{} [{}]{resync}", self.members.len(), faults.join(", "))
             }
         }
     }

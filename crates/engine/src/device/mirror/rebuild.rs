@@ -302,7 +302,9 @@ impl MirrorDevice {
             (r.member, r.only.as_ref().map_or_else(|| extents.to_vec(), |o| o.clip(extents)))
         };
         let target = self.members.get(member).and_then(|m| m.written()).ok_or_else(|| {
-            Error::io("rebuild", io::Error::other("the member being rebuilt failed; replace it again"))
+            // Why it failed (its note: the error that faulted it) says what to look at.
+            let why = self.members.get(member).and_then(|m| lock(&m.note).clone()).unwrap_or_default();
+            Error::io("rebuild", io::Error::other(format!("the member being rebuilt failed ({why}); replace it again")))
         })?;
         let chunk = if self.rows.is_some() { PARITY_COPY_CHUNK } else { COPY_CHUNK };
         let mut chunks = Vec::new();
