@@ -6,6 +6,7 @@
 //! | `commit.freeze_to_sync` | `QuiescingTxg::finish`, after the freeze under the lock and before the unlocked write of the frozen data | a commit that has frozen its txg: writers go on, every other change waits (quiesce.rs) |
 //! | `log.write_unlocked` | `Pool::sync_object`/`sync_log`, the intent-log block write outside the lock | a sync whose block is taken (`in_flight`) but not yet written |
 //! | `mirror.rebuild_copy` | `MirrorDevice::copy_range` (device/mirror/rebuild.rs), after a range was read from the members in sync and before it is written to the member being rebuilt | a rebuild copy: writes to its range wait |
+//! | `mirror.write_targets` | `MirrorDevice::on_all` (device/mirror/mod.rs), after a mirrored write chose its target members and before it writes to them | a write that may reach a member taken offline meanwhile (missed.rs) |
 //! | `prewrite.handoff` | `Pool::prewrite`, after the batch's blocks are allocated and handed to the commit (`PoolInner::prewrites`), before the prewriter writes them | a batch a commit may have to write itself (`PrewriteBatch::complete`) |
 //!
 //! Each pool has its own set ([`crate::Pool::failpoints`]; a mirror's is
@@ -29,8 +30,10 @@ pub const COMMIT_FREEZE_TO_SYNC: &str = "commit.freeze_to_sync";
 pub const LOG_WRITE_UNLOCKED: &str = "log.write_unlocked";
 pub const PREWRITE_HANDOFF: &str = "prewrite.handoff";
 pub const MIRROR_REBUILD_COPY: &str = "mirror.rebuild_copy";
+pub const MIRROR_WRITE_TARGETS: &str = "mirror.write_targets";
 /// Every failpoint the engine has; arming another name is a programmer error.
-pub const ALL: [&str; 4] = [COMMIT_FREEZE_TO_SYNC, LOG_WRITE_UNLOCKED, PREWRITE_HANDOFF, MIRROR_REBUILD_COPY];
+pub const ALL: [&str; 5] =
+    [COMMIT_FREEZE_TO_SYNC, LOG_WRITE_UNLOCKED, PREWRITE_HANDOFF, MIRROR_REBUILD_COPY, MIRROR_WRITE_TARGETS];
 
 /// The source of the error an armed failpoint injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

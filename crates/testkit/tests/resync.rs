@@ -114,3 +114,39 @@ fn a_resync_cut_short_by_a_reopen_finishes_as_a_full_rebuild() {
     let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
     assert_eq!(capture(&pool).unwrap(), want);
 }
+
+/// A write that chose a member before it went offline and then failed on it: the member
+/// lacks that write, which its record cannot say, so `online` copies everything.
+#[test]
+fn a_write_that_fails_on_a_member_as_it_goes_offline_makes_online_copy_everything() {
+    let m = SimMirror::create(2, SIZE, 4096, SEED);
+    let pool = Arc::new(Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap());
+    let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    let o = pool.create_object(vol, &[1]).unwrap();
+    pool.write(vol, o, 0, &pattern(1, 0, 4 << 20)).unwrap();
+    pool.commit().unwrap();
+    pool.write(vol, o, 1 << 20, &pattern(6, 0, 256 << 10)).unwrap();
+    // The commit's first mirrored write stops with both members chosen.
+    let gate = m.dev.failpoints().pause(strata_engine::failpoint::MIRROR_WRITE_TARGETS);
+    let committer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.commit())
+    };
+    gate.wait_arrivals(1);
+    m.dev.offline(1).unwrap();
+    m.disks[1].fail_writes(u32::MAX);
+    drop(gate);
+    committer.join().unwrap().unwrap();
+    m.disks[1].fail_writes(0);
+    m.dev.online(1).unwrap();
+    let note = pool.status().devices.unwrap().members[1].note.clone().unwrap_or_default();
+    assert_eq!(note, "being rebuilt", "a member that failed a write as it went offline was only resynced");
+    let copied = rebuild_all(&pool, 4 << 20);
+    assert!(copied >= 4 << 20, "copied {copied} bytes");
+    assert_eq!(scrub_damage(&pool), 0);
+    let want = capture(&pool).unwrap();
+    drop(pool);
+    let (m1, _) = SimMirror::open(alone(&m, Layout::Mirror, 1), true).unwrap();
+    let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
+    assert_eq!(capture(&pool).unwrap(), want);
+}

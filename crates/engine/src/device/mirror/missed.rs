@@ -19,6 +19,8 @@
 //! - Bounded: past `RANGES_MAX` ranges they are merged with neighbours up to `COARSE_GAP`
 //!   apart (copying the free space between them too, harmless); if that is not enough the
 //!   record is dropped and `online` copies everything.
+//! - A write that chose the member before it went offline and failed there drops the
+//!   record (`forget_missed`): the member lacks that write too.
 //! - Only OFFLINE members keep one: a FAULTED member's contents are suspect, a REMOVED one
 //!   may have lost what its cache held, a replaced one is another device.
 
@@ -138,6 +140,16 @@ impl MirrorDevice {
             }
         }
         None
+    }
+
+    /// A write to member `i` failed: if it is offline (the write chose it before), what it
+    /// lacks is no longer only what its record says, so the record goes and `online`
+    /// copies everything.
+    pub(super) fn forget_missed(&self, i: usize) {
+        let Some(m) = self.members.get(i) else { return };
+        if lock(&m.missed).take().is_some() {
+            m.set_note("taken offline; a write to it failed as it went: online copies everything".into());
+        }
     }
 
     /// Mark member `i` OFFLINE and start recording what it misses.

@@ -525,6 +525,9 @@ impl MirrorDevice {
     fn write_error(&self, i: usize, what: &str, e: &io::Error) -> Option<io::Error> {
         let m = self.members.get(i)?;
         m.write_errors.fetch_add(1, Ordering::Relaxed);
+        // A write that chose the member before it went offline failed there: its record
+        // no longer says all it lacks (missed.rs).
+        self.forget_missed(i);
         match is_gone(e) {
             true => self.fault(i, MemberState::Removed, format!("{what}: {e} (the device is gone)")),
             false => self.fault(i, MemberState::Faulted, format!("{what}: {e}")),
@@ -616,6 +619,10 @@ impl MirrorDevice {
     ) -> io::Result<()> {
         let targets: Vec<(usize, Arc<dyn BlockDevice>)> =
             (0..self.members.len()).filter_map(|i| self.written_or_missed(i, range).map(|d| (i, d))).collect();
+        if range.is_some() {
+            // A pause only (tests): an injected failure here would be no member's.
+            let _ = self.failpoints.hit(crate::failpoint::MIRROR_WRITE_TARGETS);
+        }
         let results =
             self.fan.map(&targets, |(_, d)| op(d.as_ref()), || Err(io::Error::other("a member's I/O panicked")));
         let results = targets.iter().map(|(i, _)| *i).zip(results);
