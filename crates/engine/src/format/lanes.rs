@@ -6,9 +6,10 @@
 //! then their parent nodes level by level: the same tree, so the same hashes (the test
 //! `lanes_hash_like_blake3` compares every size and batch shape with `blake3::hash`).
 //! Measured on this project's 2-vCPU AVX-512 machine, cache-hot: 4 KiB records 1.46 →
-//! 0.76 µs each, 2 KiB 1.26 → 0.45 µs, 8 KiB about 10 % less; 16 KiB and larger records
-//! already fill the lanes alone and are hashed one by one, as is any other size
-//! (compressed records have arbitrary lengths).
+//! 0.76 µs each, 8 KiB about 10 % less (2 KiB, inputs not in cache: 1.26 → 0.45 µs);
+//! the commit's CPU per 4 KiB record 4.20 → 3.27 µs (docs/benchmarks/engine.md). 16 KiB
+//! and larger records already fill the lanes alone and are hashed one by one, as is any
+//! other size (compressed records have arbitrary lengths).
 //!
 //! This calls `blake3::platform`, which the blake3 crate marks "undocumented and unstable,
 //! for benchmarks only". The workspace pins blake3 to one exact version for that reason;
