@@ -371,6 +371,17 @@ impl VolumeFs {
                 return err(libc::EISDIR);
             }
         }
+        self.read_shared_file(ino, offset, size)
+    }
+
+    /// [`VolumeFs::read_shared`] of an inode the caller knows is not a directory (a LUN's
+    /// file, checked when the LUN was opened): the pool's lock is taken once, to plan the
+    /// read, not a second time to load the inode.
+    pub fn read_shared_file(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<SharedBytes>> {
+        if is_snapshot_ino(ino) {
+            let (fs, local) = self.snap_file(ino)?;
+            return fs.read_shared_file(local, offset, size);
+        }
         self.pool.read_shared(self.vol, ObjectId(ino), offset, size as usize).map_err(|e| match e.kind() {
             ErrorKind::NotFound => FsError::new(libc::ENOENT),
             _ => e.into(),
@@ -395,7 +406,8 @@ impl VolumeFs {
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.refuse_in_snapshot(&[ino])?;
         let now = self.now();
-        self.mutate_data(|t| {
+        // The volume's sync policy is read in the same hold of the pool's lock as the write.
+        let policy = self.mutate_data(|t| {
             let mut i = self.load(t, ino)?;
             if i.is_dir() {
                 return err(libc::EISDIR);
@@ -406,9 +418,10 @@ impl VolumeFs {
             t.write(self.vol, ObjectId(ino), offset, data)?;
             i.mtime_ns = now;
             i.ctime_ns = now;
-            self.store(t, ino, &i)
+            self.store(t, ino, &i)?;
+            Ok(t.sync_policy(self.vol)?)
         })?;
-        if self.pool.guard_for_data().sync_policy(self.vol)? == SyncPolicy::Always {
+        if policy == SyncPolicy::Always {
             self.pool.sync_object(self.vol, ObjectId(ino))?;
         }
         Ok(data.len() as u32)

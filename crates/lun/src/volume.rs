@@ -94,6 +94,12 @@ impl VolumeLun {
         let v = fs.getxattr(attr.ino, LUN_XATTR.as_bytes()).map_err(|e| {
             LunError::new(LunErrorKind::Invalid, format!("the volume is not a LUN (`{LUN_FILE}` is unmarked: {e})"))
         })?;
+        if attr.mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(LunError::new(
+                LunErrorKind::Io,
+                format!("the LUN's `{LUN_FILE}` is a directory: run `strata check`"),
+            ));
+        }
         let block_size = parse_marker(&v)
             .ok_or_else(|| LunError::new(LunErrorKind::Io, "the LUN's marker is damaged: run `strata check`"))?;
         let preferred = attr.blksize.clamp(block_size, 1 << 20);
@@ -172,7 +178,7 @@ impl Lun for VolumeLun {
         // Reads longer than u32 do not occur (protocols cap them far lower), but loop anyway.
         while at < len {
             let want = (len - at).min(1 << 30) as u32;
-            let pieces = self.fs.read_shared(self.ino, offset + at as u64, want).map_err(|e| fs_err("read", e))?;
+            let pieces = self.fs.read_shared_file(self.ino, offset + at as u64, want).map_err(|e| fs_err("read", e))?;
             let got: usize = pieces.iter().map(SharedBytes::len).sum();
             out.extend(pieces);
             if got == 0 {

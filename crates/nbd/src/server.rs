@@ -3,9 +3,10 @@
 //!
 //! Threads: one acceptor; per connection, one thread that runs the handshake and then
 //! reads requests (header, then a WRITE's whole payload) and queues them; a shared pool
-//! of workers that run them on the LUN and write each reply, whole, under the
-//! connection's write lock as soon as it is ready. Replies go out in completion order;
-//! the client matches them by cookie. A request that arrives alone (nothing of its
+//! of workers that run them on the LUN and send each reply, whole, as soon as it is
+//! ready — replies that finish while another is being sent go out with the next `writev`,
+//! sent by the thread already sending (`Conn::reply`). Replies go out in completion
+//! order; the client matches them by cookie. A request that arrives alone (nothing of its
 //! connection running, no more bytes waiting on a plain socket: a client at a queue
 //! depth of one) is run by the reader itself, saving the hand-off to a worker and back;
 //! the reader then polls its socket for the next request for up to `ServerConfig::poll`
@@ -19,8 +20,9 @@
 //! [`HANDSHAKE_TIMEOUT`].
 //!
 //! Locks: `Shared::conns` (the open sockets, for shutdown) and `Shared::conn_threads` are
-//! leaves. Per connection: `Conn::writer` (reply bytes on the wire) then the TLS session
-//! lock inside it (link.rs); `Conn::in_flight` is a leaf.
+//! leaves. Per connection: `Conn::outbox` is a leaf (never held while sending);
+//! `Conn::writer` (reply bytes on the wire) then the TLS session lock inside it (link.rs);
+//! `Conn::in_flight` is a leaf.
 //!
 //! Who may connect: a listener off loopback must authenticate its clients (TLS required
 //! and client certificates verified) unless `insecure_allow_plaintext` says otherwise; on
@@ -120,6 +122,8 @@ struct Conn {
     peer: SocketAddr,
     n: Negotiated,
     writer: Mutex<LinkWriter>,
+    /// Replies finished and not yet on the wire (see [`Conn::reply`]).
+    outbox: Mutex<Outbox>,
     in_flight: Mutex<InFlight>,
     /// Signalled when a request finishes and the reader waits for one.
     done: Condvar,
@@ -169,6 +173,15 @@ impl Spares {
     }
 }
 
+/// Replies waiting for the wire, and whether a thread is sending: replies finished while
+/// another is being sent go out together with the next `writev`, sent by whichever thread
+/// is sending — the others go back to work instead of queueing for the socket.
+#[derive(Default)]
+struct Outbox {
+    replies: Vec<(Reply, usize)>,
+    sending: bool,
+}
+
 /// Requests queued or running on a connection, and whether its reader waits for one to
 /// finish (a notify is a system call even with no one waiting: only then is it made).
 #[derive(Default)]
@@ -179,18 +192,49 @@ struct InFlight {
 }
 
 impl Conn {
-    fn send(&self, reply: &Reply) {
-        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = w.send(&reply.parts()) {
-            tracing::debug!(client = %self.peer, "NBD reply not sent: {e}");
-            // The stream may hold half a reply: nothing after it could be framed.
-            w.close();
+    /// Send `reply` to a request of `cost` and count the request finished — now, or, when
+    /// another thread is sending, by that thread with its next batch (a request stays in
+    /// flight until its reply is on the wire, so a closing connection waits for it).
+    fn reply(&self, reply: Reply, cost: usize) {
+        {
+            let mut o = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+            o.replies.push((reply, cost));
+            if o.sending {
+                return;
+            }
+            o.sending = true;
+        }
+        loop {
+            let batch = {
+                let mut o = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+                if o.replies.is_empty() {
+                    o.sending = false;
+                    return;
+                }
+                std::mem::take(&mut o.replies)
+            };
+            {
+                let parts: Vec<&[u8]> = batch.iter().flat_map(|(r, _)| r.parts()).collect();
+                let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = w.send(&parts) {
+                    tracing::debug!(client = %self.peer, "NBD replies not sent: {e}");
+                    // The stream may hold half a reply: nothing after it could be framed.
+                    w.close();
+                }
+            }
+            let (requests, cost) = (batch.len(), batch.iter().map(|(_, c)| c).sum());
+            drop(batch);
+            self.finish_many(requests, cost);
         }
     }
 
     fn finish(&self, cost: usize) {
+        self.finish_many(1, cost);
+    }
+
+    fn finish_many(&self, requests: usize, cost: usize) {
         let mut g = self.in_flight.lock().expect("in-flight count");
-        g.requests -= 1;
+        g.requests -= requests;
         g.bytes -= cost;
         if g.waiting {
             self.done.notify_all();
@@ -447,6 +491,7 @@ fn connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, tx: Sender<J
         peer,
         n,
         writer: Mutex::new(w),
+        outbox: Mutex::default(),
         in_flight: Mutex::default(),
         done: Condvar::new(),
         spares: shared.spares.clone(),
@@ -488,8 +533,10 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Sen
             return Ended::Io(e);
         }
         if conn.n.entry.removed() || shared.stopping.load(Ordering::SeqCst) {
-            conn.send(&Reply::error(&conn.n, &header, ESHUTDOWN, "the export was removed or the server is stopping"));
-            conn.finish(cost);
+            conn.reply(
+                Reply::error(&conn.n, &header, ESHUTDOWN, "the export was removed or the server is stopping"),
+                cost,
+            );
             tracing::info!(client = %conn.peer, export = %conn.n.entry.name, "NBD connection ended: export removed or server stopping");
             return Ended::Client;
         }
@@ -522,8 +569,7 @@ fn run(job: Job) {
                 Reply::error(&conn.n, &header, crate::proto::EIO, "internal error")
             });
     conn.spares.give_back(buf);
-    conn.send(&reply);
-    conn.finish(cost);
+    conn.reply(reply, cost);
 }
 
 fn worker(rx: Receiver<Job>) {

@@ -288,7 +288,9 @@ fn read(n: &Negotiated, lun: &dyn Lun, h: &RequestHeader) -> Result<Reply, Refus
     }
     // The map only shapes the reply; without one, the data goes as one chunk. A hole
     // reads as zeros, so data with no zero sector has none: its map is not looked up.
-    let runs = if may_hold_holes(&r.data, h.offset) {
+    let runs = if let Some(runs) = known_runs(&r.data) {
+        runs
+    } else if may_hold_holes(&r.data, h.offset) {
         allocation(lun, h.offset, len as u64, usize::MAX).unwrap_or_default()
     } else {
         vec![Extent { len: len as u64, hole: false }]
@@ -321,6 +323,24 @@ fn read(n: &Negotiated, lun: &dyn Lun, h: &RequestHeader) -> Result<Reply, Refus
         at += l;
     }
     Ok(r)
+}
+
+/// The allocation map of `data` when the LUN said what every piece is (a hole or a
+/// record's bytes, as the engine's reads do): no map lookup, no look at the bytes.
+fn known_runs(data: &[SharedBytes]) -> Option<Vec<Extent>> {
+    let mut runs: Vec<Extent> = Vec::new();
+    for piece in data {
+        let hole = match (piece.is_hole(), piece.is_record()) {
+            (true, _) => true,
+            (false, true) => false,
+            (false, false) => return None,
+        };
+        match runs.last_mut() {
+            Some(e) if e.hole == hole => e.len += piece.len() as u64,
+            _ => runs.push(Extent { len: piece.len() as u64, hole }),
+        }
+    }
+    (!runs.is_empty()).then_some(runs)
 }
 
 /// Whether `data` (pieces), read at `offset`, may cover a hole: a 512-byte sector of it

@@ -299,7 +299,19 @@ impl VolumeState {
     /// reads it any more: this volume reads the dirty record; it is freed when this txg
     /// syncs) instead of when the txg syncs, so its buffer serves the next write. Kept:
     /// blocks a snapshot shares (born at or before `parent_txg`), dedup and packed blocks.
-    fn overwrite_record(&mut self, io: &BlockIo, dn: &DnodePhys, obj: ObjectId, recno: u64, src: &[u8]) {
+    /// `tree` looks the old block up (one tree walk per indirect block for a long write);
+    /// the cached copies to drop are added to `forget`, for the caller to drop in one go.
+    #[allow(clippy::too_many_arguments)]
+    fn overwrite_record(
+        &mut self,
+        io: &BlockIo,
+        dn: &DnodePhys,
+        obj: ObjectId,
+        recno: u64,
+        src: &[u8],
+        tree: &mut blocktree::Cursor,
+        forget: &mut Vec<(u64, u64)>,
+    ) {
         match self.dirty.records.get_mut(&(obj, recno)) {
             Some(Some(rec)) => {
                 if let Some(buf) = Arc::get_mut(rec).filter(|b| b.len() == src.len()) {
@@ -312,9 +324,9 @@ impl VolumeState {
                 let frozen = self.dirty.frozen.as_ref().is_some_and(|f| f.records.contains_key(&(obj, recno)));
                 if !frozen {
                     // From cached metadata only: a write must not wait for a read here.
-                    let old = blocktree::lookup_cached(io, &dn.root, dn.levels, recno);
+                    let old = tree.lookup_cached(io, &dn.root, dn.levels, recno);
                     if let Some(bp) = old.filter(|bp| !bp.is_hole() && self.record.only_this_head_reads(bp)) {
-                        io.forget(&[(bp.addr, bp.birth_txg)]);
+                        forget.push((bp.addr, bp.birth_txg));
                     }
                 }
             }
@@ -385,6 +397,7 @@ impl VolumeState {
                 self.dirty_record(io, alloc, &dn, obj, r, false, true)?;
             }
         }
+        let (mut tree, mut forget) = (blocktree::Cursor::new(), Vec::new());
         let mut pos = offset;
         while pos < end {
             let recno = pos / rs;
@@ -392,13 +405,14 @@ impl VolumeState {
             let n = ((rs - pos % rs).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
             if in_rec == 0 && n as u64 == rs {
-                self.overwrite_record(io, &dn, obj, recno, src);
+                self.overwrite_record(io, &dn, obj, recno, src, &mut tree, &mut forget);
             } else {
                 let rec = self.dirty_record(io, alloc, &dn, obj, recno, false, true)?;
                 rec[in_rec..in_rec + n].copy_from_slice(src);
             }
             pos += n as u64;
         }
+        io.forget(&forget);
         let st = self.dnode(io, obj)?;
         if end > st.dnode.size {
             st.dnode.size = end;
@@ -414,8 +428,10 @@ impl VolumeState {
     pub fn plan_read(&mut self, io: &BlockIo, obj: ObjectId, offset: u64, len: usize) -> Result<ReadPlan> {
         let dn = self.dnode(io, obj)?.dnode.clone();
         let end = offset.saturating_add(len as u64).min(dn.size);
-        let mut plan = ReadPlan { len: end.saturating_sub(offset) as usize, pieces: Vec::new() };
         let rs = dn.record_size as u64;
+        let records = end.saturating_sub(offset).div_ceil(rs.max(1)) as usize + 1;
+        let mut plan = ReadPlan { len: end.saturating_sub(offset) as usize, pieces: Vec::with_capacity(records) };
+        let mut cursor = blocktree::Cursor::new();
         let mut pos = offset;
         while pos < end {
             let recno = pos / rs;
@@ -425,7 +441,7 @@ impl VolumeState {
                 Some(Some(rec)) => Source::Memory(rec.clone()),
                 Some(None) => Source::Zeros,
                 None => {
-                    let bp = blocktree::lookup(io, &dn.root, dn.levels, recno)?;
+                    let bp = cursor.lookup(io, &dn.root, dn.levels, recno)?;
                     if bp.is_hole() {
                         Source::Zeros
                     } else if bp.kind != BlockKind::Data || bp.lsize != dn.record_size {

@@ -186,6 +186,25 @@ impl BlockIo {
         Ok(data)
     }
 
+    /// [`BlockIo::read_data`] of each of `bps`, in order: the cached ones under one hold
+    /// of the cache's lock, then the others from the device.
+    pub fn read_data_many(&self, bps: &[&BlockPtr]) -> Result<Vec<Arc<Vec<u8>>>> {
+        let mut found: Vec<Option<Arc<Vec<u8>>>> = Vec::with_capacity(bps.len());
+        {
+            let mut cache = self.data_cache.lock().expect("data cache lock");
+            found.extend(bps.iter().map(|bp| cache.get((bp.addr, bp.birth_txg))));
+        }
+        let hits = found.iter().filter(|f| f.is_some()).count() as u64;
+        self.stats.data_cache_hits.fetch_add(hits, Ordering::Relaxed);
+        bps.iter()
+            .zip(found)
+            .map(|(bp, f)| match f {
+                Some(d) => Ok(d),
+                None => self.read_data(bp),
+            })
+            .collect()
+    }
+
     pub(crate) fn checksum_algo(&self) -> ChecksumAlgo {
         self.checksum_algo
     }

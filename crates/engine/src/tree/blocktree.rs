@@ -17,6 +17,7 @@ use crate::format::node::{IndirectPhys, INDIRECT_FANOUT, INDIRECT_SHIFT};
 use crate::format::records::DnodePhys;
 use crate::format::{BlockKind, BlockPtr};
 use crate::pipeline::BlockIo;
+use std::sync::Arc;
 
 fn span(level: u8) -> u64 {
     // Records covered by one pointer of an indirect block at `level` (≥ 1).
@@ -61,6 +62,82 @@ pub fn lookup(io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Result<B
         expect_kind(&bp, level - 1)?;
     }
     Ok(bp)
+}
+
+/// [`lookup`] of many records in one pass over a tree that does not change meanwhile (a
+/// read planned under the pool's lock): the last level-1 indirect block is kept, so a run
+/// of consecutive records costs one walk from the root per `INDIRECT_FANOUT` records, not
+/// one per record (a 1 MiB read of 4 KiB records walked the tree 256 times).
+#[derive(Default)]
+pub struct Cursor {
+    /// The first record the kept block covers, its pointer (for errors) and the block.
+    leaf: Option<(u64, BlockPtr, Arc<IndirectPhys>)>,
+}
+
+impl Cursor {
+    pub fn new() -> Cursor {
+        Cursor::default()
+    }
+
+    /// What [`lookup`] returns for `recno`, from the kept block when it covers `recno`.
+    /// `root` and `levels` must be those of every earlier call on this cursor.
+    pub fn lookup(&mut self, io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Result<BlockPtr> {
+        if levels == 0 || recno >= DnodePhys::capacity_records(levels) {
+            return lookup(io, root, levels, recno);
+        }
+        if let Some((first, bp, ind)) = &self.leaf {
+            if (*first..first + INDIRECT_FANOUT as u64).contains(&recno) {
+                let child = child_of(ind, bp, 1, recno)?;
+                expect_kind(&child, 0)?;
+                return Ok(child);
+            }
+        }
+        let mut bp = *root;
+        expect_kind(&bp, levels)?;
+        for level in (1..=levels).rev() {
+            if bp.is_hole() {
+                return Ok(BlockPtr::HOLE);
+            }
+            let ind = io.read_indirect(&bp)?;
+            let child = child_of(&ind, &bp, level, recno)?;
+            expect_kind(&child, level - 1)?;
+            if level == 1 {
+                self.leaf = Some((recno - recno % INDIRECT_FANOUT as u64, bp, ind));
+            }
+            bp = child;
+        }
+        Ok(bp)
+    }
+
+    /// What [`lookup_cached`] returns for `recno`, from the kept block when it covers
+    /// `recno` (no I/O; `None` when a level is not cached).
+    pub(crate) fn lookup_cached(&mut self, io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Option<BlockPtr> {
+        if levels == 0 || recno >= DnodePhys::capacity_records(levels) {
+            return lookup_cached(io, root, levels, recno);
+        }
+        if let Some((first, bp, ind)) = &self.leaf {
+            if (*first..first + INDIRECT_FANOUT as u64).contains(&recno) {
+                let child = child_of(ind, bp, 1, recno).ok()?;
+                expect_kind(&child, 0).ok()?;
+                return Some(child);
+            }
+        }
+        let mut bp = *root;
+        expect_kind(&bp, levels).ok()?;
+        for level in (1..=levels).rev() {
+            if bp.is_hole() {
+                return Some(BlockPtr::HOLE);
+            }
+            let ind = io.cached_indirect(&bp)?;
+            let child = child_of(&ind, &bp, level, recno).ok()?;
+            expect_kind(&child, level - 1).ok()?;
+            if level == 1 {
+                self.leaf = Some((recno - recno % INDIRECT_FANOUT as u64, bp, ind));
+            }
+            bp = child;
+        }
+        Some(bp)
+    }
 }
 
 /// [`lookup`] from the metadata cache alone: `None` when a level is not cached (or the
