@@ -48,20 +48,7 @@ fn expect_kind(bp: &BlockPtr, level: u8) -> Result<()> {
 
 /// The data block pointer of record `recno` (a hole if none).
 pub fn lookup(io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Result<BlockPtr> {
-    if recno >= DnodePhys::capacity_records(levels) {
-        return Ok(BlockPtr::HOLE);
-    }
-    let mut bp = *root;
-    expect_kind(&bp, levels)?;
-    for level in (1..=levels).rev() {
-        if bp.is_hole() {
-            return Ok(BlockPtr::HOLE);
-        }
-        let ind = io.read_indirect(&bp)?;
-        bp = child_of(&ind, &bp, level, recno)?;
-        expect_kind(&bp, level - 1)?;
-    }
-    Ok(bp)
+    Cursor::new().lookup(io, root, levels, recno)
 }
 
 /// [`lookup`] of many records in one pass over a tree that does not change meanwhile (a
@@ -82,23 +69,42 @@ impl Cursor {
     /// What [`lookup`] returns for `recno`, from the kept block when it covers `recno`.
     /// `root` and `levels` must be those of every earlier call on this cursor.
     pub fn lookup(&mut self, io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Result<BlockPtr> {
-        if levels == 0 || recno >= DnodePhys::capacity_records(levels) {
-            return lookup(io, root, levels, recno);
+        let found = self.walk(root, levels, recno, |bp| io.read_indirect(bp).map(Some))?;
+        // `read_indirect` answers every level (or fails), so the walk never gives up here.
+        found.ok_or_else(|| Corruption::new("block tree", Some(root.addr), "a level was not read").into())
+    }
+
+    /// [`Cursor::lookup`] from the metadata cache alone: `None` when a level is not cached
+    /// (or the tree does not hold what it should; `lookup` reports that). No I/O.
+    pub(crate) fn lookup_cached(&mut self, io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Option<BlockPtr> {
+        self.walk(root, levels, recno, |bp| Ok(io.cached_indirect(bp))).ok().flatten()
+    }
+
+    /// The walk of both: `fetch` gives an indirect block, or `None` to give up (`Ok(None)`).
+    fn walk(
+        &mut self,
+        root: &BlockPtr,
+        levels: u8,
+        recno: u64,
+        fetch: impl Fn(&BlockPtr) -> Result<Option<Arc<IndirectPhys>>>,
+    ) -> Result<Option<BlockPtr>> {
+        if recno >= DnodePhys::capacity_records(levels) {
+            return Ok(Some(BlockPtr::HOLE));
         }
         if let Some((first, bp, ind)) = &self.leaf {
             if (*first..first + INDIRECT_FANOUT as u64).contains(&recno) {
                 let child = child_of(ind, bp, 1, recno)?;
                 expect_kind(&child, 0)?;
-                return Ok(child);
+                return Ok(Some(child));
             }
         }
         let mut bp = *root;
         expect_kind(&bp, levels)?;
         for level in (1..=levels).rev() {
             if bp.is_hole() {
-                return Ok(BlockPtr::HOLE);
+                return Ok(Some(BlockPtr::HOLE));
             }
-            let ind = io.read_indirect(&bp)?;
+            let Some(ind) = fetch(&bp)? else { return Ok(None) };
             let child = child_of(&ind, &bp, level, recno)?;
             expect_kind(&child, level - 1)?;
             if level == 1 {
@@ -106,57 +112,8 @@ impl Cursor {
             }
             bp = child;
         }
-        Ok(bp)
+        Ok(Some(bp))
     }
-
-    /// What [`lookup_cached`] returns for `recno`, from the kept block when it covers
-    /// `recno` (no I/O; `None` when a level is not cached).
-    pub(crate) fn lookup_cached(&mut self, io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Option<BlockPtr> {
-        if levels == 0 || recno >= DnodePhys::capacity_records(levels) {
-            return lookup_cached(io, root, levels, recno);
-        }
-        if let Some((first, bp, ind)) = &self.leaf {
-            if (*first..first + INDIRECT_FANOUT as u64).contains(&recno) {
-                let child = child_of(ind, bp, 1, recno).ok()?;
-                expect_kind(&child, 0).ok()?;
-                return Some(child);
-            }
-        }
-        let mut bp = *root;
-        expect_kind(&bp, levels).ok()?;
-        for level in (1..=levels).rev() {
-            if bp.is_hole() {
-                return Some(BlockPtr::HOLE);
-            }
-            let ind = io.cached_indirect(&bp)?;
-            let child = child_of(&ind, &bp, level, recno).ok()?;
-            expect_kind(&child, level - 1).ok()?;
-            if level == 1 {
-                self.leaf = Some((recno - recno % INDIRECT_FANOUT as u64, bp, ind));
-            }
-            bp = child;
-        }
-        Some(bp)
-    }
-}
-
-/// [`lookup`] from the metadata cache alone: `None` when a level is not cached (or the
-/// tree does not hold what it should; [`lookup`] reports that). No I/O.
-pub(crate) fn lookup_cached(io: &BlockIo, root: &BlockPtr, levels: u8, recno: u64) -> Option<BlockPtr> {
-    if recno >= DnodePhys::capacity_records(levels) {
-        return Some(BlockPtr::HOLE);
-    }
-    let mut bp = *root;
-    expect_kind(&bp, levels).ok()?;
-    for level in (1..=levels).rev() {
-        if bp.is_hole() {
-            return Some(BlockPtr::HOLE);
-        }
-        let ind = io.cached_indirect(&bp)?;
-        bp = child_of(&ind, &bp, level, recno).ok()?;
-        expect_kind(&bp, level - 1).ok()?;
-    }
-    Some(bp)
 }
 
 /// Levels needed to address record `recno`.
