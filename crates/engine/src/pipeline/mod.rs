@@ -180,9 +180,14 @@ impl BlockIo {
             self.stats.data_cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(d);
         }
+        self.read_missed_data(bp)
+    }
+
+    /// A data record the cache did not hold: read, counted as a miss, cached.
+    fn read_missed_data(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>> {
         self.stats.data_cache_misses.fetch_add(1, Ordering::Relaxed);
         let data = Arc::new(self.read_block(bp)?);
-        self.data_cache.lock().expect("data cache lock").put(key, data.clone(), data.len() as u64);
+        self.data_cache.lock().expect("data cache lock").put((bp.addr, bp.birth_txg), data.clone(), data.len() as u64);
         Ok(data)
     }
 
@@ -200,7 +205,7 @@ impl BlockIo {
             .zip(found)
             .map(|(bp, f)| match f {
                 Some(d) => Ok(d),
-                None => self.read_data(bp),
+                None => self.read_missed_data(bp),
             })
             .collect()
     }
