@@ -32,6 +32,17 @@ const PARENT: u8 = 1 << 2;
 const ROOT: u8 = 1 << 3;
 /// Records hashed together: AVX-512's sixteen lanes (narrower SIMD loops over them).
 const LANES: usize = 16;
+/// Bytes `hash_many` may read past the end of an input. Its AVX-512 assembly (blake3
+/// 1.8.7, `blake3_avx512_x86-64_unix.S`) loads the first input of its 4-way and 2-way
+/// loops with 64- and 32-byte moves at 16-byte steps, so the last load of a block reads
+/// up to 48 bytes beyond it. The crate's own callers pass consecutive chunks of one
+/// buffer, where that lands in the next input; here inputs are chunks of separate
+/// records, and a record that ends where a mapping ends made the commit fault (SIGSEGV in
+/// `blake3_hash_many_avx512` under a 1 MiB sequential LUN write). So every input handed to
+/// `hash_many` has at least this much readable memory after it: the last chunk of each
+/// record is hashed from a copy with slack after it (the others are followed by the
+/// record's next chunk), and parent blocks from a vector with a spare block at its end.
+const OVERREAD: usize = 64;
 
 fn platform() -> Platform {
     static P: OnceLock<Platform> = OnceLock::new();
@@ -73,12 +84,23 @@ fn hash_batch(records: &[&[u8]], chunks: usize) -> Vec<[u8; 32]> {
     // cvs[i * width + k]: record i's k-th chaining value at the current tree level.
     let mut cvs = vec![[0u8; 32]; n * chunks];
     let mut flat = vec![0u8; n * OUT_LEN];
+    // The last chunks, copied end to end with slack after them (see `OVERREAD`).
+    let mut last = vec![0u8; n * CHUNK_LEN + OVERREAD];
+    for (dst, r) in last.chunks_exact_mut(CHUNK_LEN).zip(records) {
+        if let Some(src) = r.get((chunks - 1) * CHUNK_LEN..chunks * CHUNK_LEN) {
+            dst.copy_from_slice(src);
+        }
+    }
     for j in 0..chunks {
         // Chunk j of every record: chunk counter j, hashed in one call.
-        let inputs: Vec<&[u8; CHUNK_LEN]> = records
-            .iter()
-            .filter_map(|r| r.get(j * CHUNK_LEN..(j + 1) * CHUNK_LEN).and_then(|c| c.try_into().ok()))
-            .collect();
+        let inputs: Vec<&[u8; CHUNK_LEN]> = if j + 1 == chunks {
+            last.chunks_exact(CHUNK_LEN).take(n).filter_map(|c| c.try_into().ok()).collect()
+        } else {
+            records
+                .iter()
+                .filter_map(|r| r.get(j * CHUNK_LEN..(j + 1) * CHUNK_LEN).and_then(|c| c.try_into().ok()))
+                .collect()
+        };
         p.hash_many(&inputs, &IV, j as u64, IncrementCounter::No, 0, CHUNK_START, CHUNK_END, &mut flat);
         for (rec, cv) in cvs.chunks_exact_mut(chunks).zip(flat.chunks_exact(OUT_LEN)) {
             if let (Some(slot), Ok(cv)) = (rec.get_mut(j), <[u8; 32]>::try_from(cv)) {
@@ -90,7 +112,7 @@ fn hash_batch(records: &[&[u8]], chunks: usize) -> Vec<[u8; 32]> {
     while width > 1 {
         let half = width / 2;
         // Each parent block: two adjacent chaining values of the level below.
-        let mut blocks: Vec<[u8; 64]> = Vec::with_capacity(n * half);
+        let mut blocks: Vec<[u8; 64]> = Vec::with_capacity(n * half + 1);
         for rec in cvs.chunks_exact(chunks) {
             for pair in rec.get(..width).unwrap_or_default().chunks_exact(2) {
                 let mut b = [0u8; 64];
@@ -100,7 +122,9 @@ fn hash_batch(records: &[&[u8]], chunks: usize) -> Vec<[u8; 32]> {
                 blocks.push(b);
             }
         }
-        let inputs: Vec<&[u8; 64]> = blocks.iter().collect();
+        // A block of slack after the last (see `OVERREAD`), not hashed.
+        blocks.push([0u8; 64]);
+        let inputs: Vec<&[u8; 64]> = blocks.iter().take(n * half).collect();
         let mut parents = vec![0u8; inputs.len() * OUT_LEN];
         let flags_end = if half == 1 { ROOT } else { 0 };
         p.hash_many(&inputs, &IV, 0, IncrementCounter::No, PARENT, 0, flags_end, &mut parents);
@@ -156,5 +180,65 @@ mod tests {
         let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         let want: Vec<[u8; 32]> = inputs.iter().map(|b| *blake3::hash(b).as_bytes()).collect();
         assert_eq!(blake3_many(&inputs), want, "mixed sizes");
+    }
+
+    /// Pages mapped readable with an inaccessible page after them: reading one byte past
+    /// the readable ones faults.
+    struct Guarded {
+        base: *mut u8,
+        readable: usize,
+    }
+
+    impl Guarded {
+        fn new(readable: usize) -> Guarded {
+            let page = 4096;
+            assert!(readable.is_multiple_of(page));
+            // SAFETY: a fresh private anonymous mapping; the guard page is its last page.
+            unsafe {
+                let base = libc::mmap(
+                    std::ptr::null_mut(),
+                    readable + page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(base, libc::MAP_FAILED);
+                assert_eq!(libc::mprotect(base.cast::<u8>().add(readable).cast(), page, libc::PROT_NONE), 0);
+                Guarded { base: base.cast(), readable }
+            }
+        }
+
+        /// The last `len` readable bytes, filled from `seed`.
+        fn tail(&mut self, seed: u64, len: usize) -> &[u8] {
+            // SAFETY: within the readable pages of the mapping, which lives as long as self.
+            let s = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.readable - len), len) };
+            s.copy_from_slice(&bytes(seed, len));
+            s
+        }
+    }
+
+    impl Drop for Guarded {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, with its size.
+            unsafe { libc::munmap(self.base.cast(), self.readable + 4096) };
+        }
+    }
+
+    #[test]
+    fn a_record_ending_where_its_mapping_ends_is_not_read_past() {
+        // The record that ends at the guard page is first of every group of inputs the
+        // SIMD code forms (16, 8, 4, 2 and 1 lanes); before `OVERREAD` the 4-way loop
+        // read 48 bytes past it and this test died of SIGSEGV.
+        for size in [2048usize, 4096, 8192] {
+            for batch in [1usize, 2, 3, 4, 5, 8, 12, 16] {
+                let mut guarded = Guarded::new(size.next_multiple_of(4096));
+                let others: Vec<Vec<u8>> = (1..batch as u64).map(|i| bytes(i, size)).collect();
+                let mut inputs: Vec<&[u8]> = vec![guarded.tail(99, size)];
+                inputs.extend(others.iter().map(Vec::as_slice));
+                let want: Vec<[u8; 32]> = inputs.iter().map(|b| *blake3::hash(b).as_bytes()).collect();
+                assert_eq!(blake3_many(&inputs), want, "{batch} inputs of {size} bytes");
+            }
+        }
     }
 }
