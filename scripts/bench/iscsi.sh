@@ -37,8 +37,13 @@ if [ -n "${STRATA_BENCH_BIN:-}" ]; then bin="$STRATA_BENCH_BIN"; else
   cargo build --release -p strata-cli --quiet
   bin="$PWD/target/release/strata"
 fi
-pids=(); loopdev=""
+pids=(); loopdev=""; ctl=""
 cleanup() {
+  # tgtd ignores SIGTERM while it has targets: delete them and the system first.
+  if [ -n "$ctl" ]; then
+    tgtadm -C "$ctl" --lld iscsi --op delete --mode target --tid 1 --force >/dev/null 2>&1 || true
+    tgtadm -C "$ctl" --op delete --mode system >/dev/null 2>&1 || true
+  fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   if mountpoint -q "$work/ext4"; then umount "$work/ext4"; fi

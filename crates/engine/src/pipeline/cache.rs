@@ -105,6 +105,26 @@ impl<V: Clone> BlockCache<V> {
     }
 }
 
+impl<T> BlockCache<std::sync::Arc<T>> {
+    /// [`BlockCache::get`] of each of `keys`, in order, into `out`. Two passes: the first
+    /// finds every entry and loads its value's reference count (plain loads: the processor
+    /// may overlap their cache misses), the second takes the references. One pass takes
+    /// each reference with a locked increment, which waits for its cache miss before the
+    /// next load may start: 256 misses in a row for a 1 MiB read of 4 KiB records.
+    pub fn get_many(&mut self, keys: impl Iterator<Item = BlockKey> + Clone, out: &mut Vec<Option<std::sync::Arc<T>>>) {
+        let mut warm = 0usize;
+        for key in keys.clone() {
+            self.clock += 1;
+            if let Some(e) = self.map.get_mut(&key) {
+                e.stamp = self.clock;
+                warm = warm.wrapping_add(std::sync::Arc::strong_count(&e.value));
+            }
+        }
+        std::hint::black_box(warm);
+        out.extend(keys.map(|key| self.map.get(&key).map(|e| e.value.clone())));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +150,26 @@ mod tests {
         let mut z = BlockCache::new(0);
         z.put((1, 1), 1u64, 1);
         assert!(z.is_empty());
+    }
+
+    #[test]
+    fn get_many_returns_what_get_would_and_keeps_what_it_read() {
+        use std::sync::Arc;
+        let mut c = BlockCache::new(100);
+        for i in 0..10u64 {
+            c.put((i, 1), Arc::new(i), 10);
+        }
+        // In order, with the missing keys (another birth, an absent address) as None.
+        let keys = [(3, 1), (9, 1), (3, 2), (42, 1), (0, 1)];
+        let mut got = Vec::new();
+        c.get_many(keys.iter().copied(), &mut got);
+        let got: Vec<Option<u64>> = got.iter().map(|v| v.as_deref().copied()).collect();
+        assert_eq!(got, vec![Some(3), Some(9), None, None, Some(0)]);
+        // What get_many read counts as used: the next eviction (half the entries) keeps it.
+        c.put((10, 1), Arc::new(10), 10);
+        for k in [(3, 1), (9, 1), (0, 1)] {
+            assert!(c.get(k).is_some(), "{k:?} was read by get_many and then evicted");
+        }
     }
 
     #[test]

@@ -197,7 +197,7 @@ impl BlockIo {
         let mut found: Vec<Option<Arc<Vec<u8>>>> = Vec::with_capacity(bps.len());
         {
             let mut cache = self.data_cache.lock().expect("data cache lock");
-            found.extend(bps.iter().map(|bp| cache.get((bp.addr, bp.birth_txg))));
+            cache.get_many(bps.iter().map(|bp| (bp.addr, bp.birth_txg)), &mut found);
         }
         let hits = found.iter().filter(|f| f.is_some()).count() as u64;
         self.stats.data_cache_hits.fetch_add(hits, Ordering::Relaxed);
