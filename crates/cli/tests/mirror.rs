@@ -206,8 +206,32 @@ fn mirror_pools_through_the_cli() {
     d.ok(&["mount", "m/v", s(&mnt)]);
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), data);
     assert_eq!(std::fs::read(mnt.join("h")).unwrap(), b"member 0 misses this");
+
+    // Offline across a restart: the missed map brings back what the member missed, and
+    // online copies that, not the 32 MiB file and the rest.
+    d.ok(&["pool", "offline", "m", "0"]);
+    std::fs::write(mnt.join("h2"), b"missed across a restart").unwrap();
+    std::fs::File::open(mnt.join("h2")).and_then(|f| f.sync_all()).unwrap();
+    d.ok(&["unmount", s(&mnt)]);
+    assert!(d.stop().success(), "{}", d.log());
+    d.spawn();
+    let v = pool(&d, "m");
+    assert_eq!(states(&v), ["OFFLINE", "ONLINE"], "{v}");
+    let note = v["devices"][0]["note"].as_str().unwrap_or_default().to_string();
+    assert!(note.contains("(the missed map)"), "{v}");
+    d.ok(&["pool", "online", "m", "0", "--wait"]);
+    let v = wait_rebuilt(&d, "m");
+    assert_eq!(states(&v), ["ONLINE", "ONLINE"], "{v}");
+    let jobs = d.json(&["job", "list"]);
+    let last = jobs.as_array().unwrap().iter().rev().find(|j| j["kind"] == "rebuild").cloned().expect("a rebuild job");
+    let copied = last["result"]["copied_bytes"].as_u64().unwrap();
+    assert!(copied < 8 << 20, "a resync after a restart copied {copied} bytes: {last}");
+    d.ok(&["mount", "m/v", s(&mnt)]);
+    assert_eq!(std::fs::read(mnt.join("h2")).unwrap(), b"missed across a restart");
     d.ok(&["unmount", s(&mnt)]);
     d.ok(&["check", "m"]);
+    let scrub = d.json(&["pool", "scrub", "m"]);
+    assert_eq!(scrub["checksum_errors"], 0, "{scrub}");
 
     // Export and import: a member alone is not a pool; a directory holding the members is
     // scanned (the replaced device m1.img is there too, with the set's older label); the

@@ -87,7 +87,11 @@ fn rebuild_crashes(name: &str, layout: Layout, sizes: &[usize], first_seed: u64,
                 m.power.set_crash_after(rng.below(60));
             }
             if i == start_op && !m.power.has_crashed() {
-                m.dev.offline(victim).unwrap();
+                if let Err(e) = m.dev.offline(victim) {
+                    // Taking it offline writes the missed map and the labels.
+                    assert!(m.power.has_crashed(), "seed {seed}: offline failed: {e}");
+                    break;
+                }
                 // Work the member misses (acknowledged syncs among it, in the log only).
                 for _ in 0..rng.range(1, 12) {
                     if sync_or_work(&mut rng, &pool, &vols, &mut model, &mut synced, &mut acked).is_err() {

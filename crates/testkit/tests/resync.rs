@@ -150,3 +150,107 @@ fn a_write_that_fails_on_a_member_as_it_goes_offline_makes_online_copy_everythin
     let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
     assert_eq!(capture(&pool).unwrap(), want);
 }
+
+/// The member area's missed map (format/missed_map.rs) carries the record across a restart:
+/// a member still offline after a reopen is resynced from its regions, writes after the
+/// reopen are added, and the member then holds the pool alone. The labels are version 2 while
+/// the map is in use and version 1 again once no member is offline.
+#[test]
+fn a_member_offline_across_a_restart_is_resynced_from_the_missed_map() {
+    for (layout, ways, victim) in [(Layout::Mirror, 2, 1), (Layout::Mirror, 3, 0), (Layout::Parity2, 4, 2)] {
+        let m = SimMirror::create_set(layout, ways, SIZE, 4096, SEED);
+        let pool = Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap();
+        let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+        let o = pool.create_object(vol, &[1]).unwrap();
+        pool.write(vol, o, 0, &pattern(1, 0, 16 << 20)).unwrap();
+        pool.commit().unwrap();
+        m.dev.offline(victim).unwrap();
+        for k in 0..5u64 {
+            pool.write(vol, o, k * (3 << 20) + 777, &pattern(2, 0, 5000)).unwrap();
+        }
+        pool.commit().unwrap();
+        pool.write(vol, o, 4 << 20, b"in the log only when the pool went").unwrap();
+        pool.sync_log().unwrap();
+        let other = (victim + 1) % ways;
+        assert_eq!(label_version(&m.disks[other]), 2, "{layout:?}: labels while a map is kept");
+        drop(pool);
+        let images: Vec<_> =
+            m.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(d.current_image(), 4096)))).collect();
+        let (m2, notes) = SimMirror::open(images, true).unwrap();
+        let pool = Pool::open(m2.device(), test_pool_options()).unwrap();
+        let st = pool.status().devices.unwrap();
+        assert_eq!(st.members[victim].state, MemberState::Offline, "{layout:?}");
+        let note = st.members[victim].note.clone().unwrap_or_default();
+        assert!(note.contains("(the missed map)"), "{layout:?}: {note}; {notes:?}");
+        // Written after the restart, still offline: marked in the map it was opened with.
+        pool.write(vol, o, 9 << 20, &pattern(5, 0, 100_000)).unwrap();
+        pool.commit().unwrap();
+        m2.dev.online(victim).unwrap();
+        let note = pool.status().devices.unwrap().members[victim].note.clone().unwrap_or_default();
+        assert!(note.contains("being resynced"), "{layout:?}: {note}");
+        let copied = rebuild_all(&pool, 4 << 20);
+        assert!(copied > 0 && copied < 4 << 20, "{layout:?}: a resync from the map copied {copied} bytes of 16 MiB");
+        assert_eq!(pool.status().devices.unwrap().members[victim].state, MemberState::Online);
+        assert_eq!(label_version(&m2.disks[other]), 1, "{layout:?}: labels once no member is offline");
+        assert_eq!(scrub_damage(&pool), 0, "{layout:?}: the resynced member holds a stale copy");
+        let want = capture(&pool).unwrap();
+        drop(pool);
+        let (m1, _) = SimMirror::open(alone(&m2, layout, victim), true).unwrap();
+        let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
+        assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks what it missed");
+        assert_eq!(&pool.read(vol, o, 4 << 20, 34).unwrap()[..], b"in the log only when the pool went");
+    }
+}
+
+/// A set as the build before the missed map left it, a member offline (labels version 1,
+/// nothing in the member area beside them), opens; the member's note says what `online`
+/// will do, and it copies every live extent.
+#[test]
+fn a_set_from_the_build_before_the_map_opens_and_online_copies_everything() {
+    let m = SimMirror::create(2, SIZE, 4096, SEED);
+    let pool = Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap();
+    let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+    let o = pool.create_object(vol, &[1]).unwrap();
+    pool.write(vol, o, 0, &pattern(1, 0, 8 << 20)).unwrap();
+    pool.commit().unwrap();
+    m.dev.offline(1).unwrap();
+    pool.write(vol, o, 1 << 20, &pattern(2, 0, 4096)).unwrap();
+    pool.commit().unwrap();
+    drop(pool);
+    let images: Vec<_> =
+        m.disks.iter().map(|d| Some(Arc::new(SimDisk::from_image(as_before_the_map(d), 4096)))).collect();
+    assert_eq!(u32::from_le_bytes(images[0].as_ref().unwrap().current_image()[8..12].try_into().unwrap()), 1);
+    let (m2, _) = SimMirror::open(images, true).unwrap();
+    let pool = Pool::open(m2.device(), test_pool_options()).unwrap();
+    let note = pool.status().devices.unwrap().members[1].note.clone().unwrap_or_default();
+    assert!(note.contains("online copies everything"), "{note}");
+    m2.dev.online(1).unwrap();
+    let copied = rebuild_all(&pool, 4 << 20);
+    assert!(copied >= 8 << 20, "copied {copied} bytes: without a record every live extent");
+    let want = capture(&pool).unwrap();
+    drop(pool);
+    let (m1, _) = SimMirror::open(alone(&m2, Layout::Mirror, 1), true).unwrap();
+    let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
+    assert_eq!(capture(&pool).unwrap(), want);
+}
+
+/// The version field of a member's first label copy.
+fn label_version(d: &SimDisk) -> u32 {
+    u32::from_le_bytes(d.current_image()[8..12].try_into().unwrap())
+}
+
+/// `d`'s image with its labels rewritten as version 1 and the missed map's copies zeroed.
+fn as_before_the_map(d: &SimDisk) -> Vec<u8> {
+    use strata_engine::format::member::{MemberLabelPhys, MEMBER_LABEL_COPY_1};
+    use strata_engine::format::missed_map::{MISSED_MAP_COPIES, MISSED_MAP_SIZE};
+    let mut img = d.current_image();
+    for at in MISSED_MAP_COPIES {
+        img[at as usize..at as usize + MISSED_MAP_SIZE].fill(0);
+    }
+    for at in [0usize, MEMBER_LABEL_COPY_1 as usize] {
+        let mut l = MemberLabelPhys::decode(&img[at..at + 4096], at as u64).unwrap();
+        l.missed_map = false;
+        img[at..at + 4096].copy_from_slice(&l.encode());
+    }
+    img
+}

@@ -12,7 +12,8 @@
 //!
 //! ```text
 //!   0  magic          [u8; 8]  "STRATAMB"
-//!   8  version        u32      1
+//!   8  version        u32      1, or 2 while a missed map is kept (`missed_map`): a build
+//!                              that does not keep it must not write to the set
 //!  12  layout         u8       1 = mirror, 2 = parity2
 //!  13  reserved       [u8; 3]
 //!  16  pool_guid      u64
@@ -41,6 +42,10 @@ use crate::error::Corruption;
 
 pub const MEMBER_MAGIC: [u8; 8] = *b"STRATAMB";
 pub const MEMBER_LABEL_VERSION: u32 = 1;
+/// The version of a label written while the set keeps a missed map (format/missed_map.rs)
+/// for a member taken offline: builds before it refuse the member (they would write to the
+/// set without marking the map, and a later resync would trust it).
+pub const MEMBER_LABEL_VERSION_MISSED_MAP: u32 = 2;
 pub const MEMBER_LABEL_SIZE: usize = UNIT_SIZE as usize;
 /// Where the second copy of the member label is.
 pub const MEMBER_LABEL_COPY_1: u64 = 32 * 1024;
@@ -131,6 +136,8 @@ pub struct MemberLabelPhys {
     /// Parity2: logical offset of the first row (0 for a mirror).
     pub rows_start: u64,
     pub members: Vec<MemberEntryPhys>,
+    /// A missed map is kept for a member taken offline (written as label version 2).
+    pub missed_map: bool,
 }
 
 impl MemberLabelPhys {
@@ -138,7 +145,7 @@ impl MemberLabelPhys {
         assert!((2..=MEMBERS_MAX).contains(&self.members.len()), "member count validated before encoding");
         let mut w = Writer::with_capacity(MEMBER_LABEL_SIZE);
         w.bytes(&MEMBER_MAGIC)
-            .u32(MEMBER_LABEL_VERSION)
+            .u32(if self.missed_map { MEMBER_LABEL_VERSION_MISSED_MAP } else { MEMBER_LABEL_VERSION })
             .u8(self.layout as u8)
             .zeros(3)
             .u64(self.pool_guid)
@@ -175,8 +182,11 @@ impl MemberLabelPhys {
         }
         r.take(8)?;
         let version = r.u32()?;
-        if version != MEMBER_LABEL_VERSION {
-            return Err(r.corrupt(format!("member label version {version} (this build reads {MEMBER_LABEL_VERSION})")));
+        if version != MEMBER_LABEL_VERSION && version != MEMBER_LABEL_VERSION_MISSED_MAP {
+            return Err(r.corrupt(format!(
+                "member label version {version} (this build reads {MEMBER_LABEL_VERSION} and \
+                 {MEMBER_LABEL_VERSION_MISSED_MAP}): written by a newer Strata"
+            )));
         }
         let layout_raw = r.u8()?;
         let layout = Layout::from_u8(layout_raw).ok_or_else(|| r.corrupt(format!("unknown layout {layout_raw}")))?;
@@ -230,6 +240,7 @@ impl MemberLabelPhys {
             created_ns,
             rows_start,
             members,
+            missed_map: version == MEMBER_LABEL_VERSION_MISSED_MAP,
         })
     }
 }
@@ -254,6 +265,7 @@ mod tests {
                 MemberEntryPhys { guid: 21, state: MemberPhysState::Faulted, since_txg: 40, rebuild_cursor: 0 },
                 MemberEntryPhys { guid: 22, state: MemberPhysState::Online, since_txg: 0, rebuild_cursor: 0 },
             ],
+            missed_map: false,
         }
     }
 
@@ -269,6 +281,18 @@ mod tests {
             assert!(MemberLabelPhys::decode(&bad, 0).is_err(), "flip at {at} accepted");
         }
         assert!(MemberLabelPhys::decode(&buf[..100], 0).is_err());
+        // Version 2: the same layout, with a missed map kept.
+        let l2 = MemberLabelPhys { missed_map: true, ..l.clone() };
+        let buf2 = l2.encode();
+        assert_eq!(&buf2[8..12], &MEMBER_LABEL_VERSION_MISSED_MAP.to_le_bytes());
+        assert_eq!(MemberLabelPhys::decode(&buf2, 0).unwrap(), l2);
+        // A label as the build before the missed map wrote it (version 1) reads as one
+        // without a map; a later version is refused.
+        assert_eq!(&buf[8..12], &1u32.to_le_bytes());
+        let mut v3 = buf.clone();
+        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+        seal(&mut v3, CHECKSUM_FIELD);
+        assert!(MemberLabelPhys::decode(&v3, 0).unwrap_err().detail.contains("newer Strata"));
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub mod label;
 pub mod lanes;
 pub mod logdev;
 pub mod member;
+pub mod missed_map;
 pub mod node;
 pub mod records;
 pub mod space;
@@ -103,6 +104,7 @@ pub fn decode_all(bytes: &[u8]) -> usize {
     ok += label::LabelPhys::decode(bytes, 0).is_ok() as usize;
     ok += logdev::LogDeviceLabelPhys::decode(bytes).is_ok() as usize;
     ok += member::MemberLabelPhys::decode(bytes, 0).is_ok() as usize;
+    ok += missed_map::MissedMapPhys::decode(bytes, 0).is_ok() as usize;
     ok += uberblock::UberblockPhys::decode(bytes, 0).is_ok() as usize;
     ok += spacemap::SpacemapChunkPhys::decode(bytes, 0).is_ok() as usize;
     ok += node::BtreeNodePhys::decode(bytes, None).is_ok() as usize;

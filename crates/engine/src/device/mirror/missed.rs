@@ -3,24 +3,28 @@
 //! live extents that overlap them and nothing else — an hour offline under a database that
 //! rewrote 200 MB copies about 200 MB, not every live byte.
 //!
-//! - `offline` starts the record and marks the member OFFLINE under the record's lock; a
-//!   write picks its targets with `written_or_missed`, which for a member it leaves out adds
-//!   the write's range to the record under the same lock. So a write either picked the member
-//!   (and reaches it: the device stays attached while offline) or is in the record.
+//! - `offline` covers the member in the missed map (missed_map.rs), writes the labels, then
+//!   starts the record and marks the member OFFLINE under the record's lock; a write picks
+//!   its targets with `written_or_missed`, which for a member it leaves out adds the write's
+//!   range to the record under the same lock (and to the map, durably, before the write is
+//!   issued). So a write either picked the member (and reaches it: the device stays
+//!   attached while offline) or is in the record and the map.
 //! - `online` marks the member REBUILDING and takes the record under that lock too
 //!   (`replace`): a write after that reaches the member, one before is in what was taken.
 //!   The rebuild then copies, window by window, the pool's live extents that overlap a
 //!   missed range (`Missed::clip`). Everything else on the member is as it was when it went
 //!   offline, in sync then (only members in use can be taken offline).
-//! - In memory only. After a restart with the member still offline there is no record and
-//!   `online` copies every live extent, as after a replace. A restart during a resync resumes
-//!   at the persisted cursor copying every live extent above it: below it, the missed ranges
+//! - After a restart with the member still offline the record is rebuilt from the missed
+//!   map (its regions: coarser, at least 64 KiB each). A restart during a resync resumes at
+//!   the persisted cursor copying every live extent above it: below it, the missed ranges
 //!   were copied and the rest was in sync.
 //! - Bounded: past `RANGES_MAX` ranges they are merged with neighbours up to `COARSE_GAP`
 //!   apart (copying the free space between them too, harmless); if that is not enough the
-//!   record is dropped and `online` copies everything.
+//!   in-memory record is dropped and `online` copies everything (the map, kept still,
+//!   serves a restart).
 //! - A write that chose the member before it went offline and failed there drops the
-//!   record (`forget_missed`): the member lacks that write too.
+//!   record and the member's place in the map (`forget_missed`): the member lacks that
+//!   write too.
 //! - Only OFFLINE members keep one: a FAULTED member's contents are suspect, a REMOVED one
 //!   may have lost what its cache held, a replaced one is another device.
 
@@ -43,6 +47,11 @@ pub(super) struct Missed {
 }
 
 impl Missed {
+    /// A record of whole regions (from the missed map), sorted and disjoint.
+    pub(super) fn from_regions(ranges: Vec<(u64, u64)>) -> Missed {
+        Missed { ranges, coarse: true }
+    }
+
     /// Add `start..end`; false when the record gave up (too many ranges even merged).
     fn add(&mut self, start: u64, end: u64) -> bool {
         if start >= end {
@@ -139,6 +148,11 @@ impl MirrorDevice {
                 );
             }
         }
+        let offline = m.state() == MemberState::Offline;
+        drop(rec);
+        if let (true, Some((start, end))) = (offline, range) {
+            self.map_mark(start, end);
+        }
         None
     }
 
@@ -150,14 +164,25 @@ impl MirrorDevice {
         if lock(&m.missed).take().is_some() {
             m.set_note("taken offline; a write to it failed as it went: online copies everything".into());
         }
+        self.map_uncover(i, true);
     }
 
-    /// Mark member `i` OFFLINE and start recording what it misses.
-    pub(super) fn start_missed(&self, i: usize) {
-        let Some(m) = self.members.get(i) else { return };
+    /// Mark member `i` OFFLINE and start recording what it misses; false if it is no
+    /// longer in use (it failed meanwhile).
+    pub(super) fn start_missed(&self, i: usize) -> bool {
+        let Some(m) = self.members.get(i) else { return false };
         let mut rec = lock(&m.missed);
-        *rec = Some(Missed::default());
-        m.state.store(MemberState::Offline.to_usize(), Ordering::Release);
+        let mut cur = m.state.load(Ordering::Acquire);
+        while MemberState::from_usize(cur).in_use() {
+            match m.state.compare_exchange(cur, MemberState::Offline.to_usize(), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    *rec = Some(Missed::default());
+                    return true;
+                }
+                Err(now) => cur = now,
+            }
+        }
+        false
     }
 
     /// Mark member `i` REBUILDING and take its record, if `resync` and it has one (else the
@@ -168,6 +193,9 @@ impl MirrorDevice {
         let was_offline = m.state() == MemberState::Offline;
         m.state.store(MemberState::Rebuilding.to_usize(), Ordering::Release);
         let taken = rec.take();
+        drop(rec);
+        // Its label says REBUILDING from now on: the map no longer speaks for it.
+        self.map_uncover(i, false);
         (resync && was_offline).then_some(taken).flatten().map(Missed::finish)
     }
 }

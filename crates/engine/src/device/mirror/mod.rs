@@ -31,6 +31,7 @@ use super::BlockDevice;
 mod errors;
 pub(crate) mod fan_out;
 mod missed;
+mod missed_map;
 mod open_rows;
 mod parity;
 mod rebuild;
@@ -40,6 +41,7 @@ use crate::format::member::{
     Layout, MemberEntryPhys, MemberLabelPhys, MemberPhysState, MEMBERS_MAX, MEMBER_AREA_BYTES, MEMBER_LABEL_COPY_1,
     MEMBER_LABEL_SIZE,
 };
+use crate::format::missed_map::MissedMapPhys;
 use crate::format::UNIT_SIZE;
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -131,6 +133,8 @@ pub struct MirrorDevice {
     /// The newest configuration (its `member_guid`/`member_index` are those of whichever
     /// member it was read from; `write_labels` sets them per member).
     config: Mutex<MemberLabelPhys>,
+    /// What members taken offline missed, as the members in use hold it (missed_map.rs).
+    missed_map: Mutex<MissedMapPhys>,
     next_read: AtomicUsize,
     writable: bool,
     txg: AtomicU64,
@@ -259,6 +263,7 @@ impl MirrorDevice {
                     rebuild_cursor: 0,
                 })
                 .collect(),
+            missed_map: false,
         };
         let members = devs
             .into_iter()
@@ -276,6 +281,7 @@ impl MirrorDevice {
             rebuild_cv: Condvar::new(),
             failpoints: Default::default(),
             logical_size,
+            missed_map: Mutex::new(MissedMapPhys::new(set_guid, logical_size)),
             config: Mutex::new(config),
             next_read: AtomicUsize::new(0),
             writable: true,
@@ -385,6 +391,8 @@ impl MirrorDevice {
             let cursor = config.members.get(i).map_or(0, |e| e.rebuild_cursor);
             rebuild::Rebuild::resume(i, cursor)
         });
+        let in_use: Vec<Arc<dyn BlockDevice>> = members.iter().filter_map(|m| m.in_use()).collect();
+        let (map, records) = missed_map::load_map(&in_use, &config, &mut notes);
         let mirror = MirrorDevice {
             layout: config.layout,
             rows: rows_of(&config),
@@ -397,12 +405,14 @@ impl MirrorDevice {
             failpoints: Default::default(),
             logical_size: config.logical_size,
             members,
+            missed_map: Mutex::new(map),
             config: Mutex::new(config),
             next_read: AtomicUsize::new(0),
             writable,
             txg: AtomicU64::new(0),
             fan: fan_out::FanOut::new(),
         };
+        mirror.adopt_records(records);
         if !mirror.usable() {
             return Err(Error::invalid(format!(
                 "too few members of the {} set are in sync and present (it needs {}): {}; bring a member back",
@@ -449,6 +459,7 @@ impl MirrorDevice {
         let mut last = None;
         let mut cfg = lock(&self.config);
         change(&mut cfg);
+        cfg.missed_map = self.map_in_use();
         for _ in 0..=self.members.len() {
             cfg.generation += 1;
             let mut failed = false;

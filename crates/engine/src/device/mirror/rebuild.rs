@@ -267,15 +267,28 @@ impl MirrorDevice {
                 self.min_in_use()
             )));
         }
-        self.start_missed(index);
-        *lock(&m.note) = Some("taken offline".into());
+        // The map names the member before its label says OFFLINE, and both are on the
+        // members before a write skips it (missed_map.rs): a power cut in between leaves a
+        // member the labels call ONLINE (and it was, it missed nothing) or one the map
+        // covers from its first missed write.
+        self.map_cover(index).map_err(|e| Error::io("record the member in the missed map", e))?;
         let txg = self.txg.load(Ordering::Relaxed);
         self.persist(|cfg| {
-            if let Some(e) = cfg.members.get_mut(index) {
+            if let Some(e) = cfg.members.get_mut(index).filter(|e| e.state == MemberPhysState::Online) {
                 e.state = MemberPhysState::Offline;
                 e.since_txg = txg;
             }
         });
+        if !self.start_missed(index) {
+            self.map_uncover(index, true);
+            return Err(Error::invalid(format!(
+                "member {} failed as it was being taken offline: it is {} ({})",
+                m.device(),
+                m.state(),
+                lock(&m.note).clone().unwrap_or_default()
+            )));
+        }
+        *lock(&m.note) = Some("taken offline".into());
         Ok(())
     }
 
