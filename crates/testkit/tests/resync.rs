@@ -254,3 +254,37 @@ fn as_before_the_map(d: &SimDisk) -> Vec<u8> {
     }
     img
 }
+
+/// An in-memory record that gives up (too many separate ranges) leaves the resync to the
+/// missed map's regions, not to a full rebuild.
+#[test]
+fn a_record_that_gives_up_falls_back_to_the_missed_map() {
+    for (layout, ways, victim) in [(Layout::Mirror, 2, 1), (Layout::Parity2, 4, 0)] {
+        let m = SimMirror::create_set(layout, ways, SIZE, 4096, SEED);
+        // The least: a second separate range (the commit's blocks, its uberblock) ends it.
+        m.dev.set_missed_ranges_max(2);
+        let pool = Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap();
+        let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
+        let o = pool.create_object(vol, &[1]).unwrap();
+        pool.write(vol, o, 0, &pattern(1, 0, 24 << 20)).unwrap();
+        pool.commit().unwrap();
+        m.dev.offline(victim).unwrap();
+        for k in 0..12u64 {
+            pool.write(vol, o, k * (2 << 20), &pattern(7, 0, 4096)).unwrap();
+            pool.commit().unwrap();
+        }
+        let note = pool.status().devices.unwrap().members[victim].note.clone().unwrap_or_default();
+        assert!(note.contains("regions of the missed map"), "{layout:?}: {note}");
+        m.dev.online(victim).unwrap();
+        let note = pool.status().devices.unwrap().members[victim].note.clone().unwrap_or_default();
+        assert!(note.contains("being resynced"), "{layout:?}: {note}");
+        let copied = rebuild_all(&pool, 4 << 20);
+        assert!(copied < 12 << 20, "{layout:?}: copied {copied} bytes of a 24 MiB pool");
+        assert_eq!(scrub_damage(&pool), 0, "{layout:?}");
+        let want = capture(&pool).unwrap();
+        drop(pool);
+        let (m1, _) = SimMirror::open(alone(&m, layout, victim), true).unwrap();
+        let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
+        assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks what it missed");
+    }
+}

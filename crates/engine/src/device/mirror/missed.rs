@@ -20,8 +20,9 @@
 //!   were copied and the rest was in sync.
 //! - Bounded: past `RANGES_MAX` ranges they are merged with neighbours up to `COARSE_GAP`
 //!   apart (copying the free space between them too, harmless); if that is not enough the
-//!   in-memory record is dropped and `online` copies everything (the map, kept still,
-//!   serves a restart).
+//!   in-memory record is dropped and `online` resyncs the missed map's regions instead.
+//!   The map is marked under the record's lock, so when `online` takes the lock every
+//!   write that skipped the member is in the map.
 //! - A write that chose the member before it went offline and failed there drops the
 //!   record and the member's place in the map (`forget_missed`): the member lacks that
 //!   write too.
@@ -34,7 +35,7 @@ use crate::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Most ranges a record keeps (16 bytes each) before it merges neighbours.
-const RANGES_MAX: usize = 1 << 20;
+pub(super) const RANGES_MAX: usize = 1 << 20;
 /// Ranges less than this apart are merged when the record is full.
 const COARSE_GAP: u64 = 1 << 20;
 
@@ -53,7 +54,7 @@ impl Missed {
     }
 
     /// Add `start..end`; false when the record gave up (too many ranges even merged).
-    fn add(&mut self, start: u64, end: u64) -> bool {
+    fn add(&mut self, start: u64, end: u64, max: usize) -> bool {
         if start >= end {
             return true;
         }
@@ -65,15 +66,15 @@ impl Missed {
             }
         }
         self.ranges.push((start, end));
-        if self.ranges.len() < RANGES_MAX {
+        if self.ranges.len() < max {
             return true;
         }
         self.normalize(0);
-        if self.ranges.len() >= RANGES_MAX / 2 {
+        if self.ranges.len() >= max / 2 {
             self.normalize(COARSE_GAP);
             self.coarse = true;
         }
-        self.ranges.len() < RANGES_MAX / 2
+        self.ranges.len() < max / 2
     }
 
     /// Sort the ranges and merge those overlapping or less than `gap` apart.
@@ -140,20 +141,29 @@ impl MirrorDevice {
         if let Some(d) = m.written() {
             return Some(d);
         }
-        if let (Some(missed), Some((start, end))) = (rec.as_mut(), range) {
-            if !missed.add(start, end) {
+        let (start, end) = range?;
+        if let Some(missed) = rec.as_mut() {
+            if !missed.add(start, end, self.missed_ranges_max.load(Ordering::Relaxed)) {
                 *rec = None;
                 m.set_note(
-                    "taken offline; it missed too many separate writes to track: online copies everything".into(),
+                    "taken offline; it missed too many separate writes to track them one by one: online resyncs \
+                     the regions of the missed map"
+                        .into(),
                 );
             }
         }
-        let offline = m.state() == MemberState::Offline;
-        drop(rec);
-        if let (true, Some((start, end))) = (offline, range) {
+        // Under the record's lock: `take_missed` then finds every skipped write in the map.
+        if m.state() == MemberState::Offline {
             self.map_mark(start, end);
         }
         None
+    }
+
+    /// Ranges an in-memory record of what a member missed keeps before it gives up (tests
+    /// lower it).
+    #[doc(hidden)]
+    pub fn set_missed_ranges_max(&self, max: usize) {
+        self.missed_ranges_max.store(max.max(2), Ordering::Relaxed);
     }
 
     /// A write to member `i` failed: if it is offline (the write chose it before), what it
@@ -161,10 +171,18 @@ impl MirrorDevice {
     /// copies everything.
     pub(super) fn forget_missed(&self, i: usize) {
         let Some(m) = self.members.get(i) else { return };
-        if lock(&m.missed).take().is_some() {
+        let mut rec = lock(&m.missed);
+        if rec.take().is_some() {
             m.set_note("taken offline; a write to it failed as it went: online copies everything".into());
         }
-        self.map_uncover(i, true);
+        // Under the record's lock: `take_missed` must not fall back to the map meanwhile.
+        let was_covered = self.map_uncover(i);
+        drop(rec);
+        // Durable before the failed write returns (the map write may fail on this very
+        // member, whose fault comes back here: hence outside its lock).
+        if was_covered {
+            self.map_persist();
+        }
     }
 
     /// Mark member `i` OFFLINE and start recording what it misses; false if it is no
@@ -192,10 +210,11 @@ impl MirrorDevice {
         let mut rec = lock(&m.missed);
         let was_offline = m.state() == MemberState::Offline;
         m.state.store(MemberState::Rebuilding.to_usize(), Ordering::Release);
-        let taken = rec.take();
+        // A record that gave up: the map's regions (it is marked under this lock).
+        let taken = rec.take().or_else(|| self.map_record(i));
         drop(rec);
         // Its label says REBUILDING from now on: the map no longer speaks for it.
-        self.map_uncover(i, false);
+        self.map_uncover(i);
         (resync && was_offline).then_some(taken).flatten().map(Missed::finish)
     }
 }
@@ -208,7 +227,7 @@ mod tests {
     fn a_record_merges_what_touches_and_clips_extents_to_itself() {
         let mut m = Missed::default();
         for (s, e) in [(100, 200), (200, 300), (50, 120), (1000, 1100), (400, 500)] {
-            assert!(m.add(s, e));
+            assert!(m.add(s, e, RANGES_MAX));
         }
         let m = m.finish();
         assert_eq!(m.ranges, vec![(50, 300), (400, 500), (1000, 1100)]);
@@ -226,7 +245,7 @@ mod tests {
         // Ranges 2 MiB apart do not merge at COARSE_GAP: the record fills and gives up.
         let mut kept = true;
         for k in 0..RANGES_MAX as u64 {
-            kept = m.add(k * (2 << 20), k * (2 << 20) + 4096);
+            kept = m.add(k * (2 << 20), k * (2 << 20) + 4096, RANGES_MAX);
             if !kept {
                 break;
             }
@@ -235,7 +254,7 @@ mod tests {
         // Ranges 64 KiB apart merge into one.
         let mut m = Missed::default();
         for k in 0..RANGES_MAX as u64 {
-            assert!(m.add(k * (64 << 10), k * (64 << 10) + 4096), "gave up at {k}");
+            assert!(m.add(k * (64 << 10), k * (64 << 10) + 4096, RANGES_MAX), "gave up at {k}");
         }
         assert!(m.coarse());
         assert_eq!(m.finish().ranges(), 1);

@@ -14,8 +14,12 @@
 //! - With no member covered the bits are cleared and the labels go back to version 1.
 //! - The in-memory record (missed.rs) stays the finer one; the map is what a restart has.
 //!
-//! Lock order: a member's `missed`, then `missed_map`, then (after it is released) the
-//! fault handling that takes `config`. `persist` reads the map under `config`.
+//! Lock order: a member's `missed` (held while its map marks are written: `online` then
+//! finds them all), then `missed_map`; the fault handling of a failed map write runs after
+//! the map's lock is released and takes `config`, which `persist` reads the map under, and
+//! the record lock of the member it failed on — never one the caller holds: a mark is
+//! written under an OFFLINE member's lock and never to that member, and `forget_missed`
+//! writes the map after releasing its lock.
 
 use super::missed::Missed;
 use super::{lock, MemberState, MirrorDevice};
@@ -99,27 +103,37 @@ impl MirrorDevice {
         self.map_write_failed(failed);
     }
 
-    /// Stop covering member `i`; with `durable`, the map without it reaches the members now.
-    pub(super) fn map_uncover(&self, i: usize, durable: bool) {
+    /// Stop covering member `i` (in memory; `map_persist` makes it durable); whether it
+    /// was covered.
+    pub(super) fn map_uncover(&self, i: usize) -> bool {
+        if !self.writable {
+            return false;
+        }
+        let mut map = lock(&self.missed_map);
+        let before = map.covered.len();
+        map.covered.retain(|&(j, _)| j as usize != i);
+        if map.covered.is_empty() {
+            map.clear();
+        }
+        map.covered.len() != before
+    }
+
+    /// Write the map as it is now to the members written to. Called without a member's
+    /// record lock: a member the write fails on is faulted (`forget_missed`, which takes
+    /// its record's lock).
+    pub(super) fn map_persist(&self) {
         if !self.writable {
             return;
         }
-        let failed = {
-            let mut map = lock(&self.missed_map);
-            let before = map.covered.len();
-            map.covered.retain(|&(j, _)| j as usize != i);
-            if map.covered.len() == before {
-                return;
-            }
-            if map.covered.is_empty() {
-                map.clear();
-            }
-            if !durable {
-                return;
-            }
-            self.write_map(&mut map).0
-        };
+        let failed = self.write_map(&mut lock(&self.missed_map)).0;
         self.map_write_failed(failed);
+    }
+
+    /// The map's regions as a record for member `i`, if the map covers it (its in-memory
+    /// record gave up).
+    pub(super) fn map_record(&self, i: usize) -> Option<Missed> {
+        let map = lock(&self.missed_map);
+        map.covered.iter().any(|&(j, _)| j as usize == i).then(|| Missed::from_regions(map.ranges()))
     }
 
     /// Whether the map covers a member (the labels then say so: version 2).

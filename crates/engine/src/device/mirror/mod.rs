@@ -135,6 +135,8 @@ pub struct MirrorDevice {
     config: Mutex<MemberLabelPhys>,
     /// What members taken offline missed, as the members in use hold it (missed_map.rs).
     missed_map: Mutex<MissedMapPhys>,
+    /// Ranges an in-memory record keeps before it gives up (missed.rs).
+    missed_ranges_max: AtomicUsize,
     next_read: AtomicUsize,
     writable: bool,
     txg: AtomicU64,
@@ -282,6 +284,7 @@ impl MirrorDevice {
             failpoints: Default::default(),
             logical_size,
             missed_map: Mutex::new(MissedMapPhys::new(set_guid, logical_size)),
+            missed_ranges_max: AtomicUsize::new(missed::RANGES_MAX),
             config: Mutex::new(config),
             next_read: AtomicUsize::new(0),
             writable: true,
@@ -406,6 +409,7 @@ impl MirrorDevice {
             logical_size: config.logical_size,
             members,
             missed_map: Mutex::new(map),
+            missed_ranges_max: AtomicUsize::new(missed::RANGES_MAX),
             config: Mutex::new(config),
             next_read: AtomicUsize::new(0),
             writable,

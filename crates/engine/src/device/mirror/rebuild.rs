@@ -280,7 +280,9 @@ impl MirrorDevice {
             }
         });
         if !self.start_missed(index) {
-            self.map_uncover(index, true);
+            if self.map_uncover(index) {
+                self.map_persist();
+            }
             return Err(Error::invalid(format!(
                 "member {} failed as it was being taken offline: it is {} ({})",
                 m.device(),
