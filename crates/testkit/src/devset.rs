@@ -62,6 +62,23 @@ impl SimMirror {
         Ok((SimMirror { disks: disks.into_iter().flatten().collect(), power, dev: Arc::new(dev) }, notes))
     }
 
+    /// Fresh copies of the members' current images with as many members other than `keep`
+    /// left out as `layout` tolerates: opened, `keep` (with the fewest others the layout
+    /// needs) must hold the pool — what a rebuilt or resynced member is checked by.
+    pub fn alone(&self, layout: Layout, keep: usize, sector: usize) -> Vec<Option<Arc<SimDisk>>> {
+        let tolerated = if layout == Layout::Parity2 { 2 } else { self.disks.len() - 1 };
+        let mut left_out = 0;
+        (0..self.disks.len())
+            .map(|j| {
+                if j != keep && left_out < tolerated {
+                    left_out += 1;
+                    return None;
+                }
+                Some(Arc::new(SimDisk::from_image(self.disks[j].current_image(), sector)))
+            })
+            .collect()
+    }
+
     /// The logical device, as the pool takes it.
     pub fn device(&self) -> Arc<dyn BlockDevice> {
         self.dev.clone()

@@ -30,21 +30,6 @@ fn rebuild_all(pool: &Pool, window: u64) -> u64 {
     panic!("the rebuild does not end");
 }
 
-/// The members to reopen with: `keep` and as many others as the layout cannot do without.
-fn alone(m: &SimMirror, layout: Layout, keep: usize) -> Vec<Option<Arc<SimDisk>>> {
-    let mut left_out = 0;
-    let tolerated = if layout == Layout::Parity2 { 2 } else { m.disks.len() - 1 };
-    (0..m.disks.len())
-        .map(|j| {
-            if j != keep && left_out < tolerated {
-                left_out += 1;
-                return None;
-            }
-            Some(Arc::new(SimDisk::from_image(m.disks[j].current_image(), 4096)))
-        })
-        .collect()
-}
-
 #[test]
 fn a_member_back_from_offline_gets_only_what_it_missed() {
     for (layout, ways, victim) in [(Layout::Mirror, 2, 1), (Layout::Mirror, 3, 0), (Layout::Parity2, 4, 2)] {
@@ -78,7 +63,7 @@ fn a_member_back_from_offline_gets_only_what_it_missed() {
         let want = capture(&pool).unwrap();
         drop(pool);
         // The resynced member stands in for the others.
-        let (m1, _) = SimMirror::open(alone(&m, layout, victim), true).unwrap();
+        let (m1, _) = SimMirror::open(m.alone(layout, victim, 4096), true).unwrap();
         let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
         assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks what it missed");
         assert_eq!(&pool.read(vol, o, 3 << 20, 37).unwrap()[..], b"synced while offline, in the log only");
@@ -110,7 +95,7 @@ fn a_resync_cut_short_by_a_reopen_finishes_as_a_full_rebuild() {
     assert_eq!(scrub_damage(&pool), 0);
     assert_eq!(capture(&pool).unwrap(), want);
     drop((pool, m2));
-    let (m1, _) = SimMirror::open(alone(&m, Layout::Mirror, 1), true).unwrap();
+    let (m1, _) = SimMirror::open(m.alone(Layout::Mirror, 1, 4096), true).unwrap();
     let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
     assert_eq!(capture(&pool).unwrap(), want);
 }
@@ -146,7 +131,7 @@ fn a_write_that_fails_on_a_member_as_it_goes_offline_makes_online_copy_everythin
     assert_eq!(scrub_damage(&pool), 0);
     let want = capture(&pool).unwrap();
     drop(pool);
-    let (m1, _) = SimMirror::open(alone(&m, Layout::Mirror, 1), true).unwrap();
+    let (m1, _) = SimMirror::open(m.alone(Layout::Mirror, 1, 4096), true).unwrap();
     let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
     assert_eq!(capture(&pool).unwrap(), want);
 }
@@ -195,7 +180,7 @@ fn a_member_offline_across_a_restart_is_resynced_from_the_missed_map() {
         assert_eq!(scrub_damage(&pool), 0, "{layout:?}: the resynced member holds a stale copy");
         let want = capture(&pool).unwrap();
         drop(pool);
-        let (m1, _) = SimMirror::open(alone(&m2, layout, victim), true).unwrap();
+        let (m1, _) = SimMirror::open(m2.alone(layout, victim, 4096), true).unwrap();
         let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
         assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks what it missed");
         assert_eq!(&pool.read(vol, o, 4 << 20, 34).unwrap()[..], b"in the log only when the pool went");
@@ -229,7 +214,7 @@ fn a_set_from_the_build_before_the_map_opens_and_online_copies_everything() {
     assert!(copied >= 8 << 20, "copied {copied} bytes: without a record every live extent");
     let want = capture(&pool).unwrap();
     drop(pool);
-    let (m1, _) = SimMirror::open(alone(&m2, Layout::Mirror, 1), true).unwrap();
+    let (m1, _) = SimMirror::open(m2.alone(Layout::Mirror, 1, 4096), true).unwrap();
     let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
     assert_eq!(capture(&pool).unwrap(), want);
 }
@@ -283,7 +268,7 @@ fn a_record_that_gives_up_falls_back_to_the_missed_map() {
         assert_eq!(scrub_damage(&pool), 0, "{layout:?}");
         let want = capture(&pool).unwrap();
         drop(pool);
-        let (m1, _) = SimMirror::open(alone(&m, layout, victim), true).unwrap();
+        let (m1, _) = SimMirror::open(m.alone(layout, victim, 4096), true).unwrap();
         let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
         assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks what it missed");
     }

@@ -10,13 +10,12 @@
 //! Seeds print on failure; replay with STRATA_SEED=<seed>.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use strata_engine::format::member::Layout;
 use strata_engine::{MemberState, Pool};
 use strata_testkit::devset::{check_reopened_set, scrub_damage, sync_or_work, SimMirror};
 use strata_testkit::model::capture;
 use strata_testkit::workload::two_volumes;
-use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, SimDisk, SimRng};
+use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, SimRng};
 
 const SECTOR: usize = 512;
 const SIZE: u64 = 24 << 20;
@@ -41,24 +40,6 @@ fn parity2_resyncs_from_the_missed_map_after_power_loss() {
         0x0ff2_0000,
         &SEEN,
     );
-}
-
-/// Fresh copies of `images` with as many members other than `keep` left out as the layout
-/// tolerates.
-fn without_others(images: &[Arc<SimDisk>], layout: Layout, keep: usize) -> Vec<Option<Arc<SimDisk>>> {
-    let tolerated = if layout == Layout::Parity2 { 2 } else { images.len() - 1 };
-    let mut out = 0;
-    images
-        .iter()
-        .enumerate()
-        .map(|(j, d)| {
-            if j != keep && out < tolerated {
-                out += 1;
-                return None;
-            }
-            Some(Arc::new(SimDisk::from_image(d.current_image(), SECTOR)))
-        })
-        .collect()
 }
 
 fn offline_crashes(name: &str, layout: Layout, sizes: &[usize], first_seed: u64, seen: &'static Seen) {
@@ -133,7 +114,7 @@ fn offline_crashes(name: &str, layout: Layout, sizes: &[usize], first_seed: u64,
         assert_eq!(scrub_damage(&pool), 0, "seed {seed}: damage after the resync");
         let want = capture(&pool).unwrap();
         drop(pool);
-        let (m3, _) = SimMirror::open(without_others(&m2.disks, layout, victim), true)
+        let (m3, _) = SimMirror::open(m2.alone(layout, victim, SECTOR), true)
             .unwrap_or_else(|e| panic!("seed {seed}: the member alone does not open: {e}"));
         let pool = Pool::open(m3.device(), test_pool_options())
             .unwrap_or_else(|e| panic!("seed {seed}: the pool does not open from the member alone: {e}"));
