@@ -34,8 +34,8 @@ impl MirrorDevice {
     /// flushed: a write that skips a member may be a durable write (`write_durable`: FUA,
     /// `RWF_DSYNC`), which makes only itself durable, not the map written before it. (The
     /// simulated disks flush everything on a durable write, so the crash tests cannot tell
-    /// this flush is missing: seen with it removed, 400 seeds passing.) Returns the members that failed, to be handled once the map's lock is
-    /// released, and how many took it.
+    /// this flush is missing: seen with it removed, 400 seeds passing.) Returns the members
+    /// that failed, to be handled once the map's lock is released, and how many took it.
     fn write_map(&self, map: &mut MissedMapPhys) -> (Vec<(usize, io::Error)>, usize) {
         map.seq += 1;
         let raw = map.encode();
