@@ -118,9 +118,11 @@ pub enum PoolCmd {
     },
     /// Remove a hot spare that is not in use.
     Unspare { name: String, device: PathBuf },
-    /// Bring a device of a mirror back into use: what it missed is rebuilt first (only the
-    /// ranges written while it was offline, when it was taken offline since the daemon
-    /// started; otherwise everything the pool uses).
+    /// Bring a device of a mirror or parity2 set back into use: what it missed is rebuilt
+    /// first — only the regions written while it was offline or failed (and, for a device
+    /// that failed, what it may have lost from its cache then), when the missed map covers
+    /// it (`pool status` says so); otherwise everything the pool uses. After a device that
+    /// failed comes back, run a scrub: the rest of it is trusted as it was.
     Online {
         name: String,
         device: String,

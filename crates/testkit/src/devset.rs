@@ -257,3 +257,15 @@ impl SimGroups {
             .collect()
     }
 }
+
+/// `img` (a member's image) with both copies of its label changed by `change` and written
+/// again (as another build, or another moment, would have left them).
+pub fn rewrite_labels(img: &mut [u8], change: impl Fn(&mut strata_engine::format::member::MemberLabelPhys)) {
+    use strata_engine::format::member::{MemberLabelPhys, MEMBER_LABEL_COPY_1, MEMBER_LABEL_SIZE};
+    for at in [0usize, MEMBER_LABEL_COPY_1 as usize] {
+        let raw = &mut img[at..at + MEMBER_LABEL_SIZE];
+        let mut l = MemberLabelPhys::decode(raw, at as u64).expect("a member label");
+        change(&mut l);
+        raw.copy_from_slice(&l.encode());
+    }
+}

@@ -10,16 +10,20 @@
 //! Seeds print on failure; replay with STRATA_SEED=<seed>.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use strata_engine::format::member::Layout;
 use strata_engine::{BlockDevice, MemberState, Pool};
-use strata_testkit::devset::{check_reopened_set, member_offset, sync_or_work, SimMirror};
+use strata_testkit::devset::{check_reopened_set, member_offset, scrub_damage, sync_or_work, SimMirror};
+use strata_testkit::model::capture;
 use strata_testkit::workload::two_volumes;
 use strata_testkit::{is_power_failure, run_seeds, test_create_options, test_pool_options, SimDisk, SimRng};
 
 const SECTOR: usize = 512;
 const SIZE: u64 = 32 << 20;
 
-/// [log replayed at reopen, a member had failed, a member was left out at reopen, copies repaired by the scrub]
-static SEEN: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+/// [log replayed at reopen, a member had failed, a member was left out at reopen, copies
+/// repaired by the scrub, a failed member resynced from the missed map]
+static SEEN: [AtomicU64; 5] =
+    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {
@@ -92,11 +96,44 @@ fn mirrors_survive_member_faults_and_power_loss() {
         let set = pool.status().devices.unwrap();
         assert!(set.members.iter().any(|s| s.state == MemberState::Online));
         let _ = member_offset(0);
+        let back = &set.members[victim];
+        if failed && m2.disks.len() == ways && matches!(back.state, MemberState::Faulted | MemberState::Removed) {
+            let mapped = bring_back(&m2, pool, victim, seed);
+            SEEN[4].fetch_add(u64::from(mapped), Ordering::Relaxed);
+        }
     });
     if !strata_testkit::replaying_seed() {
         let seen: Vec<u64> = SEEN.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        assert!(seen.iter().all(|&n| n > 0), "cases not met [replayed, failed, left out, repaired]: {seen:?}");
+        assert!(
+            seen.iter().all(|&n| n > 0),
+            "cases not met [replayed, failed, left out, repaired, resynced from the map]: {seen:?}"
+        );
     }
+}
+
+/// The member that failed (FAULTED or REMOVED in the reopened set `m`, its image back: the
+/// device works again) is brought online and rebuilt — from the missed map when the labels
+/// and the map say what it missed, then by the regions written since it failed or unflushed
+/// then (device/mirror/unflushed.rs) — and must then hold the pool alone, with no stale
+/// copy for a scrub to find. Whether the map was used.
+fn bring_back(m: &SimMirror, pool: Pool, victim: usize, seed: u64) -> bool {
+    m.dev.online(victim).unwrap_or_else(|e| panic!("seed {seed}: online of the failed member: {e}"));
+    let note = pool.status().devices.unwrap().members[victim].note.clone().unwrap_or_default();
+    let mapped = note.contains("being resynced");
+    for _ in 0..100_000 {
+        match pool.rebuild_step(1 << 20).unwrap_or_else(|e| panic!("seed {seed}: rebuild: {e}")) {
+            Some(p) if !p.done => continue,
+            _ => break,
+        }
+    }
+    assert_eq!(pool.status().devices.unwrap().members[victim].state, MemberState::Online, "seed {seed}");
+    assert_eq!(scrub_damage(&pool), 0, "seed {seed}: the member brought back ({note}) held a stale copy");
+    let want = capture(&pool).unwrap();
+    drop(pool);
+    let (alone, _) = SimMirror::open(m.alone(Layout::Mirror, victim, SECTOR), true).unwrap();
+    let pool = Pool::open(alone.device(), test_pool_options()).unwrap();
+    assert_eq!(capture(&pool).unwrap(), want, "seed {seed}: the member brought back ({note}) lacks data");
+    mapped
 }
 
 /// Flip a bit in `n` random places of the member's data area (after the pool's fixed

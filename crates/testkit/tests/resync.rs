@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use strata_engine::format::member::Layout;
 use strata_engine::{MemberState, Pool, VolumeOptions};
-use strata_testkit::devset::{scrub_damage, SimMirror};
+use strata_testkit::devset::{rewrite_labels, scrub_damage, SimMirror};
 use strata_testkit::model::capture;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk};
 
@@ -101,9 +101,11 @@ fn a_resync_cut_short_by_a_reopen_finishes_as_a_full_rebuild() {
 }
 
 /// A write that chose a member before it went offline and then failed on it: the member
-/// lacks that write, which its record cannot say, so `online` copies everything.
+/// lacks that write, which its in-memory record cannot say; the missed map holds it (every
+/// completed write marks the map while it covers a member), so `online` resyncs the map's
+/// regions.
 #[test]
-fn a_write_that_fails_on_a_member_as_it_goes_offline_makes_online_copy_everything() {
+fn a_write_that_fails_on_a_member_as_it_goes_offline_is_resynced_from_the_map() {
     let m = SimMirror::create(2, SIZE, 4096, SEED);
     let pool = Arc::new(Pool::create(m.device(), test_create_options(SEED), test_pool_options()).unwrap());
     let vol = pool.create_volume("v", &VolumeOptions::default()).unwrap();
@@ -125,9 +127,9 @@ fn a_write_that_fails_on_a_member_as_it_goes_offline_makes_online_copy_everythin
     m.disks[1].fail_writes(0);
     m.dev.online(1).unwrap();
     let note = pool.status().devices.unwrap().members[1].note.clone().unwrap_or_default();
-    assert_eq!(note, "being rebuilt", "a member that failed a write as it went offline was only resynced");
+    assert!(note.contains("being resynced"), "{note}");
     let copied = rebuild_all(&pool, 4 << 20);
-    assert!(copied >= 4 << 20, "copied {copied} bytes");
+    assert!(copied > 0 && copied < 2 << 20, "copied {copied} bytes of a 4 MiB pool");
     assert_eq!(scrub_damage(&pool), 0);
     let want = capture(&pool).unwrap();
     drop(pool);
@@ -226,17 +228,12 @@ fn label_version(d: &SimDisk) -> u32 {
 
 /// `d`'s image with its labels rewritten as version 1 and the missed map's copies zeroed.
 fn as_before_the_map(d: &SimDisk) -> Vec<u8> {
-    use strata_engine::format::member::{MemberLabelPhys, MEMBER_LABEL_COPY_1};
     use strata_engine::format::missed_map::{MISSED_MAP_COPIES, MISSED_MAP_SIZE};
     let mut img = d.current_image();
     for at in MISSED_MAP_COPIES {
         img[at as usize..at as usize + MISSED_MAP_SIZE].fill(0);
     }
-    for at in [0usize, MEMBER_LABEL_COPY_1 as usize] {
-        let mut l = MemberLabelPhys::decode(&img[at..at + 4096], at as u64).unwrap();
-        l.missed_map = false;
-        img[at..at + 4096].copy_from_slice(&l.encode());
-    }
+    rewrite_labels(&mut img, |l| l.missed_map = false);
     img
 }
 

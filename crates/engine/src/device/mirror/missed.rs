@@ -24,11 +24,15 @@
 //!   The map is marked under the record's lock, so when `online` takes the lock every
 //!   write that skipped the member is in the map.
 //! - A write that chose the member before it went offline and failed there drops the
-//!   record and the member's place in the map (`forget_missed`): the member lacks that
-//!   write too.
-//! - Only OFFLINE members keep one: a FAULTED member's contents are suspect, a REMOVED one
-//!   may have lost what its cache held, a replaced one is another device.
+//!   record (`forget_missed`): the member lacks that write too. The map has it (every
+//!   completed write marks the map while it covers a member: `note_written`), so `online`
+//!   resyncs the map's regions.
+//! - Only OFFLINE members keep an in-memory record. A member that fails while in sync
+//!   (FAULTED, REMOVED) is covered by the map instead, with what it may have lost from its
+//!   cache (unflushed.rs); one that fails while being rebuilt, a STALE one (missing at
+//!   open) and a replaced one are rebuilt whole.
 
+use super::errors::Causes;
 use super::{lock, MemberState, MirrorDevice};
 use crate::device::BlockDevice;
 use crate::sync::atomic::Ordering;
@@ -132,7 +136,13 @@ impl MirrorDevice {
     /// Member `i`'s device if writes go to it. If they do not and the member keeps a record
     /// of what it misses, `range` (logical start, end) is added to it, under the record's
     /// lock, which `offline` and `online` change the member's state under.
-    pub(super) fn written_or_missed(&self, i: usize, range: Option<(u64, u64)>) -> Option<Arc<dyn BlockDevice>> {
+    /// Errors its map writes met go to `causes` (reported if the write fails).
+    pub(super) fn written_or_missed(
+        &self,
+        i: usize,
+        range: Option<(u64, u64)>,
+        causes: &mut Causes,
+    ) -> Option<Arc<dyn BlockDevice>> {
         let m = self.members.get(i)?;
         if let Some(d) = m.written() {
             return Some(d);
@@ -152,10 +162,9 @@ impl MirrorDevice {
                 );
             }
         }
-        // Under the record's lock: `take_missed` then finds every skipped write in the map.
-        if m.state() == MemberState::Offline {
-            self.map_mark(start, end);
-        }
+        // Under the record's lock: `take_missed` then finds every skipped write in the map
+        // (the map covers offline members and failed ones: unflushed.rs).
+        causes.add_recording(self.map_mark(start, end));
         None
     }
 
@@ -168,20 +177,14 @@ impl MirrorDevice {
 
     /// A write to member `i` failed: if it is offline (the write chose it before), what it
     /// lacks is no longer only what its record says, so the record goes and `online`
-    /// copies everything.
+    /// resyncs the map's regions, which hold the failed write (`note_written` marked it
+    /// before the error was handled).
     pub(super) fn forget_missed(&self, i: usize) {
         let Some(m) = self.members.get(i) else { return };
-        let mut rec = lock(&m.missed);
-        if rec.take().is_some() {
-            m.set_note("taken offline; a write to it failed as it went: online copies everything".into());
-        }
-        // Under the record's lock: `take_missed` must not fall back to the map meanwhile.
-        let was_covered = self.map_uncover(i);
-        drop(rec);
-        // Durable before the failed write returns (the map write may fail on this very
-        // member, whose fault comes back here: hence outside its lock).
-        if was_covered {
-            self.map_persist();
+        if lock(&m.missed).take().is_some() {
+            m.set_note(
+                "taken offline; a write to it failed as it went: online resyncs the regions of the missed map".into(),
+            );
         }
     }
 
@@ -208,14 +211,15 @@ impl MirrorDevice {
     pub(super) fn take_missed(&self, i: usize, resync: bool) -> Option<Missed> {
         let m = self.members.get(i)?;
         let mut rec = lock(&m.missed);
-        let was_offline = m.state() == MemberState::Offline;
+        // Offline, or failed while in sync (the map then covers it: unflushed.rs).
+        let was_out = matches!(m.state(), MemberState::Offline | MemberState::Faulted | MemberState::Removed);
         m.state.store(MemberState::Rebuilding.to_usize(), Ordering::Release);
         // A record that gave up: the map's regions (it is marked under this lock).
         let taken = rec.take().or_else(|| self.map_record(i));
         drop(rec);
         // Its label says REBUILDING from now on: the map no longer speaks for it.
         self.map_uncover(i);
-        (resync && was_offline).then_some(taken).flatten().map(Missed::finish)
+        (resync && was_out).then_some(taken).flatten().map(Missed::finish)
     }
 }
 

@@ -1,16 +1,23 @@
-//! The missed map on the members (format/missed_map.rs): what members taken offline missed,
-//! in regions, durable before any write that skips them is issued — so a restart with a
-//! member still offline resyncs only the regions written since, not every live extent.
+//! The missed map on the members (format/missed_map.rs): what members taken offline or
+//! faulted missed, in regions, durable before any write that skips them is issued — so a
+//! restart with a member still offline resyncs only the regions written since, not every
+//! live extent, and a member that failed and works again gets those regions plus what it
+//! may have lost from its cache as it failed (unflushed.rs).
 //!
 //! - `offline` covers the member (`map_cover`: the map, naming it, written to every member
 //!   written to and flushed) before its label says OFFLINE and before any write skips it.
 //! - A write that skips a covered member sets its regions' bits (`map_mark`); a bit newly
 //!   set makes the map durable before the write is issued (write-intent, as md's bitmap).
 //!   A bit already set was made durable by whoever set it, under the map's lock.
+//! - A member in sync that faults (`fault`: mod.rs) is named in the map (in memory) before
+//!   its state changes, under its record lock, so that every write that skips it marks the
+//!   map; then the ranges the members may hold only in their caches are marked and the map
+//!   written (`map_cover_unflushed`), and only then do its labels say FAULTED. A member
+//!   being rebuilt that faults is not covered: it is rebuilt whole.
 //! - `online` and `replace` uncover the member lazily: its label then says REBUILDING, and
-//!   the map is trusted for a member only while the labels say it is OFFLINE with the same
-//!   guid. A write that failed on an offline member (`forget_missed`) uncovers it durably at
-//!   once: the map no longer says all it lacks.
+//!   the map is trusted for a member only while the labels say it is OFFLINE or FAULTED
+//!   with the same guid. Every completed write marks the map while it covers anyone
+//!   (`note_written`), so a write that failed on an offline member is in it too.
 //! - With no member covered the bits are cleared and the labels go back to version 1.
 //! - The in-memory record (missed.rs) stays the finer one; the map is what a restart has.
 //!
@@ -21,6 +28,7 @@
 //! written under an OFFLINE member's lock and never to that member, and `forget_missed`
 //! writes the map after releasing its lock.
 
+use super::errors::Causes;
 use super::missed::Missed;
 use super::{lock, MemberState, MirrorDevice};
 use crate::device::BlockDevice;
@@ -55,11 +63,16 @@ impl MirrorDevice {
         (failed, took)
     }
 
-    /// Fault the members a map write failed on (after the map's lock is released).
-    fn map_write_failed(&self, failed: Vec<(usize, io::Error)>) {
+    /// Fault the members a map write failed on (after the map's lock is released); the
+    /// error to report if the call that wrote the map fails (the power went, say).
+    fn map_write_failed(&self, failed: Vec<(usize, io::Error)>) -> Option<io::Error> {
+        let mut causes = Causes::default();
         for (i, e) in failed {
-            self.write_error(i, "missed map write", &e);
+            let later = self.write_error(i, "missed map write", &e);
+            causes.add_recording(Some(e));
+            causes.add_recording(later);
         }
+        causes.take()
     }
 
     /// Start covering member `i` (about to go offline): its entry in the map, durable on
@@ -87,20 +100,76 @@ impl MirrorDevice {
         }
     }
 
-    /// A write of logical `start..end` skips a covered member: set its regions, durable
-    /// before the write is issued.
-    pub(super) fn map_mark(&self, start: u64, end: u64) {
+    /// Name member `i` (in use, about to be faulted) in the map, in memory: writes that
+    /// skip it from now on mark the map. `map_cover_unflushed` then makes it durable with
+    /// what the member may have lost. Whether the map covers it.
+    pub(super) fn map_cover_pending(&self, i: usize) -> bool {
         if !self.writable {
-            return;
+            return false;
+        }
+        let guid = self.members.get(i).map_or(0, |m| m.guid());
+        let mut map = lock(&self.missed_map);
+        if !map.covered.iter().any(|&(j, _)| j as usize == i) {
+            if map.covered.is_empty() {
+                map.clear();
+            }
+            map.covered.push((i as u32, guid));
+        }
+        true
+    }
+
+    /// Member `i` was faulted while covered (`map_cover_pending`): mark what the members
+    /// may hold only in their caches (unflushed.rs) and write the map, before the labels
+    /// say FAULTED. If that record overflowed, the member is uncovered instead (rebuilt
+    /// whole when it comes back).
+    pub(super) fn map_cover_unflushed(&self, i: usize) -> Option<io::Error> {
+        if !self.writable {
+            return None;
+        }
+        let ranges = lock(&self.unflushed).ranges();
+        let failed = {
+            let mut map = lock(&self.missed_map);
+            match ranges {
+                Some(ranges) => {
+                    for (start, end) in ranges {
+                        map.mark(start, end);
+                    }
+                }
+                None => {
+                    map.covered.retain(|&(j, _)| j as usize != i);
+                    if map.covered.is_empty() {
+                        map.clear();
+                    }
+                }
+            }
+            self.write_map(&mut map).0
+        };
+        self.map_write_failed(failed)
+    }
+
+    /// A write of logical `start..end` completed (whatever its members' results): record
+    /// it until a flush covers it, and mark the map if it covers anyone (a member faulted
+    /// just now may have taken the write into its cache only).
+    pub(super) fn note_written(&self, start: u64, end: u64) -> Option<io::Error> {
+        lock(&self.unflushed).add(start, end);
+        self.map_mark(start, end)
+    }
+
+    /// A write of logical `start..end` skips a covered member: set its regions, durable
+    /// before the write is issued. The error its map writes met, for the write to report
+    /// if it fails.
+    pub(super) fn map_mark(&self, start: u64, end: u64) -> Option<io::Error> {
+        if !self.writable {
+            return None;
         }
         let failed = {
             let mut map = lock(&self.missed_map);
             if map.covered.is_empty() || !map.mark(start, end) {
-                return;
+                return None;
             }
             self.write_map(&mut map).0
         };
-        self.map_write_failed(failed);
+        self.map_write_failed(failed)
     }
 
     /// Stop covering member `i` (in memory; `map_persist` makes it durable); whether it
@@ -143,7 +212,8 @@ impl MirrorDevice {
 }
 
 /// The newest valid map of set `cfg` among `devs` (the members in use at open), keeping
-/// only the members it covers that the labels still say are OFFLINE with the same guid;
+/// only the members it covers that the labels (version 2: a map is kept) still say are
+/// OFFLINE or FAULTED with the same guid;
 /// and, per member, the record a resync can use (`None`: not covered). An empty map when
 /// none is found.
 pub(super) fn load_map(
@@ -176,8 +246,14 @@ pub(super) fn load_map(
         }
         return (MissedMapPhys::new(cfg.set_guid, cfg.logical_size), records);
     };
+    // Labels written without the flag come from a build (or a moment) that kept no map up
+    // to date: one before the map, or one that drops the cover of FAULTED members at open
+    // and writes on without marking for them.
     map.covered.retain(|&(i, guid)| {
-        cfg.members.get(i as usize).is_some_and(|e| e.guid == guid && e.state == MemberPhysState::Offline)
+        cfg.missed_map
+            && cfg.members.get(i as usize).is_some_and(|e| {
+                e.guid == guid && matches!(e.state, MemberPhysState::Offline | MemberPhysState::Faulted)
+            })
     });
     if map.covered.is_empty() {
         map.clear();
@@ -202,14 +278,20 @@ impl MirrorDevice {
                 }
                 continue;
             };
-            if m.state() != MemberState::Offline {
-                continue;
+            let (bytes, regions) = (rec.bytes(), rec.ranges());
+            match m.state() {
+                MemberState::Offline => m.set_note(format!(
+                    "taken offline; {bytes} bytes in {regions} regions written since (the missed map): online resyncs them"
+                )),
+                MemberState::Faulted => {
+                    let why = lock(&m.note).clone().unwrap_or_default();
+                    m.set_note(format!(
+                        "{why}; {bytes} bytes in {regions} regions written since or unflushed then (the missed map): \
+                         once the device works, online resyncs them (a scrub then verifies the rest), or replace it"
+                    ))
+                }
+                _ => continue,
             }
-            m.set_note(format!(
-                "taken offline; {} bytes in {} regions written since (the missed map): online resyncs them",
-                rec.bytes(),
-                rec.ranges()
-            ));
             *lock(&m.missed) = Some(rec);
         }
     }

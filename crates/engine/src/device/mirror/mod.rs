@@ -36,6 +36,7 @@ mod open_rows;
 mod parity;
 mod rebuild;
 mod scrub;
+mod unflushed;
 use crate::error::{Corruption, Error, Result};
 use crate::format::member::{
     Layout, MemberEntryPhys, MemberLabelPhys, MemberPhysState, MEMBERS_MAX, MEMBER_AREA_BYTES, MEMBER_LABEL_COPY_1,
@@ -137,6 +138,8 @@ pub struct MirrorDevice {
     missed_map: Mutex<MissedMapPhys>,
     /// Ranges an in-memory record keeps before it gives up (missed.rs).
     missed_ranges_max: AtomicUsize,
+    /// What the members may hold only in their caches (unflushed.rs).
+    unflushed: Mutex<unflushed::Unflushed>,
     next_read: AtomicUsize,
     writable: bool,
     txg: AtomicU64,
@@ -285,6 +288,7 @@ impl MirrorDevice {
             logical_size,
             missed_map: Mutex::new(MissedMapPhys::new(set_guid, logical_size)),
             missed_ranges_max: AtomicUsize::new(missed::RANGES_MAX),
+            unflushed: Mutex::default(),
             config: Mutex::new(config),
             next_read: AtomicUsize::new(0),
             writable: true,
@@ -410,6 +414,7 @@ impl MirrorDevice {
             members,
             missed_map: Mutex::new(map),
             missed_ranges_max: AtomicUsize::new(missed::RANGES_MAX),
+            unflushed: Mutex::default(),
             config: Mutex::new(config),
             next_read: AtomicUsize::new(0),
             writable,
@@ -496,29 +501,52 @@ impl MirrorDevice {
     /// it in the labels of the members left. Returns what `persist` returns.
     fn fault(&self, i: usize, state: MemberState, why: String) -> Option<io::Error> {
         let m = self.members.get(i)?;
-        let mut cur = m.state.load(Ordering::Acquire);
-        loop {
-            let s = MemberState::from_usize(cur);
-            if !s.in_use() && s != MemberState::Rebuilding {
-                return None;
+        // Under the member's record lock, which a write that skips it takes to mark the
+        // map: a member in sync is named in the map before any write may skip it.
+        let (cur, covered) = {
+            let _rec = lock(&m.missed);
+            let mut cur = m.state.load(Ordering::Acquire);
+            let mut covered = false;
+            loop {
+                let s = MemberState::from_usize(cur);
+                if !s.in_use() && s != MemberState::Rebuilding {
+                    if covered {
+                        self.map_uncover(i);
+                    }
+                    return None;
+                }
+                // A member being rebuilt is not in sync anywhere past its cursor: it is
+                // rebuilt whole when it comes back.
+                if s.in_use() && !covered {
+                    covered = self.map_cover_pending(i);
+                } else if !s.in_use() && covered {
+                    covered = !self.map_uncover(i);
+                }
+                match m.state.compare_exchange(cur, state.to_usize(), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    Err(now) => cur = now,
+                }
             }
-            match m.state.compare_exchange(cur, state.to_usize(), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(now) => cur = now,
-            }
-        }
+            (cur, covered)
+        };
         *lock(&self.last_fault) = Some(format!("member {i}: {why}"));
-        m.set_note(why);
+        // What it may have lost from its cache, durable before its label says FAULTED.
+        let map_failed = if covered { self.map_cover_unflushed(i) } else { None };
+        m.set_note(match self.map_record(i) {
+            Some(_) => format!("{why}; once the device works, online resyncs what it missed (the missed map)"),
+            None => why,
+        });
         if MemberState::from_usize(cur) == MemberState::Rebuilding {
             lock(&self.rebuild).active = None;
         }
         let txg = self.txg.load(Ordering::Relaxed);
-        self.persist(|cfg| {
+        let recorded = self.persist(|cfg| {
             if let Some(e) = cfg.members.get_mut(i) {
                 e.state = MemberPhysState::Faulted;
                 e.since_txg = txg;
             }
-        })
+        });
+        keep(map_failed, recorded)
     }
 
     /// Count a read error of member `i` (faulting it past the threshold, or at once if the
@@ -632,17 +660,25 @@ impl MirrorDevice {
         range: Option<(u64, u64)>,
         op: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync,
     ) -> io::Result<()> {
-        let targets: Vec<(usize, Arc<dyn BlockDevice>)> =
-            (0..self.members.len()).filter_map(|i| self.written_or_missed(i, range).map(|d| (i, d))).collect();
+        let mut causes = Causes::default();
+        let targets: Vec<(usize, Arc<dyn BlockDevice>)> = (0..self.members.len())
+            .filter_map(|i| self.written_or_missed(i, range, &mut causes).map(|d| (i, d)))
+            .collect();
         if range.is_some() {
             // A pause only (tests): an injected failure here would be no member's.
             let _ = self.failpoints.hit(crate::failpoint::MIRROR_WRITE_TARGETS);
         }
+        // A flush covers what completed before it started (unflushed.rs).
+        let epoch = range.is_none().then(|| lock(&self.unflushed).begin_flush());
         let results =
             self.fan.map(&targets, |(_, d)| op(d.as_ref()), || Err(io::Error::other("a member's I/O panicked")));
+        if let Some((start, end)) = range {
+            // Before the errors are handled: a member the write failed on is faulted
+            // with this range among those it may lack.
+            causes.add_recording(self.note_written(start, end));
+        }
         let results = targets.iter().map(|(i, _)| *i).zip(results);
         let mut done = 0;
-        let mut causes = Causes::default();
         for (i, r) in results {
             match r {
                 Ok(()) => done += 1,
@@ -654,6 +690,10 @@ impl MirrorDevice {
             }
         }
         let last = causes.take();
+        if let Some(epoch) = epoch.filter(|_| done > 0) {
+            // Every member still in use flushed; the ones that failed were faulted above.
+            lock(&self.unflushed).flushed(epoch);
+        }
         // Ok only while a member is still in use: one that took the write may have been
         // faulted since (its label write failed), and then the pool is suspended.
         if done > 0 && self.usable() {

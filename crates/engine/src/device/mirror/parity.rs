@@ -467,10 +467,11 @@ impl MirrorDevice {
                 }
             }
         }
+        let mut causes = Causes::default();
         let targets: Vec<(usize, std::sync::Arc<dyn crate::device::BlockDevice>, (usize, usize))> = (0..rows.members)
             .filter_map(|m| {
                 // Looked up first: a member offline records the write (missed.rs).
-                let d = self.written_or_missed(m, Some((off, end)))?;
+                let d = self.written_or_missed(m, Some((off, end)), &mut causes)?;
                 let (a, b) = changed[m]?;
                 Some((m, d, (a, b)))
             })
@@ -479,9 +480,10 @@ impl MirrorDevice {
             d.write_at(&out[*m][a * U..(b + 1) * U], rows.dev_offset(first + *a as u64))
         };
         let got = self.fan.map(&targets, write, || Err(io::Error::other("a member's write panicked")));
+        // Before the errors are handled, as `on_all` does (unflushed.rs).
+        causes.add_recording(self.note_written(off, end));
         let results = targets.iter().map(|(m, _, _)| *m).zip(got);
         // A read of the rows may have faulted members already (and met the real cause).
-        let mut causes = Causes::default();
         causes.add(old.as_mut().and_then(|o| o.error.take()));
         for (m, r) in results {
             if let Err(e) = r {

@@ -212,7 +212,7 @@ impl MirrorDevice {
         let only = self.take_missed(index, resync);
         *lock(&m.note) = Some(match &only {
             Some(o) => format!(
-                "being resynced: {} bytes in {} ranges written while offline{}",
+                "being resynced: {} bytes in {} ranges it missed{}",
                 o.bytes(),
                 o.ranges(),
                 if o.coarse() { " (ranges merged)" } else { "" }
