@@ -83,6 +83,9 @@ scripts/e2e/mirror-postgres.sh
 echo "== PostgreSQL on a parity2 pool of four nbdkit devices: the same faults (two devices lost), a rebuild by reconstruction"
 LAYOUT=parity2 scripts/e2e/mirror-postgres.sh
 
+echo "== A mirror device that fails and works again: resynced from the missed map (not rebuilt whole), scrub clean, the device alone holds the data"
+scripts/e2e/fault-resync.sh
+
 echo "== PostgreSQL on a mirror pool that grows by a second mirror under pgbench (pool add), then a power failure: replay, every acknowledged commit, scrub clean"
 scripts/e2e/groups-postgres.sh
 

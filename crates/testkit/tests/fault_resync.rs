@@ -136,6 +136,35 @@ fn a_map_the_labels_no_longer_vouch_for_is_not_trusted() {
     assert!(copied >= 8 << 20, "copied {copied} bytes: an untrusted map must not narrow the rebuild");
 }
 
+/// An intent-log write (durable: FUA, DSYNC) that fails on a member faults it with that
+/// write's range in the map: the member, resynced and then alone, replays the log with it.
+#[test]
+fn a_durable_write_that_fails_on_a_member_is_resynced() {
+    for (layout, ways, victim) in LAYOUTS {
+        let m = SimMirror::create_set(layout, ways, SIZE, 4096, SEED);
+        let (pool, vol, o) = filled(&m);
+        // Synced before: durable on every member, in no cache.
+        pool.write(vol, o, 3 << 20, b"synced before the failure").unwrap();
+        pool.sync_log().unwrap();
+        m.disks[victim].fail_writes(1);
+        pool.write(vol, o, 5 << 20, b"synced as the member failed").unwrap();
+        pool.sync_log().unwrap();
+        assert_eq!(pool.status().devices.unwrap().members[victim].state, MemberState::Faulted, "{layout:?}");
+        m.disks[victim].fail_writes(0);
+        let want = capture(&pool).unwrap();
+        m.dev.online(victim).unwrap();
+        rebuild_all(&pool);
+        // Taken before the pool closes (which commits): not committed, the member alone
+        // must replay both syncs from its own copy of the log.
+        let images = m.alone(layout, victim, 4096);
+        drop(pool);
+        let (m1, _) = SimMirror::open(images, true).unwrap();
+        let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
+        assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks a log write");
+        assert_eq!(&pool.read(vol, o, 5 << 20, 27).unwrap()[..], b"synced as the member failed");
+    }
+}
+
 /// A member whose device vanishes (REMOVED) and comes back is resynced while the pool
 /// runs; the writes that failed on it as it went are among what it gets.
 #[test]

@@ -653,11 +653,13 @@ impl MirrorDevice {
     /// Run `op` on every member written to (in use or being rebuilt), at the same time (one
     /// thread per member beyond the first: a mirror's write or flush takes as long as its
     /// slowest member, not the sum); Ok if at least one succeeded.
-    /// `range`: the logical bytes a write changes (members offline record it: missed.rs).
+    /// `range`: the logical bytes a write changes (members offline record it: missed.rs);
+    /// `durable`: the write is on stable media on each member that took it (FUA, DSYNC).
     fn on_all(
         &self,
         what: &str,
         range: Option<(u64, u64)>,
+        durable: bool,
         op: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync,
     ) -> io::Result<()> {
         let mut causes = Causes::default();
@@ -674,8 +676,11 @@ impl MirrorDevice {
             self.fan.map(&targets, |(_, d)| op(d.as_ref()), || Err(io::Error::other("a member's I/O panicked")));
         if let Some((start, end)) = range {
             // Before the errors are handled: a member the write failed on is faulted
-            // with this range among those it may lack.
-            causes.add_recording(self.note_written(start, end));
+            // with this range among those it may lack. A durable write that every member
+            // took is in no cache (intent-log writes between two commits' flushes).
+            if !durable || results.iter().any(|r| r.is_err()) {
+                causes.add_recording(self.note_written(start, end));
+            }
         }
         let results = targets.iter().map(|(i, _)| *i).zip(results);
         let mut done = 0;
@@ -810,17 +815,17 @@ impl MirrorDevice {
     fn mirror_write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
         let range = Some((offset, offset + buf.len() as u64));
-        self.on_all("write", range, |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
+        self.on_all("write", range, false, |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
     }
 
     fn mirror_flush(&self) -> io::Result<()> {
-        self.on_all("flush", None, |d| d.flush())
+        self.on_all("flush", None, false, |d| d.flush())
     }
 
     fn mirror_write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
         let range = Some((offset, offset + buf.len() as u64));
-        self.on_all("durable write", range, |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
+        self.on_all("durable write", range, true, |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
     }
 
     fn mirror_read_verified(

@@ -10,7 +10,9 @@
 //!   tagged with the flush epoch it completed in. A flush takes a new epoch when it starts
 //!   (`begin_flush`); when it ends, every range tagged before it is on stable media on every
 //!   member still in use (`flushed`). Recording at completion, not at issue, keeps a write
-//!   that finishes after a flush started from being dropped by that flush.
+//!   that finishes after a flush started from being dropped by that flush. A durable write
+//!   (FUA, DSYNC: the intent log's blocks) that every member took is not recorded: it is in
+//!   no cache; one that failed on a member is.
 //! - A member that leaves use with a fault takes every range still recorded into the map
 //!   (`fault`: mod.rs) before its label says FAULTED. A write that completes after that
 //!   marks the map itself (`note_written` marks while the map covers anyone): it may have
