@@ -20,14 +20,9 @@ ensure_pkgs /usr/bin/nbdkit /usr/bin/nbdfuse -- nbdkit libnbd-bin
 
 DEV="$STRATA_E2E_DIR/devices"
 MNT="$STRATA_E2E_DIR/mnt"
-stop_devices() {
-  local i
-  for i in 1 2; do
-    fusermount3 -u -z "$DEV/fuse$i" 2>/dev/null
-    [ -f "$DEV/nbdkit$i.pid" ] && kill "$(cat "$DEV/nbdkit$i.pid")" 2>/dev/null
-  done
-  return 0
-}
+# shellcheck source=scripts/e2e/devset-common.sh
+. scripts/e2e/devset-common.sh
+SPARE=2 # the devices stop_devices stops: 1 and 2
 cleanup() {
   local rc=$?
   set +e
@@ -42,14 +37,8 @@ cleanup() {
 strata_fresh
 trap cleanup EXIT
 mkdir -p "$DEV" "$MNT"
-for i in 1 2; do
-  truncate -s 2G "$DEV/m$i.img"
-  mkdir -p "$DEV/fuse$i"
-  nbdkit -P "$DEV/nbdkit$i.pid" -U "$DEV/nbd$i.sock" --filter=error file "$DEV/m$i.img" \
-    error-rate=100% error-file="$DEV/m$i.fail"
-  nbdfuse "$DEV/fuse$i/dev" --unix "$DEV/nbd$i.sock" &
-  wait_for "nbdfuse device $i" 20 test -e "$DEV/fuse$i/dev"
-done
+start_device 1
+start_device 2
 
 strata_start
 "$STRATA_BIN" pool create m --layout mirror --device "$DEV/fuse1/dev" --device "$DEV/fuse2/dev"

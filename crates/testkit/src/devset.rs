@@ -269,3 +269,42 @@ pub fn rewrite_labels(img: &mut [u8], change: impl Fn(&mut strata_engine::format
         raw.copy_from_slice(&l.encode());
     }
 }
+
+/// `len` bytes of a pattern for logical offset `off`, varied by `i` (the resync tests' data).
+pub fn pattern(i: u8, off: u64, len: usize) -> Vec<u8> {
+    (off..off + len as u64).map(|j| (j % 251) as u8 ^ i).collect()
+}
+
+/// Rebuild steps of `window` bytes until the rebuild ends; the bytes they copied.
+pub fn rebuild_all(pool: &Pool, window: u64) -> u64 {
+    let mut copied = 0;
+    for _ in 0..100_000 {
+        let Some(p) = pool.rebuild_step(window).expect("rebuild step") else { return copied };
+        copied += p.copied;
+        if p.done {
+            return copied;
+        }
+    }
+    panic!("the rebuild does not end");
+}
+
+/// Bring member `victim` of `m` (opened as `pool`) online and check its resync: the note says
+/// it is resynced (not rebuilt), it copies more than nothing and less than `most` bytes, the
+/// member ends ONLINE with no stale copy for a scrub to find, and alone (with as few others
+/// as the layout needs) it holds what the pool held. Returns the pool opened from it.
+pub fn resync_and_check(layout: Layout, m: &SimMirror, pool: Pool, victim: usize, most: u64) -> Pool {
+    m.dev.online(victim).expect("online");
+    let member = |pool: &Pool| pool.status().devices.expect("a device set").members[victim].clone();
+    let note = member(&pool).note.unwrap_or_default();
+    assert!(note.contains("being resynced"), "{layout:?}: {note}");
+    let copied = rebuild_all(&pool, 4 << 20);
+    assert!(copied > 0 && copied < most, "{layout:?}: the resync copied {copied} bytes");
+    assert_eq!(member(&pool).state, strata_engine::MemberState::Online, "{layout:?}");
+    assert_eq!(scrub_damage(&pool), 0, "{layout:?}: the resynced member holds a stale copy");
+    let want = capture(&pool).expect("capture");
+    drop(pool);
+    let (alone, _) = SimMirror::open(m.alone(layout, victim, 4096), true).expect("the member alone opens");
+    let pool = Pool::open(alone.device(), crate::test_pool_options()).expect("the pool opens from the member");
+    assert_eq!(capture(&pool).expect("capture"), want, "{layout:?}: the resynced member lacks what it missed");
+    pool
+}

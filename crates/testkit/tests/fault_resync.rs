@@ -8,30 +8,13 @@
 use std::sync::Arc;
 use strata_engine::format::member::Layout;
 use strata_engine::{MemberState, ObjectId, Pool, VolumeId, VolumeOptions};
-use strata_testkit::devset::{rewrite_labels, scrub_damage, SimMirror};
+use strata_testkit::devset::{pattern, rebuild_all, resync_and_check, rewrite_labels, scrub_damage, SimMirror};
 use strata_testkit::model::capture;
 use strata_testkit::{test_create_options, test_pool_options, CrashMode, SimDisk, SimRng};
 
 const SEED: u64 = 47;
 const SIZE: u64 = 64 << 20;
 const LAYOUTS: [(Layout, usize, usize); 3] = [(Layout::Mirror, 2, 1), (Layout::Mirror, 3, 0), (Layout::Parity2, 4, 2)];
-
-fn pattern(i: u8, off: u64, len: usize) -> Vec<u8> {
-    (off..off + len as u64).map(|j| (j % 251) as u8 ^ i).collect()
-}
-
-/// Rebuild steps until done; the bytes they copied.
-fn rebuild_all(pool: &Pool) -> u64 {
-    let mut copied = 0;
-    for _ in 0..100_000 {
-        let Some(p) = pool.rebuild_step(4 << 20).unwrap() else { return copied };
-        copied += p.copied;
-        if p.done {
-            return copied;
-        }
-    }
-    panic!("the rebuild does not end");
-}
 
 fn note(pool: &Pool, i: usize) -> String {
     pool.status().devices.unwrap().members[i].note.clone().unwrap_or_default()
@@ -45,23 +28,6 @@ fn filled(m: &SimMirror) -> (Pool, VolumeId, ObjectId) {
     pool.write(vol, o, 0, &pattern(1, 0, 8 << 20)).unwrap();
     pool.commit().unwrap();
     (pool, vol, o)
-}
-
-/// Resync member `victim` of `m` (opened as `pool`) and check it: fewer than 4 MiB copied
-/// of the 8 MiB the pool holds, no stale copy, and alone it holds the pool.
-fn resync_and_check(layout: Layout, m: &SimMirror, pool: Pool, victim: usize) {
-    m.dev.online(victim).unwrap();
-    let n = note(&pool, victim);
-    assert!(n.contains("being resynced"), "{layout:?}: {n}");
-    let copied = rebuild_all(&pool);
-    assert!(copied > 0 && copied < 4 << 20, "{layout:?}: the resync copied {copied} bytes");
-    assert_eq!(pool.status().devices.unwrap().members[victim].state, MemberState::Online);
-    assert_eq!(scrub_damage(&pool), 0, "{layout:?}: the resynced member holds a stale copy");
-    let want = capture(&pool).unwrap();
-    drop(pool);
-    let (m1, _) = SimMirror::open(m.alone(layout, victim, 4096), true).unwrap();
-    let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
-    assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks what it missed");
 }
 
 /// The member's flush fails in a commit, and the device then loses what it had not
@@ -101,7 +67,7 @@ fn a_member_that_failed_a_flush_and_lost_its_cache_is_resynced_from_the_map() {
         let n = note(&pool, victim);
         assert!(n.contains("(the missed map)"), "{layout:?}: {n}; {notes:?}");
         assert_eq!(&pool.read(vol, o, 5 << 20, 37).unwrap()[..], b"synced while faulted, in the log only");
-        resync_and_check(layout, &m2, pool, victim);
+        resync_and_check(layout, &m2, pool, victim, 4 << 20);
     }
 }
 
@@ -132,7 +98,7 @@ fn a_map_the_labels_no_longer_vouch_for_is_not_trusted() {
     assert!(!n.contains("missed map"), "{n}");
     m2.dev.online(1).unwrap();
     assert_eq!(note(&pool, 1), "being rebuilt");
-    let copied = rebuild_all(&pool);
+    let copied = rebuild_all(&pool, 4 << 20);
     assert!(copied >= 8 << 20, "copied {copied} bytes: an untrusted map must not narrow the rebuild");
 }
 
@@ -153,7 +119,7 @@ fn a_durable_write_that_fails_on_a_member_is_resynced() {
         m.disks[victim].fail_writes(0);
         let want = capture(&pool).unwrap();
         m.dev.online(victim).unwrap();
-        rebuild_all(&pool);
+        rebuild_all(&pool, 4 << 20);
         // Taken before the pool closes (which commits): not committed, the member alone
         // must replay both syncs from its own copy of the log.
         let images = m.alone(layout, victim, 4096);
@@ -179,7 +145,7 @@ fn a_removed_member_that_comes_back_is_resynced_without_a_restart() {
         pool.write(vol, o, 7 << 20, &pattern(6, 0, 50_000)).unwrap();
         pool.commit().unwrap();
         m.disks[victim].set_gone(false);
-        resync_and_check(layout, &m, pool, victim);
+        resync_and_check(layout, &m, pool, victim, 4 << 20);
     }
 }
 
@@ -199,7 +165,7 @@ fn a_member_that_fails_while_being_rebuilt_is_rebuilt_whole() {
     assert_eq!(pool.status().devices.unwrap().members[1].state, MemberState::Faulted);
     m.dev.online(1).unwrap();
     assert_eq!(note(&pool, 1), "being rebuilt");
-    let copied = rebuild_all(&pool);
+    let copied = rebuild_all(&pool, 4 << 20);
     assert!(copied >= 8 << 20, "copied {copied} bytes: a member that failed mid-rebuild needs every live extent");
     assert_eq!(scrub_damage(&pool), 0);
 }

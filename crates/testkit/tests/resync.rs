@@ -6,29 +6,12 @@
 use std::sync::Arc;
 use strata_engine::format::member::Layout;
 use strata_engine::{MemberState, Pool, VolumeOptions};
-use strata_testkit::devset::{rewrite_labels, scrub_damage, SimMirror};
+use strata_testkit::devset::{pattern, rebuild_all, resync_and_check, rewrite_labels, scrub_damage, SimMirror};
 use strata_testkit::model::capture;
 use strata_testkit::{test_create_options, test_pool_options, SimDisk};
 
 const SEED: u64 = 31;
 const SIZE: u64 = 64 << 20;
-
-fn pattern(i: u8, off: u64, len: usize) -> Vec<u8> {
-    (off..off + len as u64).map(|j| (j % 251) as u8 ^ i).collect()
-}
-
-/// Rebuild steps until done; the bytes they copied.
-fn rebuild_all(pool: &Pool, window: u64) -> u64 {
-    let mut copied = 0;
-    for _ in 0..100_000 {
-        let Some(p) = pool.rebuild_step(window).unwrap() else { return copied };
-        copied += p.copied;
-        if p.done {
-            return copied;
-        }
-    }
-    panic!("the rebuild does not end");
-}
 
 #[test]
 fn a_member_back_from_offline_gets_only_what_it_missed() {
@@ -49,23 +32,9 @@ fn a_member_back_from_offline_gets_only_what_it_missed() {
         pool.commit().unwrap();
         pool.write(vol, o, 3 << 20, b"synced while offline, in the log only").unwrap();
         pool.sync_log().unwrap();
-        m.dev.online(victim).unwrap();
-        let st = pool.status().devices.unwrap();
-        assert_eq!(st.members[victim].state, MemberState::Rebuilding);
-        let note = st.members[victim].note.clone().unwrap_or_default();
-        assert!(note.contains("being resynced"), "{layout:?}: {note}");
-        let copied = rebuild_all(&pool, 4 << 20);
         // The pool holds over 8 MiB; what changed is well under 2 MiB (parity2 rebuilds
-        // whole rows).
-        assert!(copied > 0 && copied < 2 << 20, "{layout:?}: a resync copied {copied} bytes");
-        assert_eq!(pool.status().devices.unwrap().members[victim].state, MemberState::Online);
-        assert_eq!(scrub_damage(&pool), 0, "{layout:?}: the resynced member holds a stale copy");
-        let want = capture(&pool).unwrap();
-        drop(pool);
-        // The resynced member stands in for the others.
-        let (m1, _) = SimMirror::open(m.alone(layout, victim, 4096), true).unwrap();
-        let pool = Pool::open(m1.device(), test_pool_options()).unwrap();
-        assert_eq!(capture(&pool).unwrap(), want, "{layout:?}: the resynced member lacks what it missed");
+        // whole rows). The resynced member stands in for the others.
+        let pool = resync_and_check(layout, &m, pool, victim, 2 << 20);
         assert_eq!(&pool.read(vol, o, 3 << 20, 37).unwrap()[..], b"synced while offline, in the log only");
     }
 }
