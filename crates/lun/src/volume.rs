@@ -102,7 +102,9 @@ impl VolumeLun {
         }
         let block_size = parse_marker(&v)
             .ok_or_else(|| LunError::new(LunErrorKind::Io, "the LUN's marker is damaged: run `strata check`"))?;
-        let preferred = attr.blksize.clamp(block_size, 1 << 20);
+        // The unit below which a write reads, modifies and writes: the file's record size.
+        let record = fs.record_size(attr.ino).map_err(|e| fs_err("the LUN's record size", e))?;
+        let preferred = record.clamp(block_size, 1 << 20);
         Ok(VolumeLun { fs, ino: attr.ino, size: AtomicU64::new(attr.size), block_size, preferred, read_only, identity })
     }
 
@@ -196,6 +198,19 @@ impl Lun for VolumeLun {
         check_range(offset, data.len() as u64, self.size())?;
         self.fs.write(self.ino, offset, data).map_err(|e| fs_err("write", e))?;
         self.done(fua)
+    }
+
+    fn takes_blocks(&self) -> bool {
+        !self.read_only
+    }
+
+    fn write_blocks(&self, offset: u64, blocks: Vec<Vec<u8>>, fua: bool) -> LunResult<Vec<Vec<u8>>> {
+        self.writable()?;
+        let len: u64 = blocks.iter().map(|b| b.len() as u64).sum();
+        check_range(offset, len, self.size())?;
+        let displaced = self.fs.write_records(self.ino, offset, blocks).map_err(|e| fs_err("write", e))?;
+        self.done(fua)?;
+        Ok(displaced)
     }
 
     fn flush(&self) -> LunResult<()> {

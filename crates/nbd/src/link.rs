@@ -129,6 +129,85 @@ impl LinkReader {
     }
 }
 
+impl LinkReader {
+    /// Read `len` bytes (a multiple of `block`) into buffers of `block` bytes each, for
+    /// the LUN to keep as they are (`Lun::write_blocks`). A plain link reads the payload
+    /// straight from the socket into them (`readv`, no zeroing first: the kernel writes
+    /// every byte counted); a TLS link decrypts into them.
+    /// `blocks` are empty buffers with room for `block` bytes each.
+    pub fn read_blocks(&mut self, mut blocks: Vec<Vec<u8>>, block: usize) -> io::Result<Vec<Vec<u8>>> {
+        debug_assert!(block > 0 && blocks.iter().all(|b| b.is_empty() && b.capacity() >= block));
+        match self {
+            LinkReader::Plain(p) => p.read_blocks(&mut blocks, block)?,
+            LinkReader::Tls(t) => {
+                for b in &mut blocks {
+                    b.resize(block, 0);
+                    t.read_exact(b)?;
+                }
+            }
+        }
+        Ok(blocks)
+    }
+}
+
+/// Most buffers one `readv` fills (Linux's IOV_MAX is 1024).
+const READV_MAX: usize = 256;
+
+impl PlainReader {
+    fn read_blocks(&mut self, blocks: &mut [Vec<u8>], block: usize) -> io::Result<()> {
+        let len = blocks.len() * block;
+        // What the buffer already holds of the payload.
+        let mut at = 0usize;
+        while self.pos < self.end && at < len {
+            let b = &mut blocks[at / block];
+            let n = (block - b.len()).min(self.end - self.pos);
+            b.extend_from_slice(&self.buf[self.pos..self.pos + n]);
+            self.pos += n;
+            at += n;
+        }
+        while at < len {
+            let first = at / block;
+            let last = (first + READV_MAX).min(blocks.len());
+            let iov: Vec<libc::iovec> = blocks[first..last]
+                .iter_mut()
+                .map(|b| {
+                    let room = block - b.len();
+                    libc::iovec { iov_base: b.spare_capacity_mut().as_mut_ptr().cast(), iov_len: room }
+                })
+                .collect();
+            // SAFETY: every iovec is unused capacity (at least `room` bytes) of a buffer we own and hold
+            // mutably across the call; the kernel writes at most `iov_len` bytes to each.
+            let r = unsafe { libc::readv(self.sock.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the client left in the middle of a WRITE's payload",
+                ));
+            }
+            let mut got = r as usize;
+            let mut i = first;
+            while got > 0 {
+                let b = &mut blocks[i];
+                let n = (block - b.len()).min(got);
+                // SAFETY: the kernel wrote `r` bytes into the iovecs in order; these `n`
+                // of them are the next in this buffer's spare capacity.
+                unsafe { b.set_len(b.len() + n) };
+                got -= n;
+                i += 1;
+            }
+            at += r as usize;
+        }
+        Ok(())
+    }
+}
+
 impl Read for LinkReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {

@@ -30,6 +30,11 @@ fn nbdinfo_reports_size_block_sizes_and_flags() {
             assert!(json.contains(want), "{kind}: nbdinfo --json lacks {want}:\n{json}");
         }
         let preferred = lun.preferred_block_size();
+        if kind == "volume" {
+            // The volume's record size (4 KiB here): a write of whole records needs no
+            // read-modify-write, and a server reads such a payload into record buffers.
+            assert_eq!(preferred, 4096, "a volume LUN prefers its record size");
+        }
         assert!(json.contains(&format!("\"block_size_preferred\": {preferred}")), "{kind}: {json}");
         let ro = stdout(Command::new("nbdinfo").arg("--json").arg(uri(server.local_addr(), "ro")));
         assert!(ro.contains("\"is_read_only\": true") && ro.contains("\"can_trim\": false"), "{kind}: {ro}");
