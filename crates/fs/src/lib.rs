@@ -434,34 +434,6 @@ impl VolumeFs {
         Ok(t.object_record_size(self.vol, ObjectId(ino))?)
     }
 
-    /// [`write`](Self::write) of whole records the caller gives away (a block front end's
-    /// payload read into record-sized buffers): with `offset` and every buffer's length
-    /// the file's record size, the buffers become its records without a copy
-    /// (`PoolGuard::write_records`); otherwise their bytes are copied as by `write`.
-    /// Returns the buffers the write displaced, for the caller to fill again.
-    pub fn write_records(&self, ino: u64, offset: u64, mut records: Vec<Vec<u8>>) -> FsResult<Vec<Vec<u8>>> {
-        self.refuse_in_snapshot(&[ino])?;
-        let now = self.now();
-        let policy = self.mutate_data(|t| {
-            let mut i = self.load(t, ino)?;
-            if i.is_dir() {
-                return err(libc::EISDIR);
-            }
-            self.kill_privs(t, ino, &mut i)?;
-            // On an error the engine leaves `records` as they were: `mutate_data` may run
-            // this again (after a commit, for space).
-            t.write_records(self.vol, ObjectId(ino), offset, &mut records)?;
-            i.mtime_ns = now;
-            i.ctime_ns = now;
-            self.store(t, ino, &i)?;
-            Ok(t.sync_policy(self.vol)?)
-        })?;
-        if policy == SyncPolicy::Always {
-            self.pool.sync_object(self.vol, ObjectId(ino))?;
-        }
-        Ok(records)
-    }
-
     /// Run `f` in one txn. On ENOSPC while the pool can still free space (held frees, dirty
     /// data), commit and run it again (at most three times): `f` must fail before changing
     /// anything when it fails for space, which the engine guarantees for writes, truncates

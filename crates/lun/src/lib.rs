@@ -102,21 +102,6 @@ pub trait Lun: Send + Sync {
     }
     /// Write `data` at `offset`; with `fua`, durable when it returns.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> LunResult<()>;
-    /// Whether [`write_blocks`](Self::write_blocks) takes buffers without copying them: a
-    /// server with a large aligned WRITE then reads its payload into buffers of
-    /// `preferred_block_size` bytes each instead of one buffer it keeps.
-    fn takes_blocks(&self) -> bool {
-        false
-    }
-    /// Write `blocks` (given away) at `offset`, one after another; with `fua`, durable when
-    /// it returns. A LUN that [`takes_blocks`](Self::takes_blocks) keeps them as its
-    /// records when `offset` and their lengths are multiples of its preferred block size.
-    /// Returns buffers for the caller to fill again (those the write displaced). The
-    /// default copies the blocks into one buffer for [`write`](Self::write) and returns them.
-    fn write_blocks(&self, offset: u64, blocks: Vec<Vec<u8>>, fua: bool) -> LunResult<Vec<Vec<u8>>> {
-        self.write(offset, &blocks.concat(), fua)?;
-        Ok(blocks)
-    }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> LunResult<()>;
     /// Deallocate the range (it reads as zeros afterwards; NBD TRIM, SCSI UNMAP).

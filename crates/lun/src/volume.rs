@@ -200,19 +200,6 @@ impl Lun for VolumeLun {
         self.done(fua)
     }
 
-    fn takes_blocks(&self) -> bool {
-        !self.read_only
-    }
-
-    fn write_blocks(&self, offset: u64, blocks: Vec<Vec<u8>>, fua: bool) -> LunResult<Vec<Vec<u8>>> {
-        self.writable()?;
-        let len: u64 = blocks.iter().map(|b| b.len() as u64).sum();
-        check_range(offset, len, self.size())?;
-        let displaced = self.fs.write_records(self.ino, offset, blocks).map_err(|e| fs_err("write", e))?;
-        self.done(fua)?;
-        Ok(displaced)
-    }
-
     fn flush(&self) -> LunResult<()> {
         self.fs.fsync(self.ino).map_err(|e| fs_err("flush", e))
     }

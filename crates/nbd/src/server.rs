@@ -31,7 +31,7 @@
 use crate::exports::{ExportEntry, ExportTable};
 use crate::handshake::{self, Ended, Negotiated, Outcome, TlsPolicy};
 use crate::link::{LinkReader, LinkWriter, TlsLink};
-use crate::proto::{RequestHeader, CMD_DISC, CMD_WRITE, ESHUTDOWN};
+use crate::proto::{RequestHeader, CMD_DISC, ESHUTDOWN};
 use crate::tls::TlsConfig;
 use crate::transmission::{self, Reply};
 use std::collections::HashMap;
@@ -139,15 +139,9 @@ struct Conn {
 #[derive(Default)]
 struct Spares {
     bufs: Mutex<(Vec<Vec<u8>>, usize)>,
-    /// Record buffers a LUN gave back after a write of whole blocks (`Lun::write_blocks`:
-    /// the dirty records that write displaced), for the next such write's payload.
-    blocks: Mutex<(Vec<Vec<u8>>, usize)>,
 }
 
 const SPARE_BYTES: usize = 16 << 20;
-/// Most bytes of record buffers kept (`Spares::blocks`): 64 MiB, the payloads of
-/// a connection's largest window of 1 MiB writes.
-const SPARE_BLOCK_BYTES: usize = 64 << 20;
 
 impl Spares {
     /// A buffer of at least `len` bytes (its contents are stale).
@@ -166,38 +160,6 @@ impl Spares {
                 b
             }
             None => vec![0u8; len],
-        }
-    }
-
-    /// `n` empty buffers with room for `block` bytes each: given back ones first.
-    fn take_blocks(&self, n: usize, block: usize) -> Vec<Vec<u8>> {
-        let mut out = Vec::with_capacity(n);
-        {
-            let mut g = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-            let (bufs, bytes) = &mut *g;
-            while out.len() < n {
-                let Some(mut b) = bufs.pop() else { break };
-                *bytes -= b.capacity();
-                // A buffer of another LUN's block size is dropped.
-                if b.capacity() == block {
-                    b.clear();
-                    out.push(b);
-                }
-            }
-        }
-        out.resize_with(n, || Vec::with_capacity(block));
-        out
-    }
-
-    fn give_back_blocks(&self, blocks: Vec<Vec<u8>>) {
-        let mut g = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-        let (bufs, bytes) = &mut *g;
-        for b in blocks {
-            if *bytes + b.capacity() > SPARE_BLOCK_BYTES {
-                break;
-            }
-            *bytes += b.capacity();
-            bufs.push(b);
         }
     }
 
@@ -297,25 +259,11 @@ impl Conn {
 struct Job {
     conn: Arc<Conn>,
     header: RequestHeader,
-    payload: Payload,
+    /// The payload is `buf[..len]` (a reused buffer may be longer).
+    buf: Vec<u8>,
+    len: usize,
     cost: usize,
 }
-
-/// A WRITE's payload (empty for other requests).
-enum Payload {
-    /// `buf[..len]` (a reused buffer may be longer); it goes back to the spares.
-    Bytes(Vec<u8>, usize),
-    /// Buffers of the LUN's preferred block size that the LUN keeps; after the write, the
-    /// buffers it gave back (they go to the spares).
-    Blocks(Vec<Vec<u8>>),
-}
-
-/// WRITEs of at least this many bytes, of whole blocks of a LUN that keeps its buffers
-/// (`Lun::takes_blocks`), are read into buffers of one block each: the copy of a 1 MiB
-/// payload into 256 records was a sixth of the daemon's CPU at 1 MiB writes. Smaller
-/// writes are read into a reused buffer and copied (into the dirty record in place, when
-/// nothing else holds it: no allocation).
-const BLOCKS_MIN_BYTES: usize = 64 << 10;
 
 /// A running server; [`NbdServer::shutdown`] stops it.
 pub struct NbdServer {
@@ -579,28 +527,11 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Sen
             g.requests == 1
         };
         // The whole payload before anything runs: a client gone mid-WRITE changes nothing.
-        // A large WRITE of whole records goes into buffers the LUN keeps as its records.
-        let lun = &conn.n.entry.export.lun;
-        let block = lun.preferred_block_size() as usize;
-        let as_blocks = header.kind == CMD_WRITE
-            && len >= BLOCKS_MIN_BYTES
-            && block > 0
-            && len.is_multiple_of(block)
-            && header.offset.is_multiple_of(block as u64)
-            && lun.takes_blocks();
-        let read = if as_blocks {
-            r.read_blocks(conn.spares.take_blocks(len / block, block), block).map(Payload::Blocks)
-        } else {
-            let mut buf = conn.spares.take(len);
-            r.read_exact(&mut buf[..len]).map(|()| Payload::Bytes(buf, len))
-        };
-        let payload = match read {
-            Ok(p) => p,
-            Err(e) => {
-                conn.finish(cost);
-                return Ended::Io(e);
-            }
-        };
+        let mut buf = conn.spares.take(len);
+        if let Err(e) = r.read_exact(&mut buf[..len]) {
+            conn.finish(cost);
+            return Ended::Io(e);
+        }
         if conn.n.entry.removed() || shared.stopping.load(Ordering::SeqCst) {
             conn.reply(
                 Reply::error(&conn.n, &header, ESHUTDOWN, "the export was removed or the server is stopping"),
@@ -609,13 +540,11 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Sen
             tracing::info!(client = %conn.peer, export = %conn.n.entry.name, "NBD connection ended: export removed or server stopping");
             return Ended::Client;
         }
-        let job = Job { conn: conn.clone(), header, payload, cost };
+        let job = Job { conn: conn.clone(), header, buf, len, cost };
         // A request that arrived alone (nothing of this connection running, nothing more
         // waiting on the socket: a client at queue depth 1) is run here, saving the hand-off
         // to a worker and back (the NFS server does the same).
-        // A WRITE read into record buffers goes to a worker: its pages were just faulted
-        // in by this thread, and the next request's payload is this thread's to read.
-        let alone = first && !matches!(job.payload, Payload::Blocks(_)) && r.idle();
+        let alone = first && r.idle();
         // Poll for the next request only when this one ran alone (see `poll_next`).
         r.poll_next(alone);
         if alone {
@@ -632,22 +561,14 @@ fn read_requests(shared: &Shared, conn: &Arc<Conn>, r: &mut LinkReader, tx: &Sen
 /// Run one request and send its reply. A panic ends this request (answered EIO), not the
 /// thread: DESIGN.md's failure policy.
 fn run(job: Job) {
-    let Job { conn, header, mut payload, cost } = job;
-    let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let payload = match &mut payload {
-            Payload::Blocks(blocks) => transmission::Payload::Blocks(blocks),
-            Payload::Bytes(buf, len) => transmission::Payload::Bytes(&buf[..*len]),
-        };
-        transmission::execute_with(&conn.n, &header, payload)
-    }))
-    .unwrap_or_else(|_| {
-        tracing::error!(client = %conn.peer, kind = header.kind, "NBD request panicked; answered EIO");
-        Reply::error(&conn.n, &header, crate::proto::EIO, "internal error")
-    });
-    match payload {
-        Payload::Bytes(buf, _) => conn.spares.give_back(buf),
-        Payload::Blocks(blocks) => conn.spares.give_back_blocks(blocks),
-    }
+    let Job { conn, header, buf, len, cost } = job;
+    let reply =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transmission::execute(&conn.n, &header, &buf[..len])))
+            .unwrap_or_else(|_| {
+                tracing::error!(client = %conn.peer, kind = header.kind, "NBD request panicked; answered EIO");
+                Reply::error(&conn.n, &header, crate::proto::EIO, "internal error")
+            });
+    conn.spares.give_back(buf);
     conn.reply(reply, cost);
 }
 

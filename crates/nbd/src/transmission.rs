@@ -165,21 +165,8 @@ fn check_range(lun: &dyn Lun, h: &RequestHeader, errno: u32) -> Result<(), Refus
     strata_lun::check_range(h.offset, u64::from(h.length), lun.size()).map_err(|e| Refused(errno, e.message))
 }
 
-/// A WRITE's payload as the reader read it.
-pub(crate) enum Payload<'a> {
-    Bytes(&'a [u8]),
-    /// Buffers of the LUN's preferred block size, for it to keep (`Lun::write_blocks`);
-    /// replaced by the buffers it gives back.
-    Blocks(&'a mut Vec<Vec<u8>>),
-}
-
 /// Carry out one request (not DISC, which the reader handles) and build its reply.
 pub(crate) fn execute(n: &Negotiated, h: &RequestHeader, payload: &[u8]) -> Reply {
-    execute_with(n, h, Payload::Bytes(payload))
-}
-
-/// [`execute`] with the payload as the reader read it.
-pub(crate) fn execute_with(n: &Negotiated, h: &RequestHeader, payload: Payload<'_>) -> Reply {
     let t = std::time::Instant::now();
     let r = run(n, h, payload);
     if let Some(s) = &n.entry.export.stats {
@@ -199,7 +186,7 @@ pub(crate) fn execute_with(n: &Negotiated, h: &RequestHeader, payload: Payload<'
     }
 }
 
-fn run(n: &Negotiated, h: &RequestHeader, payload: Payload<'_>) -> Result<Reply, Refused> {
+fn run(n: &Negotiated, h: &RequestHeader, payload: &[u8]) -> Result<Reply, Refused> {
     let lun: &dyn Lun = &*n.entry.export.lun;
     let Some(allowed) = allowed_flags(h.kind, n.structured) else {
         return Err(refuse(EINVAL, format!("unknown command {}", h.kind)));
@@ -216,10 +203,7 @@ fn run(n: &Negotiated, h: &RequestHeader, payload: Payload<'_>) -> Result<Reply,
         CMD_READ => read(n, lun, h),
         CMD_WRITE => {
             check_range(lun, h, ENOSPC)?;
-            match payload {
-                Payload::Bytes(b) => lun.write(h.offset, b, fua)?,
-                Payload::Blocks(blocks) => *blocks = lun.write_blocks(h.offset, std::mem::take(blocks), fua)?,
-            }
+            lun.write(h.offset, payload, fua)?;
             Ok(Reply::ok(h))
         }
         CMD_FLUSH => {

@@ -83,23 +83,7 @@ pub fn object_op(rng: &mut SimRng, pool: &Pool, vol: VolumeId, m: &mut VolumeMod
                 1..=3 => compressible(rng, len as usize),
                 _ => rng.bytes(len as usize),
             };
-            if rng.chance(30) {
-                // The same bytes as buffers given away: whole records when the write is
-                // record-aligned (kept as they are), else pieces of any size (copied).
-                let piece = if offset.is_multiple_of(rs) && len.is_multiple_of(rs) && rng.chance(80) {
-                    rs as usize
-                } else {
-                    rng.range(1, len.max(1) + 1) as usize
-                };
-                let records = data.chunks(piece).map(<[u8]>::to_vec).collect();
-                // The buffers given back are the caller's: scribbling on them must not
-                // change what the object holds.
-                for mut b in pool.write_records(vol, ObjectId(id), offset, records)? {
-                    b.fill(0xEE);
-                }
-            } else {
-                pool.write(vol, ObjectId(id), offset, &data)?;
-            }
+            pool.write(vol, ObjectId(id), offset, &data)?;
             m.objects.get_mut(&id).unwrap().write(offset, &data);
         }
         55..=64 => {

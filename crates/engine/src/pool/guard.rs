@@ -213,31 +213,6 @@ impl<'a> PoolGuard<'a> {
         Ok(())
     }
 
-    /// Write whole records the caller gives away (`VolumeState::write_records`): with
-    /// `offset` and every buffer's length the object's record size, the buffers become its
-    /// records without a copy. On success `records` holds the buffers the write displaced
-    /// (for the caller to fill again); on an error nothing changed and `records` is as it
-    /// was. A volume a sync tap follows gets the bytes
-    /// copied as by [`write`](Self::write) (the tap records them as they are written).
-    pub fn write_records(
-        &mut self,
-        vol: VolumeId,
-        obj: ObjectId,
-        offset: u64,
-        records: &mut Vec<Vec<u8>>,
-    ) -> Result<()> {
-        if self.p.tap_wants(vol.0) {
-            self.write(vol, obj, offset, &records.concat())?;
-            records.clear();
-            return Ok(());
-        }
-        let len = records.iter().map(Vec::len).sum();
-        let (v, io, alloc) = self.vol_mut(vol, true)?;
-        v.write_records(io, alloc, obj, offset, records)?;
-        self.p.ilog.record_write(vol.0, obj.0, offset, len);
-        Ok(())
-    }
-
     pub fn read(&mut self, vol: VolumeId, obj: ObjectId, offset: u64, len: usize) -> Result<Vec<u8>> {
         let (v, io, _) = self.vol_mut(vol, false)?;
         v.read(io, obj, offset, len)

@@ -554,20 +554,6 @@ impl Pool {
         self.with_space_retry(|t| t.write(vol, obj, offset, data))
     }
 
-    /// [`Pool::write`] of whole records the caller gives away (`PoolGuard::write_records`:
-    /// kept without a copy when `offset` and every buffer's length are the object's record
-    /// size). Returns the buffers the write displaced, for the caller to fill again.
-    pub fn write_records(
-        &self,
-        vol: VolumeId,
-        obj: ObjectId,
-        offset: u64,
-        mut records: Vec<Vec<u8>>,
-    ) -> Result<Vec<Vec<u8>>> {
-        self.with_space_retry(|t| t.write_records(vol, obj, offset, &mut records))?;
-        Ok(records)
-    }
-
     /// Read up to `len` bytes at `offset` (fewer past the object's end), copied once out of
     /// [`Pool::read_shared`]'s pieces. The device reads happen outside the pool's lock, so
     /// reads of many threads (and writes) proceed in parallel.

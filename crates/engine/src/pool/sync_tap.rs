@@ -78,11 +78,6 @@ impl PoolInner {
         Some(&mut t.open)
     }
 
-    /// Whether a sync tap follows volume `vol` (its writes are recorded with their bytes).
-    pub(crate) fn tap_wants(&self, vol: u64) -> bool {
-        self.tap.as_ref().is_some_and(|t| t.tap.wants(vol))
-    }
-
     /// Record `r` for the tap if it wants its volume.
     pub(crate) fn tap_record(&mut self, r: &LogRecord) {
         let Some(vol) = r.volume() else { return };

@@ -1,7 +1,10 @@
-//! Writes into an object's records: from the caller's bytes (`write`, copied into the
-//! records), or from whole records the caller gives away (`write_records`, kept as they
-//! are: a block front end reads a large WRITE's payload straight into record-sized buffers,
-//! and no byte of it is copied again on its way to the commit).
+//! Writes into an object's records: the caller's bytes copied into them, whole records in
+//! place when nothing else holds them.
+//!
+//! Tried and dropped (52775e7, docs/benchmarks/block-luns.md): taking buffers the caller
+//! gives away as whole records (an NBD WRITE's payload read straight into record-sized
+//! buffers). The copy it saves costs less than the allocations and page faults of buffers
+//! a commit in flight keeps from being reused in place.
 
 use super::{record_units, VolumeState};
 use crate::alloc::Allocator;
@@ -12,23 +15,6 @@ use crate::tree::blocktree;
 use std::sync::Arc;
 
 use super::{ObjectId, MAX_OBJECT_BYTES};
-
-/// What a whole record is overwritten with.
-enum Content<'a> {
-    /// Bytes to copy (into the dirty record in place when nobody else holds it).
-    Copy(&'a [u8]),
-    /// A buffer of exactly one record, taken as the record.
-    Take(Vec<u8>),
-}
-
-impl Content<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Content::Copy(s) => s.len(),
-            Content::Take(b) => b.len(),
-        }
-    }
-}
 
 impl VolumeState {
     /// Check a write of `len` bytes at `offset` and reserve its space: the object's dnode
@@ -101,52 +87,13 @@ impl VolumeState {
             let n = ((rs - pos % rs).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
             if in_rec == 0 && n as u64 == rs {
-                // Copied bytes never displace a buffer.
-                let _ = self.overwrite_record(io, &dn, obj, recno, Content::Copy(src), &mut tree, &mut forget);
+                self.overwrite_record(io, &dn, obj, recno, src, &mut tree, &mut forget);
             } else {
                 let rec = self.dirty_record(io, alloc, &dn, obj, recno, false, true)?;
                 rec[in_rec..in_rec + n].copy_from_slice(src);
             }
             pos += n as u64;
         }
-        self.end_write(io, obj, end, &forget)
-    }
-
-    /// Write `records` at `offset`, taking the buffers as the object's records: with
-    /// `offset` a multiple of the object's record size and every buffer one record long,
-    /// no byte is copied. Otherwise (a record size that changed under the caller) the
-    /// bytes are written as by [`write`](Self::write). On success `records` holds the
-    /// buffers the write displaced — dirty records of the open txg that nothing else held —
-    /// for the caller to fill again (a rewrite then costs neither an allocation nor fresh
-    /// pages); on an error nothing changed and `records` is as it was (the caller may try
-    /// again).
-    pub fn write_records(
-        &mut self,
-        io: &BlockIo,
-        alloc: &mut Allocator,
-        obj: ObjectId,
-        offset: u64,
-        records: &mut Vec<Vec<u8>>,
-    ) -> Result<()> {
-        let len: usize = records.iter().map(Vec::len).sum();
-        let rs = self.dnode(io, obj)?.dnode.record_size as usize;
-        let whole = rs > 0 && offset.is_multiple_of(rs as u64) && records.iter().all(|r| r.len() == rs);
-        if !whole {
-            self.write(io, alloc, obj, offset, &records.concat())?;
-            records.clear();
-            return Ok(());
-        }
-        let Some((dn, end)) = self.begin_write(io, alloc, obj, offset, len)? else {
-            return Ok(());
-        };
-        let (mut tree, mut forget) = (blocktree::Cursor::new(), Vec::new());
-        let first = offset / rs as u64;
-        let mut displaced = Vec::new();
-        for (i, buf) in std::mem::take(records).into_iter().enumerate() {
-            let rec = first + i as u64;
-            displaced.extend(self.overwrite_record(io, &dn, obj, rec, Content::Take(buf), &mut tree, &mut forget));
-        }
-        *records = displaced;
         self.end_write(io, obj, end, &forget)
     }
 
@@ -157,15 +104,13 @@ impl VolumeState {
     /// froze, and the new one — and every version past the process's high-water mark costs
     /// fresh pages (a page fault and a zeroed page per 4 KiB: on a VM, 2–6 µs each; at
     /// 2 GiB/s of 1 MiB writes the faults, not the copies, set the pace). So: a dirty record
-    /// nobody else holds (no prewrite, no commit, no reader) takes copied bytes in place; and
+    /// nobody else holds (no prewrite, no commit, no reader) takes the bytes in place; and
     /// the committed version of a record dirtied now leaves the data cache at once (nothing
     /// reads it any more: this volume reads the dirty record; it is freed when this txg
     /// syncs) instead of when the txg syncs, so its buffer serves the next write. Kept:
     /// blocks a snapshot shares (born at or before `parent_txg`), dedup and packed blocks.
     /// `tree` looks the old block up (one tree walk per indirect block for a long write);
     /// the cached copies to drop are added to `forget`, for the caller to drop in one go.
-    /// A buffer taken in place of a dirty record nobody else held returns that record's
-    /// old buffer.
     #[allow(clippy::too_many_arguments)]
     fn overwrite_record(
         &mut self,
@@ -173,20 +118,15 @@ impl VolumeState {
         dn: &DnodePhys,
         obj: ObjectId,
         recno: u64,
-        src: Content<'_>,
+        src: &[u8],
         tree: &mut blocktree::Cursor,
         forget: &mut Vec<(u64, u64)>,
-    ) -> Option<Vec<u8>> {
+    ) {
         match self.dirty.records.get_mut(&(obj, recno)) {
             Some(Some(rec)) => {
                 if let Some(buf) = Arc::get_mut(rec).filter(|b| b.len() == src.len()) {
-                    return match src {
-                        Content::Copy(src) => {
-                            buf.copy_from_slice(src);
-                            None
-                        }
-                        Content::Take(new) => Some(std::mem::replace(buf, new)),
-                    };
+                    buf.copy_from_slice(src);
+                    return;
                 }
             }
             Some(None) => {}
@@ -202,11 +142,6 @@ impl VolumeState {
             }
         }
         // No zeroing first, no copy of the old content a prewrite still holds.
-        let content = match src {
-            Content::Copy(src) => src.to_vec(),
-            Content::Take(buf) => buf,
-        };
-        self.dirty.replace_record(obj, recno, content);
-        None
+        self.dirty.replace_record(obj, recno, src.to_vec());
     }
 }
