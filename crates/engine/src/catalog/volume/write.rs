@@ -6,7 +6,7 @@
 //! buffers). The copy it saves costs less than the allocations and page faults of buffers
 //! a commit in flight keeps from being reused in place.
 
-use super::{record_units, VolumeState};
+use super::{record_units, ObjectId, VolumeState, MAX_OBJECT_BYTES};
 use crate::alloc::Allocator;
 use crate::error::{Error, Result};
 use crate::format::records::DnodePhys;
@@ -14,50 +14,7 @@ use crate::pipeline::BlockIo;
 use crate::tree::blocktree;
 use std::sync::Arc;
 
-use super::{ObjectId, MAX_OBJECT_BYTES};
-
 impl VolumeState {
-    /// Check a write of `len` bytes at `offset` and reserve its space: the object's dnode
-    /// and the write's end. Reserves for the whole write first: a write either fits or
-    /// changes nothing. `None` for an empty write.
-    fn begin_write(
-        &mut self,
-        io: &BlockIo,
-        alloc: &mut Allocator,
-        obj: ObjectId,
-        offset: u64,
-        len: usize,
-    ) -> Result<Option<(DnodePhys, u64)>> {
-        let end = offset
-            .checked_add(len as u64)
-            .filter(|&e| e <= MAX_OBJECT_BYTES)
-            .ok_or_else(|| Error::invalid(format!("write of {len} bytes at {offset} passes the 2^63 limit")))?;
-        let dn = self.dnode(io, obj)?.dnode.clone();
-        if len == 0 {
-            return Ok(None);
-        }
-        let rs = dn.record_size as u64;
-        let (first, last) = (offset / rs, (end - 1) / rs);
-        let fresh = self.dirty.clean_records(obj, first, last);
-        self.reserve(alloc, fresh * record_units(&dn))?;
-        let records = last - first + 1;
-        self.dirty.rewritten_bytes += len as u64 / records * (records - fresh);
-        Ok(Some((dn, end)))
-    }
-
-    /// After a write's records changed: drop the replaced blocks' cached copies, grow the
-    /// object to the write's end.
-    fn end_write(&mut self, io: &BlockIo, obj: ObjectId, end: u64, forget: &[(u64, u64)]) -> Result<()> {
-        io.forget(forget);
-        let st = self.dnode(io, obj)?;
-        if end > st.dnode.size {
-            st.dnode.size = end;
-        }
-        st.dirty = true;
-        self.dirty.changed = true;
-        Ok(())
-    }
-
     pub fn write(
         &mut self,
         io: &BlockIo,
@@ -66,11 +23,20 @@ impl VolumeState {
         offset: u64,
         data: &[u8],
     ) -> Result<()> {
-        let Some((dn, end)) = self.begin_write(io, alloc, obj, offset, data.len())? else {
-            return Ok(());
-        };
+        let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_OBJECT_BYTES).ok_or_else(|| {
+            Error::invalid(format!("write of {} bytes at {offset} passes the 2^63 limit", data.len()))
+        })?;
+        let dn = self.dnode(io, obj)?.dnode.clone();
         let rs = dn.record_size as u64;
+        if data.is_empty() {
+            return Ok(());
+        }
+        // Reserve for the whole write first: a write either fits or changes nothing.
         let (first, last) = (offset / rs, (end - 1) / rs);
+        let fresh = self.dirty.clean_records(obj, first, last);
+        self.reserve(alloc, fresh * record_units(&dn))?;
+        let records = last - first + 1;
+        self.dirty.rewritten_bytes += data.len() as u64 / records * (records - fresh);
         // Read the partly-covered edge records before changing anything, so that a read
         // error leaves the object as it was (loading a record unchanged is invisible).
         let partial = |r: u64| offset > r * rs || end < (r + 1) * rs;
@@ -94,7 +60,14 @@ impl VolumeState {
             }
             pos += n as u64;
         }
-        self.end_write(io, obj, end, &forget)
+        io.forget(&forget);
+        let st = self.dnode(io, obj)?;
+        if end > st.dnode.size {
+            st.dnode.size = end;
+        }
+        st.dirty = true;
+        self.dirty.changed = true;
+        Ok(())
     }
 
     /// Overwrite record `recno` whole with `src`, its space already reserved.
