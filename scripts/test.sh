@@ -44,6 +44,14 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The end-to-end tests start databases on fixed ports inside the kernel's ephemeral range
+# (32768-60999): an outgoing connection of an earlier test that happened to get one of them
+# made a later mariadbd fail with "Address already in use" (2026-11-29). Keep the kernel
+# from handing them out; the ports stay usable for the listeners that ask for them.
+if [ -w /proc/sys/net/ipv4/ip_local_reserved_ports ]; then
+  echo "33300-33330,53306,55430-55480" >/proc/sys/net/ipv4/ip_local_reserved_ports 2>/dev/null || true
+fi
+
 echo "== format"
 cargo fmt --all -- --check
 
