@@ -31,8 +31,8 @@ fn nbdinfo_reports_size_block_sizes_and_flags() {
         }
         let preferred = lun.preferred_block_size();
         if kind == "volume" {
-            // The volume's record size (4 KiB here): a write of whole records needs no
-            // read-modify-write, and a server reads such a payload into record buffers.
+            // The volume's record size (4 KiB here), not the file system's st_blksize: a
+            // write of whole records needs no read-modify-write.
             assert_eq!(preferred, 4096, "a volume LUN prefers its record size");
         }
         assert!(json.contains(&format!("\"block_size_preferred\": {preferred}")), "{kind}: {json}");

@@ -92,9 +92,8 @@ fn closed(s: &mut TcpStream) -> bool {
 
 const FIXED: u32 = FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES;
 
-/// A WRITE whose client leaves mid-payload: into a reused buffer (64 KiB) and, on a volume
-/// LUN, into record buffers the LUN would keep (1 MiB of whole records, cut off at an odd
-/// byte inside a record).
+/// A WRITE whose client leaves mid-payload (64 KiB cut at half; 1 MiB of whole records cut
+/// at an odd byte inside a record), on a file LUN and on a volume LUN.
 #[test]
 fn a_write_cut_short_changes_nothing() {
     for (kind, _b, lun) in luns(4 * MIB) {
@@ -348,9 +347,8 @@ fn client_networks_apply_over_ipv6() {
 
 /// WRITEs of mixed sizes, many in flight, then a WRITE of each size again: the server
 /// reuses finished requests' payload buffers, longer than the next payload and full of an
-/// older one's bytes; only each request's own bytes may reach the LUN. On a volume LUN the
-/// large record-aligned ones (odd rounds) are read into record buffers the LUN keeps, the
-/// first part of each payload from what the reader's buffer already holds.
+/// older one's bytes; only each request's own bytes may reach the LUN. On a file LUN and on
+/// a volume LUN; odd rounds are record-aligned (whole 4 KiB records of the volume LUN).
 #[test]
 fn reused_payload_buffers_write_only_their_own_bytes() {
     for (kind, _b, lun) in luns(8 * MIB) {
