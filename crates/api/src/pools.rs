@@ -50,6 +50,13 @@ pub struct PoolInfo {
     pub scrub_every_seconds: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub_next_ns: Option<u64>,
+    /// How fast a rebuild copies while the pool serves clients: at least the first, at
+    /// most the second (bytes per second), the rate between them following the clients'
+    /// latency. An idle pool is rebuilt at full speed.
+    #[serde(default)]
+    pub rebuild_rate_min_bytes_per_second: u64,
+    #[serde(default)]
+    pub rebuild_rate_max_bytes_per_second: u64,
     /// Space, commits and caches: present when the pool is open.
     #[serde(flatten)]
     pub status: Option<PoolFigures>,
@@ -70,6 +77,11 @@ pub struct RebuildFigures {
     /// How fast `done_bytes` grows.
     pub scan_bytes_per_second: u64,
     pub eta_seconds: Option<u64>,
+    /// The copy rate allowed now, while the pool serves clients (bytes per second; it
+    /// follows their latency between the pool's rebuild-rate bounds); absent while the
+    /// pool is idle and the rebuild runs at full speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes_per_second: Option<u64>,
 }
 
 /// `POST /v1/pools/{pool}/devices`: take a device of a mirror offline, bring it back
@@ -262,6 +274,14 @@ pub struct SetPool {
     /// the schedule.
     #[serde(default)]
     pub scrub_every_seconds: Option<u64>,
+    /// The least a rebuild copies per second while the pool serves clients (at least
+    /// 1 MiB/s).
+    #[serde(default)]
+    pub rebuild_rate_min_bytes_per_second: Option<u64>,
+    /// The most a rebuild copies per second while the pool serves clients (at least the
+    /// minimum).
+    #[serde(default)]
+    pub rebuild_rate_max_bytes_per_second: Option<u64>,
 }
 
 /// Query of `DELETE /v1/pools/{pool}` (destroy).

@@ -149,6 +149,14 @@ pub enum PoolCmd {
         /// Scrub the pool on a schedule, e.g. 7d (the first one that long from now); 0 stops it.
         #[arg(long)]
         scrub_every: Option<String>,
+        /// The least a rebuild copies per second while the pool serves clients, e.g. 32M
+        /// (default; at least 1M). An idle pool is rebuilt at full speed.
+        #[arg(long, value_name = "BYTES")]
+        rebuild_rate_min: Option<String>,
+        /// The most a rebuild copies per second while the pool serves clients, e.g. 512M
+        /// (default); between the two the rate follows the clients' latency.
+        #[arg(long, value_name = "BYTES")]
+        rebuild_rate_max: Option<String>,
     },
     /// Destroy a pool: every volume, snapshot and clone in it; its devices' labels are erased.
     Destroy {
@@ -315,7 +323,18 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
         PoolCmd::Scrub { name, pause, resume, cancel, status, no_wait } => {
             scrub(c, out, &name, pause, resume, cancel, status, no_wait)?
         }
-        PoolCmd::Set { name, capacity_alert, log_device, remove_log_device, scrub_every } => {
+        PoolCmd::Set {
+            name,
+            capacity_alert,
+            log_device,
+            remove_log_device,
+            scrub_every,
+            rebuild_rate_min,
+            rebuild_rate_max,
+        } => {
+            let rate = |v: Option<String>, flag: &str| {
+                v.map(|s| parse_size(&s).map_err(|e| Failure::usage(format!("{flag} {e}")))).transpose()
+            };
             let req = SetPool {
                 capacity_alert_percent: capacity_alert,
                 log_device: log_device.as_ref().map(|l| absolute(l, "--log-device")).transpose()?,
@@ -324,14 +343,18 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                     .as_deref()
                     .map(|s| crate::units::parse_interval(s).map_err(|e| Failure::usage(format!("--scrub-every {e}"))))
                     .transpose()?,
+                rebuild_rate_min_bytes_per_second: rate(rebuild_rate_min, "--rebuild-rate-min")?,
+                rebuild_rate_max_bytes_per_second: rate(rebuild_rate_max, "--rebuild-rate-max")?,
             };
             if req.capacity_alert_percent.is_none()
                 && req.log_device.is_none()
                 && req.remove_log_device.is_none()
                 && req.scrub_every_seconds.is_none()
+                && req.rebuild_rate_min_bytes_per_second.is_none()
+                && req.rebuild_rate_max_bytes_per_second.is_none()
             {
                 return Err(Failure::usage(
-                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH, --remove-log-device or --scrub-every INTERVAL",
+                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH, --remove-log-device, --scrub-every INTERVAL or --rebuild-rate-min/--rebuild-rate-max BYTES",
                 ));
             }
             let p: PoolInfo = c.send("PATCH", &format!("/v1/pools/{}", seg(&name)), &req)?;
@@ -481,6 +504,13 @@ pub fn print_pool(p: &PoolInfo) {
         println!("schedule  scrub every {every} s, next at {}", strata_daemon::utc(next / 1_000_000_000));
     }
     let Some(s) = &p.status else { return };
+    if s.layout != "single" {
+        println!(
+            "rebuilds  {}/s to {}/s while clients are served (following their latency), full speed when idle",
+            human(p.rebuild_rate_min_bytes_per_second),
+            human(p.rebuild_rate_max_bytes_per_second)
+        );
+    }
     if s.layout != "single" || s.devices.iter().any(|d| d.state != "ONLINE") {
         print_devices(s);
     }
@@ -662,8 +692,12 @@ fn print_devices(s: &strata_api::PoolFigures) {
     }
     if let Some(r) = &s.rebuild {
         let eta = r.eta_seconds.map_or("-".to_string(), |e| format!("{}m{:02}s", e / 60, e % 60));
+        let limit = r
+            .limit_bytes_per_second
+            .map(|l| format!(" (copying at most {}/s beside clients)", human(l)))
+            .unwrap_or_default();
         println!(
-            "rebuild   {}: {:.1}% ({} of {} scanned, {} copied) at {}/s, {eta} to go",
+            "rebuild   {}: {:.1}% ({} of {} scanned, {} copied) at {}/s{limit}, {eta} to go",
             r.device,
             r.percent,
             human(r.done_bytes),

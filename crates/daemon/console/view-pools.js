@@ -108,7 +108,8 @@ async function detail(name) {
     scrubSection(p),
     rb ? card('Rebuild', h('div', { class: 'progress-line' }, bar(rb.percent / 100, 'info'), h('span', {}, fmt.percent(rb.percent))),
       facts([['Device', rb.device], ['Done', `${fmt.bytes(rb.done_bytes)} of ${fmt.bytes(rb.total_bytes)}`],
-        ['Rate', fmt.rate(rb.scan_bytes_per_second)], ['Time left', fmt.seconds(rb.eta_seconds)]])) : null,
+        ['Rate', fmt.rate(rb.scan_bytes_per_second)], ['Time left', fmt.seconds(rb.eta_seconds)],
+        ['Copy limit', rb.limit_bytes_per_second ? `${fmt.rate(rb.limit_bytes_per_second)} beside clients` : 'none (idle pool)']])) : null,
     p.open_notes.length ? card('When opened', h('ul', {}, p.open_notes.map((n) => h('li', {}, n)))) : null,
     h('p', {}, link('#/pools', '← All pools')));
 }

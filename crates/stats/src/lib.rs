@@ -156,6 +156,15 @@ impl ProtocolStats {
         self.classes.iter().flat_map(|c| c.shards.iter()).map(|s| s.ops.load(Ordering::Relaxed)).sum()
     }
 
+    /// Operations of every class so far and their summed latency (ns), without the
+    /// histograms: a rebuild's pace follows the clients' mean latency by it.
+    pub fn ops_and_latency_ns(&self) -> (u64, u64) {
+        let shards = self.classes.iter().flat_map(|c| c.shards.iter());
+        shards.fold((0, 0), |(ops, ns), s| {
+            (ops + s.ops.load(Ordering::Relaxed), ns.saturating_add(s.latency_ns.load(Ordering::Relaxed)))
+        })
+    }
+
     pub fn snapshot(&self, class: OpClass) -> ClassSnapshot {
         let c = &self.classes[class as usize];
         let mut out = ClassSnapshot { latency: c.latency.snapshot(), ..Default::default() };
@@ -219,6 +228,7 @@ mod tests {
         assert_eq!(s.snapshot(OpClass::Read), ClassSnapshot::default());
         let used: Vec<Protocol> = v.in_use().map(|(p, _)| p).collect();
         assert_eq!(used, vec![Protocol::Nbd]);
+        assert_eq!(s.ops_and_latency_ns(), (3, 2_030_300), "every class, summed");
     }
 
     fn highest_of_2ms() -> u64 {

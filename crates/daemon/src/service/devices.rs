@@ -3,6 +3,7 @@
 //! lines that say when a device changed state (what `zpool events` would show).
 
 use super::jobs::{Job, JobSpec, Jobs};
+use super::rebuild_pace::{rebuild_rate_of, RebuildPace, Step};
 use super::{devcheck, devset, open_device, random_u64, ApiError, Daemon};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,11 +13,6 @@ use std::time::{Duration, Instant};
 use strata_api::{DeviceChange, RebuildFigures};
 use strata_engine::{MemberState, Pool};
 
-/// Bytes a rebuild copies per second at most while the pool serves I/O (a rebuild of a
-/// 30%-full 1 TB member then takes ~55 min); an idle pool is rebuilt at full speed. At
-/// 256 MiB/s a parity2 set under pgbench kept 0.65 of its TPS during the rebuild
-/// (docs/benchmarks/redundancy.md); the target is 0.7.
-pub(crate) const REBUILD_BYTES_PER_SECOND: u64 = 96 << 20;
 /// Logical bytes one rebuild step looks at (it copies only what the pool uses of them).
 const REBUILD_WINDOW: u64 = 8 << 20;
 
@@ -34,13 +30,15 @@ struct Track {
     started: Instant,
     start_cursor: u64,
     copied: u64,
+    /// The rate its last step was held to (clients were served), or `None` (full speed).
+    limit: Option<u64>,
     /// Its job resource (jobs.rs): the cursor as its progress; not cancellable (a member
     /// being rebuilt is not redundant until it ends).
     job: Arc<Job>,
 }
 
 impl RebuildTracks {
-    /// A rebuild was started: wake the devices thread.
+    /// A rebuild was started, or its rate bounds changed: wake the devices thread.
     pub(crate) fn kick(&self) {
         *self.kicked.lock().expect("rebuild kick") = true;
         self.wake.notify_all();
@@ -62,12 +60,14 @@ impl RebuildTracks {
         pool: &str,
         p: &strata_engine::pool::rebuild::RebuildProgress,
         step_started: Instant,
+        limit: Option<u64>,
     ) {
         let mut t = self.tracks.lock().expect("rebuild tracks");
         let e = t.entry(pool.to_string()).or_insert_with(|| Track {
             started: step_started,
             start_cursor: p.status.cursor,
             copied: 0,
+            limit,
             job: jobs.start(JobSpec {
                 kind: "rebuild",
                 pool,
@@ -77,6 +77,7 @@ impl RebuildTracks {
             }),
         });
         e.copied += p.copied;
+        e.limit = limit;
         e.job.set_total(p.status.end);
         e.job.done.store(p.status.cursor, Ordering::Relaxed);
     }
@@ -101,12 +102,12 @@ impl RebuildTracks {
     /// The figures of pool `pool`'s rebuild at `cursor` of `end`.
     pub(crate) fn figures(&self, pool: &str, device: String, cursor: u64, end: u64) -> RebuildFigures {
         let t = self.tracks.lock().expect("rebuild tracks");
-        let (rate, copied) = match t.get(pool) {
+        let (rate, copied, limit) = match t.get(pool) {
             Some(tr) => {
                 let secs = tr.started.elapsed().as_secs_f64().max(0.001);
-                ((cursor.saturating_sub(tr.start_cursor)) as f64 / secs, tr.copied)
+                ((cursor.saturating_sub(tr.start_cursor)) as f64 / secs, tr.copied, tr.limit)
             }
-            None => (0.0, 0),
+            None => (0.0, 0, None),
         };
         let eta = (rate > 0.0).then(|| (end.saturating_sub(cursor)) as f64 / rate);
         RebuildFigures {
@@ -117,6 +118,7 @@ impl RebuildTracks {
             copied_bytes: copied,
             scan_bytes_per_second: rate as u64,
             eta_seconds: eta.map(|e| e.round() as u64),
+            limit_bytes_per_second: limit,
         }
     }
 }
@@ -388,16 +390,23 @@ impl Daemon {
     }
 
     /// The devices thread: every pool's member states (a change is logged), and the rebuild
-    /// of a mirror member, window by window, at most REBUILD_BYTES_PER_SECOND while the pool
-    /// serves I/O.
+    /// of a mirror member, window by window: at full speed on an idle pool, at the rate
+    /// its pace allows while the pool serves clients (rebuild_pace.rs).
     pub(crate) fn device_loop(self: Arc<Self>) {
         let mut seen: BTreeMap<(String, usize, usize), (MemberState, String)> = BTreeMap::new();
         let mut activity: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        let mut paces: BTreeMap<String, RebuildPace> = BTreeMap::new();
         while !self.stopping.load(Ordering::Relaxed) {
-            let pools: Vec<(String, Arc<Pool>)> =
-                self.pools.lock().expect("pools").iter().map(|(n, e)| (n.clone(), e.pool.clone())).collect();
+            let pools: Vec<(String, Arc<Pool>, (u64, u64))> = self
+                .pools
+                .lock()
+                .expect("pools")
+                .iter()
+                .map(|(n, e)| (n.clone(), e.pool.clone(), rebuild_rate_of(e.rebuild_rate)))
+                .collect();
+            paces.retain(|n, _| pools.iter().any(|(p, _, _)| p == n));
             let mut busy = false;
-            for (name, pool) in pools {
+            for (name, pool, (min, max)) in pools {
                 self.note_log_failover(&name, &pool);
                 let Some(set) = pool.device().set_status() else { continue };
                 for m in &set.members {
@@ -427,6 +436,16 @@ impl Daemon {
                 // rebuild's first step knows too.
                 let io = (self.stats.pool_ops(&name), pool.io_activity().2);
                 let foreground = activity.insert(name.clone(), io).is_some_and(|before| before != io);
+                let pace = paces.entry(name.clone()).or_insert_with(|| RebuildPace::new(min, max));
+                pace.set_limits(min, max);
+                let (ops, latency_ns) = self.stats.pool_ops_latency(&name);
+                match pace.observe(ops, latency_ns, set.rebuild.is_some(), Instant::now()) {
+                    Step::Rebase(us) => {
+                        tracing::info!(pool = %name, latency_us = us as u64, "rebuild pace: the clients' latency at the floor rate is the new reference")
+                    }
+                    Step::Up(r) | Step::Down(r) => tracing::debug!(pool = %name, rate = r, "rebuild pace"),
+                    Step::Wait | Step::Reference(_) => {}
+                }
                 if set.rebuild.is_some() {
                     busy = true;
                     let start = Instant::now();
@@ -438,16 +457,18 @@ impl Daemon {
                     let lanes = if foreground { 2 } else { strata_engine::device::mirror::IDLE_COPY_LANES };
                     match pool.rebuild_step_lanes(window, lanes) {
                         Ok(Some(p)) => {
-                            self.rebuilds.record(&self.jobs, &name, &p, start);
+                            let rate = pace.rate();
+                            self.rebuilds.record(&self.jobs, &name, &p, start, foreground.then_some(rate));
                             if p.done {
                                 let (copied, secs) = self.rebuilds.forget(&self.jobs, &name, true).unwrap_or_default();
                                 tracing::info!(pool = %name, device = %p.status.device, copied, secs, "rebuild complete");
                             }
                             // Pace while the pool serves I/O: the bytes copied at the allowed
                             // rate. An idle pool is rebuilt as fast as the devices go.
-                            let want = Duration::from_secs_f64(p.copied as f64 / REBUILD_BYTES_PER_SECOND as f64);
+                            let want = Duration::from_secs_f64(p.copied as f64 / rate.max(1) as f64);
+                            // A new rate (`pool set`) or rebuild ends the wait early.
                             if let Some(rest) = want.checked_sub(start.elapsed()).filter(|_| foreground) {
-                                std::thread::sleep(rest);
+                                self.rebuilds.nap(rest);
                             }
                         }
                         Ok(None) => {

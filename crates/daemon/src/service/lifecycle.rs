@@ -106,7 +106,7 @@ impl Daemon {
             .expect("pools")
             .remove(name)
             .ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-        let PoolEntry { pool, device, members, groups, log_device, spares, scrub_schedule } = entry;
+        let PoolEntry { pool, device, members, groups, log_device, spares, scrub_schedule, rebuild_rate } = entry;
         let start = Instant::now();
         let mut pool = pool;
         loop {
@@ -126,7 +126,16 @@ impl Daemon {
                 Err(shared) => {
                     self.pools.lock().expect("pools").insert(
                         name.into(),
-                        PoolEntry { pool: shared, device, members, groups, log_device, spares, scrub_schedule },
+                        PoolEntry {
+                            pool: shared,
+                            device,
+                            members,
+                            groups,
+                            log_device,
+                            spares,
+                            scrub_schedule,
+                            rebuild_rate,
+                        },
                     );
                     return Err(ApiError::conflict(
                         format!("pool {name} is still in use by requests in flight"),
@@ -455,6 +464,7 @@ impl Daemon {
             log_device: req.log_device.clone(),
             spares: Vec::new(),
             scrub_schedule: None,
+            rebuild_rate: None,
             scrub_progress: None,
         };
         tracing::info!(pool = %name, guid = %c.guid, device = %c.device.display(), txg = pool.status().txg, "pool imported");
@@ -468,6 +478,7 @@ impl Daemon {
                 log_device: record.log_device,
                 spares: Vec::new(),
                 scrub_schedule: None,
+                rebuild_rate: None,
             },
         );
         self.save_state()?;

@@ -43,6 +43,7 @@ pub(crate) mod mounts;
 pub(crate) mod peers;
 pub(crate) mod policy;
 pub(crate) mod pools;
+pub(crate) mod rebuild_pace;
 pub(crate) mod scrub;
 pub(crate) mod snapshots;
 pub(crate) mod state;
@@ -74,6 +75,8 @@ pub(crate) struct PoolEntry {
     pub spares: Vec<PathBuf>,
     /// When the pool is scrubbed by itself (watch.rs).
     pub scrub_schedule: Option<state::ScrubSchedule>,
+    /// Bounds of a rebuild's rate beside clients; `None`: the defaults (rebuild_pace.rs).
+    pub rebuild_rate: Option<state::RebuildRate>,
 }
 
 /// A pool of the state file that could not be opened.
@@ -248,6 +251,7 @@ impl Daemon {
                             log_device,
                             spares: p.spares.clone(),
                             scrub_schedule: p.scrub_schedule,
+                            rebuild_rate: p.rebuild_rate,
                         },
                     );
                 }
@@ -322,6 +326,7 @@ impl Daemon {
                 log_device: e.log_device.clone(),
                 spares: e.spares.clone(),
                 scrub_schedule: e.scrub_schedule,
+                rebuild_rate: e.rebuild_rate,
                 scrub_progress: self.scrubs.progress(n),
             })
             .collect();

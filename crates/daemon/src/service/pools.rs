@@ -2,7 +2,8 @@
 //! (all fields or none), the checker, and the lifecycle: destroy, export, import.
 
 use super::jobs::JobSpec;
-use super::state::PoolRecord;
+use super::rebuild_pace::{self, rebuild_rate_of};
+use super::state::{PoolRecord, RebuildRate};
 use super::{devset, logdev, open_device, pool_options, random_u64, ApiError, Daemon, PoolEntry};
 use std::path::Path;
 use std::sync::Arc;
@@ -167,10 +168,12 @@ impl Daemon {
                 spares: u.record.spares.clone(),
                 scrub_every_seconds: u.record.scrub_schedule.map(|s| s.every_seconds),
                 scrub_next_ns: u.record.scrub_schedule.map(|s| s.next_ns),
+                rebuild_rate_min_bytes_per_second: rebuild_rate_of(u.record.rebuild_rate).0,
+                rebuild_rate_max_bytes_per_second: rebuild_rate_of(u.record.rebuild_rate).1,
                 status: None,
             });
         }
-        let (pool, device, members, groups, log_device, spares, schedule) = {
+        let (pool, device, members, groups, log_device, spares, schedule, rates) = {
             let pools = self.pools.lock().expect("pools");
             let e =
                 pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
@@ -182,6 +185,7 @@ impl Daemon {
                 e.log_device.clone(),
                 e.spares.clone(),
                 e.scrub_schedule,
+                rebuild_rate_of(e.rebuild_rate),
             )
         };
         let status = pool.status();
@@ -200,6 +204,8 @@ impl Daemon {
             spares,
             scrub_every_seconds: schedule.map(|s| s.every_seconds),
             scrub_next_ns: schedule.map(|s| s.next_ns),
+            rebuild_rate_min_bytes_per_second: rates.0,
+            rebuild_rate_max_bytes_per_second: rates.1,
             status: Some(f),
         })
     }
@@ -293,6 +299,7 @@ impl Daemon {
                 log_device: req.log_device.clone(),
                 spares: req.spares.clone(),
                 scrub_schedule: None,
+                rebuild_rate: None,
             },
         );
         tracing::info!(pool = %req.name, devices = ?layout.paths(), spares = ?req.spares, "pool created");
@@ -321,6 +328,7 @@ impl Daemon {
                 "scrub at least once a year (e.g. --scrub-every 30d); 0 stops the schedule",
             ));
         }
+        let rebuild_rate = self.new_rebuild_rate(name, req)?;
         if remove && pool.status().log_device.is_none() {
             return Err(ApiError::conflict(
                 format!("pool {name} has no log device of its own"),
@@ -353,7 +361,46 @@ impl Daemon {
             tracing::info!(pool = name, every_seconds = every, "scrub schedule set");
             self.save_state()?;
         }
+        if let Some(rate) = rebuild_rate {
+            if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+                e.rebuild_rate = Some(rate);
+            }
+            tracing::info!(
+                pool = name,
+                min_bytes_per_second = rate.min_bytes_per_second,
+                max_bytes_per_second = rate.max_bytes_per_second,
+                "rebuild rate set"
+            );
+            self.save_state()?;
+            // A rebuild waiting out its old rate takes the new one now.
+            self.rebuilds.kick();
+        }
         Ok(())
+    }
+
+    /// The rebuild-rate bounds `req` asks for (either bound alone keeps the other), checked;
+    /// `None` when it changes neither.
+    fn new_rebuild_rate(&self, name: &str, req: &SetPool) -> Result<Option<RebuildRate>, ApiError> {
+        let (want_min, want_max) = (req.rebuild_rate_min_bytes_per_second, req.rebuild_rate_max_bytes_per_second);
+        if want_min.is_none() && want_max.is_none() {
+            return Ok(None);
+        }
+        let current = self.pools.lock().expect("pools").get(name).and_then(|e| e.rebuild_rate);
+        let (min, max) = rebuild_rate_of(current);
+        let (min, max) = (want_min.unwrap_or(min), want_max.unwrap_or(max));
+        if min < rebuild_pace::LEAST_MIN_BYTES_PER_SECOND {
+            return Err(ApiError::bad_request(
+                format!("a rebuild rate floor of {min} bytes/s"),
+                "use at least 1M: slower leaves the pool without redundancy for days",
+            ));
+        }
+        if max < min {
+            return Err(ApiError::bad_request(
+                format!("a rebuild rate ceiling ({max} bytes/s) below its floor ({min} bytes/s)"),
+                "give a --rebuild-rate-max at least --rebuild-rate-min (set both together to lower both)",
+            ));
+        }
+        Ok(Some(RebuildRate { min_bytes_per_second: min, max_bytes_per_second: max }))
     }
 
     /// Give pool `name` the separate log device `log` (checked as at creation), and

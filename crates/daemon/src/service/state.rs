@@ -29,6 +29,10 @@ pub struct PoolRecord {
     /// The pool's scrub schedule; absent when it has none (and in older state files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub_schedule: Option<ScrubSchedule>,
+    /// Bounds of a rebuild's copy rate beside clients (`pool set --rebuild-rate-min/-max`);
+    /// absent: the defaults (and in older state files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild_rate: Option<RebuildRate>,
     /// A scrub under way when the state was saved: the next start of the daemon resumes it
     /// (service/scrub.rs); absent when none was (and in older state files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +48,15 @@ pub struct ScrubProgress {
     pub paused: bool,
     /// When the scrub first started (wall clock, ns): kept across its resumptions.
     pub started_ns: u64,
+}
+
+/// How fast a rebuild may copy while the pool serves clients: at least `min`, at most
+/// `max` bytes per second, the rate between them following the clients' latency
+/// (rebuild_pace.rs). An idle pool is rebuilt at full speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildRate {
+    pub min_bytes_per_second: u64,
+    pub max_bytes_per_second: u64,
 }
 
 /// A pool scrubbed every `every_seconds`; the next scrub is due at `next_ns` (wall clock),

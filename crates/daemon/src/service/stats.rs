@@ -58,6 +58,16 @@ impl StatsRegistry {
         ops_of(&self.volumes, pool)
     }
 
+    /// Client operations on `pool`'s volumes so far and their summed latency (ns): the
+    /// clients' mean latency, which a rebuild's pace follows (rebuild_pace.rs).
+    pub(crate) fn pool_ops_latency(&self, pool: &str) -> (u64, u64) {
+        let v = self.volumes.lock().expect("volume stats");
+        v.iter()
+            .filter(|((p, _), _)| p == pool)
+            .flat_map(|(_, s)| s.in_use().map(|(_, ps)| ps.ops_and_latency_ns()))
+            .fold((0, 0), |(o, n), (o2, n2)| (o + o2, n.saturating_add(n2)))
+    }
+
     /// `pool_ops` of `pool` as a function that outlives a borrow of the registry (a scrub's
     /// thread paces by it).
     pub(crate) fn pool_ops_fn(&self, pool: &str) -> Box<dyn Fn() -> u64 + Send + Sync> {
