@@ -46,6 +46,8 @@ const SLACK_US: f64 = 50.0;
 const REBASE_PERIODS: u32 = 4;
 /// Weight of a new period in the reference while no rebuild runs.
 const REFERENCE_WEIGHT: f64 = 0.2;
+/// Weight of a period below the reference during a rebuild.
+const LOWER_WEIGHT: f64 = 0.5;
 
 /// The rate of one pool's rebuild beside its clients, fed every round of the devices
 /// thread with the clients' cumulative operation count and latency sum.
@@ -139,6 +141,12 @@ impl RebuildPace {
             self.reference_us = Some(mean_us);
             return Step::Rebase(mean_us);
         };
+        if mean_us < reference {
+            // The clients do better than the reference during the rebuild: their load is
+            // lighter than when it was taken, so it comes down (halfway each period), lest
+            // a reference from a heavier load let the copy triple a light load's latency.
+            self.reference_us = Some(reference + LOWER_WEIGHT * (mean_us - reference));
+        }
         if mean_us <= reference * TOLERANCE + SLACK_US {
             self.over_at_floor = 0;
             let step = ((self.max - self.min) / 8).max(1);
@@ -231,6 +239,20 @@ mod tests {
         assert_eq!(steps[3], Step::Rebase(1000.0), "{steps:?}");
         assert_eq!(p.rate(), 32 * MIB);
         assert_eq!(feed(&mut p, &mut c, 1, 1100, true), [Step::Up(92 * MIB)]);
+    }
+
+    #[test]
+    fn a_lighter_load_during_the_rebuild_lowers_the_reference() {
+        let mut p = RebuildPace::new(32 * MIB, 512 * MIB);
+        let mut c = start(&mut p);
+        // Taken under a heavy load; the rebuild then runs beside a light one.
+        feed(&mut p, &mut c, 1, 2000, false);
+        feed(&mut p, &mut c, 6, 500, true);
+        let r = p.reference_us().unwrap();
+        assert!((500.0..530.0).contains(&r), "halfway down each period: {r}");
+        // Tripling the light load's latency is over the threshold (the old reference's
+        // would have allowed it).
+        assert_eq!(feed(&mut p, &mut c, 1, 1500, true), [Step::Down(196 * MIB)]);
     }
 
     #[test]
