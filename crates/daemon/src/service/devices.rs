@@ -434,11 +434,11 @@ impl Daemon {
                 // counters: the commits that follow a database's last writes would count, and
                 // pace a rebuild of an idle pool for seconds. Sampled every round, so that a
                 // rebuild's first step knows too.
-                let io = (self.stats.pool_ops(&name), pool.io_activity().2);
+                let (ops, latency_ns) = self.stats.pool_ops_latency(&name);
+                let io = (ops, pool.io_activity().2);
                 let foreground = activity.insert(name.clone(), io).is_some_and(|before| before != io);
                 let pace = paces.entry(name.clone()).or_insert_with(|| RebuildPace::new(min, max));
                 pace.set_limits(min, max);
-                let (ops, latency_ns) = self.stats.pool_ops_latency(&name);
                 match pace.observe(ops, latency_ns, set.rebuild.is_some(), Instant::now()) {
                     Step::Rebase(us) => {
                         tracing::info!(pool = %name, latency_us = us as u64, "rebuild pace: the clients' latency at the floor rate is the new reference")
