@@ -57,6 +57,14 @@ pub struct PoolInfo {
     pub rebuild_rate_min_bytes_per_second: u64,
     #[serde(default)]
     pub rebuild_rate_max_bytes_per_second: u64,
+    /// How fast a scrub verifies while the pool serves clients: at least the first, at most
+    /// the second (bytes per second), the rate between them following the clients'
+    /// latency. An idle pool is scrubbed at full speed (`serve --scrub-rate` overrides
+    /// both).
+    #[serde(default)]
+    pub scrub_rate_min_bytes_per_second: u64,
+    #[serde(default)]
+    pub scrub_rate_max_bytes_per_second: u64,
     /// Space, commits and caches: present when the pool is open.
     #[serde(flatten)]
     pub status: Option<PoolFigures>,
@@ -282,6 +290,14 @@ pub struct SetPool {
     /// minimum).
     #[serde(default)]
     pub rebuild_rate_max_bytes_per_second: Option<u64>,
+    /// The least a scrub verifies per second while the pool serves clients (at least
+    /// 1 MiB/s).
+    #[serde(default)]
+    pub scrub_rate_min_bytes_per_second: Option<u64>,
+    /// The most a scrub verifies per second while the pool serves clients (at least the
+    /// minimum).
+    #[serde(default)]
+    pub scrub_rate_max_bytes_per_second: Option<u64>,
 }
 
 /// Query of `DELETE /v1/pools/{pool}` (destroy).
@@ -452,9 +468,15 @@ pub struct ScrubStatus {
     /// Seconds since it started (to its end, once ended).
     pub seconds: f64,
     /// Of those, the seconds it waited to keep to its rate while the pool served clients
-    /// (`serve --scrub-rate`, or 256 MiB/s by default); 0 on an idle pool.
+    /// (`serve --scrub-rate`, or the rate that follows their latency between the pool's
+    /// scrub-rate bounds); 0 on an idle pool.
     #[serde(default)]
     pub paced_seconds: f64,
+    /// The rate allowed now (bytes per second): while the pool serves clients, the one
+    /// that follows their latency; always `serve --scrub-rate` when the daemon has one.
+    /// Absent while the pool is idle and the scrub runs at full speed, and once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes_per_second: Option<u64>,
     /// What it found, once ended (`finished`, `cancelled`, `yielded`: up to where it got).
     pub report: Option<ScrubReport>,
     /// Why it failed, or what to do.

@@ -157,6 +157,14 @@ pub enum PoolCmd {
         /// (default); between the two the rate follows the clients' latency.
         #[arg(long, value_name = "BYTES")]
         rebuild_rate_max: Option<String>,
+        /// The least a scrub verifies per second while the pool serves clients, e.g. 16M
+        /// (default; at least 1M). An idle pool is scrubbed at full speed.
+        #[arg(long, value_name = "BYTES")]
+        scrub_rate_min: Option<String>,
+        /// The most a scrub verifies per second while the pool serves clients, e.g. 256M
+        /// (default); between the two the rate follows the clients' latency.
+        #[arg(long, value_name = "BYTES")]
+        scrub_rate_max: Option<String>,
     },
     /// Destroy a pool: every volume, snapshot and clone in it; its devices' labels are erased.
     Destroy {
@@ -331,6 +339,8 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
             scrub_every,
             rebuild_rate_min,
             rebuild_rate_max,
+            scrub_rate_min,
+            scrub_rate_max,
         } => {
             let rate = |v: Option<String>, flag: &str| {
                 v.map(|s| parse_size(&s).map_err(|e| Failure::usage(format!("{flag} {e}")))).transpose()
@@ -345,6 +355,8 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                     .transpose()?,
                 rebuild_rate_min_bytes_per_second: rate(rebuild_rate_min, "--rebuild-rate-min")?,
                 rebuild_rate_max_bytes_per_second: rate(rebuild_rate_max, "--rebuild-rate-max")?,
+                scrub_rate_min_bytes_per_second: rate(scrub_rate_min, "--scrub-rate-min")?,
+                scrub_rate_max_bytes_per_second: rate(scrub_rate_max, "--scrub-rate-max")?,
             };
             if req.capacity_alert_percent.is_none()
                 && req.log_device.is_none()
@@ -352,9 +364,11 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                 && req.scrub_every_seconds.is_none()
                 && req.rebuild_rate_min_bytes_per_second.is_none()
                 && req.rebuild_rate_max_bytes_per_second.is_none()
+                && req.scrub_rate_min_bytes_per_second.is_none()
+                && req.scrub_rate_max_bytes_per_second.is_none()
             {
                 return Err(Failure::usage(
-                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH, --remove-log-device, --scrub-every INTERVAL or --rebuild-rate-min/--rebuild-rate-max BYTES",
+                    "nothing to set: give --capacity-alert PERCENT, --log-device PATH, --remove-log-device, --scrub-every INTERVAL, --rebuild-rate-min/--rebuild-rate-max BYTES or --scrub-rate-min/--scrub-rate-max BYTES",
                 ));
             }
             let p: PoolInfo = c.send("PATCH", &format!("/v1/pools/{}", seg(&name)), &req)?;
@@ -511,6 +525,11 @@ pub fn print_pool(p: &PoolInfo) {
             human(p.rebuild_rate_max_bytes_per_second)
         );
     }
+    println!(
+        "scrubs    {}/s to {}/s while clients are served (following their latency), full speed when idle",
+        human(p.scrub_rate_min_bytes_per_second),
+        human(p.scrub_rate_max_bytes_per_second)
+    );
     if s.layout != "single" || s.devices.iter().any(|d| d.state != "ONLINE") {
         print_devices(s);
     }
@@ -717,28 +736,35 @@ fn print_scrub_line(s: &strata_api::PoolFigures) {
             .map(|r| format!(", {} damaged copies found, {} repaired", r.checksum_errors, human(r.repaired_bytes)))
             .unwrap_or_default();
         println!(
-            "scrub     {} {:.1}% ({} of {}) at {}/s{}{found}",
+            "scrub     {} {:.1}% ({} of {}) at {}/s{}{}{found}",
             sc.state,
             sc.percent,
             human(sc.done_bytes),
             human(sc.total_bytes),
             human(sc.bytes_per_second),
-            sc.eta_seconds.map(|e| format!(", {e:.0} s to go")).unwrap_or_default()
+            sc.eta_seconds.map(|e| format!(", {e:.0} s to go")).unwrap_or_default(),
+            limited(sc)
         );
     }
+}
+
+/// The limit a running scrub keeps to now, if any.
+fn limited(s: &ScrubStatus) -> String {
+    s.limit_bytes_per_second.map(|l| format!(", verifying at most {}/s beside clients", human(l))).unwrap_or_default()
 }
 
 fn print_scrub_status(name: &str, s: &ScrubStatus) {
     match s.state.as_str() {
         "none" => println!("pool {name}: no scrub since the daemon started"),
         "running" | "paused" => println!(
-            "pool {name}: scrub {} {:.1}% ({} of {}) at {}/s{}{}",
+            "pool {name}: scrub {} {:.1}% ({} of {}) at {}/s{}{}{}",
             s.state,
             s.percent,
             human(s.done_bytes),
             human(s.total_bytes),
             human(s.bytes_per_second),
             s.eta_seconds.map(|e| format!(", {e:.0} s to go")).unwrap_or_default(),
+            limited(s),
             paced(s)
         ),
         state => {

@@ -43,8 +43,10 @@ pub struct ServeArgs {
     /// Also answer the portmapper on this port (111 lets clients find NFS without ports).
     #[arg(long)]
     nfs_portmap_port: Option<u16>,
-    /// Most bytes per second a scrub verifies, whether the pool is busy or not (e.g. 100M);
-    /// default 256M while the pool serves I/O, full speed when it is idle.
+    /// Most bytes per second a scrub verifies on every pool, whether it is busy or not
+    /// (e.g. 100M); default: while the pool serves I/O, a rate that follows the clients'
+    /// latency between the pool's bounds (`pool set --scrub-rate-min/-max`), full speed
+    /// when it is idle.
     #[arg(long)]
     scrub_rate: Option<String>,
     /// Record a `pool.slow_commit` event for each commit slower than this (milliseconds;

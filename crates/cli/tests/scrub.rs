@@ -70,6 +70,7 @@ fn a_background_scrub_is_paused_resumed_cancelled_and_reported() {
 
     // --scrub-rate holds whether the pool is busy or not: the scrub waited.
     assert!(c["paced_seconds"].as_f64().unwrap() > 0.5, "{c}");
+    assert_eq!(c["limit_bytes_per_second"], 1 << 20, "--scrub-rate is the limit, busy or not: {c}");
     scrub(&d, &["--cancel"]);
     let s = wait_state(&d, "cancelled");
     let r = &s["report"];

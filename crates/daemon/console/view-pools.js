@@ -46,6 +46,7 @@ function scrubSection(p) {
     facts([
       ['Verified', `${fmt.bytes(s.done_bytes)} of ${fmt.bytes(s.total_bytes)}`],
       ['Rate', fmt.rate(s.bytes_per_second)],
+      running ? ['Limit', s.limit_bytes_per_second ? `${fmt.rate(s.limit_bytes_per_second)} beside clients` : 'none (idle pool)'] : null,
       running && s.eta_seconds !== null ? ['Time left', fmt.seconds(s.eta_seconds)] : null,
       ['Elapsed', fmt.seconds(s.seconds)],
       r ? ['Found', `${r.checksum_errors} damaged cop${r.checksum_errors === 1 ? 'y' : 'ies'}, ${fmt.bytes(r.repaired_bytes)} repaired, ${r.check.clean ? 'invariants hold' : `${r.check.errors.length} problem(s)`}`] : null,

@@ -66,8 +66,9 @@ pub struct ServeOptions {
     pub nfs: Option<NfsOptions>,
     /// Serve NBD exports of LUNs (None: recorded, not served). See service/blockexports.rs.
     pub nbd: Option<BlockListen>,
-    /// A scrub's rate limit in bytes per second, always (None: 256 MiB/s while the pool
-    /// serves I/O, full speed when idle). `serve --scrub-rate`.
+    /// A scrub's rate limit in bytes per second, always, on every pool (None: while the
+    /// pool serves I/O, the rate that follows the clients' latency between the pool's
+    /// scrub-rate bounds; full speed when idle). `serve --scrub-rate`.
     pub scrub_bytes_per_second: Option<u64>,
     /// Serve iSCSI exports of LUNs (None: recorded, not served).
     pub iscsi: Option<BlockListen>,

@@ -2,8 +2,8 @@
 //! thread (copying at a bounded rate, so the database keeps its throughput), and the log
 //! lines that say when a device changed state (what `zpool events` would show).
 
+use super::client_pace::{rebuild_rate_of, scrub_rate_of, ClientPace, Step, Work};
 use super::jobs::{Job, JobSpec, Jobs};
-use super::rebuild_pace::{rebuild_rate_of, RebuildPace, Step};
 use super::{devcheck, devset, open_device, random_u64, ApiError, Daemon};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -389,24 +389,50 @@ impl Daemon {
         })
     }
 
-    /// The devices thread: every pool's member states (a change is logged), and the rebuild
-    /// of a mirror member, window by window: at full speed on an idle pool, at the rate
-    /// its pace allows while the pool serves clients (rebuild_pace.rs).
+    /// The devices thread: every pool's member states (a change is logged), the rebuild of
+    /// a mirror member, window by window: at full speed on an idle pool, at the rate its
+    /// pace allows while the pool serves clients (client_pace.rs); and the rate a running
+    /// scrub may go at beside clients (its own pace, set on the scrub every round).
     pub(crate) fn device_loop(self: Arc<Self>) {
         let mut seen: BTreeMap<(String, usize, usize), (MemberState, String)> = BTreeMap::new();
         let mut activity: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-        let mut paces: BTreeMap<String, RebuildPace> = BTreeMap::new();
+        // Per pool: the rebuild's pace and the scrub's.
+        let mut paces: BTreeMap<String, (ClientPace, ClientPace)> = BTreeMap::new();
         while !self.stopping.load(Ordering::Relaxed) {
-            let pools: Vec<(String, Arc<Pool>, (u64, u64))> = self
+            type Bounds = ((u64, u64), (u64, u64));
+            let pools: Vec<(String, Arc<Pool>, Bounds)> = self
                 .pools
                 .lock()
                 .expect("pools")
                 .iter()
-                .map(|(n, e)| (n.clone(), e.pool.clone(), rebuild_rate_of(e.rebuild_rate)))
+                .map(|(n, e)| {
+                    (n.clone(), e.pool.clone(), (rebuild_rate_of(e.rebuild_rate), scrub_rate_of(e.scrub_rate)))
+                })
                 .collect();
             paces.retain(|n, _| pools.iter().any(|(p, _, _)| p == n));
             let mut busy = false;
-            for (name, pool, (min, max)) in pools {
+            for (name, pool, bounds) in pools {
+                let scrubbing = self.scrubs.is_active(&name);
+                // Clients served since the last round (FUSE, NFS, NBD, iSCSI operations, and
+                // intent-log writes): only then are a rebuild and a scrub paced. Not the
+                // pool's own block counters: the commits that follow a database's last
+                // writes would count, and pace a rebuild of an idle pool for seconds. Sampled
+                // every round, so that a rebuild's first step (and a scrub's) knows too.
+                let (ops, latency_ns) = self.stats.pool_ops_latency(&name);
+                let io = (ops, pool.io_activity().2);
+                let foreground = activity.insert(name.clone(), io).is_some_and(|before| before != io);
+                self.scrubs.note_clients(&name, foreground);
+                let scrub_pace = &mut paces.entry(name.clone()).or_insert_with(|| new_paces(bounds)).1;
+                scrub_pace.set_limits(bounds.1 .0, bounds.1 .1);
+                let work = if scrubbing { Work::Mine } else { Work::Idle };
+                // A rebuild under way (seen below) is `Other` for the scrub's pace; a
+                // single-device pool has none.
+                let rebuilding = pool.device().set_status().is_some_and(|s| s.rebuild.is_some());
+                let work = if rebuilding && !scrubbing { Work::Other } else { work };
+                log_step("scrub", &name, scrub_pace.observe(ops, latency_ns, work, Instant::now()));
+                if scrubbing {
+                    self.scrubs.set_rate(&name, scrub_pace.rate());
+                }
                 self.note_log_failover(&name, &pool);
                 let Some(set) = pool.device().set_status() else { continue };
                 for m in &set.members {
@@ -429,23 +455,14 @@ impl Daemon {
                 }
                 self.use_spare(&name, &pool, &set);
                 let Some(set) = pool.device().set_status() else { continue };
-                // Clients served since the last round (FUSE, NFS, NBD, iSCSI operations, and
-                // intent-log writes): only then is a rebuild paced. Not the pool's own block
-                // counters: the commits that follow a database's last writes would count, and
-                // pace a rebuild of an idle pool for seconds. Sampled every round, so that a
-                // rebuild's first step knows too.
-                let (ops, latency_ns) = self.stats.pool_ops_latency(&name);
-                let io = (ops, pool.io_activity().2);
-                let foreground = activity.insert(name.clone(), io).is_some_and(|before| before != io);
-                let pace = paces.entry(name.clone()).or_insert_with(|| RebuildPace::new(min, max));
-                pace.set_limits(min, max);
-                match pace.observe(ops, latency_ns, set.rebuild.is_some(), Instant::now()) {
-                    Step::Rebase(us) => {
-                        tracing::info!(pool = %name, latency_us = us as u64, "rebuild pace: the clients' latency at the floor rate is the new reference")
-                    }
-                    Step::Up(r) | Step::Down(r) => tracing::debug!(pool = %name, rate = r, "rebuild pace"),
-                    Step::Wait | Step::Reference(_) => {}
-                }
+                let pace = &mut paces.entry(name.clone()).or_insert_with(|| new_paces(bounds)).0;
+                pace.set_limits(bounds.0 .0, bounds.0 .1);
+                let work = match (set.rebuild.is_some(), scrubbing) {
+                    (true, _) => Work::Mine,
+                    (false, true) => Work::Other,
+                    (false, false) => Work::Idle,
+                };
+                log_step("rebuild", &name, pace.observe(ops, latency_ns, work, Instant::now()));
                 if set.rebuild.is_some() {
                     busy = true;
                     let start = Instant::now();
@@ -485,6 +502,24 @@ impl Daemon {
                 self.rebuilds.nap(Duration::from_millis(200));
             }
         }
+    }
+}
+
+/// A pool's (rebuild, scrub) paces at their bounds.
+fn new_paces((rebuild, scrub): ((u64, u64), (u64, u64))) -> (ClientPace, ClientPace) {
+    (ClientPace::new(rebuild.0, rebuild.1), ClientPace::new(scrub.0, scrub.1))
+}
+
+/// A pace's step in the log: a new reference at the floor at info, the rest at debug.
+fn log_step(kind: &str, pool: &str, step: Step) {
+    match step {
+        Step::Rebase(us) => tracing::info!(
+            pool,
+            latency_us = us as u64,
+            "{kind} pace: the clients' latency at the floor rate is the new reference"
+        ),
+        Step::Up(r) | Step::Down(r) => tracing::debug!(pool, rate = r, "{kind} pace"),
+        Step::Wait | Step::Reference(_) => {}
     }
 }
 

@@ -106,7 +106,8 @@ impl Daemon {
             .expect("pools")
             .remove(name)
             .ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
-        let PoolEntry { pool, device, members, groups, log_device, spares, scrub_schedule, rebuild_rate } = entry;
+        let PoolEntry { pool, device, members, groups, log_device, spares, scrub_schedule, rebuild_rate, scrub_rate } =
+            entry;
         let start = Instant::now();
         let mut pool = pool;
         loop {
@@ -135,6 +136,7 @@ impl Daemon {
                             spares,
                             scrub_schedule,
                             rebuild_rate,
+                            scrub_rate,
                         },
                     );
                     return Err(ApiError::conflict(
@@ -465,6 +467,7 @@ impl Daemon {
             spares: Vec::new(),
             scrub_schedule: None,
             rebuild_rate: None,
+            scrub_rate: None,
             scrub_progress: None,
         };
         tracing::info!(pool = %name, guid = %c.guid, device = %c.device.display(), txg = pool.status().txg, "pool imported");
@@ -479,6 +482,7 @@ impl Daemon {
                 spares: Vec::new(),
                 scrub_schedule: None,
                 rebuild_rate: None,
+                scrub_rate: None,
             },
         );
         self.save_state()?;

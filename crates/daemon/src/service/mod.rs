@@ -24,6 +24,7 @@
 //! only for look-ups and updates.
 
 pub(crate) mod blockexports;
+pub(crate) mod client_pace;
 pub(crate) mod db_freeze;
 pub(crate) mod devcheck;
 pub(crate) mod devices;
@@ -43,7 +44,6 @@ pub(crate) mod mounts;
 pub(crate) mod peers;
 pub(crate) mod policy;
 pub(crate) mod pools;
-pub(crate) mod rebuild_pace;
 pub(crate) mod scrub;
 pub(crate) mod snapshots;
 pub(crate) mod state;
@@ -75,8 +75,10 @@ pub(crate) struct PoolEntry {
     pub spares: Vec<PathBuf>,
     /// When the pool is scrubbed by itself (watch.rs).
     pub scrub_schedule: Option<state::ScrubSchedule>,
-    /// Bounds of a rebuild's rate beside clients; `None`: the defaults (rebuild_pace.rs).
-    pub rebuild_rate: Option<state::RebuildRate>,
+    /// Bounds of a rebuild's rate beside clients; `None`: the defaults (client_pace.rs).
+    pub rebuild_rate: Option<state::RateBounds>,
+    /// Bounds of a scrub's rate beside clients; `None`: the defaults.
+    pub scrub_rate: Option<state::RateBounds>,
 }
 
 /// A pool of the state file that could not be opened.
@@ -252,6 +254,7 @@ impl Daemon {
                             spares: p.spares.clone(),
                             scrub_schedule: p.scrub_schedule,
                             rebuild_rate: p.rebuild_rate,
+                            scrub_rate: p.scrub_rate,
                         },
                     );
                 }
@@ -327,6 +330,7 @@ impl Daemon {
                 spares: e.spares.clone(),
                 scrub_schedule: e.scrub_schedule,
                 rebuild_rate: e.rebuild_rate,
+                scrub_rate: e.scrub_rate,
                 scrub_progress: self.scrubs.progress(n),
             })
             .collect();

@@ -1,9 +1,9 @@
 //! Pools: open at start, create (refusing devices that hold something), status, settings
 //! (all fields or none), the checker, and the lifecycle: destroy, export, import.
 
+use super::client_pace::{self, rebuild_rate_of, scrub_rate_of};
 use super::jobs::JobSpec;
-use super::rebuild_pace::{self, rebuild_rate_of};
-use super::state::{PoolRecord, RebuildRate};
+use super::state::{PoolRecord, RateBounds};
 use super::{devset, logdev, open_device, pool_options, random_u64, ApiError, Daemon, PoolEntry};
 use std::path::Path;
 use std::sync::Arc;
@@ -170,10 +170,12 @@ impl Daemon {
                 scrub_next_ns: u.record.scrub_schedule.map(|s| s.next_ns),
                 rebuild_rate_min_bytes_per_second: rebuild_rate_of(u.record.rebuild_rate).0,
                 rebuild_rate_max_bytes_per_second: rebuild_rate_of(u.record.rebuild_rate).1,
+                scrub_rate_min_bytes_per_second: scrub_rate_of(u.record.scrub_rate).0,
+                scrub_rate_max_bytes_per_second: scrub_rate_of(u.record.scrub_rate).1,
                 status: None,
             });
         }
-        let (pool, device, members, groups, log_device, spares, schedule, rates) = {
+        let (pool, device, members, groups, log_device, spares, schedule, rates, scrub_rates) = {
             let pools = self.pools.lock().expect("pools");
             let e =
                 pools.get(name).ok_or_else(|| ApiError::not_found(format!("pool {name}"), "see `strata pool list`"))?;
@@ -186,6 +188,7 @@ impl Daemon {
                 e.spares.clone(),
                 e.scrub_schedule,
                 rebuild_rate_of(e.rebuild_rate),
+                scrub_rate_of(e.scrub_rate),
             )
         };
         let status = pool.status();
@@ -206,6 +209,8 @@ impl Daemon {
             scrub_next_ns: schedule.map(|s| s.next_ns),
             rebuild_rate_min_bytes_per_second: rates.0,
             rebuild_rate_max_bytes_per_second: rates.1,
+            scrub_rate_min_bytes_per_second: scrub_rates.0,
+            scrub_rate_max_bytes_per_second: scrub_rates.1,
             status: Some(f),
         })
     }
@@ -300,6 +305,7 @@ impl Daemon {
                 spares: req.spares.clone(),
                 scrub_schedule: None,
                 rebuild_rate: None,
+                scrub_rate: None,
             },
         );
         tracing::info!(pool = %req.name, devices = ?layout.paths(), spares = ?req.spares, "pool created");
@@ -328,7 +334,20 @@ impl Daemon {
                 "scrub at least once a year (e.g. --scrub-every 30d); 0 stops the schedule",
             ));
         }
-        let rebuild_rate = self.new_rebuild_rate(name, req)?;
+        let current = self.pools.lock().expect("pools").get(name).map(|e| (e.rebuild_rate, e.scrub_rate));
+        let (rebuild_now, scrub_now) = current.unwrap_or_default();
+        let rebuild_rate = new_rate_bounds(
+            "rebuild",
+            (req.rebuild_rate_min_bytes_per_second, req.rebuild_rate_max_bytes_per_second),
+            rebuild_rate_of(rebuild_now),
+            "slower leaves the pool without redundancy for days",
+        )?;
+        let scrub_rate = new_rate_bounds(
+            "scrub",
+            (req.scrub_rate_min_bytes_per_second, req.scrub_rate_max_bytes_per_second),
+            scrub_rate_of(scrub_now),
+            "slower leaves damage undetected for days",
+        )?;
         if remove && pool.status().log_device.is_none() {
             return Err(ApiError::conflict(
                 format!("pool {name} has no log device of its own"),
@@ -375,32 +394,22 @@ impl Daemon {
             // A rebuild waiting out its old rate takes the new one now.
             self.rebuilds.kick();
         }
+        if let Some(rate) = scrub_rate {
+            if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+                e.scrub_rate = Some(rate);
+            }
+            tracing::info!(
+                pool = name,
+                min_bytes_per_second = rate.min_bytes_per_second,
+                max_bytes_per_second = rate.max_bytes_per_second,
+                "scrub rate set"
+            );
+            self.save_state()?;
+            // A running scrub takes the new bounds now (the devices thread keeps it inside
+            // them from its next round on).
+            self.scrubs.bound_rate(name, rate.min_bytes_per_second, rate.max_bytes_per_second);
+        }
         Ok(())
-    }
-
-    /// The rebuild-rate bounds `req` asks for (either bound alone keeps the other), checked;
-    /// `None` when it changes neither.
-    fn new_rebuild_rate(&self, name: &str, req: &SetPool) -> Result<Option<RebuildRate>, ApiError> {
-        let (want_min, want_max) = (req.rebuild_rate_min_bytes_per_second, req.rebuild_rate_max_bytes_per_second);
-        if want_min.is_none() && want_max.is_none() {
-            return Ok(None);
-        }
-        let current = self.pools.lock().expect("pools").get(name).and_then(|e| e.rebuild_rate);
-        let (min, max) = rebuild_rate_of(current);
-        let (min, max) = (want_min.unwrap_or(min), want_max.unwrap_or(max));
-        if min < rebuild_pace::LEAST_MIN_BYTES_PER_SECOND {
-            return Err(ApiError::bad_request(
-                format!("a rebuild rate floor of {min} bytes/s"),
-                "use at least 1M: slower leaves the pool without redundancy for days",
-            ));
-        }
-        if max < min {
-            return Err(ApiError::bad_request(
-                format!("a rebuild rate ceiling ({max} bytes/s) below its floor ({min} bytes/s)"),
-                "give a --rebuild-rate-max at least --rebuild-rate-min (set both together to lower both)",
-            ));
-        }
-        Ok(Some(RebuildRate { min_bytes_per_second: min, max_bytes_per_second: max }))
     }
 
     /// Give pool `name` the separate log device `log` (checked as at creation), and
@@ -447,4 +456,31 @@ impl Daemon {
             Ok(serde_json::to_value(check_report(&out.report)).expect("reports serialise"))
         })
     }
+}
+
+/// The rate bounds (`kind`: rebuild or scrub) a `pool set` asks for — either bound alone
+/// keeps the other of `current` — checked; `None` when it changes neither.
+fn new_rate_bounds(
+    kind: &str,
+    (want_min, want_max): (Option<u64>, Option<u64>),
+    current: (u64, u64),
+    too_slow: &str,
+) -> Result<Option<RateBounds>, ApiError> {
+    if want_min.is_none() && want_max.is_none() {
+        return Ok(None);
+    }
+    let (min, max) = (want_min.unwrap_or(current.0), want_max.unwrap_or(current.1));
+    if min < client_pace::LEAST_MIN_BYTES_PER_SECOND {
+        return Err(ApiError::bad_request(
+            format!("a {kind} rate floor of {min} bytes/s"),
+            &format!("use at least 1M: {too_slow}"),
+        ));
+    }
+    if max < min {
+        return Err(ApiError::bad_request(
+            format!("a {kind} rate ceiling ({max} bytes/s) below its floor ({min} bytes/s)"),
+            &format!("give a --{kind}-rate-max at least --{kind}-rate-min (set both together to lower both)"),
+        ));
+    }
+    Ok(Some(RateBounds { min_bytes_per_second: min, max_bytes_per_second: max }))
 }

@@ -32,7 +32,11 @@ pub struct PoolRecord {
     /// Bounds of a rebuild's copy rate beside clients (`pool set --rebuild-rate-min/-max`);
     /// absent: the defaults (and in older state files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rebuild_rate: Option<RebuildRate>,
+    pub rebuild_rate: Option<RateBounds>,
+    /// Bounds of a scrub's rate beside clients (`pool set --scrub-rate-min/-max`); absent:
+    /// the defaults (and in older state files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub_rate: Option<RateBounds>,
     /// A scrub under way when the state was saved: the next start of the daemon resumes it
     /// (service/scrub.rs); absent when none was (and in older state files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,11 +54,11 @@ pub struct ScrubProgress {
     pub started_ns: u64,
 }
 
-/// How fast a rebuild may copy while the pool serves clients: at least `min`, at most
-/// `max` bytes per second, the rate between them following the clients' latency
-/// (rebuild_pace.rs). An idle pool is rebuilt at full speed.
+/// How fast a rebuild copies (or a scrub verifies) while the pool serves clients: at least
+/// `min`, at most `max` bytes per second, the rate between them following the clients'
+/// latency (client_pace.rs). An idle pool is rebuilt and scrubbed at full speed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RebuildRate {
+pub struct RateBounds {
     pub min_bytes_per_second: u64,
     pub max_bytes_per_second: u64,
 }

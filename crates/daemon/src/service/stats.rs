@@ -59,7 +59,7 @@ impl StatsRegistry {
     }
 
     /// Client operations on `pool`'s volumes so far and their summed latency (ns): the
-    /// clients' mean latency, which a rebuild's pace follows (rebuild_pace.rs).
+    /// clients' mean latency, which the pace of a rebuild or scrub follows (client_pace.rs).
     pub(crate) fn pool_ops_latency(&self, pool: &str) -> (u64, u64) {
         let v = self.volumes.lock().expect("volume stats");
         v.iter()

@@ -3,8 +3,9 @@
 //!
 //! The engine walks the committed root outside the pool's lock (`Pool::scrub`), so the
 //! pool serves and commits meanwhile; this driver paces it while the pool serves I/O (at
-//! most `SCRUB_BYTES_PER_SECOND`, full speed when idle), holds it while paused, and stops it
-//! when cancelled. The engine stops it by itself when writers run short of the space its pin
+//! the rate the devices thread finds for it from the clients' latency, between the pool's
+//! scrub-rate bounds: client_pace.rs; full speed when idle), holds it while paused, and
+//! stops it when cancelled. The engine stops it by itself when writers run short of the space its pin
 //! holds back ("yielded": start it again later).
 //!
 //! A scrub survives a restart of the daemon: the engine reports how far every data record
@@ -27,12 +28,12 @@ use std::time::{Duration, Instant};
 use strata_api::{ScrubReport, ScrubStatus};
 use strata_engine::{Pool, PoolStatus, WalkBookmark, WalkControl};
 
-/// Bytes a scrub verifies per second at most while the pool serves I/O.
-pub(crate) const SCRUB_BYTES_PER_SECOND: u64 = 256 << 20;
-
 #[derive(Default)]
 pub(crate) struct Scrubs {
     jobs: Mutex<BTreeMap<String, Arc<ScrubJob>>>,
+    /// Per pool: whether the devices thread saw clients served in its last round (a new
+    /// scrub starts paced if so, instead of at full speed for its first window).
+    clients: Mutex<BTreeMap<String, bool>>,
     book: Arc<Mutex<ProgressBook>>,
 }
 
@@ -42,6 +43,9 @@ struct ScrubJob {
     job: Arc<Job>,
     /// `serve --scrub-rate`: a limit that holds whether the pool is busy or not.
     limit: Option<u64>,
+    /// Bytes per second it may verify while the pool serves clients: set by the devices
+    /// thread from the clients' latency (client_pace.rs), inside the pool's bounds.
+    rate: AtomicU64,
     started: Instant,
     done: AtomicU64,
     total: AtomicU64,
@@ -118,13 +122,13 @@ impl ScrubJob {
 
     /// Client operations and intent-log writes so far: what moves while the pool serves
     /// clients. Not the pool's block counters: the scrub's own reads move those (it paced
-    /// itself at SCRUB_BYTES_PER_SECOND on an idle pool: 2.0 s for 320 MiB).
+    /// itself at its rate on an idle pool: 2.0 s for 320 MiB at 256 MiB/s).
     fn activity(&self) -> (u64, u64) {
         ((self.client_ops)(), self.pool.io_activity().2)
     }
 
-    /// While the pool serves clients (they were served in the last window), keep to
-    /// `SCRUB_BYTES_PER_SECOND`; when idle, run at full speed.
+    /// While the pool serves clients (they were served in the last window), keep to the
+    /// rate the devices thread set; when idle, run at full speed.
     fn pace(&self, bytes: u64) {
         let mut p = self.pace.lock().expect("scrub pace");
         p.window_bytes += bytes;
@@ -139,7 +143,7 @@ impl ScrubJob {
         }
         let rate = match self.limit {
             Some(l) => Some(l),
-            None => p.busy.then_some(SCRUB_BYTES_PER_SECOND),
+            None => p.busy.then(|| self.rate.load(Ordering::Relaxed)),
         };
         if let Some(rate) = rate {
             let allowed = Duration::from_secs_f64(p.window_bytes as f64 / rate.max(1) as f64);
@@ -171,6 +175,10 @@ impl ScrubJob {
             None => ("running".to_string(), None, resumed),
         };
         let running = state == "running";
+        let limit = match self.limit {
+            Some(l) => Some(l),
+            None => self.pace.lock().expect("scrub pace").busy.then(|| self.rate.load(Ordering::Relaxed)),
+        };
         ScrubStatus {
             percent: if total > 0 {
                 ((done.min(total) as f64 * 1000.0 / total as f64).round() / 10.0).min(100.0)
@@ -184,6 +192,7 @@ impl ScrubJob {
             total_bytes: total,
             seconds,
             paced_seconds: self.paced_us.load(Ordering::Relaxed) as f64 / 1e6,
+            limit_bytes_per_second: limit.filter(|_| running),
             report,
             message,
             job: Some(self.job.id),
@@ -205,8 +214,43 @@ impl Scrubs {
         self.jobs.lock().expect("scrubs").get(pool).filter(|j| j.ended.lock().expect("scrub end").is_none()).cloned()
     }
 
+    /// Whether pool `pool` is being scrubbed now (not paused).
+    pub(crate) fn is_active(&self, pool: &str) -> bool {
+        self.running(pool).is_some_and(|j| !*j.paused.lock().expect("scrub pause"))
+    }
+
+    /// The rate pool `pool`'s scrub may go at beside clients from now on (the devices
+    /// thread, every round).
+    pub(crate) fn set_rate(&self, pool: &str, bytes_per_second: u64) {
+        if let Some(j) = self.running(pool) {
+            j.rate.store(bytes_per_second.max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether pool `pool` served clients in the devices thread's last round.
+    pub(crate) fn note_clients(&self, pool: &str, served: bool) {
+        let mut c = self.clients.lock().expect("scrub clients");
+        if c.get(pool) != Some(&served) {
+            c.insert(pool.to_string(), served);
+        }
+    }
+
+    fn clients_seen(&self, pool: &str) -> bool {
+        self.clients.lock().expect("scrub clients").get(pool).copied().unwrap_or(false)
+    }
+
+    /// New bounds of pool `pool`'s scrub rate (`pool set`): a running scrub is kept
+    /// inside them at once.
+    pub(crate) fn bound_rate(&self, pool: &str, min: u64, max: u64) {
+        if let Some(j) = self.running(pool) {
+            let now = j.rate.load(Ordering::Relaxed);
+            j.rate.store(now.clamp(min.max(1), max.max(min).max(1)), Ordering::Relaxed);
+        }
+    }
+
     /// Cancel pool `pool`'s scrub, wait for it to end, and drop it (the pool is going away).
     pub(crate) fn forget(&self, pool: &str) {
+        self.clients.lock().expect("scrub clients").remove(pool);
         let job = self.jobs.lock().expect("scrubs").remove(pool);
         if let Some(j) = job {
             Self::cancel_and_wait(&[j]);
@@ -316,6 +360,12 @@ impl Daemon {
             book: self.scrubs.book.clone(),
             job: self.jobs.start(spec),
             limit: self.opts.scrub_bytes_per_second,
+            rate: AtomicU64::new(
+                super::client_pace::scrub_rate_of(
+                    self.pools.lock().expect("pools").get(name).and_then(|e| e.scrub_rate),
+                )
+                .0,
+            ),
             started: Instant::now(),
             done: AtomicU64::new(0),
             total: AtomicU64::new(0),
@@ -327,7 +377,7 @@ impl Daemon {
                 window_start: Instant::now(),
                 window_bytes: 0,
                 activity: (self.stats.pool_ops(name), pool.io_activity().2),
-                busy: false,
+                busy: self.scrubs.clients_seen(name),
             }),
             client_ops: self.stats.pool_ops_fn(name),
             paced_us: AtomicU64::new(0),
@@ -362,6 +412,7 @@ impl Daemon {
             eta_seconds: None,
             seconds: 0.0,
             paced_seconds: 0.0,
+            limit_bytes_per_second: None,
             report: None,
             message: None,
             job: None,
