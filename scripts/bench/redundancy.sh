@@ -21,9 +21,10 @@
 # pool uses; btrfs: `btrfs replace` onto it), timed until the rebuild ends. Then the same
 # failure again and the rebuild under load: pgbench runs (-P 1), the rebuild starts 3 s in
 # (both: replace onto a second spare), and the TPS of the seconds the rebuild
-# ran is reported with its duration. Last, with the database stopped, a scrub of the
-# healthy pool is timed (Strata `pool scrub`; btrfs `btrfs scrub start -B`). Prints every
-# round, the medians and the ratios the issue's targets are stated in.
+# ran is reported with its duration. Then, with the database stopped, a scrub of the
+# healthy pool is timed (Strata `pool scrub`; btrfs `btrfs scrub start -B`), and last a
+# scrub under load, as the rebuild: the TPS of the seconds it ran and its duration. Prints
+# every round, the medians and the ratios the issue's targets are stated in.
 #
 #   ROUNDS=5 [LAYOUT=mirror|mirror3|parity2] [DEV_SIZE=4G] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
 #   DB=mariadb ROUNDS=5 LAYOUT=mirror scripts/bench/redundancy.sh [TABLE_SIZE=10000] [SECONDS=30] [THREADS=4]
@@ -187,10 +188,10 @@ PY
   printf '%.0f' "$tps"
 }
 
-# The rebuild under load: pgbench -T SECONDS with per-second progress in the background;
-# 3 s in, "$@" starts the rebuild and returns when it has ended. Prints the TPS of the
-# progress seconds the rebuild overlapped and the rebuild's seconds.
-rebuild_under_load() {
+# Work under load (a rebuild, a scrub): pgbench -T SECONDS with per-second progress in the
+# background; 3 s in, "$@" starts the work and returns when it has ended. Prints the TPS of
+# the progress seconds the work overlapped and the work's seconds.
+under_load() {
   local out="$work/load.out" pid t_run t0 t1
   t_run="$(date +%s.%N)"
   if [ "$db" = mariadb ]; then
@@ -203,7 +204,7 @@ rebuild_under_load() {
   t0="$(date +%s.%N)"
   "$@"
   t1="$(date +%s.%N)"
-  if ! wait "$pid"; then tail -3 "$out" >&2; echo "$db's load failed during the rebuild" >&2; return 1; fi
+  if ! wait "$pid"; then tail -3 "$out" >&2; echo "$db's load failed during $*" >&2; return 1; fi
   python3 - "$out" "$t_run" "$t0" "$t1" <<'PY'
 import math, re, sys
 text = open(sys.argv[1]).read()
@@ -211,19 +212,26 @@ run, t0, t1 = (float(x) for x in sys.argv[2:5])
 a, b = t0 - run, t1 - run
 failed = re.search(r"number of failed transactions: (\d+)|ignored errors: +(\d+)", text)
 if failed and int(failed.group(1) or failed.group(2)):
-    sys.exit("the load reported failed transactions during the rebuild")
+    sys.exit("the load reported failed transactions during the work")
 # pgbench's "progress: 5.0 s, 1234.5 tps, ..." and sysbench's "[ 5s ] thds: 4 tps: 812.87
 # ..." cover the second before 5 s.
 samples = [(float(t), float(v)) for t, v in re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps", text)]
 samples += [(float(t), float(v)) for t, v in re.findall(r"\[ *(\d+)s \] thds: \d+ tps: ([\d.]+)", text)]
 hit = [v for t, v in samples if t > a and t - 1 < max(b, a + 1e-9)]
 if not hit:
-    sys.exit("no pgbench progress sample overlaps the rebuild")
+    sys.exit("no progress sample of the load overlaps the work")
 print(f"{sum(hit) / len(hit):.0f} {b - a:.2f}", end="")
 PY
 }
+strata_scrub() { # returns when the scrub has ended; fails on damage
+  "$STRATA_BIN" pool scrub b >"$work/scrub.out"
+  grep -q " 0 damaged" "$work/scrub.out" || { cat "$work/scrub.out" >&2; echo "the scrub found damage" >&2; return 1; }
+}
 strata_replace() { # $1: old device, $2: new device; returns when the rebuild has ended (as btrfs replace -B does)
   "$STRATA_BIN" pool replace b "$1" "$2" --wait >/dev/null
+}
+btrfs_scrub() { # returns when the scrub has ended
+  btrfs scrub start -B "$mnt" >"$work/scrub.out"
 }
 btrfs_replace() { # $1: devid, $2: new device; returns when the replace has ended
   # A degraded btrfs raid1 that took writes may refuse `btrfs replace` with ENOSPC (seen
@@ -249,7 +257,7 @@ load() {
   "$PG_BIN/psql" -X -q -h "$sock" -p "$PG_PORT" -U postgres -c checkpoint postgres
 }
 
-strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded rebuild_s during_tps during_s scrub_s]
+strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded rebuild_s during_tps during_s scrub_s scrub_tps scrub_load_s]
   cleanup; fresh_loops
   rm -rf "$STRATA_E2E_DIR"; mkdir -p "$STRATA_E2E_DIR" "$mnt"
   STRATA_POOL_SIZE=1G strata_start >&2
@@ -278,17 +286,19 @@ strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded reb
   # the second spare.
   "$STRATA_BIN" pool offline b "${loops[$ndev]}" >/dev/null
   start_pg
-  local during; during="$(rebuild_under_load strata_replace "${loops[$ndev]}" "${loops[$((ndev + 1))]}")"
+  local during; during="$(under_load strata_replace "${loops[$ndev]}" "${loops[$((ndev + 1))]}")"
   stop_pg
   local s0 s1; s0="$(date +%s.%N)"
-  "$STRATA_BIN" pool scrub b >"$work/scrub.out"
+  strata_scrub
   s1="$(date +%s.%N)"
-  grep -q " 0 damaged" "$work/scrub.out" || { cat "$work/scrub.out" >&2; echo "the scrub found damage" >&2; return 1; }
-  printf '%s %s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during" \
-    "$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }')"
+  start_pg
+  local scrubbing; scrubbing="$(under_load strata_scrub)"
+  stop_pg
+  printf '%s %s %s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during" \
+    "$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }')" "$scrubbing"
 }
 
-btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
+btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s scrub_tps scrub_load_s
   cleanup; fresh_loops
   mkdir -p "$mnt"
   mkfs.btrfs -q -f "${peer_args[@]}" "${loops[@]:0:$ndev}" >/dev/null
@@ -323,7 +333,7 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
     echo "btrfs-$peer: btrfs replace (and device add + remove missing) failed: counted as failed (0)" >&2
     umount "$mnt" 2>/dev/null || umount -l "$mnt"
     loops=("${loops[0]}" "${loops[@]:2}")
-    printf '%s %s 0 0 0 0' "$healthy" "$degraded"
+    printf '%s %s 0 0 0 0 0 0' "$healthy" "$degraded"
     return 0
   fi
   t1="$(date +%s.%N)"
@@ -338,7 +348,7 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
   local during
   devid="$(btrfs filesystem show "$mnt" | awk '/missing/ { print $2; exit }')"
   [ -n "$devid" ] || devid=2
-  if ! start_pg || ! during="$(rebuild_under_load btrfs_replace "$devid" "${loops[$((ndev + 1))]}")"; then
+  if ! start_pg || ! during="$(under_load btrfs_replace "$devid" "${loops[$((ndev + 1))]}")"; then
     echo "btrfs-$peer: $db's load failed during the replace (see $work/pg.log): counted as 0 TPS" >&2
     during="0 0"
   fi
@@ -348,11 +358,17 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
   local s0 s1; s0="$(date +%s.%N)"
   btrfs scrub start -B "$mnt" >"$work/scrub.out"
   s1="$(date +%s.%N)"
+  local scrubbing
+  if ! start_pg || ! scrubbing="$(under_load btrfs_scrub)"; then
+    echo "btrfs-$peer: $db's load failed during the scrub (see $work/pg.log): counted as 0 TPS" >&2
+    scrubbing="0 0"
+  fi
+  kill_db
   umount "$mnt"
   # Detached above (their numbers may be reused): not ours to detach again.
   loops=("${loops[0]}" "${loops[@]:2:$((ndev - 2))}" "${loops[$((ndev + 1))]}")
-  printf '%s %s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during" \
-    "$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }')"
+  printf '%s %s %s %s %s %s' "$healthy" "$degraded" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$during" \
+    "$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }')" "$scrubbing"
 }
 
 results="$work/results.tsv"; : >"$results"
@@ -384,10 +400,10 @@ if db == "mariadb":
 else:
     print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
 L, P = f"strata-{layout}", f"btrfs-{peer}"
-print(f"\n| round | strata-single tps | {L} tps healthy / degraded / rebuild s / tps during rebuild / its s / scrub s | {P} tps healthy / degraded / replace s / tps during replace / its s / scrub s |")
+print(f"\n| round | strata-single tps | {L} tps healthy / degraded / rebuild s / tps during rebuild / its s / scrub s / tps during scrub / its s | {P} tps healthy / degraded / replace s / tps during replace / its s / scrub s / tps during scrub / its s |")
 print("|---|---|---|---|")
 n = max(len(v) for v in by.values())
-fmt = lambda v: " / ".join(f"{x:.0f}" if i in (0, 1, 3) else f"{x:.2f}" for i, x in enumerate(v))
+fmt = lambda v: " / ".join(f"{x:.0f}" if i in (0, 1, 3, 6) else f"{x:.2f}" for i, x in enumerate(v))
 for i in range(n):
     print(f"| {i+1} | {fmt(by['strata-single'][i])} | {fmt(by[L][i])} | {fmt(by[P][i])} |")
 med = {c: [statistics.median(col) for col in zip(*v)] for c, v in by.items()}
@@ -401,4 +417,6 @@ print(f"rebuild time, {layout} / btrfs replace: {q(m[2], b[2])} (target <= 1.0)"
 print(f"{layout} TPS during rebuild / healthy: {m[3]/m[0]:.3f} (target >= 0.7); btrfs during replace: {q(b[3], b[0])}")
 print(f"rebuild time under load, {layout} / btrfs replace: {q(m[4], b[4])}")
 print(f"scrub time (idle, healthy), {layout} / btrfs scrub: {q(m[5], b[5])}")
+print(f"{layout} TPS during scrub / healthy: {m[6]/m[0]:.3f}; btrfs during scrub: {q(b[6], b[0])}")
+print(f"scrub time under load, {layout} / btrfs scrub: {q(m[7], b[7])}")
 PY
