@@ -4,12 +4,21 @@
 //! then it falls back to buffered I/O and says so in `describe`). Durability comes from
 //! `fdatasync` in `flush` either way; O_DIRECT only keeps the page cache from holding a
 //! second copy of what the engine caches itself.
+//!
+//! A durable write (the intent log's) is one `pwritev2(RWF_DSYNC)` on an image file and a
+//! write then `fdatasync` on a block device. Measured on this kernel (6.18) with 8 KiB
+//! O_DIRECT writes at a queue depth of one to a loop device: RWF_DSYNC 215–240 µs, write +
+//! fdatasync 150–170 µs, the same as an asynchronous RWF_DSYNC write (`io_submit`). The
+//! synchronous RWF_DSYNC path of a block device sends the write with FUA and then flushes
+//! the device again (`generic_write_sync`); a write then a flush is as durable with one
+//! flush. On an image file on ext4 the three take the same time (an overwrite in place
+//! goes with FUA alone), so files keep the single system call.
 
 use super::{AlignedBuf, BlockDevice};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Default)]
@@ -25,6 +34,8 @@ pub struct FileDevice {
     path: PathBuf,
     size: u64,
     direct: bool,
+    /// A block device, not a regular file: durable writes are a write then a flush.
+    block: bool,
 }
 
 impl FileDevice {
@@ -52,7 +63,8 @@ impl FileDevice {
             false => (open(false)?, false),
         };
         let size = file.seek(SeekFrom::End(0))?;
-        Ok(FileDevice { file, path: path.to_path_buf(), size, direct })
+        let block = file.metadata()?.file_type().is_block_device();
+        Ok(FileDevice { file, path: path.to_path_buf(), size, direct, block })
     }
 
     pub fn is_direct(&self) -> bool {
@@ -94,6 +106,10 @@ impl BlockDevice for FileDevice {
             tmp[..buf.len()].copy_from_slice(buf);
             return self.write_durable(&tmp, offset);
         }
+        if self.block {
+            self.write_at(buf, offset)?;
+            return self.flush();
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let rest = &buf[done..];
@@ -123,5 +139,53 @@ impl BlockDevice for FileDevice {
 
     fn describe(&self) -> String {
         format!("{}{}", self.path.display(), if self.direct { " (O_DIRECT)" } else { "" })
+    }
+}
+
+/// Durable writes on a loop device (root and `losetup`, as the end-to-end tests need): the
+/// bytes land where asked, aligned or not, and the device is known as a block device.
+#[cfg(all(test, not(strata_sim)))]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    struct Loop(String);
+
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+
+    #[test]
+    fn durable_writes_on_a_block_device_land_where_asked() {
+        let dir = std::env::temp_dir().join(format!("strata-filedev-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = dir.join("d.img");
+        std::fs::File::create(&img).unwrap().set_len(4 << 20).unwrap();
+        let out = Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(&img).output().unwrap();
+        assert!(out.status.success(), "losetup (run as root): {}", String::from_utf8_lossy(&out.stderr));
+        let lo = Loop(String::from_utf8(out.stdout).unwrap().trim().to_string());
+        let opts = FileDeviceOptions { direct: true, create_size: None };
+        let dev = FileDevice::open(Path::new(&lo.0), &opts).unwrap();
+        assert!(dev.block && dev.direct, "{}", dev.describe());
+        let file = FileDevice::open(&img, &opts).unwrap();
+        assert!(!file.block, "an image file is no block device");
+        drop(file);
+
+        let mut aligned = AlignedBuf::zeroed(8192);
+        aligned.iter_mut().enumerate().for_each(|(i, b)| *b = (i % 251) as u8);
+        dev.write_durable(&aligned, 1 << 20).unwrap();
+        // Not aligned in memory (the intent log's buffers may not be): copied, same bytes.
+        let odd: Vec<u8> = (0..4097u32).map(|i| (i % 13) as u8 + 1).collect();
+        dev.write_durable(&odd[1..], 2 << 20).unwrap();
+        drop(dev);
+
+        let back = std::fs::read(&img).unwrap();
+        assert_eq!(&back[1 << 20..(1 << 20) + 8192], &aligned[..]);
+        assert_eq!(&back[2 << 20..(2 << 20) + 4096], &odd[1..]);
+        assert!(back[..1 << 20].iter().all(|b| *b == 0), "nothing written elsewhere");
+        drop(lo);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
