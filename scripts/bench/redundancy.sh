@@ -24,7 +24,8 @@
 # ran is reported with its duration. Then, with the database stopped, a scrub of the
 # healthy pool is timed (Strata `pool scrub`; btrfs `btrfs scrub start -B`), and last a
 # scrub under load, as the rebuild: the TPS of the seconds it ran and its duration. Prints
-# every round, the medians and the ratios the issue's targets are stated in.
+# every round, the medians and the ratios the issue's targets are stated in. How busy the
+# CPUs were during each healthy and degraded run goes to the work dir's cpu.log.
 #
 #   ROUNDS=5 [LAYOUT=mirror|mirror3|parity2] [DEV_SIZE=4G] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
 #   DB=mariadb ROUNDS=5 LAYOUT=mirror scripts/bench/redundancy.sh [TABLE_SIZE=10000] [SECONDS=30] [THREADS=4]
@@ -165,10 +166,24 @@ stop_maria() {
 sb() { sysbench oltp_read_write --db-driver=mysql --mysql-socket="$sock/sock" --mysql-user=root --mysql-db=sbtest \
   --tables=2 --table-size="$scale" --threads="$clients" "$@"; }
 
+# Appends to the work dir's cpu.log how busy the machine's CPUs were since /proc/stat's
+# first line was $1 (%; all CPUs together), with the config being measured.
+cpu_busy() {
+  python3 - "$1" "$(head -1 /proc/stat)" "${config:-?}" >>"$work/cpu.log" <<'PY'
+import sys
+a, b = ([int(x) for x in l.split()[1:]] for l in sys.argv[1:3])
+d = [y - x for x, y in zip(a, b)]
+idle = d[3] + d[4]
+print(f"{sys.argv[3]}\tbusy {100 * (sum(d) - idle) / max(sum(d), 1):.1f} %\tiowait {100 * d[4] / max(sum(d), 1):.1f} %")
+PY
+}
+
 run_tps() { # prints the TPS of one pgbench (sysbench) run
   local out="$work/run.out"
   if [ "$db" = mariadb ]; then
+    local c0; c0="$(head -1 /proc/stat)"
     sb --time="$secs" run >"$out" 2>&1 || { tail -3 "$out" >&2; echo "sysbench failed" >&2; return 1; }
+    cpu_busy "$c0"
     python3 - "$out" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -180,7 +195,9 @@ print(f"{float(tps.group(1)):.0f}", end="")
 PY
     return
   fi
+  local cpu0; cpu0="$(head -1 /proc/stat)"
   pgb -n -c "$clients" -j 2 -T "$secs" postgres >"$out" 2>&1 || { tail -3 "$out" >&2; echo "pgbench failed" >&2; return 1; }
+  cpu_busy "$cpu0"
   local tps failed
   tps="$(awk '/^tps = / { print $3; exit }' "$out")"
   failed="$(awk '/^number of failed transactions: / { print $5; exit }' "$out")"
@@ -377,6 +394,7 @@ for r in $(seq 1 "$rounds"); do
   order=("${configs[@]}")
   if [ $((r % 2)) -eq 0 ]; then order=("btrfs-$peer" "strata-$layout" strata-single); fi
   for c in "${order[@]}"; do
+    config="$c"
     # Not in a $(...) subshell: the loop devices it attaches must be detached here.
     case "$c" in
       strata-single) strata_config single >"$work/value" ;;
