@@ -9,8 +9,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn s(p: &Path) -> &str {
@@ -71,20 +69,7 @@ fn a_rebuild_beside_clients_keeps_to_the_pool_rate_bounds() {
     std::fs::File::open(mnt.join("data")).and_then(|f| f.sync_all()).unwrap();
 
     // A client that keeps the pool busy: small synchronous writes.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (stop, path) = (stop.clone(), mnt.join("busy"));
-        std::thread::spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                std::fs::write(&path, n.to_le_bytes()).unwrap();
-                std::fs::File::open(&path).and_then(|f| f.sync_all()).unwrap();
-                n += 1;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            n
-        })
-    };
+    let writer = BusyWriter::start(mnt.join("busy"));
     std::thread::sleep(Duration::from_millis(600));
     d.ok(&["pool", "replace", "m", "1", s(&img[2]), "--size", "256M"]);
     let started = Instant::now();
@@ -113,8 +98,7 @@ fn a_rebuild_beside_clients_keeps_to_the_pool_rate_bounds() {
         std::thread::sleep(Duration::from_millis(100));
     };
     eprintln!("rebuilt {:?} after the bounds were raised", raised.elapsed());
-    stop.store(true, Ordering::Relaxed);
-    assert!(writer.join().unwrap() > 50, "the writer ran");
+    assert!(writer.stop() > 50, "the writer ran");
     let states: Vec<&str> = v["devices"].as_array().unwrap().iter().map(|d| d["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["ONLINE", "ONLINE"], "{v}");
     let jobs = d.json(&["job", "list"]);

@@ -7,8 +7,6 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -45,20 +43,7 @@ fn a_scrub_beside_clients_keeps_to_the_pool_rate_bounds() {
     std::fs::File::open(mnt.join("data")).and_then(|f| f.sync_all()).unwrap();
 
     // A client that keeps the pool busy: small synchronous writes.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (stop, path) = (stop.clone(), mnt.join("busy"));
-        std::thread::spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                std::fs::write(&path, n.to_le_bytes()).unwrap();
-                std::fs::File::open(&path).and_then(|f| f.sync_all()).unwrap();
-                n += 1;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            n
-        })
-    };
+    let writer = BusyWriter::start(mnt.join("busy"));
     std::thread::sleep(Duration::from_millis(600));
     let s = d.json(&["pool", "scrub", "default", "--no-wait"]);
     assert_eq!(s["state"], "running", "{s}");
@@ -88,8 +73,7 @@ fn a_scrub_beside_clients_keeps_to_the_pool_rate_bounds() {
         std::thread::sleep(Duration::from_millis(100));
     };
     eprintln!("scrubbed {:?} after the bounds were raised", raised.elapsed());
-    stop.store(true, Ordering::Relaxed);
-    assert!(writer.join().unwrap() > 50, "the writer ran");
+    assert!(writer.stop() > 50, "the writer ran");
     assert_eq!(s["state"], "finished", "{s}");
     assert_eq!(s["report"]["check"]["clean"], true, "{s}");
     assert!(s["done_bytes"].as_u64().unwrap() >= 32 * MIB, "{s}");

@@ -186,6 +186,37 @@ pub fn write_file(path: &Path, seed: u32, len: usize) -> Vec<u8> {
     data
 }
 
+/// A client that keeps a pool busy (small synchronous writes to `path` every 5 ms) until
+/// `stop()`, which says how many it made.
+pub struct BusyWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl BusyWriter {
+    pub fn start(path: PathBuf) -> BusyWriter {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                std::fs::write(&path, n.to_le_bytes()).unwrap();
+                std::fs::File::open(&path).and_then(|f| f.sync_all()).unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            n
+        });
+        BusyWriter { stop, thread }
+    }
+
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 /// Clone `pool/vol@snap` on `d`, read `file` from it, drop the clone.
 pub fn read_snapshot_file(d: &Daemon, dir: &Path, pool: &str, vol: &str, snap: &str, file: &str) -> Option<Vec<u8>> {
     let clone = format!("{pool}/check-{vol}");
