@@ -140,6 +140,10 @@ impl BlockDevice for FileDevice {
     fn describe(&self) -> String {
         format!("{}{}", self.path.display(), if self.direct { " (O_DIRECT)" } else { "" })
     }
+
+    fn direct_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.direct.then(|| self.file.as_raw_fd())
+    }
 }
 
 /// Durable writes on a loop device (root and `losetup`, as the end-to-end tests need): the

@@ -4,6 +4,7 @@
 //! The engine issues only unit-aligned, unit-sized I/O (4 KiB multiples), which is what
 //! O_DIRECT needs and what a simulated disk tears at.
 
+mod aio;
 mod aligned;
 mod file;
 pub mod groups;
@@ -42,6 +43,15 @@ pub trait BlockDevice: Send + Sync {
     }
     /// A human-readable name for messages ("/var/lib/strata/pool.img").
     fn describe(&self) -> String;
+
+    /// The descriptor of a device opened for direct I/O (O_DIRECT), on which a set may
+    /// submit its members' writes and flushes together from one thread (aio.rs) instead
+    /// of calling `write_at`, `write_durable` and `flush`. None (the default): only
+    /// through those calls — every device with behaviour of its own (simulated disks,
+    /// sets, fault injection) keeps it.
+    fn direct_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 
     /// Read `buf.len()` bytes at `offset` and check them with `verify` (a checksum the
     /// caller knows). Returns whether they verified; `buf` holds what was read either way.

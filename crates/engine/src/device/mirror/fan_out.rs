@@ -13,15 +13,35 @@
 //! out has finished (`Batch::wait`). That is the whole safety argument; it is what
 //! `thread::scope` guarantees by construction.
 //!
+//! `map_io` does the members' writes and flushes without the helpers when every member
+//! has a direct descriptor (a file or block device opened with O_DIRECT): one `io_submit`
+//! of all of them from the caller's thread, one wait (device/aio.rs). A member whose
+//! operation was not done that way (not submitted, short) is done on the caller's thread.
+//!
 //! Under the simulator (`--cfg strata_sim`) the helpers would be OS threads the seeded
-//! scheduler cannot see: there `map` is `thread::scope`, as before.
+//! scheduler cannot see: there `map` is `thread::scope`, as before, and `map_io` is `map`.
 
 #[cfg(not(strata_sim))]
 use crate::sync::{Condvar, Mutex, PoisonError};
 #[cfg(not(strata_sim))]
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::collections::VecDeque;
 #[cfg(not(strata_sim))]
-use std::{collections::VecDeque, sync::Arc};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::{io, sync::Arc};
+
+use crate::device::aio::AioOp;
+use crate::device::BlockDevice;
+#[cfg(not(strata_sim))]
+use crate::device::{aio::Aio, AlignedBuf};
+
+/// Operations one `io_submit` may carry (a set has at most 16 members).
+#[cfg(not(strata_sim))]
+const AIO_DEPTH: usize = 32;
+
+/// The largest unaligned buffer copied into the kept aligned one (intent-log blocks);
+/// larger ones go through the helpers.
+#[cfg(not(strata_sim))]
+const AIO_COPY_MAX: usize = 4 << 20;
 
 /// Helper threads a set may keep (a 16-member parity2 set writes to 15 others at once;
 /// concurrent callers share them and queue beyond that).
@@ -31,6 +51,21 @@ const HELPERS_MAX: usize = 24;
 pub(crate) struct FanOut {
     #[cfg(not(strata_sim))]
     shared: Arc<Shared>,
+    #[cfg(not(strata_sim))]
+    aio: Mutex<AioSlot>,
+}
+
+/// The set's AIO context, made when first needed; `Off` once it could not be (never tried
+/// again), and then every call goes through the helpers.
+#[cfg(not(strata_sim))]
+enum AioSlot {
+    Untried,
+    Ready {
+        aio: Aio,
+        /// An aligned copy of the last unaligned buffer written (O_DIRECT needs one).
+        copy: Option<AlignedBuf>,
+    },
+    Off,
 }
 
 #[cfg(not(strata_sim))]
@@ -86,7 +121,88 @@ impl FanOut {
         FanOut {
             #[cfg(not(strata_sim))]
             shared: Arc::new(Shared { state: Mutex::new(State::default()), work: Condvar::new() }),
+            #[cfg(not(strata_sim))]
+            aio: Mutex::new(AioSlot::Untried),
         }
+    }
+
+    /// A member operation on every target at once: `op` as the kernel's asynchronous I/O
+    /// when every target has a direct descriptor and no other call holds the set's AIO
+    /// context, else `f` per target through `map`. The results in the targets' order.
+    pub(crate) fn map_io(
+        &self,
+        targets: &[(usize, Arc<dyn BlockDevice>)],
+        op: AioOp<'_>,
+        f: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync,
+    ) -> Vec<io::Result<()>> {
+        let panicked = || Err(io::Error::other("a member's I/O panicked"));
+        #[cfg(not(strata_sim))]
+        if targets.len() > 1 {
+            if let Some(out) = self.submit(targets, op, &f) {
+                return out;
+            }
+        }
+        #[cfg(strata_sim)]
+        let _ = op;
+        self.map(targets, |(_, d)| f(d.as_ref()), panicked)
+    }
+
+    /// `map_io` through the AIO context; None: not possible now (use the helpers).
+    #[cfg(not(strata_sim))]
+    fn submit(
+        &self,
+        targets: &[(usize, Arc<dyn BlockDevice>)],
+        op: AioOp<'_>,
+        f: &(impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync),
+    ) -> Option<Vec<io::Result<()>>> {
+        let fds: Vec<std::os::fd::RawFd> = targets.iter().map(|(_, d)| d.direct_fd()).collect::<Option<_>>()?;
+        let mut slot = match self.aio.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        if matches!(*slot, AioSlot::Untried) {
+            *slot = Aio::new(AIO_DEPTH).map_or(AioSlot::Off, |aio| AioSlot::Ready { aio, copy: None });
+        }
+        let AioSlot::Ready { aio, copy } = &mut *slot else { return None };
+        if !aio.usable() || fds.len() > AIO_DEPTH {
+            return None;
+        }
+        let op = match op {
+            AioOp::Write { buf, offset, dsync } if !AlignedBuf::is_aligned(buf) => {
+                // Copied once for all members (as FileDevice would, per member): zeros to
+                // the unit boundary.
+                let len = buf.len().next_multiple_of(crate::format::UNIT_SIZE as usize);
+                if len > AIO_COPY_MAX {
+                    return None;
+                }
+                if copy.as_ref().is_none_or(|c| c.len() < len) {
+                    *copy = Some(AlignedBuf::zeroed(len));
+                }
+                let c = copy.as_mut()?;
+                c[..buf.len()].copy_from_slice(buf);
+                c[buf.len()..len].fill(0);
+                AioOp::Write { buf: &c[..len], offset, dsync }
+            }
+            op => op,
+        };
+        let want = match op {
+            AioOp::Write { buf, .. } => buf.len(),
+            AioOp::Fdsync => 0,
+        };
+        let done = aio.run(&fds, op);
+        let out = targets
+            .iter()
+            .zip(done)
+            .map(|((_, d), r)| match r {
+                Some(Ok(n)) if n == want => Ok(()),
+                Some(Err(e)) => Err(e),
+                // Short, or not done: this member's call, here.
+                _ => catch_unwind(AssertUnwindSafe(|| f(d.as_ref())))
+                    .unwrap_or_else(|_| Err(io::Error::other("a member's I/O panicked"))),
+            })
+            .collect();
+        Some(out)
     }
 
     /// `f(item)` for every item, at the same time; the results in the items' order. A call
@@ -273,6 +389,64 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(done.load(Ordering::SeqCst), 2, "the panic waited for the helpers' calls");
+    }
+
+    /// Members on O_DIRECT files: writes (an unaligned buffer among them), durable writes
+    /// and flushes go through one submission and land on every member; a member without a
+    /// direct descriptor sends the call through the helpers, with the same result.
+    #[test]
+    fn member_io_through_one_submission_lands_on_every_member() {
+        use crate::device::{FileDevice, FileDeviceOptions};
+        use std::os::unix::fs::FileExt;
+        let dir = std::env::temp_dir().join(format!("strata-fanout-aio-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let open = |i: usize, direct: bool| -> Arc<dyn BlockDevice> {
+            let opts = FileDeviceOptions { direct, create_size: Some(1 << 20) };
+            Arc::new(FileDevice::open(&dir.join(format!("m{i}.img")), &opts).unwrap())
+        };
+        let targets: Vec<(usize, Arc<dyn BlockDevice>)> = (0..3).map(|i| (i, open(i, true))).collect();
+        assert!(targets.iter().all(|(_, d)| d.direct_fd().is_some()), "O_DIRECT files on {}", dir.display());
+        let fan = FanOut::new();
+        let data: Vec<u8> = (0..8193u32).map(|i| (i % 199) as u8 + 1).collect();
+        let unaligned = &data[1..]; // 8 KiB, not aligned in memory
+        let at = 3 * 4096;
+        let out = fan.map_io(&targets, AioOp::Write { buf: unaligned, offset: at, dsync: true }, |_| {
+            panic!("done by the submission, not by the member's call")
+        });
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+        assert!(
+            matches!(&*fan.aio.lock().unwrap(), AioSlot::Ready { copy: Some(_), .. }),
+            "the unaligned buffer was copied for the submission"
+        );
+        let aligned = {
+            let mut b = AlignedBuf::zeroed(4096);
+            b.fill(0xA5);
+            b
+        };
+        let out = fan.map_io(&targets, AioOp::Write { buf: &aligned, offset: 0, dsync: false }, |_| unreachable!());
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+        let out = fan.map_io(&targets, AioOp::Fdsync, |_| unreachable!());
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+        for i in 0..3 {
+            let back = std::fs::read(dir.join(format!("m{i}.img"))).unwrap();
+            assert_eq!(&back[at as usize..at as usize + 8192], unaligned, "member {i}");
+            assert!(back[..4096].iter().all(|b| *b == 0xA5), "member {i}");
+        }
+        // One member without a direct descriptor: every member through its own call.
+        let mut mixed = targets.clone();
+        mixed[2] = (2, open(3, false));
+        let calls = AtomicUsize::new(0);
+        let out = fan.map_io(&mixed, AioOp::Write { buf: &aligned, offset: 8192, dsync: true }, |d| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            d.write_durable(&aligned, 8192)
+        });
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        let f = std::fs::File::open(dir.join("m3.img")).unwrap();
+        let mut back = [0u8; 4096];
+        f.read_exact_at(&mut back, 8192).unwrap();
+        assert!(back.iter().all(|b| *b == 0xA5));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -25,6 +25,7 @@
 //! Locks: `config` (the configuration, held while labels are rewritten), then a member's
 //! `note`. Neither is held across I/O of the logical device.
 
+use super::aio::AioOp;
 use super::status::{MemberState, MemberStatus, SetHealth, SetStatus};
 use super::BlockDevice;
 
@@ -488,9 +489,10 @@ impl MirrorDevice {
         })
     }
 
-    /// Run `op` on every member written to (in use or being rebuilt), at the same time (one
-    /// thread per member beyond the first: a mirror's write or flush takes as long as its
-    /// slowest member, not the sum); Ok if at least one succeeded.
+    /// Run `op` on every member written to (in use or being rebuilt), at the same time (as
+    /// one submission of `aio` from this thread where the members allow it, else one thread
+    /// per member beyond the first: fan_out.rs — a mirror's write or flush takes as long as
+    /// its slowest member, not the sum); Ok if at least one succeeded.
     /// `range`: the logical bytes a write changes (members offline record it: missed.rs);
     /// `durable`: the write is on stable media on each member that took it (FUA, DSYNC).
     fn on_all(
@@ -498,6 +500,7 @@ impl MirrorDevice {
         what: &str,
         range: Option<(u64, u64)>,
         durable: bool,
+        aio: AioOp<'_>,
         op: impl Fn(&dyn BlockDevice) -> io::Result<()> + Sync,
     ) -> io::Result<()> {
         let mut causes = Causes::default();
@@ -510,8 +513,7 @@ impl MirrorDevice {
         }
         // A flush covers what completed before it started (unflushed.rs).
         let epoch = range.is_none().then(|| lock(&self.unflushed).begin_flush());
-        let results =
-            self.fan.map(&targets, |(_, d)| op(d.as_ref()), || Err(io::Error::other("a member's I/O panicked")));
+        let results = self.fan.map_io(&targets, aio, op);
         if let Some((start, end)) = range {
             // Before the errors are handled: a member the write failed on is faulted
             // with this range among those it may lack. A durable write that every member
@@ -653,17 +655,21 @@ impl MirrorDevice {
     fn mirror_write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
         let range = Some((offset, offset + buf.len() as u64));
-        self.on_all("write", range, false, |d| d.write_at(buf, offset + MEMBER_AREA_BYTES))
+        let at = offset + MEMBER_AREA_BYTES;
+        let op = AioOp::Write { buf, offset: at, dsync: false };
+        self.on_all("write", range, false, op, |d| d.write_at(buf, at))
     }
 
     fn mirror_flush(&self) -> io::Result<()> {
-        self.on_all("flush", None, false, |d| d.flush())
+        self.on_all("flush", None, false, AioOp::Fdsync, |d| d.flush())
     }
 
     fn mirror_write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let _w = self.begin_write(offset, buf.len() as u64);
         let range = Some((offset, offset + buf.len() as u64));
-        self.on_all("durable write", range, true, |d| d.write_durable(buf, offset + MEMBER_AREA_BYTES))
+        let at = offset + MEMBER_AREA_BYTES;
+        let op = AioOp::Write { buf, offset: at, dsync: true };
+        self.on_all("durable write", range, true, op, |d| d.write_durable(buf, at))
     }
 
     fn mirror_read_verified(
