@@ -425,16 +425,17 @@ impl Daemon {
                 let scrub_pace = &mut paces.entry(name.clone()).or_insert_with(|| new_paces(bounds)).1;
                 scrub_pace.set_limits(bounds.1 .0, bounds.1 .1);
                 let work = if scrubbing { Work::Mine } else { Work::Idle };
-                // A rebuild under way (seen below) is `Other` for the scrub's pace; a
-                // single-device pool has none.
-                let rebuilding = pool.device().set_status().is_some_and(|s| s.rebuild.is_some());
+                // A rebuild under way is `Other` for the scrub's pace; a single-device pool
+                // has none (and no set status).
+                let set = pool.device().set_status();
+                let rebuilding = set.as_ref().is_some_and(|s| s.rebuild.is_some());
                 let work = if rebuilding && !scrubbing { Work::Other } else { work };
                 log_step("scrub", &name, scrub_pace.observe(ops, latency_ns, work, Instant::now()));
                 if scrubbing {
                     self.scrubs.set_rate(&name, scrub_pace.rate());
                 }
                 self.note_log_failover(&name, &pool);
-                let Some(set) = pool.device().set_status() else { continue };
+                let Some(set) = set else { continue };
                 for m in &set.members {
                     let now = (m.state, m.device.clone());
                     let before = seen.insert((name.clone(), m.group, m.index), now.clone());
@@ -454,6 +455,7 @@ impl Daemon {
                     }
                 }
                 self.use_spare(&name, &pool, &set);
+                // Again: a spare taken in may have started a rebuild.
                 let Some(set) = pool.device().set_status() else { continue };
                 let pace = &mut paces.entry(name.clone()).or_insert_with(|| new_paces(bounds)).0;
                 pace.set_limits(bounds.0 .0, bounds.0 .1);

@@ -381,35 +381,39 @@ impl Daemon {
             self.save_state()?;
         }
         if let Some(rate) = rebuild_rate {
-            if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
-                e.rebuild_rate = Some(rate);
-            }
-            tracing::info!(
-                pool = name,
-                min_bytes_per_second = rate.min_bytes_per_second,
-                max_bytes_per_second = rate.max_bytes_per_second,
-                "rebuild rate set"
-            );
-            self.save_state()?;
+            self.store_rate(name, "rebuild", rate, |e| &mut e.rebuild_rate)?;
             // A rebuild waiting out its old rate takes the new one now.
             self.rebuilds.kick();
         }
         if let Some(rate) = scrub_rate {
-            if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
-                e.scrub_rate = Some(rate);
-            }
-            tracing::info!(
-                pool = name,
-                min_bytes_per_second = rate.min_bytes_per_second,
-                max_bytes_per_second = rate.max_bytes_per_second,
-                "scrub rate set"
-            );
-            self.save_state()?;
+            self.store_rate(name, "scrub", rate, |e| &mut e.scrub_rate)?;
             // A running scrub takes the new bounds now (the devices thread keeps it inside
             // them from its next round on).
             self.scrubs.bound_rate(name, rate.min_bytes_per_second, rate.max_bytes_per_second);
         }
         Ok(())
+    }
+
+    /// Keep pool `name`'s new `work` rate bounds in its entry's field `field` (for the next
+    /// start too) and say so in the log.
+    fn store_rate(
+        &self,
+        name: &str,
+        work: &str,
+        rate: RateBounds,
+        field: fn(&mut super::PoolEntry) -> &mut Option<RateBounds>,
+    ) -> Result<(), ApiError> {
+        if let Some(e) = self.pools.lock().expect("pools").get_mut(name) {
+            *field(e) = Some(rate);
+        }
+        tracing::info!(
+            pool = name,
+            work,
+            min_bytes_per_second = rate.min_bytes_per_second,
+            max_bytes_per_second = rate.max_bytes_per_second,
+            "{work} rate set"
+        );
+        self.save_state()
     }
 
     /// Give pool `name` the separate log device `log` (checked as at creation), and

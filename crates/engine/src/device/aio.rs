@@ -119,8 +119,9 @@ impl Aio {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EINTR) if r < 0 => continue,
-                // Out of resources: the rest is the caller's.
-                Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::ENOSYS) | Some(libc::EINVAL) => break,
+                // Out of resources, or an operation this kernel cannot queue (RWF_DSYNC
+                // before 4.13, FDSYNC before 4.18): the rest is the caller's.
+                Some(libc::EAGAIN | libc::ENOMEM | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => break,
                 _ if r == 0 => break,
                 // The first iocb left was refused (EBADF, EFAULT, ...): that descriptor's
                 // error; the others go on.
