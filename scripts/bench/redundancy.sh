@@ -27,11 +27,12 @@
 # every round, the medians and the ratios the issue's targets are stated in. How busy the
 # CPUs were during each healthy and degraded run goes to the work dir's cpu.log.
 #
-#   ROUNDS=5 [LAYOUT=mirror|mirror3|parity2] [DEV_SIZE=4G] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
+#   ROUNDS=5 [LAYOUT=mirror|mirror3|parity2] [DEV_SIZE=4G] [HEALTHY_ONLY=1] scripts/bench/redundancy.sh [SCALE=10] [SECONDS=30] [CLIENTS=4]
 #   DB=mariadb ROUNDS=5 LAYOUT=mirror scripts/bench/redundancy.sh [TABLE_SIZE=10000] [SECONDS=30] [THREADS=4]
 #   (STRATA_BENCH_BIN=path: measure that binary instead of building this checkout;
 #   DEV_SIZE: each loop device's size — with 1G and SCALE=20 the pool is ~30% full, the
-#   issue's rebuild case)
+#   issue's rebuild case; HEALTHY_ONLY=1: the healthy runs alone, for the TPS ratios
+#   between configs in a fifth of the time)
 #
 # Work dir: STRATA_BENCH_DIR (/var/tmp/strata-bench-redundancy); PG_PORT (55462). Root.
 set -Eeuo pipefail
@@ -40,7 +41,8 @@ trap 'echo "redundancy.sh: line $LINENO failed (exit $?): $BASH_COMMAND" >&2' ER
 unset STRATA_API
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 scale="${1:-10}"; secs="${2:-30}"; clients="${3:-4}"; rounds="${ROUNDS:-5}"
-layout="${LAYOUT:-mirror}"; db="${DB:-postgres}"
+layout="${LAYOUT:-mirror}"; db="${DB:-postgres}"; healthy_only="${HEALTHY_ONLY:-0}"
+case "$healthy_only" in 0 | 1) ;; *) echo "HEALTHY_ONLY is 0 or 1, not '$healthy_only'" >&2; exit 2 ;; esac
 case "$db" in postgres | mariadb) ;; *) echo "DB is postgres or mariadb, not '$db'" >&2; exit 2 ;; esac
 if [ "$db" = mariadb ]; then scale="${1:-10000}"; fi
 case "$layout" in
@@ -290,7 +292,7 @@ strata_config() { # $1 = single | mirror | parity2; prints healthy [degraded reb
   chmod 755 "$mnt"
   load
   local healthy; healthy="$(run_tps)"
-  if [ "$1" = single ]; then stop_pg; printf '%s' "$healthy"; return; fi
+  if [ "$1" = single ] || [ "$healthy_only" = 1 ]; then stop_pg; printf '%s' "$healthy"; return; fi
   "$STRATA_BIN" pool offline b "${loops[1]}" >/dev/null
   local degraded; degraded="$(run_tps)"
   stop_pg
@@ -324,6 +326,7 @@ btrfs_config() { # prints healthy degraded rebuild_s during_tps during_s scrub_s
   load
   local healthy; healthy="$(run_tps)"
   stop_pg; umount "$mnt"
+  if [ "$healthy_only" = 1 ]; then printf '%s' "$healthy"; return; fi
   losetup -d "${loops[1]}"
   # btrfs still knows the detached device by its path: forget every device, then scan
   # the ones left (without this a raid6 mount -o degraded fails fsync with EIO).
@@ -406,9 +409,9 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 cleanup
-python3 - "$results" "$scale" "$secs" "$clients" "$layout" "$peer" "$db" <<'PY'
+python3 - "$results" "$scale" "$secs" "$clients" "$layout" "$peer" "$db" "$healthy_only" <<'PY'
 import statistics, sys
-layout, peer, db = sys.argv[5], sys.argv[6], sys.argv[7]
+layout, peer, db, healthy_only = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8] == "1"
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 by = {}
 for r, c, v in rows:
@@ -418,6 +421,16 @@ if db == "mariadb":
 else:
     print(f"\npgbench -i -s {sys.argv[2]}; pgbench -c {sys.argv[4]} -j 2 -T {sys.argv[3]}; rounds alternating; loop devices (direct I/O) over image files")
 L, P = f"strata-{layout}", f"btrfs-{peer}"
+if healthy_only:
+    print(f"\n| round | strata-single tps | {L} tps healthy | {P} tps healthy |")
+    print("|---|---:|---:|---:|")
+    for i in range(max(len(v) for v in by.values())):
+        print(f"| {i+1} | " + " | ".join(f"{by[c][i][0]:.0f}" for c in ("strata-single", L, P)) + " |")
+    s, m, b = (statistics.median(v[0] for v in by[c]) for c in ("strata-single", L, P))
+    print(f"| median | {s:.0f} | {m:.0f} | {b:.0f} |")
+    print(f"\n{layout} healthy / single: {m/s:.3f} (target >= 0.9 for a mirror)")
+    print(f"{layout} healthy / btrfs {peer} healthy: {m/b:.3f} (target >= 1.0)")
+    sys.exit(0)
 print(f"\n| round | strata-single tps | {L} tps healthy / degraded / rebuild s / tps during rebuild / its s / scrub s / tps during scrub / its s | {P} tps healthy / degraded / replace s / tps during replace / its s / scrub s / tps during scrub / its s |")
 print("|---|---|---|---|")
 n = max(len(v) for v in by.values())

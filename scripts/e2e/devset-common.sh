@@ -12,7 +12,8 @@
 #   stop_devices             unmount and stop every device (cleanup)
 #   create_devset POOL       the pool over devices 1..MEMBERS
 #   rot_member I             3000 random 4 KiB spots of member I's image overwritten
-#   scrub_repairs POOL I     a scrub finds damaged copies (member I counts them), a second none
+#   scrub_repairs POOL I     after two commits, a scrub finds damaged copies (member I counts
+#                            them), a second none
 #   scrub_clean POOL         a scrub finds nothing to repair
 #   fail_members POOL CHECK  member 1 fails every I/O, then member 2's device is gone (CHECK,
 #                            a command, runs before each: the load must still be running)
@@ -69,8 +70,24 @@ with open(sys.argv[1], "r+b") as f:
 EOF
 }
 
+# The pool's txg (the last one committed).
+pool_txg() {
+  "$STRATA_BIN" pool status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["txg"])'
+}
+
 scrub_repairs() {
-  local pool="$1" member="$2" out damaged cksum
+  local pool="$1" member="$2" out damaged cksum t0 i
+  # A scrub verifies the newest committed state at its start. A commit under way during the
+  # rot may have written its blocks already (prewrite: data goes out before the commit lands)
+  # and land after the scrub began: such a block, rotted, would wait for the second scrub
+  # (seen once, 2026-11-29: "1 damaged copies found" there). Two commits after the rot,
+  # every block on the devices at the rot is in the committed state or free.
+  t0="$(pool_txg "$pool")"
+  for i in $(seq 300); do
+    [ "$(pool_txg "$pool")" -ge $((t0 + 2)) ] && break
+    [ "$i" -lt 300 ] || die "pool $pool committed nothing for 30 s after the rot (txg $t0)"
+    sleep 0.1
+  done
   out="$("$STRATA_BIN" pool scrub "$pool")"
   echo "$out"
   damaged="$(grep -oE '[0-9]+ damaged copies found' <<<"$out" | grep -oE '^[0-9]+')"
