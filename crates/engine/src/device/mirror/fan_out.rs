@@ -170,19 +170,15 @@ impl FanOut {
         }
         let op = match op {
             AioOp::Write { buf, offset, dsync } if !AlignedBuf::is_aligned(buf) => {
-                // Copied once for all members (as FileDevice would, per member): zeros to
-                // the unit boundary.
-                let len = buf.len().next_multiple_of(crate::format::UNIT_SIZE as usize);
-                if len > AIO_COPY_MAX {
+                // Copied once for all members (as FileDevice would, per member).
+                let len = AlignedBuf::padded_len(buf.len());
+                if buf.is_empty() || len > AIO_COPY_MAX {
                     return None;
                 }
                 if copy.as_ref().is_none_or(|c| c.len() < len) {
                     *copy = Some(AlignedBuf::zeroed(len));
                 }
-                let c = copy.as_mut()?;
-                c[..buf.len()].copy_from_slice(buf);
-                c[buf.len()..len].fill(0);
-                AioOp::Write { buf: &c[..len], offset, dsync }
+                AioOp::Write { buf: copy.as_mut()?.fill_padded(buf)?, offset, dsync }
             }
             op => op,
         };
