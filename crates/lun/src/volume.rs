@@ -15,6 +15,9 @@ pub const LUN_XATTR: &str = "trusted.strata.lun";
 const EXTENTS_MAX: u64 = 64 << 20;
 /// Largest piece of zeros written at a time by `write_zeroes` without trimming.
 const ZERO_CHUNK: u64 = 1 << 20;
+/// How often a write also updates the LUN file's inode (mtime, ctime; dropping setuid and
+/// capabilities): the others write the data only (`VolumeFs::write_data_only`).
+const TIMES_EVERY_MS: u64 = 1000;
 
 pub struct VolumeLun {
     fs: Arc<VolumeFs>,
@@ -24,6 +27,10 @@ pub struct VolumeLun {
     preferred: u32,
     read_only: bool,
     identity: [u8; 16],
+    /// Since when `times_at` counts.
+    epoch: std::time::Instant,
+    /// 1 + the millisecond (since `epoch`) of the last write that updated the inode; 0: none.
+    times_at: AtomicU64,
 }
 
 fn fs_err(what: &str, e: FsError) -> LunError {
@@ -105,7 +112,17 @@ impl VolumeLun {
         // The unit below which a write reads, modifies and writes: the file's record size.
         let record = fs.record_size(attr.ino).map_err(|e| fs_err("the LUN's record size", e))?;
         let preferred = record.clamp(block_size, 1 << 20);
-        Ok(VolumeLun { fs, ino: attr.ino, size: AtomicU64::new(attr.size), block_size, preferred, read_only, identity })
+        Ok(VolumeLun {
+            fs,
+            ino: attr.ino,
+            size: AtomicU64::new(attr.size),
+            block_size,
+            preferred,
+            read_only,
+            identity,
+            epoch: std::time::Instant::now(),
+            times_at: AtomicU64::new(0),
+        })
     }
 
     /// Grow the LUN to `size` bytes (shrinking is refused: it would cut data off under
@@ -136,6 +153,18 @@ impl VolumeLun {
             return Err(LunError::new(LunErrorKind::ReadOnly, "the LUN is read-only"));
         }
         Ok(())
+    }
+
+    /// A write of `data` at `offset`: with the inode's update when the last one is
+    /// TIMES_EVERY_MS old (one caller wins it), the data only otherwise.
+    fn write_file(&self, offset: u64, data: &[u8]) -> Result<u32, FsError> {
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.times_at.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= TIMES_EVERY_MS;
+        if due && self.times_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            return self.fs.write(self.ino, offset, data);
+        }
+        self.fs.write_data_only(self.ino, offset, data)
     }
 
     fn done(&self, fua: bool) -> LunResult<()> {
@@ -196,7 +225,7 @@ impl Lun for VolumeLun {
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> LunResult<()> {
         self.writable()?;
         check_range(offset, data.len() as u64, self.size())?;
-        self.fs.write(self.ino, offset, data).map_err(|e| fs_err("write", e))?;
+        self.write_file(offset, data).map_err(|e| fs_err("write", e))?;
         self.done(fua)
     }
 
@@ -224,7 +253,7 @@ impl Lun for VolumeLun {
         let mut at = offset;
         while at < offset + len {
             let n = (offset + len - at).min(ZERO_CHUNK) as usize;
-            self.fs.write(self.ino, at, &zeros[..n]).map_err(|e| fs_err("write zeroes", e))?;
+            self.write_file(at, &zeros[..n]).map_err(|e| fs_err("write zeroes", e))?;
             at += n as u64;
         }
         self.done(fua)

@@ -4,7 +4,7 @@
 //! flushed write survives a crash of the pool (the acknowledged-state rule).
 
 use std::sync::Arc;
-use strata_engine::{ManualClock, Pool, VolumeOptions};
+use strata_engine::{Clock, ManualClock, Pool, VolumeOptions};
 use strata_fs::{Caller, VolumeFs};
 use strata_lun::{Extent, FileLun, Lun, LunErrorKind, VolumeLun};
 use strata_testkit::{test_create_options, test_pool_options, CrashMode, SimDisk, SimRng};
@@ -192,4 +192,41 @@ fn a_flushed_write_survives_a_crash() {
     assert!(b.iter().all(|&x| x == 0xab));
     lun.read(4 * MIB, &mut b[..4096]).unwrap();
     assert!(b[..4096].iter().all(|&x| x == 0xcd));
+}
+
+/// A LUN file's inode is updated by at most one write a second (the others write the data
+/// only): its mtime follows the writes a second late at most, and every write's data is
+/// there either way.
+#[test]
+fn a_volume_luns_file_times_follow_its_writes_once_a_second() {
+    let pool = Arc::new(
+        Pool::create(Arc::new(SimDisk::new(64 << 20, 512)), test_create_options(9), test_pool_options()).unwrap(),
+    );
+    let vol = pool.create_volume("lun0", &VolumeOptions { record_size: 4096, ..Default::default() }).unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let fs = VolumeFs::mount(pool.clone(), vol, clock.clone(), ROOT).unwrap();
+    VolumeLun::create(&fs, 8 * MIB, 512).unwrap();
+    let fs = Arc::new(fs);
+    let lun = VolumeLun::open(fs.clone(), [7; 16], false).unwrap();
+    let ino = fs.lookup(strata_fs::ROOT_INO, b"lun").unwrap().ino;
+    let mtime = || fs.getattr(ino).unwrap().mtime_ns;
+
+    clock.advance(1_000_000);
+    lun.write(0, &[1u8; 4096], false).unwrap();
+    let first = mtime();
+    assert_eq!(first, clock.now_ns() as i64, "the first write updates the inode");
+    clock.advance(1_000_000);
+    lun.write(4096, &[2u8; 4096], false).unwrap();
+    lun.write_zeroes(8192, 4096, false, false).unwrap();
+    assert_eq!(mtime(), first, "writes within the second write the data only");
+    std::thread::sleep(std::time::Duration::from_millis(1_050));
+    clock.advance(1_000_000);
+    lun.write(12288, &[3u8; 4096], true).unwrap();
+    assert_eq!(mtime(), clock.now_ns() as i64, "a second later a write updates it again");
+
+    let mut b = vec![0u8; 16384];
+    lun.read(0, &mut b).unwrap();
+    for (i, want) in [1u8, 2, 0, 3].into_iter().enumerate() {
+        assert!(b[i * 4096..(i + 1) * 4096].iter().all(|&x| x == want), "block {i}");
+    }
 }
