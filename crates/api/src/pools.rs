@@ -311,6 +311,15 @@ pub struct DestroyPoolQuery {
     pub force: Option<bool>,
 }
 
+/// `POST /v1/pools/{pool}/sync`: what the commit made durable.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PoolSynced {
+    pub pool: String,
+    /// The txg now durable: every write that came before the request is in it or an
+    /// earlier one (and no longer needs the intent log).
+    pub txg: u64,
+}
+
 /// `POST /v1/pools/{pool}/export`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -176,6 +176,9 @@ pub enum PoolCmd {
         #[arg(long)]
         force: bool,
     },
+    /// Commit what was written to the pool now and wait until it is durable (as `zpool
+    /// sync`); the background commit would do it within the txg interval.
+    Sync { name: String },
     /// Close a pool cleanly and forget it, so it can be imported here or on another host
     /// (an UNAVAILABLE pool is just forgotten).
     Export {
@@ -388,6 +391,11 @@ pub fn run(c: &Client, out: &Out, cmd: PoolCmd) -> Result<(), Failure> {
                     println!("  {a}");
                 }
             });
+        }
+        PoolCmd::Sync { name } => {
+            let r: strata_api::PoolSynced =
+                c.send("POST", &format!("/v1/pools/{}/sync", seg(&name)), &serde_json::json!({}))?;
+            out.show(&r, |r| println!("pool {}: committed, txg {} durable", r.pool, r.txg));
         }
         PoolCmd::Export { name, force } => {
             let d: Done = c.send("POST", &format!("/v1/pools/{}/export", seg(&name)), &ExportPoolRequest { force })?;

@@ -587,3 +587,48 @@ fn history_records_a_scripted_session() {
     assert_eq!(after.as_array().unwrap().len(), 7, "{after}");
     assert_eq!(after[6]["target"], "/v1/pools/hist/volumes");
 }
+
+/// `pool sync` commits what was written and waits (as `zpool sync`): with background
+/// commits five minutes apart, an fsync'd write leaves the txg where it was (it is in the
+/// intent log), the sync commits it, a second sync has nothing to commit, and after a
+/// power failure the file is there without the log replaying anything. An unknown pool is
+/// refused, naming where to look.
+#[test]
+fn pool_sync_commits_what_was_written() {
+    let dir = temp_dir("lc-sync");
+    let mut d = Daemon::start(&dir);
+    d.stop();
+    d.spawn_with(&["--txg-interval", "300"]);
+    d.ok(&["volume", "create", "default/v"]);
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    d.ok(&["mount", "default/v", s(&mnt)]);
+    let txg = |d: &Daemon| d.json(&["pool", "status", "default"])["txg"].as_u64().unwrap();
+
+    let t0 = txg(&d);
+    let data = random_bytes(7, 256 * 1024);
+    let mut f = std::fs::File::create(mnt.join("f")).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(txg(&d), t0, "an fsync'd write goes to the intent log, not a commit");
+    let synced = d.json(&["pool", "sync", "default"]);
+    let t1 = synced["txg"].as_u64().unwrap();
+    assert!(t1 > t0, "the sync committed: {synced} after txg {t0}");
+    assert_eq!(synced["pool"], "default", "{synced}");
+    assert_eq!(txg(&d), t1);
+    assert_eq!(d.json(&["pool", "sync", "default"])["txg"].as_u64().unwrap(), t1, "nothing dirty: no commit");
+    assert!(d.ok(&["pool", "sync", "default"]).contains(&format!("pool default: committed, txg {t1} durable")));
+    refused(&d, &["pool", "sync", "nosuch"], 3, &["pool nosuch", "strata pool list"]);
+
+    // A power failure: the committed file needs no replay.
+    drop(f);
+    d.kill9();
+    let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    d.spawn();
+    let notes = d.json(&["pool", "status", "default"])["open_notes"].to_string();
+    assert!(!notes.contains("replayed"), "nothing was left for the intent log to replay: {notes}");
+    // The daemon mounts it again at its start.
+    assert!(std::fs::read(mnt.join("f")).unwrap() == data, "the synced file after a power failure");
+    d.ok(&["unmount", s(&mnt)]);
+    d.stop();
+}

@@ -20,6 +20,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<Daemon>> {
         .routes(routes!(scrub_pool, scrub_status))
         .routes(routes!(change_device))
         .routes(routes!(add_group))
+        .routes(routes!(sync_pool))
         .routes(routes!(export_pool))
         .routes(routes!(scan_importable))
         .routes(routes!(import_pool))
@@ -144,6 +145,20 @@ async fn add_group(d: D, Path(pool): Path<String>, Body(req): Body<AddGroup>) ->
     blocking(&d, move |d| {
         d.add_group(&pool, &req)?;
         d.pool_info(&pool)
+    })
+    .await
+    .map(Json)
+}
+
+/// Commit the pool's open txg now and wait until it is durable (`zpool sync`): what was
+/// written before is in the pool proper, not only in the intent log, and the background
+/// commit has nothing of it left to do. Nothing dirty: no I/O.
+#[utoipa::path(post, path = "/v1/pools/{pool}/sync", tag = "pools", security(("token" = ["operator"])),
+    params(("pool" = String, Path)), responses((status = 200, body = PoolSynced)))]
+async fn sync_pool(d: D, Path(pool): Path<String>) -> Result<Json<PoolSynced>, ApiError> {
+    blocking(&d, move |d| {
+        let txg = d.pool(&pool)?.commit()?;
+        Ok(PoolSynced { pool, txg })
     })
     .await
     .map(Json)
