@@ -67,6 +67,11 @@ for _ in $(seq 100); do "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; do
 declare -A url
 url[strata]="iscsi://127.0.0.1:$sport/iqn.2026-11.io.strata:bench/0"
 
+# Between rows, every server's writes reach its disk outside the measured windows: the
+# peers' page cache by `sync`, Strata's open txg by `strata pool sync` (before 2026-11-29
+# only `sync`, which left Strata's commit of a row to run into the next server's row).
+settle() { sync; "$bin" pool sync default >/dev/null; }
+
 # tgt: a file on ext4 in a loop image, rdwr backing store (pread/pwrite, fdatasync).
 truncate -s 8G "$work/ext4.img"; mkfs.ext4 -q -F "$work/ext4.img"
 loopdev="$(losetup -f --show "$work/ext4.img")"
@@ -84,14 +89,14 @@ targets=(strata tgt)
 for t in "${targets[@]}"; do
   "$work/iscsiload" "${url[$t]}" "$mib" 4096 0 4 0 fill >/dev/null || { echo "fill of $t failed" >&2; exit 1; }
 done
-sync; sleep 8
+settle; sleep 8
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 measure() { # TARGET block read% qd mode
   local out
   out="$("$work/iscsiload" "${url[$1]}" "$mib" "$2" "$3" "$4" "$secs" "$5")" || { echo "iscsiload failed: $*" >&2; return 1; }
-  sync; sleep 3
+  settle; sleep 3
   echo "$out"
 }
 echo "| row | Strata IOPS | tgt IOPS | Strata / tgt | Strata p50/p99 µs | tgt p50/p99 µs |"

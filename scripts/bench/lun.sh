@@ -67,6 +67,11 @@ for _ in $(seq 100); do "$bin" pool list >/dev/null 2>&1 && break; sleep 0.1; do
 declare -A uri
 uri[strata]="nbd://127.0.0.1:$sport/default/bench"
 
+# Between rows, every server's writes reach its disk outside the measured windows: the
+# peers' page cache by `sync`, Strata's open txg by `strata pool sync` (before 2026-11-29
+# only `sync`, which left Strata's commit of a row to run into the next server's row).
+settle() { sync; "$bin" pool sync default >/dev/null; }
+
 # The peers: one file on ext4 in a loop image, served by nbdkit and by qemu-nbd in turn.
 truncate -s 8G "$work/ext4.img"; mkfs.ext4 -q -F "$work/ext4.img"
 loopdev="$(losetup -f --show "$work/ext4.img")"
@@ -87,7 +92,7 @@ for s in "${servers[@]}"; do
   fio --name=fill --ioengine=nbd --uri="${uri[$s]}" --rw=write --bs=1m --iodepth=4 --size="${mib}M" \
     --output-format=terse >/dev/null
 done
-sync; sleep 8
+settle; sleep 8
 
 # fio terse v3: field 8 read IOPS, 49 write IOPS; completion-latency percentiles in fields
 # 17.. (read) and 58.. (write) as "p=value"; we take 50 and 99 from the JSON instead.
@@ -114,7 +119,7 @@ if sync.get("N", 0) > 0:
     p99 += sp.get("99.000000", 0) / 1000
 print(f"iops={iops:.0f} p50={p50:.0f} p99={p99:.0f}")
 PY
-  sync; sleep 3
+  settle; sleep 3
 }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
