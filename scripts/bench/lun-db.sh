@@ -91,6 +91,10 @@ maria_round() {
   echo "$tps"
 }
 
+# Between rounds, every server's writes reach its disk outside the measured windows: nbdkit's
+# page cache by `sync`, Strata's open txg by `strata pool sync` (since 2026-11-29).
+settle() { sync; "$bin" pool sync default >/dev/null; }
+
 # One round on SERVER: attach a fresh file system, then the database's round; prints TPS.
 round() {
   local server="$1" port name tps
@@ -100,7 +104,7 @@ round() {
     tps="$(maria_round "$server")"
     lun_detach 1 "$work/db"
     if [ "$server" = strata ]; then nbdinfo --size "nbd://127.0.0.1:$sport/$lun" >/dev/null; fi
-    sync; sleep 3
+    settle; sleep 3
     echo "$tps"
     return
   fi
@@ -118,7 +122,7 @@ round() {
   lun_detach 1 "$work/db"
   # Give the device back its space between rounds (a fresh file system each round).
   if [ "$server" = strata ]; then nbdinfo --size "nbd://127.0.0.1:$sport/default/pg" >/dev/null; fi
-  sync; sleep 3
+  settle; sleep 3
   echo "$tps"
 }
 declare -A got=()

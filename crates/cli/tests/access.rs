@@ -111,6 +111,9 @@ fn tcp_needs_a_token_and_each_role_may_do_only_its_part() {
     assert_eq!(op("POST", "/v1/pools/default/export", "{}").0, 403);
     assert_eq!(op("PATCH", "/v1/pools/default", r#"{"capacity_alert_percent":20}"#).0, 403);
     assert_eq!(op("POST", "/v1/tokens", r#"{"name":"x","role":"admin"}"#).0, 403);
+    // A commit changes no setting: the operator may ask for one (as for a scrub).
+    let (st, body) = op("POST", "/v1/pools/default/sync", "{}");
+    assert_eq!(st, 200, "{body}");
     let (st, body) = op("POST", "/v1/pools/default/volumes", r#"{"name":"opvol"}"#);
     assert_eq!(st, 201, "{body}");
     assert_eq!(op("POST", "/v1/pools/default/volumes/opvol/snapshots", r#"{"name":"s"}"#).0, 201);
