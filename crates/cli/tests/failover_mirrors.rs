@@ -52,6 +52,22 @@ fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> Option<Value>, last: i
     }
 }
 
+/// Takeovers `d` has logged as done (the line comes after the mounts were tried).
+fn takeovers(d: &Daemon) -> usize {
+    d.log().matches("failover: took over").count()
+}
+
+/// A takeover shows the mirror broken and serving before it mounts the volumes: wait for
+/// the line it logs after the mounts were tried (more takeovers than `before`).
+fn wait_mounts_tried(d: &Daemon, before: usize) {
+    wait_for(
+        "the takeover's mounts tried",
+        30,
+        || (takeovers(d) > before).then_some(Value::Null),
+        || Value::String(d.log()),
+    );
+}
+
 fn wait_in_sync(a: &Daemon) {
     wait_for(
         "in sync",
@@ -152,6 +168,7 @@ fn the_target_takes_over_and_the_old_source_comes_back_fenced_then_as_its_mirror
     );
     let took = died.elapsed();
     assert!(took >= Duration::from_secs(2), "taken over before the source's lease could run out: {took:?}");
+    wait_mounts_tried(&b, 0);
     let log = b.log();
     assert!(log.contains("taking over"), "{log}");
     let line = log.lines().find(|l| l.contains("sync journal replayed")).unwrap_or_else(|| panic!("no replay: {log}"));
@@ -202,6 +219,7 @@ fn the_target_takes_over_and_the_old_source_comes_back_fenced_then_as_its_mirror
     let again = write_file(&at.join("again"), 5, 1 << 20);
     std::fs::File::open(&at).unwrap().sync_all().unwrap();
     let mut b = b;
+    let before = takeovers(&a);
     b.kill9();
     wait_for(
         "the takeover back",
@@ -212,6 +230,7 @@ fn the_target_takes_over_and_the_old_source_comes_back_fenced_then_as_its_mirror
         },
         || show(&a, "default/db"),
     );
+    wait_mounts_tried(&a, before);
     for (f, want) in [("base", &base), ("acked", &acked), ("again", &again)] {
         assert_eq!(&std::fs::read(at.join(f)).unwrap(), want, "{f} after the takeover back");
     }
@@ -504,6 +523,7 @@ fn failover_through_an_etcd_with_authentication() {
         || Some(show(&b, "backup/db")).filter(|s| s["state"] == "broken" && s["failover"]["role"] == "serving"),
         || show(&b, "backup/db"),
     );
+    wait_mounts_tried(&b, 0);
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     let _ = std::fs::remove_file(&served);
     assert!(!mounts.contains(outside.to_str().unwrap()), "mounted outside the operator roots: {mounts}");
